@@ -1,0 +1,38 @@
+"""What moved between torch releases, decided once, with ``packaging.version``.
+
+Imports no torch: the codemods read the import paths of a *target* release from here on
+machines that have no torch at all.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from packaging.version import Version
+
+#: ``fully_shard`` and its policies live in ``torch.distributed.fsdp`` from this release on.
+FSDP2_PUBLIC = Version("2.6")
+#: ...and in ``torch.distributed._composable.fsdp`` from this one up to the public release.
+FSDP2_COMPOSABLE = Version("2.4")
+#: Before this release FSDP2 on gloo silently scales gradients by the world size.
+FSDP2_GLOO_CORRECT = Version("2.9")
+
+
+def release(version: str | Version) -> Version:
+    """``2.13.0+cpu`` -> ``2.13.0``: local tags and pre-releases do not move APIs."""
+    return Version(Version(str(version)).base_version)
+
+
+def installed_torch() -> Version:
+    """The installed torch release, read from its metadata (torch is not imported)."""
+    return release(metadata.version("torch"))
+
+
+def fully_shard_module(torch_version: str | Version) -> str:
+    """The module that exports ``fully_shard``, ``FSDPModule`` and the FSDP2 policies."""
+    v = release(torch_version)
+    if v >= FSDP2_PUBLIC:
+        return "torch.distributed.fsdp"
+    if v >= FSDP2_COMPOSABLE:
+        return "torch.distributed._composable.fsdp"
+    raise ValueError(f"FSDP2 (fully_shard) needs torch >= {FSDP2_COMPOSABLE}, not {torch_version}")
