@@ -1,0 +1,211 @@
+"""The one rule of gradient norms: its only home.
+
+A caller describes its gradients as *local* tensors, each with ``copies``: how many ranks of
+the reduction group hold that same piece of the logical gradient (1 for a shard that exists
+once, the group size for a tensor replicated on every rank, the replica count for an HSDP
+shard). Then:
+
+- every rank adds ``sum(|g|^p) / copies`` over its pieces, accumulated in fp32 or wider;
+- ONE collective completes the norm: a SUM all-reduce over the group (a MAX for ``inf``,
+  where copies do not matter), joined by every rank, also one that holds no gradient;
+- the result is a plain fp32 tensor, the pre-clip job-wide norm, equal on every rank;
+- without a group (no process group, or a group of one) the result is
+  ``torch.nn.utils.clip_grad_norm_``'s, bit for bit on fp32 gradients.
+
+Clipping multiplies every local piece by one device-tensor coefficient,
+``clamp(max_norm / (norm + 1e-6), max=1)``, with no host synchronisation.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.utils._foreach_utils import (
+    _device_has_foreach_support,
+    _group_tensors_by_device_and_dtype,
+    _has_foreach_support,
+)
+
+NonFinitePolicy = Literal["skip", "raise", "ignore"]
+NONFINITE_POLICIES: tuple[str, ...] = ("skip", "raise", "ignore")
+
+
+def check_norm_type(norm_type: float) -> float:
+    """``norm_type`` as a float; a norm needs p > 0 (``inf`` included)."""
+    p = float(norm_type)
+    if not p > 0:
+        raise ValueError(f"norm_type must be > 0 or inf, got {norm_type!r}")
+    return p
+
+
+def check_nonfinite_policy(policy: str) -> NonFinitePolicy:
+    if policy not in NONFINITE_POLICIES:
+        raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {policy!r}")
+    return policy  # type: ignore[return-value]
+
+
+def default_group() -> dist.ProcessGroup | None:
+    """The group a job-wide norm spans when the caller names none: WORLD, if there is one."""
+    return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
+
+
+def collective_device(group: dist.ProcessGroup | None) -> torch.device:
+    """Where the norm's one collective runs: the accelerator unless the backend is CPU-only."""
+    backend = str(dist.get_backend(group))
+    if backend == "gloo" or not torch.accelerator.is_available():
+        return torch.device("cpu")
+    accelerator = torch.accelerator.current_accelerator()
+    return torch.device(accelerator.type, torch.accelerator.current_device_index())
+
+
+def local_norms(
+    tensors: Sequence[Tensor], norm_type: float, foreach: bool | None = None
+) -> list[Tensor]:
+    """Per-tensor p-norms in fp32 (or wider), in torch's device/dtype grouping order.
+
+    Empty tensors are left out: they add nothing, and an inf-norm of one is an error.
+    """
+    tensors = [t for t in tensors if t.numel() > 0]
+    if not tensors:
+        return []
+    norms: list[Tensor] = []
+    grouped = _group_tensors_by_device_and_dtype([tensors])
+    for (device, dtype), ([group_tensors], _) in grouped.items():
+        acc = torch.promote_types(dtype, torch.float32)
+        if (foreach is None and _has_foreach_support(group_tensors, device)) or (
+            foreach and _device_has_foreach_support(device)
+        ):
+            norms.extend(torch._foreach_norm(group_tensors, norm_type, dtype=acc))
+        elif foreach:
+            raise RuntimeError(f"foreach=True, but {device.type} tensors have no foreach kernels")
+        else:
+            norms.extend(torch.linalg.vector_norm(t, norm_type, dtype=acc) for t in group_tensors)
+    return norms
+
+
+def total_norm(
+    tensors: Sequence[Tensor],
+    copies: Sequence[int] | None = None,
+    norm_type: float = 2.0,
+    *,
+    group: dist.ProcessGroup | None = None,
+    foreach: bool | None = None,
+) -> Tensor:
+    """The job-wide p-norm of local gradient pieces: fp32, equal on every rank of ``group``.
+
+    ``copies[i]`` is how many ranks of ``group`` hold ``tensors[i]`` (default: 1 each).
+    Issues exactly one collective on ``group`` when it has more than one rank, none otherwise.
+    """
+    p = check_norm_type(norm_type)
+    copies = [1] * len(tensors) if copies is None else list(copies)
+    if len(copies) != len(tensors):
+        raise ValueError(f"{len(tensors)} tensors but {len(copies)} copy counts")
+    if group is None or dist.get_world_size(group) == 1:
+        if any(c != 1 for c in copies):
+            raise ValueError("copies > 1 need a process group that holds the copies")
+        return _unreduced_norm(tensors, p, foreach)
+
+    by_copies: dict[int, list[Tensor]] = defaultdict(list)
+    for t, c in zip(tensors, copies):
+        if c < 1:
+            raise ValueError(f"a gradient piece is held by at least one rank, got copies={c}")
+        by_copies[c].append(t)
+    device = collective_device(group)
+    local = torch.zeros((), dtype=torch.float32, device=device)
+    for c, pieces in by_copies.items():
+        norms = local_norms(pieces, p, foreach)
+        if not norms:
+            continue
+        norms = torch.stack([n.to(device) for n in norms])
+        if p == math.inf:
+            local = torch.maximum(local, norms.max().float())
+        else:
+            local = local + (norms.pow(p).sum() / c).float()
+    if p == math.inf:
+        # A MAX reduction may drop a NaN on some ranks; inf keeps every rank's verdict equal.
+        local = local.nan_to_num(nan=math.inf)
+        dist.all_reduce(local, op=dist.ReduceOp.MAX, group=group)
+        return local
+    dist.all_reduce(local, op=dist.ReduceOp.SUM, group=group)
+    return local.pow(1.0 / p)
+
+
+def _unreduced_norm(tensors: Sequence[Tensor], p: float, foreach: bool | None) -> Tensor:
+    """torch's own reduction of per-tensor norms, so fp32 results match it bit for bit."""
+    norms = local_norms(tensors, p, foreach)
+    if not norms:
+        return torch.tensor(0.0)
+    first_device = tensors[0].device
+    return torch.linalg.vector_norm(torch.stack([n.to(first_device) for n in norms]), p).float()
+
+
+def clip_coefficient(norm: Tensor, max_norm: float) -> Tensor:
+    """The one coefficient every rank applies: ``clamp(max_norm / (norm + 1e-6), max=1)``."""
+    return torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0)
+
+
+def scale_(tensors: Sequence[Tensor], coefficient: Tensor, foreach: bool | None = None) -> None:
+    """Multiply local gradient pieces in place by a device tensor (no host sync)."""
+    if not tensors:
+        return
+    grouped = _group_tensors_by_device_and_dtype([list(tensors)])
+    for (device, _), ([group_tensors], _) in grouped.items():
+        coef = coefficient.to(device)
+        if (foreach is None and _has_foreach_support(group_tensors, device)) or (
+            foreach and _device_has_foreach_support(device)
+        ):
+            torch._foreach_mul_(group_tensors, coef)
+        elif foreach:
+            raise RuntimeError(f"foreach=True, but {device.type} tensors have no foreach kernels")
+        else:
+            for t in group_tensors:
+                t.mul_(coef)
+
+
+def clip_(
+    tensors: Sequence[Tensor],
+    copies: Sequence[int] | None,
+    max_norm: float,
+    norm_type: float = 2.0,
+    *,
+    group: dist.ProcessGroup | None = None,
+    foreach: bool | None = None,
+    nonfinite: NonFinitePolicy = "ignore",
+) -> tuple[Tensor, bool]:
+    """Clip local gradient pieces in place by their job-wide norm.
+
+    Returns ``(pre-clip norm, applied)``; ``applied`` is False only when the non-finite
+    policy skips the step, and then no piece was touched.
+    """
+    norm = total_norm(tensors, copies, norm_type, group=group, foreach=foreach)
+    if not is_finite(norm, nonfinite):
+        return norm, False
+    scale_(tensors, clip_coefficient(norm, max_norm), foreach)
+    return norm, True
+
+
+def is_finite(norm: Tensor, policy: NonFinitePolicy, what: str = "gradient norm") -> bool:
+    """Apply the non-finite policy to a global norm; every rank reaches the same verdict.
+
+    ``"ignore"`` returns True without looking (no host sync). ``"raise"`` raises on a
+    non-finite norm; ``"skip"`` warns and returns False, and the caller updates nothing.
+    """
+    if policy == "ignore":
+        return True
+    value = norm.item()
+    if math.isfinite(value):
+        return True
+    if policy == "raise":
+        raise RuntimeError(
+            f"the {what} is {value}: refusing to update (nonfinite='raise'); "
+            "use nonfinite='skip' to drop such steps or 'ignore' for torch's behaviour"
+        )
+    warnings.warn(f"the {what} is {value}: skipping this step on every rank", stacklevel=4)
+    return False

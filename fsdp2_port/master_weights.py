@@ -1,0 +1,192 @@
+"""The BF16 master-weight optimizer both packages share: fp32 masters, one norm, AdamW.
+
+A subclass says only where its gradients live: for each trainable parameter, how many ranks
+of the reduction group hold the same gradient piece (``_norm_copies``). Everything else — the
+step, the schedule, the non-finite policy, the state dict — is here, once.
+
+Invariants after every ``step()``:
+- each low-precision parameter equals ``master.to(param.dtype)`` bit for bit;
+- an fp32 parameter (not offloaded) is its own master: no copy, no extra memory;
+- all gradients are cleared; the schedule advanced unless the step was skipped;
+- the returned norm is the pre-clip job-wide norm, from exactly one collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
+
+from fsdp2_port import grad_norm
+from fsdp2_port.lr_schedules import build_scheduler
+
+
+def local_tensor(t: Tensor) -> Tensor:
+    """The rank-local data of a DTensor, or the tensor itself."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+class MasterWeightOptimizer:
+    """AdamW on fp32 masters of (usually bf16) parameters, clipped by the global norm."""
+
+    def __init__(
+        self,
+        params: Sequence[nn.Parameter],
+        lr: float,
+        weight_decay: float = 0.0,
+        max_grad_norm: float = 0.5,
+        total_steps: int = 800_000,
+        warmup_ratio: float = 0.015,
+        lr_scheduler: str = "cosine",
+        offload_master: bool = False,
+        *,
+        nonfinite: grad_norm.NonFinitePolicy = "skip",
+        optimizer_cls: type[torch.optim.Optimizer] = torch.optim.AdamW,
+        optimizer_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not params:
+            raise ValueError("no trainable parameters: every parameter has requires_grad=False")
+        self.nonfinite = grad_norm.check_nonfinite_policy(nonfinite)
+        self.model_params = list(params)
+        self.offload_master = offload_master
+        self.fp32_params = [self._make_master(p) for p in self.model_params]
+        self.max_grad_norm = max_grad_norm
+        self.lr_scheduler_type = lr_scheduler
+        self.optimizer = optimizer_cls(
+            self.fp32_params, lr=lr, weight_decay=weight_decay, **dict(optimizer_kwargs or {})
+        )
+        self.scheduler = build_scheduler(self.optimizer, lr_scheduler, total_steps, warmup_ratio)
+        self.last_grad_norm: Tensor | None = None
+        self.skipped_steps = 0
+        self.configure_grad_norm_reduction()
+
+    # -- where gradients live: the one thing a subclass decides ------------------------------
+
+    def _norm_copies(self, group: dist.ProcessGroup | None) -> list[int]:
+        """For each master, how many ranks of ``group`` hold the same gradient piece."""
+        raise NotImplementedError
+
+    def configure_grad_norm_reduction(
+        self, *, process_group: dist.ProcessGroup | None = None, enabled: bool = True
+    ) -> None:
+        """Choose the group the norm's one collective spans (default WORLD, if initialised).
+
+        ``enabled=False`` makes the norm rank-local (no collective): only right when every
+        rank trains its own, unsharded model.
+        """
+        group = (process_group or grad_norm.default_group()) if enabled else None
+        self._norm_group = group
+        self._copies = self._norm_copies(group) if group is not None else [1] * len(self.fp32_params)
+
+    # -- the step ---------------------------------------------------------------------------
+
+    def _make_master(self, param: nn.Parameter) -> Tensor:
+        device = torch.device("cpu") if self.offload_master else param.device
+        if param.dtype == torch.float32 and param.device == device:
+            return param
+        master = param.detach().to(device=device, dtype=torch.float32, copy=True)
+        return nn.Parameter(master, requires_grad=True)
+
+    @torch.no_grad()
+    def step(self) -> Tensor:
+        """Grads into masters, one global norm, one coefficient, AdamW, masters back.
+
+        Returns the pre-clip global norm (fp32, equal on every rank). Under
+        ``nonfinite="skip"`` a non-finite norm updates nothing on any rank.
+        """
+        for p, m in zip(self.model_params, self.fp32_params):
+            if m is not p:
+                m.grad = None if p.grad is None else p.grad.to(m.device, torch.float32)
+        pieces, copies = [], []
+        for m, c in zip(self.fp32_params, self._copies):
+            if m.grad is not None:
+                pieces.append(local_tensor(m.grad))
+                copies.append(c)
+        norm, applied = grad_norm.clip_(
+            pieces, copies, self.max_grad_norm, group=self._norm_group, nonfinite=self.nonfinite
+        )
+        self.last_grad_norm = norm
+        if not applied:
+            self.skipped_steps += 1
+            self.zero_grad()
+            return norm
+        self.optimizer.step()
+        self.scheduler.step()
+        self._write_back()
+        self.zero_grad()
+        return norm
+
+    def _write_back(self) -> None:
+        for p, m in zip(self.model_params, self.fp32_params):
+            if m is not p:
+                p.copy_(m)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients of the model parameters and of the masters."""
+        for p, m in zip(self.model_params, self.fp32_params):
+            for t in (p, m):
+                if t.grad is None:
+                    continue
+                if set_to_none:
+                    t.grad = None
+                else:
+                    t.grad.zero_()
+
+    def get_learning_rate(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    # -- checkpoints (SpecForge's keys) -----------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer_state_dict": self.optimizer.state_dict(),
+            "scheduler_state_dict": self.scheduler.state_dict(),
+            "fp32_params": list(self.fp32_params),
+            "max_grad_norm": self.max_grad_norm,
+            "lr_scheduler_type": self.lr_scheduler_type,
+        }
+
+    @torch.no_grad()
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore masters, moments and schedule; keys other than ours are ignored."""
+        self._check_compatible(state_dict)
+        masters = state_dict["fp32_params"]
+        if len(masters) != len(self.fp32_params):
+            raise ValueError(
+                f"checkpoint holds {len(masters)} master parameters, this optimizer "
+                f"{len(self.fp32_params)}: it was saved for another model or sharding"
+            )
+        for i, (saved, m) in enumerate(zip(masters, self.fp32_params)):
+            if tuple(saved.shape) != tuple(m.shape):
+                raise ValueError(
+                    f"master {i}: checkpoint shape {tuple(saved.shape)}, expected {tuple(m.shape)}"
+                )
+            m.copy_(saved)
+        self.optimizer.load_state_dict(state_dict["optimizer_state_dict"])
+        self.scheduler.load_state_dict(state_dict["scheduler_state_dict"])
+        self._write_back()
+
+    def _check_compatible(self, state_dict: Mapping[str, Any]) -> None:
+        missing = [
+            k
+            for k in ("optimizer_state_dict", "scheduler_state_dict", "fp32_params")
+            if k not in state_dict
+        ]
+        if missing:
+            raise KeyError(f"not a BF16Optimizer checkpoint: missing {', '.join(missing)}")
+        saved = state_dict.get("max_grad_norm", self.max_grad_norm)
+        if saved != self.max_grad_norm:
+            raise ValueError(
+                f"checkpoint was trained with max_grad_norm={saved}, this optimizer has "
+                f"{self.max_grad_norm}; construct it with the checkpoint's value"
+            )
+        kind = state_dict.get("lr_scheduler_type", self.lr_scheduler_type)
+        if kind != self.lr_scheduler_type:
+            raise ValueError(
+                f"checkpoint uses lr_scheduler={kind!r}, this optimizer "
+                f"{self.lr_scheduler_type!r}; construct it with the checkpoint's schedule"
+            )

@@ -1,0 +1,51 @@
+"""A tiny block model with uneven parameter sizes, and a deterministic global batch."""
+
+import torch
+from torch import nn
+
+IN, OUT = 7, 5
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, h: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.up = nn.Linear(d, h)
+        self.down = nn.Linear(h, d)
+
+    def forward(self, x):
+        return x + self.down(torch.tanh(self.up(self.norm(x))))
+
+
+class TinyNet(nn.Module):
+    def __init__(self, d: int = 12, h: int = 17, n_blocks: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Linear(IN, d)
+        self.blocks = nn.ModuleList(Block(d, h) for _ in range(n_blocks))
+        self.head = nn.Linear(d, OUT)
+
+    def forward(self, x):
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def make_model(dtype: torch.dtype = torch.float32, seed: int = 0) -> TinyNet:
+    torch.manual_seed(seed)
+    return TinyNet().to(dtype)
+
+
+def global_batch(step: int, size: int = 8, dtype: torch.dtype = torch.float32):
+    g = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(size, IN, generator=g).to(dtype), torch.randn(size, OUT, generator=g)
+
+
+def local_rows(t: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    n = t.shape[0] // world_size
+    return t[rank * n : (rank + 1) * n]
+
+
+def loss_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scale: float = 100.0):
+    """Mean squared error, scaled so gradients are large enough for clipping to fire."""
+    return ((model(x).float() - y) ** 2).mean() * scale

@@ -1,0 +1,82 @@
+"""Run a test body on N gloo ranks on the CPU: a free port, a timeout, the worker's traceback.
+
+A hung collective kills every rank when the timeout expires and fails the test, naming the
+ranks that never finished; an exception on any rank fails it with that rank's traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+# Children are forked from a server that has imported torch but run no op (no OpenMP pool),
+# which starts ranks in a fraction of the time a fresh interpreter takes.
+_CTX = mp.get_context("forkserver")
+_CTX.set_forkserver_preload(["torch", "torch.distributed", "tests.spawn"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, errors) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        try:
+            fn(rank, world_size, *args)
+        finally:
+            dist.destroy_process_group()
+    except BaseException:
+        errors.put((rank, traceback.format_exc()))
+        raise SystemExit(1)
+
+
+def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0) -> None:
+    """Call ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks; raise on any failure.
+
+    ``fn`` must be importable (a module-level function) and ``args`` picklable.
+    """
+    errors = _CTX.SimpleQueue()
+    port = free_port()
+    procs = [
+        _CTX.Process(target=_worker, args=(r, world_size, port, fn, args, errors), daemon=True)
+        for r in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    # Poll rather than join in order: a rank that fails leaves its peers waiting in a
+    # collective, and they are killed at once instead of at the deadline.
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        if any(p.exitcode not in (None, 0) for p in procs):
+            break
+        time.sleep(0.02)
+    failed_first = any(p.exitcode not in (None, 0) for p in procs)
+    hung = [r for r, p in enumerate(procs) if p.is_alive()]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    reports = []
+    while not errors.empty():
+        reports.append(errors.get())
+    if reports:  # in the order they failed: the first is the cause, the rest its echoes
+        raise AssertionError(
+            "\n".join(f"rank {rank} of {world_size} failed:\n{tb}" for rank, tb in reports)
+        )
+    if hung and not failed_first:
+        raise TimeoutError(f"ranks {hung} of {world_size} did not finish: a hung collective?")
+    bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0]
+    if bad:
+        raise AssertionError(f"ranks exited abnormally (rank, exit code): {bad}")
