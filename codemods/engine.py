@@ -1,0 +1,93 @@
+"""Run the selected rules over one source text: new text plus findings in output coordinates.
+
+Each rule is its own libcst pass over the previous pass's tree. A rule reports positions in the
+tree it saw; after every pass that changed the text those positions are carried forward through
+a line diff, so every finding's line points into the final output (at the statement, never at a
+marker line above it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+
+from codemods import markers
+from codemods.findings import Finding
+from codemods.options import Options
+from codemods.rule import RawFinding, Rule
+
+_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings, split at libcst's line breaks only."""
+    return _LINES.findall(text)
+
+
+def run_rules(
+    tree: cst.Module, rules: Sequence[type[Rule]], options: Options, context: CodemodContext
+) -> tuple[cst.Module, list[RawFinding]]:
+    """All rules over ``tree``; findings in output coordinates."""
+    findings: list[RawFinding] = []
+    code = None
+    for rule_class in rules:
+        rule = rule_class(CodemodContext(filename=context.filename, full_module_name=context.full_module_name), options)
+        new_tree = rule.transform_module(tree)
+        context.warnings.extend(rule.context.warnings)
+        findings.extend(rule.findings)
+        if new_tree is tree:
+            continue
+        code = tree.code if code is None else code
+        new_code = new_tree.code
+        if new_code != code:
+            findings = _carry(findings, code, new_code)
+        tree, code = new_tree, new_code
+    return tree, findings
+
+
+def migrate_text(text: str, path: str, rules: Sequence[type[Rule]], options: Options) -> tuple[str, list[Finding]]:
+    """Migrated text and findings; raises ``libcst.ParserSyntaxError`` if ``text`` does not parse."""
+    tree = cst.parse_module(text)
+    new_tree, raw = run_rules(tree, rules, options, CodemodContext(filename=path))
+    new_text = new_tree.code if new_tree is not tree else text
+    findings = [Finding(path, f.line, f.column, f.code, f.message, f.severity, f.action) for f in raw]
+    return new_text, sorted(findings, key=lambda f: (f.line, f.column, f.code, f.message))
+
+
+def _carry(findings: list[RawFinding], old: str, new: str) -> list[RawFinding]:
+    old_lines, new_lines = split_lines(old), split_lines(new)
+    mapping = _line_map(old_lines, new_lines)
+
+    def where(line: int) -> int:
+        target = mapping[line - 1] if line - 1 < len(mapping) else len(new_lines) - 1
+        while target < len(new_lines) - 1 and new_lines[target].lstrip().startswith(markers.PREFIX):
+            target += 1
+        return target + 1
+
+    return [RawFinding(where(f.line), f.column, f.code, f.message, f.severity, f.action) for f in findings]
+
+
+def _line_map(old: list[str], new: list[str], *, exact: bool = True) -> list[int]:
+    """For each old line index, the new line index it became.
+
+    Equal runs map one to one. A changed run is matched again on stripped lines (re-indented
+    code); what still differs is aligned from the end, where rewritten code usually ends up
+    (a marker or a removed ``with`` line sits before it).
+    """
+    keys = old if exact else [line.strip() for line in old]
+    new_keys = new if exact else [line.strip() for line in new]
+    mapping = [0] * len(old)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, keys, new_keys).get_opcodes():
+        if tag == "equal":
+            mapping[i1:i2] = range(j1, j2)
+        elif tag == "replace" and exact:
+            inner = _line_map(old[i1:i2], new[j1:j2], exact=False)
+            mapping[i1:i2] = [j1 + k for k in inner]
+        else:
+            for index in range(i1, i2):
+                mapping[index] = max(j1, j2 - (i2 - index)) if j2 > j1 else min(j1, max(len(new) - 1, 0))
+    return mapping

@@ -1,0 +1,100 @@
+"""What counts as FSDP1: qualified names under ``torch.distributed.fsdp`` that FSDP2 replaced.
+
+Names are canonicalised relative to ``torch.distributed.fsdp`` with the public submodules
+(``fully_sharded_data_parallel``, ``api``, ``wrap``, ``sharded_grad_scaler``) stripped, so
+``torch.distributed.fsdp.wrap.ModuleWrapPolicy`` and ``fsdp.ModuleWrapPolicy`` compare equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+PACKAGE = "torch.distributed.fsdp"
+_SUBMODULES = ("fully_sharded_data_parallel.", "api.", "wrap.", "sharded_grad_scaler.")
+
+#: Public FSDP1 names (first component of the canonical name).
+PUBLIC = frozenset(
+    {
+        "FullyShardedDataParallel",
+        "MixedPrecision",
+        "CPUOffload",
+        "ShardingStrategy",
+        "BackwardPrefetch",
+        "StateDictType",
+        "StateDictConfig",
+        "FullStateDictConfig",
+        "ShardedStateDictConfig",
+        "LocalStateDictConfig",
+        "OptimStateDictConfig",
+        "FullOptimStateDictConfig",
+        "ShardedOptimStateDictConfig",
+        "LocalOptimStateDictConfig",
+        "StateDictSettings",
+        "OptimStateKeyType",
+        "FlatParameter",
+        "ShardedGradScaler",
+        "ModuleWrapPolicy",
+        "CustomPolicy",
+        "transformer_auto_wrap_policy",
+        "size_based_auto_wrap_policy",
+        "lambda_auto_wrap_policy",
+        "always_wrap_policy",
+        "enable_wrap",
+        "wrap",
+    }
+)
+#: Private modules under the package that belong to FSDP2, not FSDP1.
+_FSDP2_PRIVATE = ("_fully_shard",)
+
+#: Substrings one of which every file that needs a rule contains (the text pre-filter).
+MARKERS = (b"fsdp", b"FullyShardedDataParallel", b"BF16Optimizer")
+
+
+def canonical(qualified_name: str) -> str | None:
+    """``torch.distributed.fsdp.api.ShardingStrategy.X`` -> ``ShardingStrategy.X``; else None.
+
+    Returns the canonical name only for FSDP1 names (public ones and private internals).
+    """
+    if not qualified_name.startswith(PACKAGE + "."):
+        return None
+    rest = qualified_name[len(PACKAGE) + 1 :]
+    for sub in _SUBMODULES:
+        if rest.startswith(sub):
+            rest = rest[len(sub) :]
+            break
+    head = rest.split(".", 1)[0]
+    if head in PUBLIC:
+        return rest
+    if head.startswith("_") and head not in _FSDP2_PRIVATE:
+        return rest
+    return None
+
+
+def first(names: Iterable[str]) -> str | None:
+    """The canonical FSDP1 name among several qualified names (sorted, so deterministic)."""
+    for name in sorted(names):
+        found = canonical(name)
+        if found is not None:
+            return found
+    return None
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_")
+
+
+def might_need_migration(data: bytes) -> bool:
+    """The pre-filter: False means no rule can apply, so the file need not be parsed."""
+    return any(marker in data for marker in MARKERS)
+
+_FSDP2_MODULES = ("torch.distributed.fsdp.", "torch.distributed._composable.fsdp.", "torch.distributed.fsdp._fully_shard.")
+_FSDP2_NAMES = frozenset({"fully_shard", "FSDPModule", "MixedPrecisionPolicy", "CPUOffloadPolicy", "OffloadPolicy"})
+
+
+def fsdp2(qualified_name: str) -> str | None:
+    """``torch.distributed._composable.fsdp.fully_shard`` -> ``fully_shard``; else None."""
+    for prefix in _FSDP2_MODULES:
+        if qualified_name.startswith(prefix):
+            name = qualified_name.rsplit(".", 1)[-1]
+            return name if name in _FSDP2_NAMES else None
+    return None

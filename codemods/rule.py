@@ -1,0 +1,167 @@
+"""The base of every rule: one libcst codemod command with one code, findings and markers.
+
+Invariants every rule keeps:
+- it rewrites or flags only nodes whose names resolve (``QualifiedNameProvider``) to
+  ``torch.distributed.fsdp`` (or, for the optimizer rule, the named BF16 optimizers);
+- it leaves alone any node on a line that ends in ``# fsdp2-port: ignore``;
+- every ``review`` finding gets a marker above its statement, at most one per code, so a
+  second run changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import libcst as cst
+from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.metadata import PositionProvider, QualifiedNameProvider
+
+from codemods import fsdp1, markers
+from codemods.findings import Action, Severity
+from codemods.options import Options
+from codemods.receivers import KnownReceivers
+
+_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+_SCOPES = (cst.FunctionDef, cst.ClassDef)
+
+
+@dataclass(frozen=True)
+class RawFinding:
+    """A finding in the coordinates of the tree one rule saw (the engine maps them)."""
+
+    line: int
+    column: int
+    code: str
+    message: str
+    severity: Severity
+    action: Action
+
+
+class Rule(VisitorBasedCodemodCommand):
+    CODE: ClassVar[str]
+    SUMMARY: ClassVar[str]
+    #: Strings one of which the source must contain for the rule to have work.
+    TRIGGERS: ClassVar[tuple[str, ...]] = ("fsdp", "FullyShardedDataParallel")
+
+    METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider)
+
+    def __init__(self, context: CodemodContext, options: Options | None = None) -> None:
+        super().__init__(context)
+        self.options = options or Options()
+        self.findings: list[RawFinding] = []
+        self._ignored: frozenset[int] = frozenset()
+        self._statements: list[cst.CSTNode] = []
+        self.scopes: list[cst.CSTNode] = []
+        self._markers: dict[int, list[tuple[str, str]]] = {}
+        self._receivers: dict[bool, KnownReceivers] = {}
+
+    # -- running ------------------------------------------------------------------------
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        code = tree.code
+        if not any(trigger in code for trigger in self.TRIGGERS):
+            return tree
+        self._ignored = markers.ignored_lines(code)
+        return super().transform_module(tree)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, _STATEMENTS):
+            self._statements.append(node)
+        if isinstance(node, _SCOPES):
+            self.scopes.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        result = super().on_leave(original_node, updated_node)
+        if isinstance(original_node, _SCOPES):
+            self.scopes.pop()
+        if isinstance(original_node, _STATEMENTS):
+            self._statements.pop()
+            for code, message in self._markers.pop(id(original_node), ()):
+                result = _mark(result, code, message)
+        return result
+
+    # -- names ----------------------------------------------------------------------------
+    def qualified(self, node: cst.CSTNode) -> set[str]:
+        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+
+    def fsdp1_name(self, node: cst.CSTNode) -> str | None:
+        """Canonical FSDP1 name of a Name/Attribute (``FullyShardedDataParallel`` ...)."""
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            return None
+        return fsdp1.first(self.qualified(node))
+
+    def fsdp2_name(self, node: cst.CSTNode) -> str | None:
+        """``fully_shard``, ``FSDPModule`` ... when ``node`` resolves to an FSDP2 export."""
+        for name in sorted(self.qualified(node)):
+            found = fsdp1.fsdp2(name)
+            if found is not None:
+                return found
+        return None
+
+    def is_wrap_call(self, func: cst.CSTNode) -> bool:
+        return self.fsdp1_name(func) == "FullyShardedDataParallel" or self.fsdp2_name(func) == "fully_shard"
+
+    def is_fsdp_class(self, node: cst.CSTNode) -> bool:
+        return self.fsdp1_name(node) == "FullyShardedDataParallel" or self.fsdp2_name(node) == "FSDPModule"
+
+    def known_fsdp(self, expr: cst.BaseExpression, *, fsdp1_only: bool = False) -> bool:
+        """Whether ``expr`` is known to hold an FSDP-wrapped module here (see ``receivers``).
+
+        ``fsdp1_only``: known to hold an FSDP1 module (not one that ``fully_shard`` returned).
+        """
+        if fsdp1_only not in self._receivers:
+            if fsdp1_only:
+                is_fsdp1 = lambda node: self.fsdp1_name(node) == "FullyShardedDataParallel"  # noqa: E731
+                self._receivers[True] = KnownReceivers(self.module, is_fsdp1, is_fsdp1)
+            else:
+                self._receivers[False] = KnownReceivers(self.module, self.is_wrap_call, self.is_fsdp_class)
+        return self._receivers[fsdp1_only].known(expr, self.scopes)
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    # -- positions, ignores, findings --------------------------------------------------------
+    def ignored(self, node: cst.CSTNode) -> bool:
+        """True when the line where ``node`` starts or ends ends in ``# fsdp2-port: ignore``."""
+        if not self._ignored:
+            return False
+        where = self.get_metadata(PositionProvider, node)
+        return where.start.line in self._ignored or where.end.line in self._ignored
+
+    def has_marker(self) -> bool:
+        """Whether the innermost enclosing statement already carries a marker."""
+        statement = self._statements[-1] if self._statements else None
+        return bool(statement is not None and markers.codes(getattr(statement, "leading_lines", ())))
+
+    def rewritten(self, node: cst.CSTNode, message: str, *, review: bool = False) -> None:
+        self._record(node, message, "review" if review else "safe", "rewritten")
+
+    def flag(self, node: cst.CSTNode, message: str) -> None:
+        self._record(node, message, "review", "flagged")
+
+    def finding(self, node: cst.CSTNode, message: str, severity: Severity, action: Action) -> RawFinding:
+        """A finding at ``node``, not yet recorded (markers are added only by recording)."""
+        where = self.get_metadata(PositionProvider, node).start
+        return RawFinding(where.line, where.column + 1, self.CODE, message, severity, action)
+
+    def _record(self, node: cst.CSTNode, message: str, severity: Severity, action: Action) -> None:
+        finding = self.finding(node, message, severity, action)
+        self.findings.append(finding)
+        self.warn(f"{finding.line}:{finding.column}: {self.CODE} [{severity}] {message}")
+        if severity == "review" and self._statements:
+            pending = self._markers.setdefault(id(self._statements[-1]), [])
+            if all(code != self.CODE for code, _ in pending):
+                pending.append((self.CODE, message))
+
+
+def _mark(result, code: str, message: str):
+    """Put a marker on a leave_* result: a statement, or the first of a flattened list."""
+    if isinstance(result, cst.FlattenSentinel):
+        nodes = list(result.nodes)
+        if nodes:
+            nodes[0] = markers.add(nodes[0], code, message)
+        return cst.FlattenSentinel(nodes)
+    if isinstance(result, _STATEMENTS):
+        return markers.add(result, code, message)
+    return result

@@ -1,0 +1,82 @@
+"""F2P001: FSDP1 imports that the rewrites left unused are removed; nothing else is touched.
+
+The FSDP2 names are added by the rules that start using them (``AddImportsVisitor``), from the
+``--target-torch`` module. Imports inside functions are handled like module-level ones.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+from codemods import fsdp1
+from codemods.rule import RawFinding, Rule
+
+_Key = tuple[str, str | None, str | None]
+
+
+class ImportsRule(Rule):
+    CODE = "F2P001"
+    SUMMARY = "remove FSDP1 imports left unused by the rewrites"
+    DESCRIPTION = SUMMARY
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        self._candidates: list[tuple[_Key, RawFinding]] = []
+        result = super().transform_module(tree)
+        if not self._candidates:
+            return result
+        remaining = _imports(result)
+        self.findings.extend(finding for key, finding in self._candidates if key not in remaining)
+        return result
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = get_full_name_for_node(node.module) or ""
+        for alias in node.names:
+            name = get_full_name_for_node(alias.name) or ""
+            if _is_fsdp1(f"{module}.{name}") and not self.ignored(node):
+                self._schedule(alias, (module, name, _asname(alias)))
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            module = get_full_name_for_node(alias.name) or ""
+            if _is_fsdp1(module) and not self.ignored(node):
+                self._schedule(alias, (module, None, _asname(alias)))
+
+    def _schedule(self, alias: cst.ImportAlias, key: _Key) -> None:
+        module, name, asname = key
+        self.remove_unused_import(module, name, asname)
+        what = f"{module}.{name}" if name else module
+        self._candidates.append((key, self.finding(alias, f"unused FSDP1 import {what} removed", "safe", "rewritten")))
+
+
+def _is_fsdp1(dotted: str) -> bool:
+    """An FSDP1 name, or the FSDP1 package/submodules themselves."""
+    return fsdp1.canonical(dotted) is not None or dotted in (
+        fsdp1.PACKAGE,
+        *(f"{fsdp1.PACKAGE}.{sub.rstrip('.')}" for sub in ("fully_sharded_data_parallel.", "api.", "wrap.")),
+    )
+
+
+def _asname(alias: cst.ImportAlias) -> str | None:
+    return alias.evaluated_alias
+
+
+def _imports(tree: cst.Module) -> set[_Key]:
+    found: set[_Key] = set()
+
+    class Collect(cst.CSTVisitor):
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+            if node.module is None or isinstance(node.names, cst.ImportStar):
+                return
+            module = get_full_name_for_node(node.module) or ""
+            for alias in node.names:
+                found.add((module, get_full_name_for_node(alias.name), _asname(alias)))
+
+        def visit_Import(self, node: cst.Import) -> None:
+            for alias in node.names:
+                found.add((get_full_name_for_node(alias.name) or "", None, _asname(alias)))
+
+    tree.visit(Collect())
+    return found
