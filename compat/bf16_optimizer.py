@@ -36,10 +36,10 @@ class BF16Optimizer(MasterWeightOptimizer):
         nonfinite: NonFinitePolicy = "skip",
     ) -> None:
         self.model = model
-        params = [p for p in model.parameters() if p.requires_grad]
-        self._shard_groups = shard_groups(model, params)
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self._shard_groups = shard_groups(model, [p for _, p in named])
         super().__init__(
-            params,
+            named,
             lr,
             weight_decay,
             max_grad_norm,

@@ -1,6 +1,23 @@
 """fsdp2-port: move PyTorch training code from FSDP1 to FSDP2 without changing what it computes.
 
-Importing this package imports no torch: ``fsdp2-port migrate`` runs where torch is absent.
+Importing this package imports no torch: the names below load on first use, so that
+``fsdp2-port migrate`` (the codemods) runs where torch is absent.
 """
 
+from importlib import import_module
+from typing import Any
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "BF16Optimizer": "fsdp2_port.bf16_optimizer",
+    "clip_grad_norm_": "fsdp2_port.clip",
+    "global_grad_norm": "fsdp2_port.clip",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fsdp2_port' has no attribute {name!r}")

@@ -27,6 +27,8 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
 from torch.utils._foreach_utils import (
     _device_has_foreach_support,
     _group_tensors_by_device_and_dtype,
@@ -35,6 +37,43 @@ from torch.utils._foreach_utils import (
 
 NonFinitePolicy = Literal["skip", "raise", "ignore"]
 NONFINITE_POLICIES: tuple[str, ...] = ("skip", "raise", "ignore")
+
+
+def local_piece(t: Tensor) -> Tensor:
+    """A gradient's rank-local data. A ``Partial`` DTensor holds unreduced sums: refused."""
+    if not isinstance(t, DTensor):
+        return t
+    if any(p.is_partial() for p in t.placements):
+        raise ValueError(
+            f"a gradient is Partial on {t.device_mesh} ({t.placements}): reduce it first "
+            "(grad.redistribute(placements=[Replicate() ...])), its norm is not defined yet"
+        )
+    return t.to_local()
+
+
+def copies_of(t: Tensor, group: dist.ProcessGroup) -> int:
+    """How many ranks of ``group`` hold the same local piece as this rank does.
+
+    A plain tensor: every rank of the group (a replicated, unwrapped parameter). A DTensor:
+    its mesh's ``Replicate`` dims (``Shard`` and ``_StridedShard`` split, they do not copy),
+    times the slices of the root mesh its mesh was cut from (e.g. the TP ranks that each
+    hold the same FSDP-only parameter on their own ``mesh["dp"]``). A mesh made on a subset
+    of ranks holds the only copies; ranks outside it contribute nothing.
+    """
+    if not isinstance(t, DTensor):
+        return dist.get_world_size(group)
+    mesh = t.device_mesh
+    copies = math.prod(mesh.size(i) for i, p in enumerate(t.placements) if p.is_replicate())
+    return copies * _root_mesh(mesh).size() // mesh.size()
+
+
+def _root_mesh(mesh: DeviceMesh) -> DeviceMesh:
+    """The mesh ``mesh`` was sliced from (itself if none); older torch kept it elsewhere."""
+    if hasattr(mesh, "_get_root_mesh"):
+        return mesh._get_root_mesh()
+    from torch.distributed.device_mesh import _mesh_resources
+
+    return _mesh_resources.get_root_mesh(mesh)
 
 
 def check_norm_type(norm_type: float) -> float:

@@ -19,15 +19,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.distributed.tensor import DTensor
 
 from fsdp2_port import grad_norm
 from fsdp2_port.lr_schedules import build_scheduler
-
-
-def local_tensor(t: Tensor) -> Tensor:
-    """The rank-local data of a DTensor, or the tensor itself."""
-    return t.to_local() if isinstance(t, DTensor) else t
 
 
 class MasterWeightOptimizer:
@@ -35,7 +29,7 @@ class MasterWeightOptimizer:
 
     def __init__(
         self,
-        params: Sequence[nn.Parameter],
+        named_params: Sequence[tuple[str, nn.Parameter]],
         lr: float,
         weight_decay: float = 0.0,
         max_grad_norm: float = 0.5,
@@ -48,10 +42,11 @@ class MasterWeightOptimizer:
         optimizer_cls: type[torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        if not params:
+        if not named_params:
             raise ValueError("no trainable parameters: every parameter has requires_grad=False")
         self.nonfinite = grad_norm.check_nonfinite_policy(nonfinite)
-        self.model_params = list(params)
+        self.param_names = [name for name, _ in named_params]
+        self.model_params = [p for _, p in named_params]
         self.offload_master = offload_master
         self.fp32_params = [self._make_master(p) for p in self.model_params]
         self.max_grad_norm = max_grad_norm
@@ -104,7 +99,7 @@ class MasterWeightOptimizer:
         pieces, copies = [], []
         for m, c in zip(self.fp32_params, self._copies):
             if m.grad is not None:
-                pieces.append(local_tensor(m.grad))
+                pieces.append(grad_norm.local_piece(m.grad))
                 copies.append(c)
         norm, applied = grad_norm.clip_(
             pieces, copies, self.max_grad_norm, group=self._norm_group, nonfinite=self.nonfinite
@@ -142,33 +137,46 @@ class MasterWeightOptimizer:
     # -- checkpoints (SpecForge's keys) -----------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        masters, optim = self._pack(list(self.fp32_params), self.optimizer.state_dict())
         return {
-            "optimizer_state_dict": self.optimizer.state_dict(),
+            "optimizer_state_dict": optim,
             "scheduler_state_dict": self.scheduler.state_dict(),
-            "fp32_params": list(self.fp32_params),
+            "fp32_params": masters,
             "max_grad_norm": self.max_grad_norm,
             "lr_scheduler_type": self.lr_scheduler_type,
         }
 
     @torch.no_grad()
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore masters, moments and schedule; keys other than ours are ignored."""
+        """Restore masters, moments and schedule exactly; keys other than ours are ignored."""
         self._check_compatible(state_dict)
-        masters = state_dict["fp32_params"]
+        masters, optim = self._unpack(
+            state_dict["fp32_params"], state_dict["optimizer_state_dict"]
+        )
+        for name, saved, m in zip(self.param_names, masters, self.fp32_params):
+            if tuple(saved.shape) != tuple(m.shape):
+                raise ValueError(
+                    f"master of {name!r}: checkpoint shape {tuple(saved.shape)}, "
+                    f"expected {tuple(m.shape)}: saved for another model"
+                )
+            if saved is not m:
+                m.copy_(saved)
+        self.optimizer.load_state_dict(optim)
+        self.scheduler.load_state_dict(state_dict["scheduler_state_dict"])
+        self._write_back()
+
+    def _pack(self, masters: list[Tensor], optim: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """How a checkpoint keys masters and optimizer state: here by position (SpecForge)."""
+        return masters, optim
+
+    def _unpack(self, masters: Any, optim: dict[str, Any]) -> tuple[list[Tensor], dict[str, Any]]:
+        """Masters in ``fp32_params`` order and a torch optimizer state dict, from ``_pack``'s form."""
         if len(masters) != len(self.fp32_params):
             raise ValueError(
                 f"checkpoint holds {len(masters)} master parameters, this optimizer "
                 f"{len(self.fp32_params)}: it was saved for another model or sharding"
             )
-        for i, (saved, m) in enumerate(zip(masters, self.fp32_params)):
-            if tuple(saved.shape) != tuple(m.shape):
-                raise ValueError(
-                    f"master {i}: checkpoint shape {tuple(saved.shape)}, expected {tuple(m.shape)}"
-                )
-            m.copy_(saved)
-        self.optimizer.load_state_dict(state_dict["optimizer_state_dict"])
-        self.scheduler.load_state_dict(state_dict["scheduler_state_dict"])
-        self._write_back()
+        return list(masters), optim
 
     def _check_compatible(self, state_dict: Mapping[str, Any]) -> None:
         missing = [

@@ -31,9 +31,9 @@ class TinyNet(nn.Module):
         return self.head(x)
 
 
-def make_model(dtype: torch.dtype = torch.float32, seed: int = 0) -> TinyNet:
+def make_model(dtype: torch.dtype = torch.float32, seed: int = 0, hidden: int = 17) -> TinyNet:
     torch.manual_seed(seed)
-    return TinyNet().to(dtype)
+    return TinyNet(h=hidden).to(dtype)
 
 
 def global_batch(step: int, size: int = 8, dtype: torch.dtype = torch.float32):

@@ -1,0 +1,147 @@
+"""The DTensor-native BF16 master optimizer: compat.BF16Optimizer's API for FSDP2 models.
+
+Masters are fp32 DTensors with each parameter's mesh, placements, global shape and stride,
+so the gradient norm reduces across any mesh by itself (``grad_norm.copies_of``) and
+``torch.distributed.checkpoint`` reshards masters and moments between world sizes.
+Checkpoints key everything by parameter name, never by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
+
+from fsdp2_port import grad_norm
+from fsdp2_port.master_weights import MasterWeightOptimizer
+
+
+def _named_trainable(model_or_params: nn.Module | Iterable[Any]) -> list[tuple[str, nn.Parameter]]:
+    if isinstance(model_or_params, nn.Module):
+        items = list(model_or_params.named_parameters())
+    else:
+        items = list(model_or_params)
+        if items and not isinstance(items[0], tuple):
+            items = [(str(i), p) for i, p in enumerate(items)]
+    return [(name, p) for name, p in items if p.requires_grad]
+
+
+class BF16Optimizer(MasterWeightOptimizer):
+    """fp32 DTensor masters, one global norm, AdamW (or ``optimizer_cls``), bf16 write-back.
+
+    ``model_or_params``: a module (names from ``named_parameters``), parameters, or
+    ``(name, parameter)`` pairs. Same constructor, attributes and methods as
+    ``compat.BF16Optimizer``: migrating is an import change.
+    """
+
+    def __init__(
+        self,
+        model_or_params: nn.Module | Iterable[Any],
+        lr: float,
+        weight_decay: float = 0.0,
+        max_grad_norm: float = 0.5,
+        total_steps: int = 800_000,
+        warmup_ratio: float = 0.015,
+        lr_scheduler: str = "cosine",
+        offload_master: bool = False,
+        *,
+        nonfinite: grad_norm.NonFinitePolicy = "skip",
+        optimizer_cls: type[torch.optim.Optimizer] = torch.optim.AdamW,
+        optimizer_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        named = _named_trainable(model_or_params)
+        if offload_master and any(
+            isinstance(p, DTensor) and p.device.type != "cpu" for _, p in named
+        ):
+            raise NotImplementedError(
+                "offload_master=True with accelerator DTensor parameters: use FSDP2's "
+                "CPUOffloadPolicy, which keeps the sharded parameters (the masters) on the CPU"
+            )
+        super().__init__(
+            named,
+            lr,
+            weight_decay,
+            max_grad_norm,
+            total_steps,
+            warmup_ratio,
+            lr_scheduler,
+            offload_master,
+            nonfinite=nonfinite,
+            optimizer_cls=optimizer_cls,
+            optimizer_kwargs=optimizer_kwargs,
+        )
+
+    def _norm_copies(self, group: dist.ProcessGroup) -> list[int]:
+        members = set(dist.get_process_group_ranks(group))
+        for m in self.fp32_params:
+            if isinstance(m, DTensor) and not set(m.device_mesh.mesh.flatten().tolist()) <= members:
+                raise ValueError(
+                    f"the norm's group {sorted(members)} does not hold every rank of "
+                    f"{m.device_mesh}: the one collective must span all meshes"
+                )
+        return [grad_norm.copies_of(m, group) for m in self.fp32_params]
+
+    # -- DCP-native checkpoints, keyed by parameter name ------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Masters and optimizer state as DTensors under parameter names, ready for DCP.
+
+        Optimizer state is allocated first if no step has run, so that a DCP load into this
+        state dict has tensors to fill (an unallocated moment would be silently dropped).
+        """
+        self._materialize_state()
+        return super().state_dict()
+
+    @torch.no_grad()
+    def _materialize_state(self) -> None:
+        """Run one zero-lr step on zero grads for the masters that have no state yet."""
+        todo = [m for m in self.fp32_params if m not in self.optimizer.state]
+        if not todo:
+            return
+        grads = {m: m.grad for m in self.fp32_params}
+        lrs = [g["lr"] for g in self.optimizer.param_groups]
+        for m in self.fp32_params:
+            m.grad = torch.zeros_like(m) if m in todo else None
+        for g in self.optimizer.param_groups:
+            g["lr"] = 0.0
+        self.optimizer.step()
+        for g, lr in zip(self.optimizer.param_groups, lrs):
+            g["lr"] = lr
+        for m in todo:  # a fresh state counts no step: the next real one is step 1
+            step = self.optimizer.state[m].get("step")
+            if isinstance(step, Tensor):
+                step.zero_()
+        for m, g in grads.items():
+            m.grad = g
+
+    def _pack(self, masters: list[Tensor], optim: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        names = self.param_names
+        state = {names[i]: s for i, s in optim["state"].items()}
+        groups = [{**g, "params": [names[i] for i in g["params"]]} for g in optim["param_groups"]]
+        return dict(zip(names, masters)), {"state": state, "param_groups": groups}
+
+    def _unpack(self, masters: Any, optim: dict[str, Any]) -> tuple[list[Tensor], dict[str, Any]]:
+        if not isinstance(masters, Mapping):
+            raise ValueError(
+                "this checkpoint keys masters by position (SpecForge / compat format); "
+                "fsdp2_port.BF16Optimizer needs them by parameter name"
+            )
+        names = self.param_names
+        missing = [n for n in names if n not in masters]
+        unknown = [n for n in masters if n not in set(names)]
+        if missing or unknown:
+            raise KeyError(
+                f"checkpoint masters do not match this model: missing {missing[:5]}, "
+                f"unknown {unknown[:5]} (a checkpoint saved without masters cannot restore them)"
+            )
+        saved_names = [n for g in optim["param_groups"] for n in g["params"]]
+        if sorted(saved_names) != sorted(names) or len(optim["param_groups"]) != 1:
+            raise ValueError("checkpoint optimizer state is for other parameters or param groups")
+        index = {n: i for i, n in enumerate(names)}
+        state = {index[n]: s for n, s in optim["state"].items()}
+        groups = [{**optim["param_groups"][0], "params": list(range(len(names)))}]
+        return [masters[n] for n in names], {"state": state, "param_groups": groups}

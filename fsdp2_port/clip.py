@@ -1,0 +1,80 @@
+"""``torch.nn.utils.clip_grad_norm_`` for any mix of meshes, placements and plain tensors.
+
+One collective per call, a plain fp32 norm equal on every rank, scaling done on the local
+shards with a device-tensor coefficient (no redistribution, no host sync by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.distributed.tensor import DTensor
+
+from fsdp2_port import grad_norm
+
+
+def _pieces(
+    grads: list[Tensor], process_group: dist.ProcessGroup | None
+) -> tuple[list[Tensor], list[int] | None, dist.ProcessGroup | None]:
+    """Local pieces, their copy counts and the group; plain tensors alone reduce nowhere."""
+    group = process_group
+    if group is None and any(isinstance(g, DTensor) for g in grads):
+        group = grad_norm.default_group()
+    pieces = [grad_norm.local_piece(g) for g in grads]
+    if group is None:
+        return pieces, None, None
+    return pieces, [grad_norm.copies_of(g, group) for g in grads], group
+
+
+@torch.no_grad()
+def global_grad_norm(
+    tensors: Tensor | Iterable[Tensor],
+    norm_type: float = 2.0,
+    *,
+    foreach: bool | None = None,
+    process_group: dist.ProcessGroup | None = None,
+) -> Tensor:
+    """The job-wide norm of gradient tensors, as ``torch.nn.utils.get_total_norm`` takes them.
+
+    DTensors count by placement on any number of meshes; plain tensors next to them, or with
+    an explicit ``process_group``, count as replicated on every rank of the group.
+    """
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    pieces, copies, group = _pieces(tensors, process_group)
+    return grad_norm.total_norm(pieces, copies, norm_type, group=group, foreach=foreach)
+
+
+@torch.no_grad()
+def clip_grad_norm_(
+    parameters: Tensor | Iterable[Tensor],
+    max_norm: float,
+    norm_type: float = 2.0,
+    *,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+    nonfinite: grad_norm.NonFinitePolicy | None = None,
+    process_group: dist.ProcessGroup | None = None,
+) -> Tensor:
+    """Drop-in for ``torch.nn.utils.clip_grad_norm_`` that is right on every mesh.
+
+    ``nonfinite`` defaults to ``"raise"`` if ``error_if_nonfinite`` else ``"ignore"``;
+    ``"skip"`` leaves the gradients untouched (and warns) when the norm is not finite.
+    Returns the pre-clip norm: a plain fp32 tensor, equal on every rank.
+    """
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    policy = nonfinite or ("raise" if error_if_nonfinite else "ignore")
+    grads = [p.grad for p in params if p.grad is not None]
+    pieces, copies, group = _pieces(grads, process_group)
+    norm, _ = grad_norm.clip_(
+        pieces,
+        copies,
+        max_norm,
+        norm_type,
+        group=group,
+        foreach=foreach,
+        nonfinite=grad_norm.check_nonfinite_policy(policy),
+    )
+    return norm
