@@ -12,8 +12,12 @@ import difflib
 import re
 from collections.abc import Sequence
 
+from dataclasses import replace
+
 import libcst as cst
 from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.metadata import MetadataWrapper
 
 from codemods import markers
 from codemods.findings import Finding
@@ -31,29 +35,48 @@ def split_lines(text: str) -> list[str]:
 def run_rules(
     tree: cst.Module, rules: Sequence[type[Rule]], options: Options, context: CodemodContext
 ) -> tuple[cst.Module, list[RawFinding]]:
-    """All rules over ``tree``; findings in output coordinates."""
+    """All rules over ``tree``; findings in output coordinates.
+
+    Metadata (scopes, qualified names, positions) is computed once per version of the tree and
+    shared by the passes that do not change it, and a pass whose trigger strings are absent
+    does not run at all: most passes over a typical file change nothing.
+    """
     findings: list[RawFinding] = []
-    code = None
+    code = tree.code
+    wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
     for rule_class in rules:
         rule = rule_class(CodemodContext(filename=context.filename, full_module_name=context.full_module_name), options)
-        new_tree = rule.transform_module(tree)
-        context.warnings.extend(rule.context.warnings)
-        findings.extend(rule.findings)
-        if new_tree is tree:
+        if not rule.prepare(code):
             continue
-        code = tree.code if code is None else code
+        new_tree = _apply(rule, wrapper)
+        findings.extend(rule.findings)
+        if not rule.touched:
+            continue
         new_code = new_tree.code
         if new_code != code:
             findings = _carry(findings, code, new_code)
-        tree, code = new_tree, new_code
-    return tree, findings
+            code = new_code
+            wrapper = MetadataWrapper(new_tree, unsafe_skip_copy=True)
+    return wrapper.module, findings
+
+
+def _apply(rule: Rule, wrapper: MetadataWrapper) -> cst.Module:
+    """``rule`` over the wrapped tree, then the import additions/removals it scheduled."""
+    with rule.resolve(wrapper):
+        rule.context = replace(rule.context, wrapper=wrapper)
+        tree = rule.transform_module_impl(wrapper.module)
+    for visitor in (AddImportsVisitor, RemoveImportsVisitor):
+        if rule.context.scratch.get(visitor.CONTEXT_KEY):
+            tree = visitor(rule.context).transform_module(tree)
+    rule.finish(tree)
+    return tree
 
 
 def migrate_text(text: str, path: str, rules: Sequence[type[Rule]], options: Options) -> tuple[str, list[Finding]]:
     """Migrated text and findings; raises ``libcst.ParserSyntaxError`` if ``text`` does not parse."""
     tree = cst.parse_module(text)
     new_tree, raw = run_rules(tree, rules, options, CodemodContext(filename=path))
-    new_text = new_tree.code if new_tree is not tree else text
+    new_text = new_tree.code
     findings = [Finding(path, f.line, f.column, f.code, f.message, f.severity, f.action) for f in raw]
     return new_text, sorted(findings, key=lambda f: (f.line, f.column, f.code, f.message))
 

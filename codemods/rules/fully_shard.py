@@ -17,6 +17,7 @@ class FullyShardRule(Rule):
     CODE = "F2P002"
     SUMMARY = "FSDP(module, ...) -> fully_shard(module, ...) with FSDP2 keyword arguments"
     DESCRIPTION = SUMMARY
+    TRIGGERS = ("FullyShardedDataParallel",)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.fsdp1_name(original_node.func) != "FullyShardedDataParallel" or self.ignored(original_node):

@@ -19,15 +19,15 @@ class ImportsRule(Rule):
     CODE = "F2P001"
     SUMMARY = "remove FSDP1 imports left unused by the rewrites"
     DESCRIPTION = SUMMARY
+    TRIGGERS = ("fsdp",)
 
-    def transform_module(self, tree: cst.Module) -> cst.Module:
+    def visit_Module(self, node: cst.Module) -> None:
         self._candidates: list[tuple[_Key, RawFinding]] = []
-        result = super().transform_module(tree)
-        if not self._candidates:
-            return result
-        remaining = _imports(result)
-        self.findings.extend(finding for key, finding in self._candidates if key not in remaining)
-        return result
+
+    def finish(self, tree: cst.Module) -> None:
+        if self._candidates:
+            remaining = _imports(tree)
+            self.findings.extend(finding for key, finding in self._candidates if key not in remaining)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):

@@ -26,6 +26,7 @@ class InternalsRule(Rule):
     CODE = "F2P010"
     SUMMARY = "flag FSDP1 APIs/internals without a mechanical rewrite (summon_full_params, .module, ...)"
     DESCRIPTION = SUMMARY
+    TRIGGERS = ("summon_full_params", "fsdp_modules", "set_state_dict_type", "ShardedGradScaler", "_fsdp_wrapped_module", "_flat_param", ".module")
 
     def visit_Import(self, node: cst.Import) -> bool:
         return False

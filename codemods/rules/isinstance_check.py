@@ -17,6 +17,7 @@ class IsinstanceRule(Rule):
     CODE = "F2P005"
     SUMMARY = "isinstance(x, FSDP) -> isinstance(x, FSDPModule)"
     DESCRIPTION = SUMMARY
+    TRIGGERS = ("FullyShardedDataParallel",)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if len(original_node.args) != 2 or not self.qualified(original_node.func) & _BUILTINS:

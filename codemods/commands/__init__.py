@@ -1,0 +1,1 @@
+"""Commands for ``python -m libcst.tool codemod`` (see ``.libcst.codemod.yaml``)."""
