@@ -102,10 +102,12 @@ class BF16Optimizer(MasterWeightOptimizer):
         todo = [m for m in self.fp32_params if m not in self.optimizer.state]
         if not todo:
             return
-        grads = {m: m.grad for m in self.fp32_params}
+        grads = [m.grad for m in self.fp32_params]
         lrs = [g["lr"] for g in self.optimizer.param_groups]
         for m in self.fp32_params:
-            m.grad = torch.zeros_like(m) if m in todo else None
+            m.grad = None
+        for m in todo:
+            m.grad = torch.zeros_like(m)
         for g in self.optimizer.param_groups:
             g["lr"] = 0.0
         self.optimizer.step()
@@ -115,7 +117,7 @@ class BF16Optimizer(MasterWeightOptimizer):
             step = self.optimizer.state[m].get("step")
             if isinstance(step, Tensor):
                 step.zero_()
-        for m, g in grads.items():
+        for m, g in zip(self.fp32_params, grads):
             m.grad = g
 
     def _pack(self, masters: list[Tensor], optim: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
