@@ -40,7 +40,8 @@ def rebuild(original: Sequence[cst.Arg], kept: Sequence[cst.Arg]) -> list[cst.Ar
     """``kept`` as the new argument list: the last one takes the original last one's ending.
 
     That ending (trailing comma or not, whitespace before the closing parenthesis) is what
-    keeps a multi-line call's closing parenthesis where it was.
+    keeps a multi-line call's closing parenthesis where it was; a comment at the end of the
+    new last argument's line stays.
     """
     kept = list(kept)
     if not kept or not original:
@@ -48,8 +49,9 @@ def rebuild(original: Sequence[cst.Arg], kept: Sequence[cst.Arg]) -> list[cst.Ar
     for i, arg in enumerate(kept[:-1]):
         if arg.comma is cst.MaybeSentinel.DEFAULT:
             kept[i] = arg.with_changes(comma=_COMMA)
-    last = original[-1]
-    kept[-1] = kept[-1].with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
+    last, end = original[-1], kept[-1]
+    if end is not last:
+        kept[-1] = end.with_changes(comma=_ending(end.comma, last.comma), whitespace_after_arg=last.whitespace_after_arg)
     return kept
 
 
@@ -59,13 +61,30 @@ def insert_after(args: Sequence[cst.Arg], index: int, new: cst.Arg) -> list[cst.
     anchor = args[index]
     if index == len(args) - 1:
         new = new.with_changes(comma=anchor.comma, whitespace_after_arg=anchor.whitespace_after_arg)
-        separator = args[index - 1].comma if index > 0 else _COMMA
-        anchor = anchor.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
+        anchor = anchor.with_changes(comma=_COMMA, whitespace_after_arg=cst.SimpleWhitespace(""))
     else:
-        new = new.with_changes(comma=anchor.comma)
+        new = new.with_changes(comma=_without_comment(anchor.comma))
     args[index] = anchor
     args.insert(index + 1, new)
     return args
+
+
+def _ending(own, last):
+    """``last`` (the original list's ending), keeping the comment after ``own``'s comma."""
+    if isinstance(own, cst.Comma) and isinstance(own.whitespace_after, cst.ParenthesizedWhitespace):
+        if isinstance(last, cst.Comma) and isinstance(last.whitespace_after, cst.ParenthesizedWhitespace):
+            return last.with_changes(
+                whitespace_after=last.whitespace_after.with_changes(first_line=own.whitespace_after.first_line)
+            )
+    return last
+
+
+def _without_comment(comma):
+    if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+        return comma.with_changes(
+            whitespace_after=comma.whitespace_after.with_changes(first_line=cst.TrailingWhitespace())
+        )
+    return comma
 
 
 def literal_bool(expr: cst.BaseExpression) -> bool | None:

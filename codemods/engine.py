@@ -85,10 +85,21 @@ def _carry(findings: list[RawFinding], old: str, new: str) -> list[RawFinding]:
     old_lines, new_lines = split_lines(old), split_lines(new)
     mapping = _line_map(old_lines, new_lines)
 
+    def is_marker(index: int) -> bool:
+        return new_lines[index].lstrip().startswith(markers.PREFIX)
+
     def where(line: int) -> int:
         target = mapping[line - 1] if line - 1 < len(mapping) else len(new_lines) - 1
-        while target < len(new_lines) - 1 and new_lines[target].lstrip().startswith(markers.PREFIX):
-            target += 1
+        if 0 <= target < len(new_lines) and is_marker(target):
+            # A marker belongs to the statement below it; a finding landing on one is about
+            # the code just above (or, at the top of the block, the statement below).
+            above = target
+            while above > 0 and is_marker(above):
+                above -= 1
+            below = target
+            while below < len(new_lines) - 1 and is_marker(below):
+                below += 1
+            target = above if not is_marker(above) and above < target else below
         return target + 1
 
     return [RawFinding(where(f.line), f.column, f.code, f.message, f.severity, f.action) for f in findings]

@@ -52,8 +52,8 @@ class StateDictRule(Rule):
     TRIGGERS = ("state_dict",)
 
     def visit_Module(self, node: cst.Module) -> None:
-        self._contexts: list[_Context] = []
-        self._planned: dict[int, _Context] = {}
+        self._contexts: list[_Context | None] = []
+        self._planned: dict[int, _Context | None] = {}
         self._sets_type = "set_state_dict_type" in node.code
         self._loading = 0
 
@@ -65,15 +65,17 @@ class StateDictRule(Rule):
         context = self._context(call)
         if isinstance(context, str):
             self.flag(call, context)
-            return
+            context = None  # inside, nothing is rewritten: the state-dict kind is unknown
         self._planned[id(node)] = context
         self._contexts.append(context)
 
     def leave_With(self, original_node: cst.With, updated_node: cst.With):
-        context = self._planned.pop(id(original_node), None)
+        if id(original_node) not in self._planned:
+            return updated_node
+        context = self._planned.pop(id(original_node))
+        self._contexts.pop()
         if context is None:
             return updated_node
-        self._contexts.pop()
         call = original_node.items[0].item
         message = "with FSDP.state_dict_type(...) removed: FSDP2 chooses the state dict per call"
         self.rewritten(call, "; ".join(filter(None, [message, context.review])), review=bool(context.review))
@@ -118,6 +120,8 @@ class StateDictRule(Rule):
         if self.ignored(original_node):
             return updated_node
         context = self._contexts[-1] if self._contexts else _DEFAULT
+        if context is None:
+            return updated_node
         if loading:
             return self._set_optim(original_node, updated_node, context)
         name = self.fsdp1_name(original_node.func)

@@ -1,0 +1,24 @@
+"""Helpers shared by the codemod tests (no torch anywhere: the codemods must not need it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+@pytest.fixture
+def run_module():
+    """Run ``python -m MODULE ARGS`` from the repository root with the project importable."""
+
+    def run(module: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        return subprocess.run(
+            [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    return run

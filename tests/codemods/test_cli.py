@@ -1,0 +1,180 @@
+"""``fsdp2-port migrate``: output streams, exit codes, file handling, options."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from codemods import sources
+from codemods.cli import main
+
+from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_dry_run_prints_only_the_diff_on_stdout(tmp_path, capsys):
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    assert main([str(target)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"--- {target}\n+++ {target}\n")
+    assert "+    return fully_shard(model)" in out
+    assert "F2P002" in err and "F2P002" not in out
+    assert target.read_text() == FSDP1_SOURCE
+
+
+def test_check_exit_codes(tmp_path, capsys):
+    old = write(tmp_path / "old.py", FSDP1_SOURCE)
+    new = write(tmp_path / "new.py", FSDP2_SOURCE)
+    assert main(["--check", str(old)]) == 1
+    assert main(["--check", str(new)]) == 0
+    assert main(["--check"]) == 0, "the pre-commit hook runs it with no files"
+    assert old.read_text() == FSDP1_SOURCE
+
+
+def test_write_then_check_passes(tmp_path, capsys):
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    assert main(["--write", str(target)]) == 0
+    assert target.read_text() == FSDP2_SOURCE
+    assert main(["--check", str(target)]) == 0
+
+
+def test_bad_arguments_exit_2(tmp_path, capsys):
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    assert main(["--select", "F2P777", str(target)]) == 2
+    assert main(["--target-torch", "2.3", str(target)]) == 2
+    assert main(["--jobs", "0", str(target)]) == 2
+    assert main(["--write", "--check", str(target)]) == 2
+    assert main([str(tmp_path / "missing.py")]) == 2
+    assert "unknown rule code" in capsys.readouterr().err
+
+
+def test_json_lines(tmp_path, capsys):
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    assert main(["--format", "json", str(target)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    records = [json.loads(line) for line in lines]
+    assert {r["code"] for r in records} == {"F2P001", "F2P002"}
+    wrap = next(r for r in records if r["code"] == "F2P002")
+    assert wrap == {
+        "path": str(target),
+        "line": 7,
+        "column": 12,
+        "code": "F2P002",
+        "message": "FSDP(...) -> fully_shard(...)",
+        "severity": "safe",
+        "action": "rewritten",
+    }
+
+
+def test_select_and_ignore(tmp_path, capsys):
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    assert main(["--format", "json", "--select", "F2P001", str(target)]) == 0
+    assert capsys.readouterr().out == "", "the import is still used when F2P002 does not run"
+    assert main(["--format", "json", "--ignore", "f2p001,F2P099", str(target)]) == 0
+    assert [json.loads(line)["code"] for line in capsys.readouterr().out.splitlines()] == ["F2P002"]
+
+
+def test_target_torch_chooses_the_import_path(tmp_path, capsys):
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    assert main(["--target-torch", "2.5", str(target)]) == 0
+    assert "+from torch.distributed._composable.fsdp import fully_shard" in capsys.readouterr().out
+
+
+def test_write_keeps_encoding_newlines_and_mode(tmp_path, capsys):
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(("# -*- coding: latin-1 -*-\n# caf\xe9\n" + FSDP1_SOURCE).encode("latin-1"))
+    bom = tmp_path / "bom.py"
+    bom.write_bytes(b"\xef\xbb\xbf" + ("# \u00fcber\n" + FSDP1_SOURCE).encode("utf-8"))
+    crlf = tmp_path / "crlf.py"
+    crlf.write_bytes(FSDP1_SOURCE.replace("\n", "\r\n").encode())
+    os.chmod(crlf, 0o750)
+    assert main(["--write", str(tmp_path)]) == 0
+    assert latin.read_bytes() == ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + FSDP2_SOURCE).encode("latin-1")
+    assert bom.read_bytes() == b"\xef\xbb\xbf" + ("# \u00fcber\n" + FSDP2_SOURCE).encode("utf-8")
+    assert crlf.read_bytes() == FSDP2_SOURCE.replace("\n", "\r\n").encode()
+    assert stat.S_IMODE(crlf.stat().st_mode) == 0o750
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bom.py", "crlf.py", "latin.py"], "no temporary files left"
+
+
+def test_write_is_all_or_nothing(tmp_path, monkeypatch):
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+
+    def fail(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError):
+        sources.write_atomic(str(target), FSDP2_SOURCE, "utf-8")
+    assert target.read_text() == FSDP1_SOURCE
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
+def test_bad_files_are_reported_untouched_and_the_run_goes_on(tmp_path, capsys):
+    broken = write(tmp_path / "a_broken.py", "from torch.distributed.fsdp import (\n")
+    undecodable = tmp_path / "b_undecodable.py"
+    undecodable.write_bytes(b"import torch.distributed.fsdp\nx = '\xff\xfe'\n")
+    good = write(tmp_path / "c_good.py", FSDP1_SOURCE)
+    assert main(["--write", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{broken}: error: cannot parse" in err
+    assert f"{undecodable}: error: cannot decode" in err
+    assert broken.read_text() == "from torch.distributed.fsdp import (\n"
+    assert undecodable.read_bytes() == b"import torch.distributed.fsdp\nx = '\xff\xfe'\n"
+    assert good.read_text() == FSDP2_SOURCE
+
+
+def test_unreadable_file_is_an_error(tmp_path, capsys):
+    if os.geteuid() == 0:
+        pytest.skip("root reads everything")
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    os.chmod(target, 0)
+    assert main([str(target)]) == 2
+
+
+def test_symlinks_and_non_python_files_are_skipped(tmp_path, capsys):
+    real = write(tmp_path / "real" / "train.py", FSDP1_SOURCE)
+    (tmp_path / "link.py").symlink_to(real)
+    (tmp_path / "linkdir").symlink_to(real.parent)
+    write(tmp_path / "notes.txt", FSDP1_SOURCE)
+    files, problems = sources.discover([str(tmp_path), str(tmp_path / "link.py"), str(tmp_path / "notes.txt")])
+    assert files == [str(real)] and problems == []
+
+
+@pytest.mark.parametrize(
+    "directory", [".git", ".venv", "venv", "build", "site-packages", "__pycache__", "node_modules", ".tox", "env-with-cfg"]
+)
+def test_tool_directories_are_skipped_unless_named(tmp_path, directory):
+    hidden = write(tmp_path / directory / "pkg" / "train.py", FSDP1_SOURCE)
+    if directory == "env-with-cfg":
+        (tmp_path / directory / "pyvenv.cfg").write_text("home = /usr\n")
+    visible = write(tmp_path / "src" / "train.py", FSDP1_SOURCE)
+    assert sources.discover([str(tmp_path)])[0] == [str(visible)]
+    assert sources.discover([str(tmp_path / directory)])[0] == [str(hidden)]
+
+
+def test_jobs_give_the_same_output_in_the_same_order(tmp_path, capsys):
+    for index in range(12):
+        write(tmp_path / f"m{index:02d}" / "train.py", FSDP1_SOURCE.replace("wrap", f"wrap{index}"))
+    write(tmp_path / "plain.py", "x = 1\n")
+    assert main(["--format", "json", str(tmp_path)]) == 0
+    serial = capsys.readouterr().out
+    assert main(["--format", "json", "--jobs", "2", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == serial
+    assert main(["--jobs", "2", str(tmp_path)]) == 0
+    diffs = capsys.readouterr().out
+    assert diffs.count("+++ ") == 12
+
+
+def test_list_rules(capsys):
+    assert main(["--list-rules"]) == 0
+    codes = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert codes[-1] == "F2P099" and len(codes) == len(set(codes)) == 11
