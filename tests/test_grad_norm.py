@@ -111,3 +111,30 @@ def test_skip_policy_leaves_grads_untouched():
         norm, applied = grad_norm.clip_([g], None, 0.1, nonfinite="skip")
     assert not applied and norm.isnan()
     assert g[0] == 1.0
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, math.inf])
+def test_public_clip_on_plain_tensors_is_torch_bit_for_bit(p):
+    import fsdp2_port
+
+    ours = [q for q in _params() if q.numel() > 0]
+    ref = [q for q in _params() if q.numel() > 0]
+    norm = fsdp2_port.clip_grad_norm_(ours, 0.5, p)
+    assert torch.equal(norm, torch.nn.utils.clip_grad_norm_(ref, 0.5, p))
+    assert all(a.grad is None or torch.equal(a.grad, b.grad) for a, b in zip(ours, ref))
+    grads = [q.grad for q in _params() if q.grad is not None and q.numel() > 0]
+    assert torch.equal(fsdp2_port.global_grad_norm(grads, p), torch.nn.utils.get_total_norm(grads, p))
+
+
+def test_public_clip_nonfinite_options():
+    import fsdp2_port
+
+    q = torch.nn.Parameter(torch.zeros(2))
+    q.grad = torch.tensor([1.0, math.inf])
+    with pytest.raises(RuntimeError, match="nonfinite='raise'"):
+        fsdp2_port.clip_grad_norm_([q], 1.0, error_if_nonfinite=True)
+    with pytest.warns(UserWarning, match="skipping"):
+        fsdp2_port.clip_grad_norm_([q], 1.0, nonfinite="skip")
+    assert q.grad[0] == 1.0
+    fsdp2_port.clip_grad_norm_([q], 1.0)  # torch's behaviour: scaled by a zero coefficient
+    assert q.grad[0] == 0.0
