@@ -77,8 +77,39 @@ def migrate_text(text: str, path: str, rules: Sequence[type[Rule]], options: Opt
     tree = cst.parse_module(text)
     new_tree, raw = run_rules(tree, rules, options, CodemodContext(filename=path))
     new_text = new_tree.code
-    findings = [Finding(path, f.line, f.column, f.code, f.message, f.severity, f.action) for f in raw]
+    lines = split_lines(new_text)
+    findings = [Finding(path, _at_marker(lines, f), f.column, f.code, f.message, f.severity, f.action) for f in raw]
     return new_text, sorted(findings, key=lambda f: (f.line, f.column, f.code, f.message))
+
+
+def _at_marker(lines: list[str], finding: RawFinding) -> int:
+    """A review finding's line, moved if need be onto the statement under its marker.
+
+    The line diff can land a few lines off when a pass rewrote the statement as well as
+    marking it; the nearest marker with the finding's code settles it.
+    """
+    if finding.severity != "review":
+        return finding.line
+    tag = f"{markers.PREFIX}{finding.code} "
+
+    def marked(index: int) -> bool:
+        return lines[index].lstrip().startswith(tag)
+
+    def statement_after(index: int) -> int:
+        while index < len(lines) and lines[index].lstrip().startswith(markers.PREFIX):
+            index += 1
+        return index + 1
+
+    above = finding.line - 2
+    while above >= 0 and lines[above].lstrip().startswith(markers.PREFIX):
+        if marked(above):
+            return finding.line
+        above -= 1
+    candidates = [i for i in range(max(0, finding.line - 12), min(len(lines), finding.line + 12)) if marked(i)]
+    if not candidates:
+        return finding.line
+    nearest = min(candidates, key=lambda i: abs(i + 1 - finding.line))
+    return statement_after(nearest)
 
 
 def _carry(findings: list[RawFinding], old: str, new: str) -> list[RawFinding]:
