@@ -14,6 +14,7 @@ import libcst as cst
 from libcst.metadata import ScopeProvider
 
 from codemods import arguments, constructor, fsdp1
+from codemods.bindings import Bindings
 from codemods.rule import Rule
 from codemods.rules.fully_shard import rewrite
 
@@ -29,7 +30,7 @@ class AutoWrapRule(Rule):
     METADATA_DEPENDENCIES = (*Rule.METADATA_DEPENDENCIES, ScopeProvider)
 
     def visit_Module(self, node: cst.Module) -> None:
-        self._bindings: dict[int, tuple[cst.SimpleStatementLine, cst.BaseExpression]] = {}
+        self._bindings = Bindings(node)
         self._plans: dict[int, tuple[list[cst.BaseExpression], constructor.Conversion] | str] = {}
         self._removable: set[int] = set()
         node.visit(_Scan(self))
@@ -62,12 +63,10 @@ class AutoWrapRule(Rule):
         """``(classes, removable binding statement or None)``; classes None when not literal."""
         binding = None
         if isinstance(policy, cst.Name):
-            scope = self.get_metadata(ScopeProvider, policy, None)
-            assignments = list(scope.assignments[policy.value]) if scope else []
-            if len(assignments) != 1 or assignments[0].scope is not scope or id(assignments[0].node) not in self._bindings:
+            found = self._bindings.lookup(self, policy)
+            if found is None:
                 return None, None
-            statement, policy = self._bindings[id(assignments[0].node)]
-            binding = statement if len(scope.accesses[assignments[0].name]) == 1 else None
+            policy, binding = found.value, found.statement if found.sole_use else None
         if not isinstance(policy, cst.Call):
             return None, None
         kind = fsdp1.first(self.qualified(policy.func))
@@ -107,17 +106,12 @@ class AutoWrapRule(Rule):
 
 
 class _Scan(cst.CSTVisitor):
-    """Finds the policy bindings and the ``FSDP(..., auto_wrap_policy=...)`` statements."""
+    """Finds the ``FSDP(..., auto_wrap_policy=...)`` statements."""
 
     def __init__(self, rule: AutoWrapRule) -> None:
         self.rule = rule
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        if len(node.body) != 1:
-            return
-        small = node.body[0]
-        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
-            self.rule._bindings[id(small.targets[0].target)] = (node, small.value)
         call = _wrap_call(node)
         if call is not None and self.rule.fsdp1_name(call.func) == "FullyShardedDataParallel" and not self.rule.ignored(call):
             self.rule.plan(node, call)

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from libcst.metadata import ScopeProvider
+
 from codemods import arguments
+from codemods.bindings import Bindings
 from codemods.rule import Rule
 
 _MODULE = "torch.distributed.checkpoint.state_dict"
@@ -50,19 +53,27 @@ class StateDictRule(Rule):
     SUMMARY = "FSDP.state_dict_type / optim_state_dict / optim_state_dict_to_load -> get_/set_*_state_dict"
     DESCRIPTION = SUMMARY
     TRIGGERS = ("state_dict",)
+    METADATA_DEPENDENCIES = (*Rule.METADATA_DEPENDENCIES, ScopeProvider)
 
     def visit_Module(self, node: cst.Module) -> None:
         self._contexts: list[_Context | None] = []
         self._planned: dict[int, _Context | None] = {}
         self._sets_type = "set_state_dict_type" in node.code
         self._loading = 0
+        self._bindings = Bindings(node)
+        self._removable: set[int] = set()
+        self._pairs: dict[int, list[tuple[int, cst.Call, tuple[str, str, str], _Context]]] = {}
+        self._paired: set[int] = set()
+        # Contexts are worked out before the transform: a config binding to remove comes first.
+        self._prepared = {id(w): self._context(c) for w, c in _PlainWiths.find(node, self)}
+        self._find_pairs(node, node.body)
 
     # -- the with statement ----------------------------------------------------------------------
     def visit_With(self, node: cst.With) -> None:
         call = _state_dict_type_call(self, node)
         if call is None:
             return
-        context = self._context(call)
+        context = self._prepared[id(node)]
         if isinstance(context, str):
             self.flag(call, context)
             context = None  # inside, nothing is rewritten: the state-dict kind is unknown
@@ -81,6 +92,12 @@ class StateDictRule(Rule):
         self.rewritten(call, "; ".join(filter(None, [message, context.review])), review=bool(context.review))
         return cst.FlattenSentinel(_unwrapped(updated_node))
 
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine):
+        if id(original_node) not in self._removable:
+            return updated_node
+        self.rewritten(original_node, "state-dict config binding removed (its only use was rewritten)")
+        return cst.RemoveFromParent()
+
     def _context(self, call: cst.Call) -> _Context | str:
         bound = arguments.bind(call, ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config"))
         if bound is None or "module" not in bound or "state_dict_type" not in bound:
@@ -91,10 +108,12 @@ class StateDictRule(Rule):
         if kind not in ("StateDictType.FULL_STATE_DICT", "StateDictType.SHARDED_STATE_DICT"):
             return "LOCAL_STATE_DICT or a runtime state-dict type: pick get_model_state_dict options by hand"
         full = kind == "StateDictType.FULL_STATE_DICT"
-        model = _config(self, bound.get("state_dict_config"), full, "StateDictConfig")
-        optim = _config(self, bound.get("optim_state_dict_config"), full, "OptimStateDictConfig")
+        configs = [self._bound(bound.get(name)) for name in ("state_dict_config", "optim_state_dict_config")]
+        model = _config(self, configs[0][0], full, "StateDictConfig")
+        optim = _config(self, configs[1][0], full, "OptimStateDictConfig")
         if model is None or optim is None:
             return "state-dict config with runtime values: pick StateDictOptions by hand"
+        self._removable.update(id(statement) for _, statement in configs if statement is not None)
         review = []
         for what, (offload, rank0_only) in (("state_dict_config", model), ("optim_state_dict_config", optim)):
             if full and offload != rank0_only:
@@ -109,6 +128,52 @@ class StateDictRule(Rule):
             "StateDictOptions(full_state_dict=True)" if full else None,
             "; ".join(review),
         )
+
+    # -- osd = FSDP.optim_state_dict_to_load(...); o.load_state_dict(osd) ------------------------
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._find_pairs(node, node.body)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        return updated_node.with_changes(body=self._join_pairs(original_node, updated_node.body))
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        return updated_node.with_changes(body=self._join_pairs(original_node, updated_node.body))
+
+    def _find_pairs(self, block: cst.CSTNode, body) -> None:
+        context = self._contexts[-1] if self._contexts else _DEFAULT
+        if context is None:
+            return
+        found = []
+        for index in range(len(body) - 1):
+            pair = _load_pair(self, body[index], body[index + 1], body[index + 2 :])
+            if pair is not None:
+                found.append((index, pair[0], pair[1], context))
+                self._paired.add(id(pair[0]))
+        if found:
+            self._pairs[id(block)] = found
+
+    def _join_pairs(self, original: cst.CSTNode, body) -> list:
+        body = list(body)
+        for index, call, parts, context in reversed(self._pairs.pop(id(original), [])):
+            self.rewritten(call, "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)")
+            joined = cst.SimpleStatementLine(
+                body=[cst.Expr(self._call("set_optimizer_state_dict", list(parts), context.optim))],
+                leading_lines=body[index].leading_lines,
+            )
+            body[index : index + 2] = [joined]
+        return body
+
+    def _bound(self, arg: cst.Arg | None) -> tuple[cst.BaseExpression | None, cst.SimpleStatementLine | None]:
+        """A config argument's value, looking through a name bound once in the same scope.
+
+        Also returns the binding statement when the argument is its only use.
+        """
+        if arg is None or not isinstance(arg.value, cst.Name) or arguments.is_none(arg.value):
+            return (None if arg is None else arg.value), None
+        found = self._bindings.lookup(self, arg.value)
+        if found is None:
+            return arg.value, None
+        return found.value, found.statement if found.sole_use else None
 
     # -- calls ---------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -128,7 +193,7 @@ class StateDictRule(Rule):
         if name == _FSDP + "optim_state_dict":
             return self._get_optim(original_node, updated_node, context)
         if name == _FSDP + "optim_state_dict_to_load":
-            if not self._loading:
+            if not self._loading and id(original_node) not in self._paired:
                 self.flag(original_node, "FSDP.optim_state_dict_to_load(...) outside o.load_state_dict(...): use set_optimizer_state_dict")
             return updated_node
         func = original_node.func
@@ -195,6 +260,26 @@ class StateDictRule(Rule):
         return cst.parse_expression(f"{function}({', '.join(args)})", config=self.module.config_for_parsing)
 
 
+class _PlainWiths(cst.CSTVisitor):
+    """``with FSDP.state_dict_type(...):`` statements with a single item and no ``as``."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.found: list[tuple[cst.With, cst.Call]] = []
+
+    @classmethod
+    def find(cls, module: cst.Module, rule: Rule) -> list[tuple[cst.With, cst.Call]]:
+        finder = cls(rule)
+        module.visit(finder)
+        return finder.found
+
+    def visit_With(self, node: cst.With) -> None:
+        item = node.items[0]
+        if len(node.items) == 1 and item.asname is None and isinstance(item.item, cst.Call):
+            if self.rule.fsdp1_name(item.item.func) == _FSDP + "state_dict_type" and not self.rule.ignored(item.item):
+                self.found.append((node, item.item))
+
+
 def _state_dict_type_call(rule: Rule, node: cst.With) -> cst.Call | None:
     if len(node.items) != 1:
         calls = [i.item for i in node.items if isinstance(i.item, cst.Call)]
@@ -212,11 +297,11 @@ def _state_dict_type_call(rule: Rule, node: cst.With) -> cst.Call | None:
     return call
 
 
-def _config(rule: Rule, arg: cst.Arg | None, full: bool, family: str) -> tuple[bool, bool] | None:
+def _config(rule: Rule, value: cst.BaseExpression | None, full: bool, family: str) -> tuple[bool, bool] | None:
     """``(offload_to_cpu, rank0_only)`` of a literal config (FSDP1 defaults when absent)."""
-    if arg is None or arguments.is_none(arg.value):
+    if value is None or arguments.is_none(value):
         return False, False
-    call = arg.value
+    call = value
     if not isinstance(call, cst.Call):
         return None
     expected = ("Full" if full else "Sharded") + family
@@ -269,6 +354,36 @@ def _to_load_parts(rule: Rule, call: cst.Call, optimizer: str) -> tuple[str, str
     if positional[2] == optimizer and positional[1] != optimizer:
         return positional[1], positional[2], positional[0]
     return None
+
+
+def _load_pair(rule: Rule, first, second, rest) -> tuple[cst.Call, tuple[str, str, str]] | None:
+    """``(to_load call, parts)`` for ``n = FSDP.optim_state_dict_to_load(...)`` + ``o.load_state_dict(n)``.
+
+    Only when ``n`` is not used again in the rest of the block.
+    """
+    if not (isinstance(first, cst.SimpleStatementLine) and isinstance(second, cst.SimpleStatementLine)):
+        return None
+    if len(first.body) != 1 or len(second.body) != 1:
+        return None
+    assign, load = first.body[0], second.body[0]
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
+        return None
+    call = assign.value
+    if not (isinstance(call, cst.Call) and rule.fsdp1_name(call.func) == _FSDP + "optim_state_dict_to_load"):
+        return None
+    name = assign.targets[0].target.value
+    if not (isinstance(load, cst.Expr) and isinstance(load.value, cst.Call)):
+        return None
+    func = load.value.func
+    args = load.value.args
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and len(args) == 1):
+        return None
+    if not (args[0].keyword is None and isinstance(args[0].value, cst.Name) and args[0].value.value == name):
+        return None
+    if rule.ignored(call) or any(name in rule.code(statement) for statement in rest):
+        return None
+    parts = _to_load_parts(rule, call, rule.code(func.value))
+    return None if parts is None else (call, parts)
 
 
 def _unwrapped(with_node: cst.With) -> list[cst.BaseStatement]:
