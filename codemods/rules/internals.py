@@ -1,8 +1,9 @@
 """F2P010: FSDP1 APIs and internals with no mechanical FSDP2 rewrite, each with what to do.
 
 Flagged: ``summon_full_params``, ``FSDP.fsdp_modules``, ``FSDP.set_state_dict_type``,
-``ShardedGradScaler``, ``.module`` on a known FSDP1 module (FSDP2 does not wrap), and the
-FSDP1-only internals ``_fsdp_wrapped_module`` / ``_flat_param`` (attributes or key strings).
+``ShardedGradScaler``, ``.module`` and the flat-parameter handles (``_handle`` ...) on a known
+FSDP1 module, and the FSDP1-only internals ``_fsdp_wrapped_module`` / ``_flat_param``
+(attributes or key strings, anywhere).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ _NAMED = {
     "ShardedGradScaler": "ShardedGradScaler: use torch.amp.GradScaler, which handles DTensor gradients",
 }
 _INTERNALS = ("_fsdp_wrapped_module", "_flat_param")
+#: Attributes flagged only on a receiver known to be an FSDP1 module (the names are common).
+_ON_RECEIVER = ("module", "summon_full_params", "_handle", "_all_handles", "_fsdp_handles")
 _INTERNAL = "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters (no wrapper, no flat parameter)"
 
 
@@ -42,12 +45,14 @@ class InternalsRule(Rule):
         attr = node.attr.value
         if attr in _INTERNALS:
             self._flag(node, _INTERNAL.format(attr))
-        elif attr in ("module", "summon_full_params") and self.known_fsdp(node.value, fsdp1_only=True):
+        elif attr in _ON_RECEIVER and self.known_fsdp(node.value, fsdp1_only=True):
             what = self.code(node.value)
             if attr == "module":
                 self._flag(node, f"{what}.module: FSDP2 does not wrap; use {what} itself")
-            else:
+            elif attr == "summon_full_params":
                 self._flag(node, _NAMED[_FSDP + attr])
+            else:
+                self._flag(node, _INTERNAL.format(attr))
         return True
 
     def visit_Name(self, node: cst.Name) -> None:
