@@ -7,6 +7,7 @@ Names are canonicalised relative to ``torch.distributed.fsdp`` with the public s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 PACKAGE = "torch.distributed.fsdp"
@@ -46,8 +47,6 @@ PUBLIC = frozenset(
 #: Private modules under the package that belong to FSDP2, not FSDP1.
 _FSDP2_PRIVATE = ("_fully_shard",)
 
-#: Substrings one of which every file that needs a rule contains (the text pre-filter).
-MARKERS = (b"fsdp", b"FullyShardedDataParallel", b"BF16Optimizer")
 
 
 def canonical(qualified_name: str) -> str | None:
@@ -83,9 +82,21 @@ def is_private(name: str) -> bool:
     return name.startswith("_")
 
 
+#: Text of an FSDP1 name: a public one, ``fsdp.wrap``, or a private module other than FSDP2's.
+_FSDP1_TEXT = re.compile(
+    b"|".join(re.escape(name.encode()) for name in sorted(PUBLIC - {"wrap"}))
+    + rb"|fsdp\.wrap|fsdp\._(?!fully_shard)|fsdp import _(?!fully_shard)"
+)
+
+
 def might_need_migration(data: bytes) -> bool:
-    """The pre-filter: False means no rule can apply, so the file need not be parsed."""
-    return any(marker in data for marker in MARKERS)
+    """The pre-filter: False means no rule can apply, so the file need not be parsed.
+
+    Every rule needs a name imported from a module whose path contains ``fsdp`` and spelled
+    with an FSDP1 name (the receivers of ``no_sync``/``clip_grad_norm_`` are known only through
+    ``FullyShardedDataParallel``), or the ``BF16Optimizer`` (F2P009).
+    """
+    return b"BF16Optimizer" in data or (b"fsdp" in data and _FSDP1_TEXT.search(data) is not None)
 
 _FSDP2_MODULES = ("torch.distributed.fsdp.", "torch.distributed._composable.fsdp.", "torch.distributed.fsdp._fully_shard.")
 _FSDP2_NAMES = frozenset({"fully_shard", "FSDPModule", "MixedPrecisionPolicy", "CPUOffloadPolicy", "OffloadPolicy"})
