@@ -119,16 +119,16 @@ def test_write_is_all_or_nothing(tmp_path, monkeypatch):
 
 
 def test_bad_files_are_reported_untouched_and_the_run_goes_on(tmp_path, capsys):
-    broken = write(tmp_path / "a_broken.py", "from torch.distributed.fsdp import (\n")
+    broken = write(tmp_path / "a_broken.py", "from torch.distributed.fsdp import (FullyShardedDataParallel,\n")
     undecodable = tmp_path / "b_undecodable.py"
-    undecodable.write_bytes(b"import torch.distributed.fsdp\nx = '\xff\xfe'\n")
+    undecodable.write_bytes(b"from torch.distributed.fsdp import FullyShardedDataParallel\nx = '\xff\xfe'\n")
     good = write(tmp_path / "c_good.py", FSDP1_SOURCE)
     assert main(["--write", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"{broken}: error: cannot parse" in err
     assert f"{undecodable}: error: cannot decode" in err
-    assert broken.read_text() == "from torch.distributed.fsdp import (\n"
-    assert undecodable.read_bytes() == b"import torch.distributed.fsdp\nx = '\xff\xfe'\n"
+    assert broken.read_text() == "from torch.distributed.fsdp import (FullyShardedDataParallel,\n"
+    assert undecodable.read_bytes() == b"from torch.distributed.fsdp import FullyShardedDataParallel\nx = '\xff\xfe'\n"
     assert good.read_text() == FSDP2_SOURCE
 
 
