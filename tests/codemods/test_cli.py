@@ -132,12 +132,47 @@ def test_bad_files_are_reported_untouched_and_the_run_goes_on(tmp_path, capsys):
     assert good.read_text() == FSDP2_SOURCE
 
 
-def test_unreadable_file_is_an_error(tmp_path, capsys):
-    if os.geteuid() == 0:
-        pytest.skip("root reads everything")
+def test_unreadable_file_is_an_error(tmp_path, capsys, monkeypatch):
     target = write(tmp_path / "train.py", FSDP1_SOURCE)
-    os.chmod(target, 0)
-    assert main([str(target)]) == 2
+    other = write(tmp_path / "z_other.py", FSDP1_SOURCE)
+    real_open = open
+
+    def guarded(path, *args, **kwargs):
+        if str(path) == str(target):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", guarded)
+    assert main([str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert f"{target}: error: cannot read: Permission denied" in err
+    assert f"+++ {other}" in out, "the run goes on after an unreadable file"
+
+
+def test_no_runtime_dependency(tmp_path, capsys):
+    target = write(tmp_path / "train.py", FSDP1_SOURCE + "\n\ndef clip(m):\n    m = FSDP(m)\n    return m.clip_grad_norm_(1.0)\n")
+    assert main(["--no-runtime-dependency", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert "torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0).full_tensor()" in out and "import fsdp2_port" not in out
+
+
+def test_progress_goes_to_stderr_only(tmp_path, capsys, monkeypatch):
+    for index in range(25):
+        write(tmp_path / f"f{index:02d}.py", FSDP1_SOURCE)
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
+    assert main(["--format", "json", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "[25/25]" in err
+    assert all(json.loads(line) for line in out.splitlines())
+
+
+def test_pre_commit_hook_runs_the_check():
+    yaml = pytest.importorskip("yaml")
+    hooks = yaml.safe_load((Path(__file__).parents[2] / ".pre-commit-hooks.yaml").read_text())
+    assert [(h["id"], h["entry"], h["language"]) for h in hooks] == [
+        ("fsdp2-port-migrate", "fsdp2-port migrate --check", "python")
+    ]
+    assert main(["--check"]) == 0
 
 
 def test_symlinks_and_non_python_files_are_skipped(tmp_path, capsys):
