@@ -1,12 +1,15 @@
 """F2P001: FSDP1 imports that the rewrites left unused are removed; nothing else is touched.
 
 The FSDP2 names are added by the rules that start using them (``AddImportsVisitor``), from the
-``--target-torch`` module. Imports inside functions are handled like module-level ones.
+``--target-torch`` module. Imports inside functions are handled like module-level ones. A
+parenthesized multi-line ``from`` import that the additions and removals left half on one
+line is laid out again one name per line; any other import keeps its layout.
 """
 
 from __future__ import annotations
 
 import libcst as cst
+from libcst.codemod.visitors import RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 
 from codemods import fsdp1
@@ -21,8 +24,21 @@ class ImportsRule(Rule):
     DESCRIPTION = SUMMARY
     TRIGGERS = ("fsdp",)
 
-    def visit_Module(self, node: cst.Module) -> None:
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        """Schedule, remove, then lay out again the parenthesized imports that edits left mixed."""
         self._candidates: list[tuple[_Key, RawFinding]] = []
+        tree = tree.visit(self)
+        removals = self.context.scratch.pop(RemoveImportsVisitor.CONTEXT_KEY, [])
+        if removals:
+            tree = RemoveImportsVisitor(self.context, removals).transform_module(tree)
+        layout = _OnePerLine()
+        tree = tree.visit(layout)
+        self._relaid = layout.changed
+        return tree
+
+    @property
+    def touched(self) -> bool:
+        return super().touched or self._relaid
 
     def finish(self, tree: cst.Module) -> None:
         if self._candidates:
@@ -80,3 +96,38 @@ def _imports(tree: cst.Module) -> set[_Key]:
 
     tree.visit(Collect())
     return found
+
+
+class _OnePerLine(cst.CSTTransformer):
+    """One name per line for parenthesized multi-line ``from`` imports whose layout is mixed."""
+
+    def __init__(self) -> None:
+        self.changed = False
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
+        names = updated_node.names
+        if updated_node.lpar is None or isinstance(names, cst.ImportStar):
+            return updated_node
+        breaks = [_breaks(updated_node.lpar.whitespace_after)] + [_breaks(getattr(a.comma, "whitespace_after", None)) for a in names]
+        last_has_comma = isinstance(names[-1].comma, cst.Comma)
+        if not any(breaks) or (all(breaks) and last_has_comma):
+            return updated_node
+        self.changed = True
+        item = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace("    "))
+        close = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(""))
+        laid = []
+        for index, alias in enumerate(names):
+            own = alias.comma.whitespace_after if isinstance(alias.comma, cst.Comma) else None
+            after = close if index == len(names) - 1 else item
+            if isinstance(own, cst.ParenthesizedWhitespace):
+                after = after.with_changes(first_line=own.first_line)
+            laid.append(alias.with_changes(comma=cst.Comma(whitespace_after=after)))
+        return updated_node.with_changes(
+            names=laid,
+            lpar=updated_node.lpar.with_changes(whitespace_after=item),
+            rpar=cst.RightParen(),
+        )
+
+
+def _breaks(whitespace) -> bool:
+    return isinstance(whitespace, cst.ParenthesizedWhitespace)
