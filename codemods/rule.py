@@ -51,7 +51,8 @@ class Rule(CodemodCommand, cst.CSTTransformer):
     #: Strings one of which the source must contain for the rule to have work.
     TRIGGERS: ClassVar[tuple[str, ...]] = ("fsdp", "FullyShardedDataParallel")
 
-    METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider)
+    # Positions are resolved only when a rule reports or checks an ignore comment (see _where).
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
 
     def __init__(self, context: CodemodContext, options: Options | None = None) -> None:
         CodemodCommand.__init__(self, context)
@@ -62,6 +63,7 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         self.scopes: list[cst.CSTNode] = []
         self._markers: dict[int, list[tuple[str, str]]] = {}
         self._receivers: dict[bool, KnownReceivers] = {}
+        self._positions = None
 
     # -- running ------------------------------------------------------------------------
     def prepare(self, code: str) -> bool:
@@ -152,8 +154,13 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         """True when the line where ``node`` starts or ends ends in ``# fsdp2-port: ignore``."""
         if not self._ignored:
             return False
-        where = self.get_metadata(PositionProvider, node)
+        where = self._where(node)
         return where.start.line in self._ignored or where.end.line in self._ignored
+
+    def _where(self, node: cst.CSTNode):
+        if self._positions is None:
+            self._positions = self.context.wrapper.resolve(PositionProvider)
+        return self._positions[node]
 
     def has_marker(self) -> bool:
         """Whether the innermost enclosing statement already carries a marker."""
@@ -168,7 +175,7 @@ class Rule(CodemodCommand, cst.CSTTransformer):
 
     def finding(self, node: cst.CSTNode, message: str, severity: Severity, action: Action) -> RawFinding:
         """A finding at ``node``, not yet recorded (markers are added only by recording)."""
-        where = self.get_metadata(PositionProvider, node).start
+        where = self._where(node).start
         return RawFinding(where.line, where.column + 1, self.CODE, message, severity, action)
 
     def _record(self, node: cst.CSTNode, message: str, severity: Severity, action: Action) -> None:

@@ -2,8 +2,8 @@
 
 The FSDP2 names are added by the rules that start using them (``AddImportsVisitor``), from the
 ``--target-torch`` module. Imports inside functions are handled like module-level ones. A
-parenthesized multi-line ``from`` import that the additions and removals left half on one
-line is laid out again one name per line; any other import keeps its layout.
+parenthesized multi-line module-level ``from`` import that the additions and removals left
+half on one line is laid out again one name per line; any other import keeps its layout.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod.visitors import RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
+from libcst.metadata import ScopeProvider
 
 from codemods import fsdp1
 from codemods.rule import RawFinding, Rule
@@ -23,17 +24,16 @@ class ImportsRule(Rule):
     SUMMARY = "remove FSDP1 imports left unused by the rewrites"
     DESCRIPTION = SUMMARY
     TRIGGERS = ("fsdp",)
+    METADATA_DEPENDENCIES = (*Rule.METADATA_DEPENDENCIES, ScopeProvider)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        """Schedule, remove, then lay out again the parenthesized imports that edits left mixed."""
+        """Find unused FSDP1 imports, remove them, lay out again what the edits left mixed."""
         self._candidates: list[tuple[_Key, RawFinding]] = []
         tree = tree.visit(self)
         removals = self.context.scratch.pop(RemoveImportsVisitor.CONTEXT_KEY, [])
         if removals:
             tree = RemoveImportsVisitor(self.context, removals).transform_module(tree)
-        layout = _OnePerLine()
-        tree = tree.visit(layout)
-        self._relaid = layout.changed
+        tree, self._relaid = _one_per_line(tree)
         return tree
 
     @property
@@ -51,14 +51,23 @@ class ImportsRule(Rule):
         module = get_full_name_for_node(node.module) or ""
         for alias in node.names:
             name = get_full_name_for_node(alias.name) or ""
-            if _is_fsdp1(f"{module}.{name}") and not self.ignored(node):
+            if _is_fsdp1(f"{module}.{name}") and self._unused(node, _asname(alias) or name) and not self.ignored(node):
                 self._schedule(alias, (module, name, _asname(alias)))
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
             module = get_full_name_for_node(alias.name) or ""
-            if _is_fsdp1(module) and not self.ignored(node):
+            if _is_fsdp1(module) and self._unused(node, _asname(alias) or module) and not self.ignored(node):
                 self._schedule(alias, (module, None, _asname(alias)))
+
+    def _unused(self, node: cst.CSTNode, bound: str) -> bool:
+        """No reference to what ``node`` binds as ``bound`` (dotted names: let libcst decide)."""
+        if "." in bound:
+            return True
+        scope = self.get_metadata(ScopeProvider, node, None)
+        if scope is None:
+            return True
+        return all(not a.references for a in scope.assignments[bound] if getattr(a, "node", None) is node)
 
     def _schedule(self, alias: cst.ImportAlias, key: _Key) -> None:
         module, name, asname = key
@@ -98,35 +107,36 @@ def _imports(tree: cst.Module) -> set[_Key]:
     return found
 
 
-class _OnePerLine(cst.CSTTransformer):
-    """One name per line for parenthesized multi-line ``from`` imports whose layout is mixed."""
+def _one_per_line(tree: cst.Module) -> tuple[cst.Module, bool]:
+    """Module-level parenthesized multi-line ``from`` imports with a mixed layout, one name per line."""
+    body = list(tree.body)
+    changed = False
+    for index, statement in enumerate(body):
+        if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.ImportFrom):
+            laid = _laid_out(statement.body[0])
+            if laid is not statement.body[0]:
+                body[index] = statement.with_changes(body=[laid, *statement.body[1:]])
+                changed = True
+    return (tree.with_changes(body=body), True) if changed else (tree, False)
 
-    def __init__(self) -> None:
-        self.changed = False
 
-    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
-        names = updated_node.names
-        if updated_node.lpar is None or isinstance(names, cst.ImportStar):
-            return updated_node
-        breaks = [_breaks(updated_node.lpar.whitespace_after)] + [_breaks(getattr(a.comma, "whitespace_after", None)) for a in names]
-        last_has_comma = isinstance(names[-1].comma, cst.Comma)
-        if not any(breaks) or (all(breaks) and last_has_comma):
-            return updated_node
-        self.changed = True
-        item = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace("    "))
-        close = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(""))
-        laid = []
-        for index, alias in enumerate(names):
-            own = alias.comma.whitespace_after if isinstance(alias.comma, cst.Comma) else None
-            after = close if index == len(names) - 1 else item
-            if isinstance(own, cst.ParenthesizedWhitespace):
-                after = after.with_changes(first_line=own.first_line)
-            laid.append(alias.with_changes(comma=cst.Comma(whitespace_after=after)))
-        return updated_node.with_changes(
-            names=laid,
-            lpar=updated_node.lpar.with_changes(whitespace_after=item),
-            rpar=cst.RightParen(),
-        )
+def _laid_out(node: cst.ImportFrom) -> cst.ImportFrom:
+    names = node.names
+    if node.lpar is None or isinstance(names, cst.ImportStar):
+        return node
+    breaks = [_breaks(node.lpar.whitespace_after)] + [_breaks(getattr(a.comma, "whitespace_after", None)) for a in names]
+    if not any(breaks) or (all(breaks) and isinstance(names[-1].comma, cst.Comma)):
+        return node
+    item = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace("    "))
+    close = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(""))
+    laid = []
+    for index, alias in enumerate(names):
+        own = alias.comma.whitespace_after if isinstance(alias.comma, cst.Comma) else None
+        after = close if index == len(names) - 1 else item
+        if isinstance(own, cst.ParenthesizedWhitespace):
+            after = after.with_changes(first_line=own.first_line)
+        laid.append(alias.with_changes(comma=cst.Comma(whitespace_after=after)))
+    return node.with_changes(names=laid, lpar=node.lpar.with_changes(whitespace_after=item), rpar=cst.RightParen())
 
 
 def _breaks(whitespace) -> bool:
