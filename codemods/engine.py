@@ -22,7 +22,7 @@ from libcst.metadata import MetadataWrapper
 from codemods import markers
 from codemods.findings import Finding
 from codemods.options import Options
-from codemods.rule import RawFinding, Rule
+from codemods.rule import AttachMarkers, RawFinding, Rule
 
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
@@ -38,26 +38,34 @@ def run_rules(
     """All rules over ``tree``; findings in output coordinates.
 
     Metadata (scopes, qualified names, positions) is computed once per version of the tree and
-    shared by the passes that do not change it, and a pass whose trigger strings are absent
-    does not run at all: most passes over a typical file change nothing.
+    shared by the passes that do not change it, a pass whose trigger strings are absent does
+    not run at all, and a pass that only flags leaves its markers pending (keyed by statement)
+    for the next rewriting pass or one final marker-only pass, so it changes no tree either.
     """
     findings: list[RawFinding] = []
     code = tree.code
     wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+    pending: dict[int, list[tuple[str, str]]] = {}
     for rule_class in rules:
         rule = rule_class(CodemodContext(filename=context.filename, full_module_name=context.full_module_name), options)
         if not rule.prepare(code):
             continue
+        rule.pending = pending
         new_tree = _apply(rule, wrapper)
         findings.extend(rule.findings)
         if not rule.touched:
-            continue
+            continue  # the tree, its metadata and the pending markers' statements stay valid
         new_code = new_tree.code
         if new_code != code:
             findings = _carry(findings, code, new_code)
             code = new_code
             wrapper = MetadataWrapper(new_tree, unsafe_skip_copy=True)
-    return wrapper.module, findings
+            pending.clear()  # the pass put them into the new tree
+    tree = wrapper.module
+    if pending:
+        tree = tree.visit(AttachMarkers(pending))
+        findings = _carry(findings, code, tree.code)
+    return tree, findings
 
 
 def _apply(rule: Rule, wrapper: MetadataWrapper) -> cst.Module:

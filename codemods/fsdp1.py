@@ -84,8 +84,8 @@ def is_private(name: str) -> bool:
 
 #: Text of an FSDP1 name: a public one, ``fsdp.wrap``, or a private module other than FSDP2's.
 _FSDP1_TEXT = re.compile(
-    b"|".join(re.escape(name.encode()) for name in sorted(PUBLIC - {"wrap"}))
-    + rb"|fsdp\.wrap|fsdp\._(?!fully_shard)|fsdp import _(?!fully_shard)"
+    rb"\b(?:" + b"|".join(re.escape(name.encode()) for name in sorted(PUBLIC - {"wrap"})) + rb")\b"
+    + rb"|fsdp\.wrap\b|fsdp\._(?!fully_shard)|fsdp import _(?!fully_shard)"
 )
 
 

@@ -61,7 +61,10 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         self._ignored: frozenset[int] = frozenset()
         self._statements: list[cst.CSTNode] = []
         self.scopes: list[cst.CSTNode] = []
-        self._markers: dict[int, list[tuple[str, str]]] = {}
+        #: Markers to add, by ``id`` of their statement in the tree being transformed. The engine
+        #: shares one dict between passes: a pass that only flags leaves the tree (and so the
+        #: metadata) as it was, and its markers are added by the next pass that rewrites.
+        self.pending: dict[int, list[tuple[str, str]]] = {}
         self._receivers: dict[bool, KnownReceivers] = {}
         self._positions = None
 
@@ -88,9 +91,14 @@ class Rule(CodemodCommand, cst.CSTTransformer):
 
     @property
     def touched(self) -> bool:
-        """Whether the pass may have changed the tree: every change comes with a finding or an import."""
+        """Whether the pass rewrote anything: every rewrite comes with a finding or an import.
+
+        A pass that only flagged changed nothing but markers, which can wait in ``pending``.
+        """
         scratch = self.context.scratch
-        return bool(self.findings or scratch.get(AddImportsVisitor.CONTEXT_KEY) or scratch.get(RemoveImportsVisitor.CONTEXT_KEY))
+        return any(f.action == "rewritten" for f in self.findings) or bool(
+            scratch.get(AddImportsVisitor.CONTEXT_KEY) or scratch.get(RemoveImportsVisitor.CONTEXT_KEY)
+        )
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, _STATEMENTS):
@@ -105,7 +113,7 @@ class Rule(CodemodCommand, cst.CSTTransformer):
             self.scopes.pop()
         if isinstance(original_node, _STATEMENTS):
             self._statements.pop()
-            for code, message in self._markers.pop(id(original_node), ()):
+            for code, message in self.pending.get(id(original_node), ()):
                 result = _mark(result, code, message)
         return result
 
@@ -165,7 +173,9 @@ class Rule(CodemodCommand, cst.CSTTransformer):
     def has_marker(self) -> bool:
         """Whether the innermost enclosing statement already carries a marker."""
         statement = self._statements[-1] if self._statements else None
-        return bool(statement is not None and markers.codes(getattr(statement, "leading_lines", ())))
+        if statement is None:
+            return False
+        return id(statement) in self.pending or bool(markers.codes(getattr(statement, "leading_lines", ())))
 
     def rewritten(self, node: cst.CSTNode, message: str, *, review: bool = False) -> None:
         self._record(node, message, "review" if review else "safe", "rewritten")
@@ -183,9 +193,22 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         self.findings.append(finding)
         self.warn(f"{finding.line}:{finding.column}: {self.CODE} [{severity}] {message}")
         if severity == "review" and self._statements:
-            pending = self._markers.setdefault(id(self._statements[-1]), [])
+            pending = self.pending.setdefault(id(self._statements[-1]), [])
             if all(code != self.CODE for code, _ in pending):
                 pending.append((self.CODE, message))
+
+
+class AttachMarkers(cst.CSTTransformer):
+    """Adds the pending markers to their statements (no metadata needed)."""
+
+    def __init__(self, pending: dict[int, list[tuple[str, str]]]) -> None:
+        self.pending = pending
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        result = super().on_leave(original_node, updated_node)
+        for code, message in self.pending.get(id(original_node), ()):
+            result = _mark(result, code, message)
+        return result
 
 
 def _mark(result, code: str, message: str):
