@@ -58,6 +58,8 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         CodemodCommand.__init__(self, context)
         self.options = options or Options()
         self.findings: list[RawFinding] = []
+        #: The source text of the tree this pass transforms (set by ``prepare``).
+        self.source = ""
         self._ignored: frozenset[int] = frozenset()
         self._statements: list[cst.CSTNode] = []
         self.scopes: list[cst.CSTNode] = []
@@ -73,6 +75,7 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         """Read the ignore comments of ``code``; False when the rule has nothing to look for."""
         if not any(trigger in code for trigger in self.TRIGGERS):
             return False
+        self.source = code
         self._ignored = markers.ignored_lines(code)
         return True
 

@@ -97,7 +97,7 @@ class AutoWrapRule(Rule):
             return updated_node
         classes, conversion = plan
         module = self.code(conversion.module.value)
-        loop = _loop(self.module, module, classes, conversion.args)
+        loop = _loop(self.module, "submodule" if "submodule" not in self.source else "fsdp_submodule", module, classes, conversion.args)
         root = rewrite(self, call, _wrap_call(updated_node), conversion)
         small = updated_node.body[0]
         new_statement = updated_node.with_changes(body=[small.with_changes(value=root)], leading_lines=[])
@@ -136,8 +136,7 @@ def _literal_classes(expr: cst.BaseExpression) -> list[cst.BaseExpression] | Non
     return classes
 
 
-def _loop(module: cst.Module, root: str, classes: list[cst.BaseExpression], args: list[cst.Arg]) -> cst.For:
-    name = "submodule" if "submodule" not in module.code else "fsdp_submodule"
+def _loop(module: cst.Module, name: str, root: str, classes: list[cst.BaseExpression], args: list[cst.Arg]) -> cst.For:
     kinds = ", ".join(module.code_for_node(c) for c in classes)
     kinds = f"({kinds},)" if len(classes) == 1 else f"({kinds})"
     keywords = "".join(

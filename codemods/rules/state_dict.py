@@ -58,7 +58,7 @@ class StateDictRule(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         self._contexts: list[_Context | None] = []
         self._planned: dict[int, _Context | None] = {}
-        self._sets_type = "set_state_dict_type" in node.code
+        self._sets_type = "set_state_dict_type" in self.source
         self._loading = 0
         self._bindings = Bindings(node)
         self._removable: set[int] = set()
