@@ -1,7 +1,8 @@
-"""F2P005: ``isinstance(x, FSDP)`` (also inside a tuple) -> ``isinstance(x, FSDPModule)``.
+"""F2P005: the FSDP class as a type -> ``FSDPModule``.
 
-Every module that ``fully_shard`` was applied to is an ``FSDPModule``, as every FSDP1-wrapped
-module was an ``FSDP`` instance.
+``isinstance(x, FSDP)`` / ``issubclass`` (also inside a tuple) and annotations such as
+``model: FSDP``. Every module that ``fully_shard`` was applied to is an ``FSDPModule``, as every
+FSDP1-wrapped module was an ``FSDP`` instance.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ _BUILTINS = {"builtins.isinstance", "builtins.issubclass"}
 
 class IsinstanceRule(Rule):
     CODE = "F2P005"
-    SUMMARY = "isinstance(x, FSDP) -> isinstance(x, FSDPModule)"
+    SUMMARY = "isinstance(x, FSDP) / issubclass / annotations -> FSDPModule"
     DESCRIPTION = SUMMARY
     TRIGGERS = ("FullyShardedDataParallel",)
 
@@ -40,6 +41,14 @@ class IsinstanceRule(Rule):
         self.rewritten(original_node, "FSDP class test -> FSDPModule")
         second = updated_node.args[1].with_changes(value=new_kinds)
         return updated_node.with_changes(args=[updated_node.args[0], second])
+
+    def leave_Annotation(self, original_node: cst.Annotation, updated_node: cst.Annotation) -> cst.Annotation:
+        kind = original_node.annotation
+        if not self._is_fsdp(kind) or self.ignored(original_node):
+            return updated_node
+        self.add_needed_import(self.options.fsdp2_module, "FSDPModule")
+        self.rewritten(original_node, "FSDP annotation -> FSDPModule")
+        return updated_node.with_changes(annotation=cst.Name("FSDPModule").with_changes(lpar=kind.lpar, rpar=kind.rpar))
 
     def _is_fsdp(self, node: cst.BaseExpression) -> bool:
         return self.fsdp1_name(node) == "FullyShardedDataParallel"
