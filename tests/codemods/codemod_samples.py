@@ -1,4 +1,8 @@
-"""Small sources used by several codemod tests."""
+"""Small sources and paths used by several codemod tests."""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FSDP1_SOURCE = """\
 import torch

@@ -1,4 +1,4 @@
-"""Helpers shared by the codemod tests (no torch anywhere: the codemods must not need it)."""
+"""Fixtures shared by the codemod tests (only test_emitted_api imports torch; the codemods never do)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from codemod_samples import ROOT
 
 @pytest.fixture
 def run_module():

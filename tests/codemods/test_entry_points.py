@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import subprocess
+import sys
 
-from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE
-from conftest import ROOT
+from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE, ROOT
 
 
 def test_fsdp2_port_migrate_end_to_end_without_torch(tmp_path, run_module):
@@ -21,8 +22,6 @@ def test_fsdp2_port_migrate_end_to_end_without_torch(tmp_path, run_module):
         "import sys; sys.path.insert(0, %r); from codemods.cli import main; "
         "code = main(['--write', %r]); assert 'torch' not in sys.modules; sys.exit(code)"
     ) % (str(blocker), str(target))
-    import subprocess, sys, os
-
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     written = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True)
     assert written.returncode == 0, written.stderr
