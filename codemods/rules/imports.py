@@ -113,21 +113,21 @@ def _one_per_line(tree: cst.Module) -> tuple[cst.Module, bool]:
     changed = False
     for index, statement in enumerate(body):
         if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.ImportFrom):
-            laid = _laid_out(statement.body[0])
+            laid = _laid_out(statement.body[0], tree.default_indent)
             if laid is not statement.body[0]:
                 body[index] = statement.with_changes(body=[laid, *statement.body[1:]])
                 changed = True
     return (tree.with_changes(body=body), True) if changed else (tree, False)
 
 
-def _laid_out(node: cst.ImportFrom) -> cst.ImportFrom:
+def _laid_out(node: cst.ImportFrom, indent: str) -> cst.ImportFrom:
     names = node.names
     if node.lpar is None or isinstance(names, cst.ImportStar):
         return node
     breaks = [_breaks(node.lpar.whitespace_after)] + [_breaks(getattr(a.comma, "whitespace_after", None)) for a in names]
     if not any(breaks) or (all(breaks) and isinstance(names[-1].comma, cst.Comma)):
         return node
-    item = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace("    "))
+    item = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(indent))
     close = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(""))
     laid = []
     for index, alias in enumerate(names):

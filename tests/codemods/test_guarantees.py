@@ -78,3 +78,20 @@ def test_files_without_fsdp1_text_are_not_parsed(tmp_path) -> None:
     plain.write_text("def broken(:\n")  # would not parse, but there is nothing to migrate
     result = batch.migrate_file(str(plain), [r.CODE for r in registry.RULES], Options(), write=False)
     assert (result.parsed, result.error, result.changed) == (False, None, False)
+
+
+@pytest.mark.parametrize("case", [p for p in FIXTURES if p.parent.name == "all"], ids=lambda p: p.name[:-6])
+def test_crlf_and_tab_indented_files_get_the_same_rewrite(case: Path) -> None:
+    """Generated lines (markers, loops, try/finally) follow the file's newline and indent style."""
+    source, expected = case.read_text(), case.with_name(case.name.replace(".in.py", ".out.py")).read_text()
+    crlf, _ = engine.migrate_text(source.replace("\n", "\r\n"), case.name, registry.select(), Options())
+    assert crlf == expected.replace("\n", "\r\n")
+    tabs = lambda text: "\n".join(_tabbed(line) for line in text.split("\n"))  # noqa: E731
+    tabbed, _ = engine.migrate_text(tabs(source), case.name, registry.select(), Options())
+    assert tabbed == tabs(expected)
+
+
+def _tabbed(line: str) -> str:
+    stripped = line.lstrip(" ")
+    depth = (len(line) - len(stripped)) // 4
+    return "\t" * depth + stripped if stripped and not stripped.startswith((")", "]", "}")) or depth else line
