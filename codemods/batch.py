@@ -1,7 +1,7 @@
 """Migrating many files: one result per file, in the order given, in parallel with ``jobs > 1``.
 
 A file that cannot be read, decoded or parsed yields an ``error`` and is left untouched; the
-others go on. Files without any FSDP1 marker text are not decoded or parsed at all.
+others go on. A rewrite is checked to parse before it is shown or written. Files without any FSDP1 marker text are not decoded or parsed at all.
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ def migrate_file(path: str, codes: Sequence[str], options: Options, write: bool)
         result.error = f"cannot parse: {error.message} (line {error.raw_line}, column {error.raw_column})"
         return result
     result.changed = new_text != source.text
+    if result.changed and not _parses(new_text):
+        result.changed, result.findings = False, []
+        result.error = "internal error: the rewritten file would not parse; left untouched (please report)"
+        return result
     if result.changed:
         result.diff = unified_diff(source.text, new_text, path)
         if write:
@@ -57,6 +61,17 @@ def migrate_file(path: str, codes: Sequence[str], options: Options, write: bool)
             except OSError as error:
                 result.error = f"cannot write: {error}"
     return result
+
+
+def _parses(text: str) -> bool:
+    """The last safety net of "output always parses"."""
+    import libcst as cst
+
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError:
+        return False
+    return True
 
 
 def unified_diff(old: str, new: str, path: str) -> str:

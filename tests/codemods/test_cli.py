@@ -213,3 +213,13 @@ def test_list_rules(capsys):
     assert main(["--list-rules"]) == 0
     codes = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert codes[-1] == "F2P099" and len(codes) == len(set(codes)) == 11
+
+
+def test_a_rewrite_that_would_not_parse_is_never_written(tmp_path, capsys, monkeypatch):
+    from codemods import engine
+
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    monkeypatch.setattr(engine, "migrate_text", lambda text, path, rules, options: ("def broken(:\n", []))
+    assert main(["--write", str(target)]) == 2
+    assert "internal error" in capsys.readouterr().err
+    assert target.read_text() == FSDP1_SOURCE
