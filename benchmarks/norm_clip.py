@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -23,9 +22,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import fsdp2_port  # noqa: E402
-from tests.spawn import free_port  # noqa: E402
+import fsdp2_port
+from fsdp2_port.launch import free_port
 
 NUMEL = 4096
 

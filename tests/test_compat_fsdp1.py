@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import compat
 from tests.models import Block, global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop
-from tests.spawn import run_ranks
+from fsdp2_port.launch import run_ranks
 
 CPU = torch.device("cpu")
 LR, MAX_NORM, STEPS = 1e-2, 1.0, 4

@@ -20,7 +20,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 import fsdp2_port
 from tests.models import global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop
-from tests.spawn import run_ranks
+from fsdp2_port.launch import run_ranks
 
 LR, MAX_NORM = 1e-2, 1.0
 WORLD = {"fsdp": 2, "hsdp": 4, "fsdp_tp": 4, "expert_submesh": 4, "plain_param": 2}

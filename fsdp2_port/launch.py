@@ -1,7 +1,9 @@
-"""Run a test body on N gloo ranks on the CPU: a free port, a timeout, the worker's traceback.
+"""Run a function on N local ranks: a free port, a timeout, the failing rank's traceback.
 
-A hung collective kills every rank when the timeout expires and fails the test, naming the
-ranks that never finished; an exception on any rank fails it with that rank's traceback.
+A hung collective kills every rank when the timeout expires (``RankTimeout``, naming the
+ranks that never finished); an exception on any rank kills the others at once
+(``RankFailure``, with every failed rank's traceback, the first cause first). Used by
+``fsdp2-port verify`` and by the test suite.
 """
 
 from __future__ import annotations
@@ -13,13 +15,22 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 # Children are forked from a server that has imported torch but run no op (no OpenMP pool),
 # which starts ranks in a fraction of the time a fresh interpreter takes.
 _CTX = mp.get_context("forkserver")
-_CTX.set_forkserver_preload(["torch", "torch.distributed", "tests.spawn"])
+_CTX.set_forkserver_preload(["torch", "torch.distributed", "fsdp2_port.launch"])
+
+
+class RankFailure(RuntimeError):
+    """One or more ranks raised; the message holds their tracebacks."""
+
+
+class RankTimeout(TimeoutError):
+    """Some ranks were still running at the deadline and were killed."""
 
 
 def free_port() -> int:
@@ -28,11 +39,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, errors) -> None:
+def _worker(
+    rank: int, world_size: int, port: int, backend: str, fn: Callable, args: tuple, errors
+) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, rank=rank, world_size=world_size)
         try:
             fn(rank, world_size, *args)
         finally:
@@ -42,15 +57,24 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, er
         raise SystemExit(1)
 
 
-def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0) -> None:
-    """Call ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks; raise on any failure.
+def run_ranks(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 120.0,
+    backend: str = "gloo",
+) -> None:
+    """Call ``fn(rank, world_size, *args)`` on ``world_size`` local ranks; raise on any failure.
 
-    ``fn`` must be importable (a module-level function) and ``args`` picklable.
+    ``fn`` must be importable (a module-level function) and ``args`` picklable. The process
+    group is torchrun-compatible (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_*``).
     """
     errors = _CTX.SimpleQueue()
     port = free_port()
     procs = [
-        _CTX.Process(target=_worker, args=(r, world_size, port, fn, args, errors), daemon=True)
+        _CTX.Process(
+            target=_worker, args=(r, world_size, port, backend, fn, args, errors), daemon=True
+        )
         for r in range(world_size)
     ]
     for p in procs:
@@ -72,11 +96,11 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
     while not errors.empty():
         reports.append(errors.get())
     if reports:  # in the order they failed: the first is the cause, the rest its echoes
-        raise AssertionError(
+        raise RankFailure(
             "\n".join(f"rank {rank} of {world_size} failed:\n{tb}" for rank, tb in reports)
         )
     if hung and not failed_first:
-        raise TimeoutError(f"ranks {hung} of {world_size} did not finish: a hung collective?")
+        raise RankTimeout(f"ranks {hung} of {world_size} did not finish: a hung collective?")
     bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0]
     if bad:
-        raise AssertionError(f"ranks exited abnormally (rank, exit code): {bad}")
+        raise RankFailure(f"ranks exited abnormally (rank, exit code): {bad}")
