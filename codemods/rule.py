@@ -1,8 +1,9 @@
 """The base of every rule: one libcst codemod command with one code, findings and markers.
 
 Invariants every rule keeps:
-- it rewrites or flags only nodes whose names resolve (``QualifiedNameProvider``) to
-  ``torch.distributed.fsdp`` (or, for the optimizer rule, the named BF16 optimizers);
+- it rewrites or flags only nodes whose qualified names (libcst scope analysis, as
+  ``QualifiedNameProvider`` computes them) resolve to ``torch.distributed.fsdp`` (or, for the
+  optimizer rule, the named BF16 optimizers);
 - it leaves alone any node on a line that ends in ``# fsdp2-port: ignore``;
 - every ``review`` finding gets a marker above its statement, at most one per code, so a
   second run changes nothing.
@@ -10,13 +11,14 @@ Invariants every rule keeps:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
 import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-from libcst.metadata import PositionProvider, QualifiedNameProvider
+from libcst.metadata import PositionProvider, ScopeProvider
 
 from codemods import fsdp1, markers
 from codemods.findings import Action, Severity
@@ -24,7 +26,16 @@ from codemods.options import Options
 from codemods.receivers import KnownReceivers
 
 _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
-_SCOPES = (cst.FunctionDef, cst.ClassDef)
+# Exact-type sets for the per-node hooks: isinstance against the abstract base is slow.
+_STATEMENT_TYPES = frozenset(
+    {cst.SimpleStatementLine, cst.If, cst.For, cst.While, cst.Try, cst.TryStar, cst.With, cst.FunctionDef,
+     cst.ClassDef, cst.Match}
+)
+_SCOPE_TYPES = frozenset({cst.FunctionDef, cst.ClassDef})
+# The clause of every import statement (continuation lines included), and the words in it: every
+# name an import can bind is among them.
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w. \t]+?[ \t]+)?import[ \t]+(\([^)]*\)|(?:[^\n;#\\]|\\\r?\n)*)", re.M)
+_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -51,8 +62,10 @@ class Rule(CodemodCommand, cst.CSTTransformer):
     #: Strings one of which the source must contain for the rule to have work.
     TRIGGERS: ClassVar[tuple[str, ...]] = ("fsdp", "FullyShardedDataParallel")
 
-    # Positions are resolved only when a rule reports or checks an ignore comment (see _where).
-    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+    # Qualified names are asked of the scope for the nodes a rule looks at (QualifiedNameProvider
+    # would compute them for every node), positions only when a rule reports or checks an ignore
+    # comment (see _where): both are most of the cost of a pass.
+    METADATA_DEPENDENCIES = (ScopeProvider,)
 
     def __init__(self, context: CodemodContext, options: Options | None = None) -> None:
         CodemodCommand.__init__(self, context)
@@ -61,6 +74,7 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         #: The source text of the tree this pass transforms (set by ``prepare``).
         self.source = ""
         self._ignored: frozenset[int] = frozenset()
+        self._imported: set[str] = set()
         self._statements: list[cst.CSTNode] = []
         self.scopes: list[cst.CSTNode] = []
         #: Markers to add, by ``id`` of their statement in the tree being transformed. The engine
@@ -77,6 +91,7 @@ class Rule(CodemodCommand, cst.CSTTransformer):
             return False
         self.source = code
         self._ignored = markers.ignored_lines(code)
+        self._imported = {m.group(0) for clause in _IMPORT.finditer(code) for m in _WORD.finditer(clause.group(1))}
         return True
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
@@ -104,17 +119,19 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         )
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, _STATEMENTS):
+        kind = type(node)
+        if kind in _STATEMENT_TYPES:
             self._statements.append(node)
-        if isinstance(node, _SCOPES):
-            self.scopes.append(node)
+            if kind in _SCOPE_TYPES:
+                self.scopes.append(node)
         return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
         result = super().on_leave(original_node, updated_node)
-        if isinstance(original_node, _SCOPES):
+        kind = type(original_node)
+        if kind in _SCOPE_TYPES:
             self.scopes.pop()
-        if isinstance(original_node, _STATEMENTS):
+        if kind in _STATEMENT_TYPES:
             self._statements.pop()
             for code, message in self.pending.get(id(original_node), ()):
                 result = _mark(result, code, message)
@@ -122,16 +139,19 @@ class Rule(CodemodCommand, cst.CSTTransformer):
 
     # -- names ----------------------------------------------------------------------------
     def qualified(self, node: cst.CSTNode) -> set[str]:
-        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+        scope = self.get_metadata(ScopeProvider, node, None)
+        return {q.name for q in scope.get_qualified_names_for(node)} if scope is not None else set()
 
     def fsdp1_name(self, node: cst.CSTNode) -> str | None:
         """Canonical FSDP1 name of a Name/Attribute (``FullyShardedDataParallel`` ...)."""
-        if not isinstance(node, (cst.Name, cst.Attribute)):
+        if not self._maybe_imported(node):
             return None
         return fsdp1.first(self.qualified(node))
 
     def fsdp2_name(self, node: cst.CSTNode) -> str | None:
         """``fully_shard``, ``FSDPModule`` ... when ``node`` resolves to an FSDP2 export."""
+        if not self._maybe_imported(node):
+            return None
         for name in sorted(self.qualified(node)):
             found = fsdp1.fsdp2(name)
             if found is not None:
@@ -156,6 +176,12 @@ class Rule(CodemodCommand, cst.CSTTransformer):
             else:
                 self._receivers[False] = KnownReceivers(self.module, self.is_wrap_call, self.is_fsdp_class)
         return self._receivers[fsdp1_only].known(expr, self.scopes)
+
+    def _maybe_imported(self, node: cst.CSTNode) -> bool:
+        """A cheap gate before scope lookups: the name chain starts with a name some import binds."""
+        while isinstance(node, cst.Attribute):
+            node = node.value
+        return isinstance(node, cst.Name) and node.value in self._imported
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)

@@ -11,7 +11,6 @@ is removed. Anything else (other policies, policies from another module) is mark
 from __future__ import annotations
 
 import libcst as cst
-from libcst.metadata import ScopeProvider
 
 from codemods import arguments, constructor, fsdp1
 from codemods.bindings import Bindings
@@ -27,7 +26,6 @@ class AutoWrapRule(Rule):
     SUMMARY = "literal auto_wrap_policy -> fully_shard on each matching submodule, then on the root"
     DESCRIPTION = SUMMARY
     TRIGGERS = ("auto_wrap_policy",)
-    METADATA_DEPENDENCIES = (*Rule.METADATA_DEPENDENCIES, ScopeProvider)
 
     def visit_Module(self, node: cst.Module) -> None:
         self._bindings = Bindings(node)

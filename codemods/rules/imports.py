@@ -24,7 +24,6 @@ class ImportsRule(Rule):
     SUMMARY = "remove FSDP1 imports left unused by the rewrites"
     DESCRIPTION = SUMMARY
     TRIGGERS = ("fsdp",)
-    METADATA_DEPENDENCIES = (*Rule.METADATA_DEPENDENCIES, ScopeProvider)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Find unused FSDP1 imports, remove them, lay out again what the edits left mixed."""

@@ -21,7 +21,6 @@ class LeftoversRule(Rule):
     SUMMARY = "flag every remaining reference to an FSDP1 name"
     DESCRIPTION = SUMMARY
 
-    METADATA_DEPENDENCIES = (*Rule.METADATA_DEPENDENCIES, ScopeProvider)
 
     def visit_Module(self, node: cst.Module) -> None:
         self._quoted: dict[int, str] = {}

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from libcst.metadata import ScopeProvider
 
 from codemods import arguments
 from codemods.bindings import Bindings
@@ -53,7 +52,6 @@ class StateDictRule(Rule):
     SUMMARY = "FSDP.state_dict_type / optim_state_dict / optim_state_dict_to_load -> get_/set_*_state_dict"
     DESCRIPTION = SUMMARY
     TRIGGERS = ("state_dict",)
-    METADATA_DEPENDENCIES = (*Rule.METADATA_DEPENDENCIES, ScopeProvider)
 
     def visit_Module(self, node: cst.Module) -> None:
         self._contexts: list[_Context | None] = []
