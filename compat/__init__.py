@@ -2,5 +2,6 @@
 
 from compat.bf16_optimizer import BF16Optimizer
 from compat.clip import clip_grad_norm_
+from compat.transition import fsdp2_state_dict
 
-__all__ = ["BF16Optimizer", "clip_grad_norm_"]
+__all__ = ["BF16Optimizer", "clip_grad_norm_", "fsdp2_state_dict"]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from fsdp2_port import grad_norm
 from fsdp2_port.master_weights import MasterWeightOptimizer
@@ -144,6 +144,28 @@ class BF16Optimizer(MasterWeightOptimizer):
         if sorted(saved_names) != sorted(names) or len(optim["param_groups"]) != 1:
             raise ValueError("checkpoint optimizer state is for other parameters or param groups")
         index = {n: i for i, n in enumerate(names)}
-        state = {index[n]: s for n, s in optim["state"].items()}
+        state = {}
+        for n, s in optim["state"].items():
+            like = self.fp32_params[index[n]]
+            state[index[n]] = {k: _placed_like(v, like) for k, v in s.items()}
         groups = [{**optim["param_groups"][0], "params": list(range(len(names)))}]
-        return [masters[n] for n in names], {"state": state, "param_groups": groups}
+        masters = [_placed_like(masters[n], m) for n, m in zip(names, self.fp32_params)]
+        return masters, {"state": state, "param_groups": groups}
+
+
+def _placed_like(value: Any, master: Tensor) -> Any:
+    """A full (unsharded) tensor of a DTensor master's global shape, as that master's shard.
+
+    Full tensors come from an FSDP1 run in flight (``compat.transition``): every rank holds
+    all of it, so each keeps its own piece without communication. Anything else is as is.
+    """
+    if (
+        isinstance(master, DTensor)
+        and isinstance(value, Tensor)
+        and not isinstance(value, DTensor)
+        and value.shape == master.shape
+    ):
+        return distribute_tensor(
+            value.to(master.device), master.device_mesh, master.placements, src_data_rank=None
+        )
+    return value
