@@ -1,0 +1,343 @@
+"""The equivalence harness: does FSDP2 train this model to the same numbers as FSDP1?
+
+Four arms train one model from one seed on the same global batches:
+
+- ``reference``: one process, the whole global batch, ``fsdp2_port.BF16Optimizer``;
+- ``fsdp1``: FSDP1 + ``compat.BF16Optimizer`` on N ranks;
+- ``fsdp2``: FSDP2 (``fully_shard``) + ``fsdp2_port.BF16Optimizer`` on N ranks;
+- ``old_clip``: FSDP1 with each rank clipping its shard by its own norm (the seed's bug).
+
+The sharded arms must match the reference per step (loss, grad norm) and in the final
+parameters within tolerances derived from the dtype; ``old_clip`` is shown, and judged
+only when asked (it is expected to fail, which proves the harness can say no).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from fsdp2_port import versions
+from fsdp2_port.launch import run_ranks
+
+DEFAULT_MODEL = "fsdp2_port.tiny_transformer:tiny_transformer"
+ARMS = ("reference", "fsdp1", "fsdp2", "old_clip")
+STRATEGIES = ("full_shard", "shard_grad_op", "hybrid")
+
+
+class VerifyError(ValueError):
+    """A bad request (model, strategy, world size, torch version): one line, no traceback."""
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str | Callable[[], Any] = DEFAULT_MODEL
+    world_size: int = 2
+    steps: int = 3
+    strategy: str = "full_shard"
+    dtype: str = "bf16"
+    max_grad_norm: float = 0.5
+    lr: float = 1e-3
+    device: str = "cpu"
+    batch_per_rank: int = 2
+    judge_old_clip: bool = False
+    timeout: float = 600.0
+
+
+@dataclass
+class Report:
+    config: dict[str, Any]
+    tolerance: dict[str, float]
+    losses: dict[str, list[float]]
+    norms: dict[str, list[float]]
+    param_diff: dict[str, float]
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def tolerances(dtype: str) -> dict[str, float]:
+    """Relative tolerances. fp32: only summation order differs between world sizes. bf16:
+    gradients are rounded to 8 bits in backward and again in the bf16 reduction."""
+    if dtype == "fp32":
+        return {"loss": 1e-5, "norm": 1e-5, "param": 1e-5}
+    return {"loss": 1e-2, "norm": 2e-2, "param": 1e-2}
+
+
+# -- the request ------------------------------------------------------------------------------
+
+
+def load_factory(spec: str | Callable[[], Any]) -> Callable[[], Any]:
+    if callable(spec):
+        return spec
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise VerifyError(f"--model takes MODULE:FACTORY, got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's own modules
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # an ImportError, or whatever the module raised on import
+        raise VerifyError(f"cannot import {module_name!r}: {type(e).__name__}: {e}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise VerifyError(f"{module_name!r} has no callable {attr!r}")
+    return factory
+
+
+def build(factory: Callable[[], Any]) -> tuple[nn.Module, Callable, Callable]:
+    """Call the factory from a fixed seed: (model, batch(step, size), loss(output, target))."""
+    torch.manual_seed(0)
+    made = factory()
+    parts = made if isinstance(made, tuple) else (made,)
+    if not parts or not isinstance(parts[0], nn.Module) or len(parts) > 3:
+        raise VerifyError(
+            "the factory must return a module, (module, batch_fn) or (module, batch_fn, loss_fn); "
+            f"got {type(made).__name__}"
+        )
+    model = parts[0]
+    batch_fn = parts[1] if len(parts) > 1 else _regression_batch(model)
+    loss_fn = parts[2] if len(parts) > 2 else _default_loss
+    return model, batch_fn, loss_fn
+
+
+def _regression_batch(model: nn.Module) -> Callable:
+    first = next((m for m in model.modules() if isinstance(m, nn.Linear)), None)
+    if first is None:
+        raise VerifyError("no batch function given and the model has no nn.Linear to size one")
+
+    def batch(step: int, size: int):
+        g = torch.Generator().manual_seed(10_000 + step)
+        return torch.randn(size, first.in_features, generator=g), None
+
+    return batch
+
+
+def _default_loss(output: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    """Cross-entropy for integer targets, MSE otherwise, the output's mean square without."""
+    output = output.float()
+    if target is None:
+        return output.pow(2).mean()
+    if not target.is_floating_point():
+        return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+    return F.mse_loss(output, target.float())
+
+
+def check(config: Config) -> None:
+    """Refuse, in one line, what cannot be verified here."""
+    if config.strategy not in STRATEGIES:
+        raise VerifyError(f"--strategy must be one of {STRATEGIES}")
+    if config.dtype not in ("bf16", "fp32"):
+        raise VerifyError("--dtype must be bf16 or fp32")
+    if config.world_size < 2 or config.steps < 1:
+        raise VerifyError("--world-size must be >= 2 and --steps >= 1")
+    if config.strategy == "hybrid" and (config.world_size < 4 or config.world_size % 2):
+        raise VerifyError("--strategy hybrid needs an even --world-size >= 4 (2 replicas)")
+    if config.device == "cpu" and versions.installed_torch() < versions.FSDP2_GLOO_CORRECT:
+        raise VerifyError(
+            f"torch {versions.installed_torch()} scales FSDP2 gradients by the world size on "
+            f"gloo; verify on the CPU needs torch >= {versions.FSDP2_GLOO_CORRECT}"
+        )
+    if config.device == "cuda" and torch.cuda.device_count() < config.world_size:
+        raise VerifyError(f"--device cuda needs {config.world_size} GPUs, found {torch.cuda.device_count()}")
+    build(load_factory(config.model))
+
+
+# -- the arms, on every rank ------------------------------------------------------------------
+
+
+def _units(model: nn.Module) -> set[type[nn.Module]]:
+    """The classes sharded on their own: whatever the model stacks in an nn.ModuleList."""
+    return {type(m) for ml in model.modules() if isinstance(ml, nn.ModuleList) for m in ml}
+
+
+def _fsdp1(model: nn.Module, config: Config, device: torch.device) -> nn.Module:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    mesh = _mesh(config) if config.strategy == "hybrid" else None
+    strategy = {"full_shard": "FULL_SHARD", "shard_grad_op": "SHARD_GRAD_OP", "hybrid": "HYBRID_SHARD"}
+    return FSDP(
+        model,
+        device_id=device,
+        sharding_strategy=ShardingStrategy[strategy[config.strategy]],
+        auto_wrap_policy=ModuleWrapPolicy(_units(model)),
+        use_orig_params=True,
+        device_mesh=mesh,
+    )
+
+
+def _fsdp2(model: nn.Module, config: Config, device: torch.device) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    model.to(device)
+    kwargs = {"mesh": _mesh(config), "reshard_after_forward": config.strategy != "shard_grad_op"}
+    for unit in [m for m in model.modules() if type(m) in _units(model)]:
+        fully_shard(unit, **kwargs)
+    return fully_shard(model, **kwargs)
+
+
+def _mesh(config: Config):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if config.strategy == "hybrid":
+        shape = (2, config.world_size // 2)
+        return init_device_mesh(config.device, shape, mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(config.device, (config.world_size,))
+
+
+def _full_params(model: nn.Module, arm: str) -> dict[str, torch.Tensor]:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.tensor import DTensor
+
+    if arm in ("fsdp1", "old_clip"):
+        with FSDP.summon_full_params(model):
+            return {n.replace("_fsdp_wrapped_module.", ""): p.detach().float().cpu().clone()
+                    for n, p in model.named_parameters()}
+    return {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().float().cpu()
+            for n, p in model.named_parameters()}
+
+
+def _train(arm: str, config: Config, factory: Callable, device: torch.device) -> dict[str, Any]:
+    import compat
+    import fsdp2_port
+
+    model, batch_fn, loss_fn = build(factory)
+    model.to(torch.bfloat16 if config.dtype == "bf16" else torch.float32)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    kwargs = dict(max_grad_norm=config.max_grad_norm, total_steps=100 * config.steps, warmup_ratio=0.0)
+    if arm == "reference":
+        model.to(device)
+        opt = fsdp2_port.BF16Optimizer(model, config.lr, **kwargs)
+        opt.configure_grad_norm_reduction(enabled=False)
+    elif arm == "fsdp2":
+        model = _fsdp2(model, config, device)
+        opt = fsdp2_port.BF16Optimizer(model, config.lr, **kwargs)
+    else:
+        model = _fsdp1(model, config, device)
+        opt = compat.BF16Optimizer(model, config.lr, **kwargs)
+        if arm == "old_clip":
+            opt.configure_grad_norm_reduction(enabled=False)  # each shard by its own norm
+    losses, norms = [], []
+    size = config.batch_per_rank * world
+    for step in range(config.steps):
+        inputs, target = batch_fn(step, size)
+        if arm != "reference":
+            per = config.batch_per_rank
+            inputs = inputs[rank * per : (rank + 1) * per]
+            target = None if target is None else target[rank * per : (rank + 1) * per]
+        inputs = inputs.to(device)
+        if inputs.is_floating_point():
+            inputs = inputs.to(torch.bfloat16 if config.dtype == "bf16" else torch.float32)
+        loss = loss_fn(model(inputs), None if target is None else target.to(device))
+        loss.backward()
+        norms.append(opt.step().item())
+        loss = loss.detach()
+        if arm != "reference":
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+        losses.append(loss.item())
+    return {"losses": losses, "norms": norms, "params": _full_params(model, arm)}
+
+
+def _relative_l2(params: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
+    """||params - ref|| / ||ref|| over the whole model. Per-tensor ratios would be noise:
+    Adam moves an element whose true gradient is ~0 (e.g. attention key biases) by ±lr
+    whichever way rounding tips its sign."""
+    diff = sum((params[n] - p).pow(2).sum() for n, p in ref.items())
+    return math.sqrt(diff / sum(p.pow(2).sum() for p in ref.values()))
+
+
+def _worker(rank: int, world: int, config: Config, out_path: str) -> None:
+    device = torch.device(config.device, rank) if config.device == "cuda" else torch.device("cpu")
+    factory = load_factory(config.model)
+    results = {arm: _train(arm, config, factory, device) for arm in ARMS}
+    if rank == 0:
+        ref = results["reference"]["params"]
+        out = {
+            arm: {"losses": r["losses"], "norms": r["norms"], "param_diff": _relative_l2(r["params"], ref)}
+            for arm, r in results.items()
+        }
+        with open(out_path, "w") as f:
+            json.dump(out, f)
+
+
+# -- run and judge ----------------------------------------------------------------------------
+
+
+def verify(config: Config) -> Report:
+    """Train the four arms on ``config.world_size`` local ranks and judge them."""
+    check(config)
+    backend = "nccl" if config.device == "cuda" else "gloo"
+    with tempfile.TemporaryDirectory() as tmp:
+        out_path = os.path.join(tmp, "arms.json")
+        run_ranks(_worker, config.world_size, config, out_path, timeout=config.timeout, backend=backend)
+        with open(out_path) as f:
+            arms = json.load(f)
+    tol = tolerances(config.dtype)
+    report = Report(
+        config={k: (v if isinstance(v, (str, int, float, bool)) else repr(v)) for k, v in asdict(config).items()},
+        tolerance=tol,
+        losses={a: arms[a]["losses"] for a in ARMS},
+        norms={a: arms[a]["norms"] for a in ARMS},
+        param_diff={a: arms[a]["param_diff"] for a in ARMS if a != "reference"},
+    )
+    judged = ["fsdp1", "fsdp2"] + (["old_clip"] if config.judge_old_clip else [])
+    ref_losses, ref_norms = report.losses["reference"], report.norms["reference"]
+    for arm in judged:
+        for step, (loss, want) in enumerate(zip(report.losses[arm], ref_losses)):
+            if not math.isclose(loss, want, rel_tol=tol["loss"]):
+                report.failures.append(f"{arm}: step {step} loss {loss:.6g} vs reference {want:.6g}")
+        for step, (norm, want) in enumerate(zip(report.norms[arm], ref_norms)):
+            if not math.isclose(norm, want, rel_tol=tol["norm"]):
+                report.failures.append(f"{arm}: step {step} grad norm {norm:.6g} vs reference {want:.6g}")
+        if not report.param_diff[arm] <= tol["param"]:
+            report.failures.append(
+                f"{arm}: parameters differ by {report.param_diff[arm]:.3g} (relative), "
+                f"tolerance {tol['param']:g}"
+            )
+    return report
+
+
+def format_text(report: Report) -> str:
+    c, tol = report.config, report.tolerance
+    lines = [
+        f"model {c['model']}  world size {c['world_size']}  strategy {c['strategy']}  "
+        f"dtype {c['dtype']}  max_grad_norm {c['max_grad_norm']}  device {c['device']}",
+        "",
+        f"{'step':>4} | {'loss: ' + ' / '.join(ARMS):<44} | grad norm: {' / '.join(ARMS)}",
+    ]
+    for step in range(len(report.losses["reference"])):
+        losses = " ".join(f"{report.losses[a][step]:10.5f}" for a in ARMS)
+        norms = " ".join(f"{report.norms[a][step]:10.4f}" for a in ARMS)
+        lines.append(f"{step:>4} | {losses} | {norms}")
+    lines.append("")
+    lines.append("parameters after the last step, ||arm - reference|| / ||reference||:")
+    for arm, diff in report.param_diff.items():
+        note = "" if arm != "old_clip" or c["judge_old_clip"] else "  (shown, not judged)"
+        lines.append(f"  {arm:<9} {diff:.3g}{note}")
+    lines.append(
+        f"tolerances ({c['dtype']}): loss rtol {tol['loss']:g}, grad norm rtol {tol['norm']:g}, "
+        f"parameters {tol['param']:g}"
+    )
+    lines.append("")
+    if report.ok:
+        lines.append("EQUIVALENT: FSDP1 + compat and FSDP2 + fsdp2_port match the reference")
+    else:
+        lines.append("NOT EQUIVALENT:")
+        lines.extend(f"  {f}" for f in report.failures)
+    return "\n".join(lines)
