@@ -11,6 +11,7 @@ is removed. Anything else (other policies, policies from another module) is mark
 from __future__ import annotations
 
 import libcst as cst
+from libcst.metadata import ScopeProvider
 
 from codemods import arguments, constructor, fsdp1
 from codemods.bindings import Bindings
@@ -95,12 +96,19 @@ class AutoWrapRule(Rule):
             return updated_node
         classes, conversion = plan
         module = self.code(conversion.module.value)
-        loop = _loop(self.module, "submodule" if "submodule" not in self.source else "fsdp_submodule", module, classes, conversion.args)
+        loop = _loop(self.module, self._loop_name(original_node), module, classes, conversion.args)
         root = rewrite(self, call, _wrap_call(updated_node), conversion)
         small = updated_node.body[0]
         new_statement = updated_node.with_changes(body=[small.with_changes(value=root)], leading_lines=[])
         first = loop.with_changes(leading_lines=updated_node.leading_lines)
         return cst.FlattenSentinel([first, new_statement])
+
+
+    def _loop_name(self, statement: cst.CSTNode) -> str:
+        """``submodule``, unless that name is already used where the loop goes."""
+        scope = self.get_metadata(ScopeProvider, statement, None)
+        taken = scope is not None and bool(scope.assignments["submodule"] or scope.accesses["submodule"])
+        return "fsdp_submodule" if taken else "submodule"
 
 
 class _Scan(cst.CSTVisitor):

@@ -19,6 +19,7 @@ _NAMED = {
     _FSDP + "set_state_dict_type": "set_state_dict_type: FSDP2 picks the state dict per call (get_model_state_dict options)",
     "ShardedGradScaler": "ShardedGradScaler: use torch.amp.GradScaler, which handles DTensor gradients",
 }
+
 _INTERNALS = ("_fsdp_wrapped_module", "_flat_param")
 #: Attributes flagged only on a receiver known to be an FSDP1 module (the names are common).
 _ON_RECEIVER = ("module", "summon_full_params", "_handle", "_all_handles", "_fsdp_handles")
@@ -29,7 +30,10 @@ class InternalsRule(Rule):
     CODE = "F2P010"
     SUMMARY = "flag FSDP1 APIs/internals without a mechanical rewrite (summon_full_params, .module, ...)"
     DESCRIPTION = SUMMARY
-    TRIGGERS = ("summon_full_params", "fsdp_modules", "set_state_dict_type", "ShardedGradScaler", "_fsdp_wrapped_module", "_flat_param", ".module")
+    TRIGGERS = (
+        "summon_full_params", "fsdp_modules", "set_state_dict_type", "ShardedGradScaler", "_fsdp_wrapped_module",
+        "_flat_param", ".module", "_handle",
+    )
 
     def visit_Import(self, node: cst.Import) -> bool:
         return False

@@ -16,6 +16,16 @@ from codemods import fsdp1
 from codemods.rule import Rule
 
 
+_POLICIES = frozenset(
+    {"transformer_auto_wrap_policy", "size_based_auto_wrap_policy", "lambda_auto_wrap_policy", "always_wrap_policy",
+     "ModuleWrapPolicy", "CustomPolicy"}
+)
+_POLICY = (
+    "{}: FSDP2 has no wrap policies; where the model is wrapped, call fully_shard on each submodule "
+    "the policy selects, then on the root (F2P003 does this for literal policies)"
+)
+
+
 class LeftoversRule(Rule):
     CODE = "F2P099"
     SUMMARY = "flag every remaining reference to an FSDP1 name"
@@ -67,6 +77,9 @@ class LeftoversRule(Rule):
         if name is None:
             return True
         if not (self.ignored(node) or self.has_marker()):
-            kind = "private FSDP1 internal" if fsdp1.is_private(name) else "FSDP1 name"
-            self.flag(node, f"{kind} {name} has no automatic FSDP2 rewrite: port this line by hand")
+            if name in _POLICIES:
+                self.flag(node, _POLICY.format(name))
+            else:
+                kind = "private FSDP1 internal" if fsdp1.is_private(name) else "FSDP1 name"
+                self.flag(node, f"{kind} {name} has no automatic FSDP2 rewrite: port this line by hand")
         return False
