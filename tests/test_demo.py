@@ -1,0 +1,25 @@
+"""End to end: migrate the bundled FSDP1 script with the CLI, train both on 2 ranks, compare."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_migrated_example_trains_like_the_original(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "examples/demo.py", "--steps", "3", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "VERDICT: the migrated FSDP2 script trains the same" in run.stdout
+    migrated = (tmp_path / "train_fsdp2.py").read_text()
+    assert "FullyShardedDataParallel" not in migrated and "fully_shard(" in migrated
+    assert "from fsdp2_port import BF16Optimizer" in migrated
+    rows = re.findall(r"^\s+(\d+)\s+(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s+\S+$", run.stdout, re.M)
+    assert len(rows) == 3
+    for _, l1, l2, n1, n2 in rows:  # the demo's own verdict, checked again from its table
+        assert abs(float(l1) - float(l2)) <= 1e-3 * float(l1)
+        assert abs(float(n1) - float(n2)) <= 2e-3 * float(n1)
