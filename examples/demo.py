@@ -34,7 +34,7 @@ def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 def train(script: Path, steps: int, save: Path) -> list[tuple[float, float]]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(script), "--steps", str(steps), "--save", str(save)]
-    done = run(cmd, capture_output=True, cwd=script.parent, timeout=600)
+    done = run(cmd, capture_output=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"{script.name} failed:\n{done.stdout}\n{done.stderr}")
     rows = [LINE.match(line) for line in done.stdout.splitlines()]
@@ -56,6 +56,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--out", type=Path, default=Path("build/demo"))
     args = parser.parse_args()
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     original, migrated = HERE / "train_fsdp1.py", args.out / "train_fsdp2.py"
     shutil.copyfile(original, migrated)
