@@ -193,6 +193,14 @@ def _one_collective(rank, world):
     with CommDebugMode() as comm:
         compat.clip_grad_norm_(fsdp, MAX_NORM)
     assert comm.get_total_counts() == 1, comm.get_comm_counts()
+    # An explicit group spanning the same ranks: still one collective, the same norm.
+    opt.zero_grad()
+    loss_fn(fsdp, local_rows(x, rank, world), local_rows(y, rank, world)).backward()
+    want = compat.clip_grad_norm_(fsdp, math.inf)  # a coefficient of 1: grads unchanged
+    opt.configure_grad_norm_reduction(process_group=dist.new_group(list(range(world))))
+    with CommDebugMode() as comm:
+        got = opt.step()
+    assert comm.get_total_counts() == 1 and torch.equal(got, want), (got, want)
 
 
 def test_exactly_one_collective_per_step():
