@@ -19,8 +19,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
-from fsdp2_port import grad_norm
+from fsdp2_port import grad_norm, local_adamw
 from fsdp2_port.lr_schedules import build_scheduler
 
 
@@ -86,39 +87,81 @@ class MasterWeightOptimizer:
         master = param.detach().to(device=device, dtype=torch.float32, copy=True)
         return nn.Parameter(master, requires_grad=True)
 
+
     @torch.no_grad()
     def step(self) -> Tensor:
         """Grads into masters, one global norm, one coefficient, AdamW, masters back.
 
         Returns the pre-clip global norm (fp32, equal on every rank). Under
-        ``nonfinite="skip"`` a non-finite norm updates nothing on any rank.
+        ``nonfinite="skip"`` a non-finite norm updates nothing on any rank. Works on local
+        shards throughout: one batched cast, AdamW via ``local_adamw`` when it applies (else
+        ``optimizer.step()`` on DTensor grads), one batched write-back.
         """
-        for p, m in zip(self.model_params, self.fp32_params):
-            if m is not p:
-                m.grad = None if p.grad is None else p.grad.to(m.device, torch.float32)
-        pieces, copies = [], []
-        for m, c in zip(self.fp32_params, self._copies):
-            if m.grad is not None:
-                pieces.append(grad_norm.local_piece(m.grad))
-                copies.append(c)
+        live = [i for i, p in enumerate(self.model_params) if p.grad is not None]
+        masters = [self.fp32_params[i] for i in live]
+        grads = self._fp32_grads(live)
         norm, applied = grad_norm.clip_(
-            pieces, copies, self.max_grad_norm, group=self._norm_group, nonfinite=self.nonfinite
+            grads,
+            [self._copies[i] for i in live],
+            self.max_grad_norm,
+            group=self._norm_group,
+            nonfinite=self.nonfinite,
         )
         self.last_grad_norm = norm
         if not applied:
             self.skipped_steps += 1
             self.zero_grad()
             return norm
-        self.optimizer.step()
+        if local_adamw.supports(self.optimizer, masters):
+            local_adamw.step(self.optimizer, masters, grads)
+        else:
+            self._attach_grads(live, grads)
+            self.optimizer.step()
         self.scheduler.step()
         self._write_back()
         self.zero_grad()
         return norm
 
-    def _write_back(self) -> None:
+    def _fp32_grads(self, live: list[int]) -> list[Tensor]:
+        """Local fp32 gradient pieces of the masters ``live``, cast in one batched copy.
+
+        An fp32 parameter's own gradient is used as is (clipping scales it in place).
+        """
+        grads: list[Tensor] = []
+        srcs, dsts = [], []
+        for i in live:
+            src = grad_norm.local_piece(self.model_params[i].grad)
+            if self.fp32_params[i] is self.model_params[i]:
+                grads.append(src)
+            else:
+                dst = torch.empty_like(_local(self.fp32_params[i]))
+                srcs.append(src)
+                dsts.append(dst)
+                grads.append(dst)
+        if dsts:
+            torch._foreach_copy_(dsts, srcs)
+        return grads
+
+    def _attach_grads(self, live: list[int], grads: list[Tensor]) -> None:
+        """Give every master its fp32 gradient (a DTensor like the master), for ``optimizer.step()``."""
         for p, m in zip(self.model_params, self.fp32_params):
             if m is not p:
-                p.copy_(m)
+                m.grad = None
+        for i, g in zip(live, grads):
+            m = self.fp32_params[i]
+            if m is self.model_params[i]:
+                continue
+            if isinstance(m, DTensor):
+                g = DTensor.from_local(
+                    g, m.device_mesh, m.placements, run_check=False, shape=m.shape, stride=m.stride()
+                )
+            m.grad = g
+
+    def _write_back(self) -> None:
+        """Every low-precision parameter := its master, in one batched copy of local shards."""
+        pairs = [(p, m) for p, m in zip(self.model_params, self.fp32_params) if m is not p]
+        if pairs:
+            torch._foreach_copy_([_local(p) for p, _ in pairs], [_local(m) for _, m in pairs])
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients of the model parameters and of the masters."""
@@ -198,3 +241,8 @@ class MasterWeightOptimizer:
                 f"checkpoint uses lr_scheduler={kind!r}, this optimizer "
                 f"{self.lr_scheduler_type!r}; construct it with the checkpoint's schedule"
             )
+
+
+def _local(t: Tensor) -> Tensor:
+    """A tensor's rank-local storage (the tensor itself unless it is a DTensor)."""
+    return t.to_local() if isinstance(t, DTensor) else t
