@@ -1,11 +1,15 @@
-"""Norm + clip on FSDP2 gradients: fsdp2_port.clip_grad_norm_ against torch's, on 2 gloo ranks.
+"""Norm + clip: fsdp2_port.clip_grad_norm_ against torch's (FSDP2), compat's against FSDP1's.
 
-    python benchmarks/norm_clip.py [--tensors 200 2000] [--layout fsdp|hsdp]
+    python benchmarks/norm_clip.py [--tensors 200 2000 10000] [--layout fsdp|hsdp|fsdp1]
 
-Each rank holds N DTensor gradients of 4096 elements: Shard(0) on a 1-D mesh of 2 ranks
-(fsdp), or (Replicate, Shard(0)) on a 2x2 mesh of 4 ranks (hsdp). Prints the
-median time of each, their ratio and the collectives each issued (CommDebugMode); writes
-benchmarks/results/norm_clip_<layout>.json.
+N gradients of 4096 elements each. fsdp: DTensors Shard(0) on a 1-D mesh of 2 ranks; hsdp:
+(Replicate, Shard(0)) on a 2x2 mesh of 4 ranks; both time ``fsdp2_port.clip_grad_norm_``
+against ``torch.nn.utils.clip_grad_norm_``. fsdp1: one FSDP1 FULL_SHARD unit on 2 ranks
+(``use_orig_params=True``, so N gradient views), grads from one backward; times
+``compat.clip_grad_norm_`` against ``FullyShardedDataParallel.clip_grad_norm_``. Prints the
+median time of each, their ratio and the collectives each issued (CommDebugMode; FSDP1's
+are plain c10d calls it does not see, so those are counted by wrapping ``dist.all_reduce``);
+writes benchmarks/results/norm_clip_<layout>.json.
 """
 
 import argparse
@@ -39,11 +43,31 @@ def _params(n, mesh, placements):
     return params
 
 
-def _time(fn, params, repeats):
+class _CountAllReduce:
+    """Counts ``dist.all_reduce`` calls made while active (what CommDebugMode misses)."""
+
+    def __enter__(self):
+        self.count, self._orig = 0, dist.all_reduce
+
+        def counting(*args, **kwargs):
+            self.count += 1
+            return self._orig(*args, **kwargs)
+
+        dist.all_reduce = counting
+        return self
+
+    def __exit__(self, *exc):
+        dist.all_reduce = self._orig
+
+    def get_total_counts(self):
+        return self.count
+
+
+def _time(fn, params, repeats, counter=CommDebugMode):
     times, counts = [], None
     for _ in range(repeats):
         dist.barrier()
-        with CommDebugMode() as comm:
+        with counter() as comm:
             start = time.perf_counter()
             fn(params, 1.0)
             times.append(time.perf_counter() - start)
@@ -51,9 +75,41 @@ def _time(fn, params, repeats):
     return statistics.median(times), counts
 
 
-def _worker(rank, world, port, sizes, layout, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+class _Vectors(torch.nn.Module):
+    """``n`` parameter vectors; the loss is each one's dot product with the input, summed."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.vectors = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(NUMEL)) for _ in range(n))
+
+    def forward(self, x):
+        return sum((p * x).sum() for p in self.vectors)
+
+
+def _fsdp1_model(n):
+    """One FSDP1 unit over ``n`` parameters of NUMEL elements, gradients from one backward."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    torch.manual_seed(0)
+    model = FSDP(_Vectors(n), device_id=torch.device("cpu"), use_orig_params=True)
+    model(torch.randn(NUMEL)).backward()
+    return model
+
+
+def _fsdp1_rows(sizes):
+    import compat
+
+    rows = []
+    for n in sizes:
+        model = _fsdp1_model(n)
+        ours, ours_c = _time(compat.clip_grad_norm_, model, 10, _CountAllReduce)
+        theirs, theirs_c = _time(type(model).clip_grad_norm_, model, 3, _CountAllReduce)
+        rows.append({"tensors": n, "ours_s": ours, "torch_s": theirs, "ratio": theirs / ours,
+                     "ours_collectives": ours_c, "torch_collectives": theirs_c})
+    return rows
+
+
+def _dtensor_rows(sizes, layout, world):
     if layout == "hsdp":
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
         placements = [Replicate(), Shard(0)]
@@ -66,8 +122,16 @@ def _worker(rank, world, port, sizes, layout, out):
         theirs, theirs_c = _time(torch.nn.utils.clip_grad_norm_, params, 3)
         rows.append({"tensors": n, "ours_s": ours, "torch_s": theirs, "ratio": theirs / ours,
                      "ours_collectives": ours_c, "torch_collectives": theirs_c})
+    return rows
+
+
+def _worker(rank, world, port, sizes, layout, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    rows = _fsdp1_rows(sizes) if layout == "fsdp1" else _dtensor_rows(sizes, layout, world)
     if rank == 0:
-        print(f"{layout} on {world} gloo ranks, torch {torch.__version__}")
+        who = "compat vs FSDP1's own" if layout == "fsdp1" else "fsdp2_port vs torch"
+        print(f"{layout} on {world} gloo ranks, {who} clip_grad_norm_, torch {torch.__version__}")
         print(f"{'tensors':>8} {'ours (ms)':>10} {'torch (ms)':>11} {'ratio':>8} {'collectives ours/torch':>24}")
         for r in rows:
             print(f"{r['tensors']:>8} {r['ours_s'] * 1e3:>10.2f} {r['torch_s'] * 1e3:>11.1f} "
@@ -80,8 +144,8 @@ def _worker(rank, world, port, sizes, layout, out):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tensors", type=int, nargs="+", default=[200, 2000])
-    parser.add_argument("--layout", choices=["fsdp", "hsdp"], default="fsdp")
+    parser.add_argument("--tensors", type=int, nargs="+", default=[200, 2000, 10000])
+    parser.add_argument("--layout", choices=["fsdp", "hsdp", "fsdp1"], default="fsdp")
     args = parser.parse_args()
     world = 4 if args.layout == "hsdp" else 2
     out = Path(__file__).parent / "results" / f"norm_clip_{args.layout}.json"
