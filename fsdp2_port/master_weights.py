@@ -90,47 +90,49 @@ class MasterWeightOptimizer:
 
     @torch.no_grad()
     def step(self) -> Tensor:
-        """Grads into masters, one global norm, one coefficient, AdamW, masters back.
+        """Global norm of the grads as they are, then per block: cast, clip, AdamW, write back.
 
         Returns the pre-clip global norm (fp32, equal on every rank). Under
         ``nonfinite="skip"`` a non-finite norm updates nothing on any rank. Works on local
-        shards throughout: one batched cast, AdamW via ``local_adamw`` when it applies (else
-        ``optimizer.step()`` on DTensor grads), one batched write-back.
+        shards throughout; AdamW via ``local_adamw`` in its blocks when it applies (fp32
+        gradients live one block at a time), else ``optimizer.step()`` on DTensor grads.
         """
         live = [i for i, p in enumerate(self.model_params) if p.grad is not None]
-        masters = [self.fp32_params[i] for i in live]
-        grads = self._fp32_grads(live)
-        norm, applied = grad_norm.clip_(
-            grads,
-            [self._copies[i] for i in live],
-            self.max_grad_norm,
-            group=self._norm_group,
-            nonfinite=self.nonfinite,
+        pieces = [grad_norm.local_piece(self.model_params[i].grad) for i in live]
+        norm = grad_norm.total_norm(
+            pieces, [self._copies[i] for i in live], group=self._norm_group
         )
         self.last_grad_norm = norm
-        if not applied:
+        if not grad_norm.is_finite(norm, self.nonfinite):
             self.skipped_steps += 1
             self.zero_grad()
             return norm
+        coefficient = grad_norm.clip_coefficient(norm, self.max_grad_norm)
+        masters = [self.fp32_params[i] for i in live]
         if local_adamw.supports(self.optimizer, masters):
-            local_adamw.step(self.optimizer, masters, grads)
+            for group, block in local_adamw.blocks(self.optimizer, masters):
+                grads = self._fp32_grads([live[k] for k in block], [pieces[k] for k in block])
+                grad_norm.scale_(grads, coefficient)
+                local_adamw.step(self.optimizer, group, [masters[k] for k in block], grads)
+                self._write_back([live[k] for k in block])
         else:
+            grads = self._fp32_grads(live, pieces)
+            grad_norm.scale_(grads, coefficient)
             self._attach_grads(live, grads)
             self.optimizer.step()
+            self._write_back()
         self.scheduler.step()
-        self._write_back()
         self.zero_grad()
         return norm
 
-    def _fp32_grads(self, live: list[int]) -> list[Tensor]:
-        """Local fp32 gradient pieces of the masters ``live``, cast in one batched copy.
+    def _fp32_grads(self, indices: list[int], pieces: list[Tensor]) -> list[Tensor]:
+        """fp32 copies of the local gradient ``pieces`` of masters ``indices``, one batched cast.
 
         An fp32 parameter's own gradient is used as is (clipping scales it in place).
         """
         grads: list[Tensor] = []
         srcs, dsts = [], []
-        for i in live:
-            src = grad_norm.local_piece(self.model_params[i].grad)
+        for i, src in zip(indices, pieces):
             if self.fp32_params[i] is self.model_params[i]:
                 grads.append(src)
             else:
@@ -157,9 +159,11 @@ class MasterWeightOptimizer:
                 )
             m.grad = g
 
-    def _write_back(self) -> None:
-        """Every low-precision parameter := its master, in one batched copy of local shards."""
-        pairs = [(p, m) for p, m in zip(self.model_params, self.fp32_params) if m is not p]
+    def _write_back(self, indices: Sequence[int] | None = None) -> None:
+        """Low-precision parameters ``indices`` (default all) := their masters, one batched copy."""
+        indices = range(len(self.model_params)) if indices is None else indices
+        pairs = [(self.model_params[i], self.fp32_params[i]) for i in indices]
+        pairs = [(p, m) for p, m in pairs if m is not p]
         if pairs:
             torch._foreach_copy_([_local(p) for p, _ in pairs], [_local(m) for _, m in pairs])
 
