@@ -135,7 +135,7 @@ def _worker(rank, world, port, sizes, layout, out):
         print(f"{'tensors':>8} {'ours (ms)':>10} {'torch (ms)':>11} {'ratio':>8} {'collectives ours/torch':>24}")
         for r in rows:
             print(f"{r['tensors']:>8} {r['ours_s'] * 1e3:>10.2f} {r['torch_s'] * 1e3:>11.1f} "
-                  f"{r['ratio']:>7.0f}x {r['ours_collectives']:>12}/{r['torch_collectives']}")
+                  f"{r['ratio']:>7.2f}x {r['ours_collectives']:>12}/{r['torch_collectives']}")
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps({"layout": layout, "world_size": world, "numel_per_tensor": NUMEL,
                                          "torch": torch.__version__, "rows": rows}, indent=2))

@@ -1,6 +1,6 @@
 """The BF16 master-weight optimizer step against what users would run instead.
 
-    python benchmarks/optimizer_step.py [--params 50e6] [--tensors 200] [--steps 7] [--warmup 2]
+    python benchmarks/optimizer_step.py [--params 50e6] [--tensors 200] [--steps 11] [--warmup 2]
 
 A bf16 model of ``--params`` parameters in ``--tensors`` tensors (Linear weights and biases),
 fp32 masters, stepped in one process and on 2 gloo ranks under FSDP2 (``fully_shard``).
@@ -258,7 +258,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=float, default=50e6)
     parser.add_argument("--tensors", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=7, help="timed steps per variant")
+    parser.add_argument("--steps", type=int, default=11, help="timed steps per variant")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--world-size", type=int, default=2)
     args = parser.parse_args()

@@ -21,10 +21,19 @@ from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimize
 
 #: The default kernel per device type, when a group leaves ``foreach``/``fused`` unset. Only
 #: kernels bit-identical to torch's own default qualify: on the CPU single-tensor and foreach
-#: agree and single-tensor is faster (benchmarks/optimizer_step.py: 104 ms against 154 at 50 M
+#: agree and single-tensor is faster (benchmarks/optimizer_step.py: 81 ms against 155 at 50 M
 #: params); fused is faster still but differs in the last bit, so it is opt-in
 #: (``optimizer_kwargs={"fused": True}``). Other devices: torch's default, foreach.
 DEFAULT_KERNEL = {"cpu": "single"}
+
+#: How updates are blocked, per device type: ``"tensor"`` runs cast, clip, AdamW and
+#: write-back one tensor at a time, ``"group"`` one param group at a time. On the CPU per
+#: tensor: its fp32 gradient is made, used and freed while in cache, and the allocator hands
+#: the same few blocks back instead of faulting in fresh pages for every gradient each step
+#: (benchmarks/optimizer_step.py, 50 M params: 277 ms per step batched, 126 ms per tensor;
+#: peak memory one tensor's fp32 gradient instead of 4 B/param). Other devices per group:
+#: there kernel launches count, and the caching allocator keeps the pages.
+BLOCKING = {"cpu": "tensor"}
 
 
 def kernel(group: dict, device: torch.device) -> str:
@@ -62,15 +71,6 @@ def supports(optimizer: torch.optim.Optimizer, masters: Sequence[Tensor]) -> boo
 def _local(t: Tensor) -> Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
-
-#: How updates are blocked, per device type: ``"tensor"`` runs cast, clip, AdamW and
-#: write-back one tensor at a time, ``"group"`` one param group at a time. On the CPU per
-#: tensor: its fp32 gradient is made, used and freed while in cache, and the allocator hands
-#: the same few blocks back instead of faulting in fresh pages for every gradient each step
-#: (benchmarks/optimizer_step.py, 50 M params: 253 ms per step batched, 115 ms per tensor;
-#: peak memory one tensor's fp32 gradient instead of 4 B/param). Other devices per group:
-#: there kernel launches count, and the caching allocator keeps the pages.
-BLOCKING = {"cpu": "tensor"}
 
 
 def blocks(
