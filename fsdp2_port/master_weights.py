@@ -108,6 +108,8 @@ class MasterWeightOptimizer:
             self.zero_grad()
             return norm
         coefficient = grad_norm.clip_coefficient(norm, self.max_grad_norm)
+        if self.offload_master:  # one copy to the masters' device, not one per tensor
+            coefficient = coefficient.cpu()
         masters = [self.fp32_params[i] for i in live]
         if local_adamw.supports(self.optimizer, masters):
             for group, block in local_adamw.blocks(self.optimizer, masters):
