@@ -84,3 +84,14 @@ def test_bad_requests_are_refused_before_any_rank_starts():
         verify(Config(strategy="hybrid", world_size=2))
     with pytest.raises(VerifyError, match="world-size"):
         verify(Config(world_size=1))
+
+
+def test_torch_older_than_2_9_is_refused_on_the_cpu(monkeypatch):
+    """FSDP2 on gloo scales grads by the world size before 2.9: verify must not run there."""
+    from packaging.version import Version
+
+    from fsdp2_port import versions
+
+    monkeypatch.setattr(versions, "installed_torch", lambda: Version("2.8.0"))
+    with pytest.raises(VerifyError, match=r"torch 2\.8\.0 scales FSDP2 gradients .* >= 2\.9"):
+        verify(Config())
