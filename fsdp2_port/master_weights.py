@@ -87,7 +87,6 @@ class MasterWeightOptimizer:
         master = param.detach().to(device=device, dtype=torch.float32, copy=True)
         return nn.Parameter(master, requires_grad=True)
 
-
     @torch.no_grad()
     def step(self) -> Tensor:
         """Global norm of the grads as they are, then per block: cast, clip, AdamW, write back.
