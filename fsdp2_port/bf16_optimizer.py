@@ -83,7 +83,7 @@ class BF16Optimizer(MasterWeightOptimizer):
                     f"the norm's group {sorted(members)} does not hold every rank of "
                     f"{m.device_mesh}: the one collective must span all meshes"
                 )
-        return [grad_norm.copies_of(m, group) for m in self.fp32_params]
+        return grad_norm.copies_of_each(self.fp32_params, group)
 
     # -- DCP-native checkpoints, keyed by parameter name ------------------------------------
 

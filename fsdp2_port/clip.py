@@ -26,7 +26,7 @@ def _pieces(
     pieces = [grad_norm.local_piece(g) for g in grads]
     if group is None:
         return pieces, None, None
-    return pieces, [grad_norm.copies_of(g, group) for g in grads], group
+    return pieces, grad_norm.copies_of_each(grads, group), group
 
 
 @torch.no_grad()

@@ -67,6 +67,18 @@ def copies_of(t: Tensor, group: dist.ProcessGroup) -> int:
     return copies * _root_mesh(mesh).size() // mesh.size()
 
 
+def copies_of_each(tensors: Sequence[Tensor], group: dist.ProcessGroup) -> list[int]:
+    """``copies_of`` for every tensor, worked out once per (mesh, placements)."""
+    known: dict[object, int] = {}
+    out = []
+    for t in tensors:
+        key = (t.device_mesh, t.placements) if isinstance(t, DTensor) else None
+        if key not in known:
+            known[key] = copies_of(t, group)
+        out.append(known[key])
+    return out
+
+
 def _root_mesh(mesh: DeviceMesh) -> DeviceMesh:
     """The mesh ``mesh`` was sliced from (itself if none); older torch kept it elsewhere."""
     if hasattr(mesh, "_get_root_mesh"):
