@@ -51,8 +51,10 @@ def _assert_same_state(a, b):
         assert torch.equal(_local(pa), _local(pb))
 
 
+@pytest.mark.parametrize("block_bytes", [0, 1000, 1 << 30], ids=["tensor", "some", "group"])
 @pytest.mark.parametrize("kwargs", KERNELS, ids=["default", "foreach", "fused", "amsgrad"])
-def test_local_path_is_optimizer_step_in_one_process(kwargs):
+def test_local_path_is_optimizer_step_in_one_process(kwargs, block_bytes, monkeypatch):
+    monkeypatch.setitem(local_adamw.BLOCK_BYTES, "cpu", block_bytes)
     make = lambda: make_model(torch.bfloat16)  # noqa: E731
     local = _train(make, kwargs, torch.optim.AdamW)
     torch_step = _train(make, kwargs, TorchStepAdamW)
@@ -79,12 +81,19 @@ def _on_fsdp2(rank, world):
         _assert_same_state(local, torch_step)
 
 
-def test_blocks_cover_every_master_once():
-    masters = [torch.zeros(3, requires_grad=True) for _ in range(4)]
-    opt = torch.optim.AdamW([{"params": masters[:3]}, {"params": masters[3:], "lr": 0.1}])
-    blocks = local_adamw.blocks(opt, masters[::-1])
-    assert sorted(k for _, block in blocks for k in block) == [0, 1, 2, 3]
-    assert all(len(block) == 1 for _, block in blocks)  # CPU: one tensor per block
-    assert [group["lr"] for group, _ in blocks].count(0.1) == 1
+@pytest.mark.parametrize("block_bytes", [0, 24, 1 << 30])
+def test_blocks_cover_every_master_once_within_the_budget(block_bytes, monkeypatch):
+    monkeypatch.setitem(local_adamw.BLOCK_BYTES, "cpu", block_bytes)
+    sizes = [3, 3, 7, 3, 2]  # fp32: 12, 12, 28, 12, 8 bytes
+    masters = [torch.zeros(n, requires_grad=True) for n in sizes]
+    opt = torch.optim.AdamW([{"params": masters[:4]}, {"params": masters[4:], "lr": 0.1}])
+    given = masters[::-1]  # blocks hold positions in the list given
+    blocks = local_adamw.blocks(opt, given)
+    assert sorted(k for _, block in blocks for k in block) == [0, 1, 2, 3, 4]
+    for group, block in blocks:
+        assert all(any(given[k] is p for p in group["params"]) for k in block)
+        assert len(block) == 1 or 4 * sum(given[k].numel() for k in block) <= block_bytes
+    want = {0: [[4], [3], [2], [1], [0]], 24: [[4, 3], [2], [1], [0]], 1 << 30: [[4, 3, 2, 1], [0]]}
+    assert [block for _, block in blocks] == want[block_bytes]
     with pytest.raises(ValueError, match="1 masters are not in the optimizer"):
         local_adamw.blocks(opt, [*masters, torch.zeros(1)])
