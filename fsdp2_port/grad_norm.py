@@ -220,6 +220,26 @@ def scale_(tensors: Sequence[Tensor], coefficient: Tensor, foreach: bool | None 
                 t.mul_(coef)
 
 
+def norm_and_coefficient(
+    tensors: Sequence[Tensor],
+    copies: Sequence[int] | None,
+    max_norm: float,
+    norm_type: float = 2.0,
+    *,
+    group: dist.ProcessGroup | None = None,
+    foreach: bool | None = None,
+    nonfinite: NonFinitePolicy = "ignore",
+) -> tuple[Tensor, Tensor | None]:
+    """The pre-clip job-wide norm of local pieces and the coefficient to scale them by.
+
+    The coefficient is None when the non-finite policy skips the step (every rank agrees).
+    """
+    norm = total_norm(tensors, copies, norm_type, group=group, foreach=foreach)
+    if not is_finite(norm, nonfinite):
+        return norm, None
+    return norm, clip_coefficient(norm, max_norm)
+
+
 def clip_(
     tensors: Sequence[Tensor],
     copies: Sequence[int] | None,
@@ -235,10 +255,12 @@ def clip_(
     Returns ``(pre-clip norm, applied)``; ``applied`` is False only when the non-finite
     policy skips the step, and then no piece was touched.
     """
-    norm = total_norm(tensors, copies, norm_type, group=group, foreach=foreach)
-    if not is_finite(norm, nonfinite):
+    norm, coefficient = norm_and_coefficient(
+        tensors, copies, max_norm, norm_type, group=group, foreach=foreach, nonfinite=nonfinite
+    )
+    if coefficient is None:
         return norm, False
-    scale_(tensors, clip_coefficient(norm, max_norm), foreach)
+    scale_(tensors, coefficient, foreach)
     return norm, True
 
 

@@ -98,15 +98,18 @@ class MasterWeightOptimizer:
         """
         live = [i for i, p in enumerate(self.model_params) if p.grad is not None]
         pieces = [grad_norm.local_piece(self.model_params[i].grad) for i in live]
-        norm = grad_norm.total_norm(
-            pieces, [self._copies[i] for i in live], group=self._norm_group
+        norm, coefficient = grad_norm.norm_and_coefficient(
+            pieces,
+            [self._copies[i] for i in live],
+            self.max_grad_norm,
+            group=self._norm_group,
+            nonfinite=self.nonfinite,
         )
         self.last_grad_norm = norm
-        if not grad_norm.is_finite(norm, self.nonfinite):
+        if coefficient is None:
             self.skipped_steps += 1
             self.zero_grad()
             return norm
-        coefficient = grad_norm.clip_coefficient(norm, self.max_grad_norm)
         if self.offload_master:  # one copy to the masters' device, not one per tensor
             coefficient = coefficient.cpu()
         masters = [self.fp32_params[i] for i in live]
