@@ -3,10 +3,10 @@
 ``step(optimizer, group, masters, grads)`` is ``optimizer.step()`` for some masters of one
 param group (a block, see ``blocks``) with their gradients given as plain local tensors: the
 same functional AdamW updates the same state tensors in place (DTensor moments stay the
-optimizer's, so checkpoints do not change), without DTensor dispatch per operation. AdamW
-is elementwise, so blocking changes no bit. Invariant: the result equals ``optimizer.step()`` with those
-gradients bit for bit, because the kernel family is the one torch's AdamW picks by default
-on that device, unless a param group asks for ``foreach``/``fused`` itself.
+optimizer's, so checkpoints do not change), without DTensor dispatch per operation.
+Invariant: the result equals ``optimizer.step()`` with those gradients bit for bit, because
+AdamW is elementwise (blocking changes no bit) and the kernel family is the one torch's
+AdamW picks by default on that device, unless a param group asks for ``foreach``/``fused``.
 """
 
 from __future__ import annotations
@@ -107,9 +107,7 @@ def blocks(
 def step(
     optimizer: torch.optim.AdamW, group: dict, masters: Sequence[Tensor], grads: Sequence[Tensor]
 ) -> None:
-    """One AdamW step of ``masters`` (all of ``group``) with local gradient tensors ``grads``."""
-    if not masters:
-        return
+    """One AdamW step of ``masters`` (a block of ``group``) with local gradients ``grads``."""
     states = [optimizer.state[m] for m in masters]
     params = [_local(m) for m in masters]
     impl = kernel(group, params[0].device)
