@@ -88,19 +88,28 @@ def run_ranks(
         time.sleep(0.02)
     failed_first = any(p.exitcode not in (None, 0) for p in procs)
     hung = [r for r, p in enumerate(procs) if p.is_alive()]
+    reports = _drain(errors)  # failures from before any rank is killed
     for p in procs:
         if p.is_alive():
             p.kill()
-            p.join()
-    reports = []
-    while not errors.empty():
-        reports.append(errors.get())
+    for p in procs:
+        p.join()
+    if hung and not failed_first and not reports:
+        # What peers report now (a closed connection) is the kill's echo, not a cause.
+        raise RankTimeout(f"ranks {hung} of {world_size} did not finish: a hung collective?")
+    reports += _drain(errors)
     if reports:  # in the order they failed: the first is the cause, the rest its echoes
         raise RankFailure(
             "\n".join(f"rank {rank} of {world_size} failed:\n{tb}" for rank, tb in reports)
         )
-    if hung and not failed_first:
-        raise RankTimeout(f"ranks {hung} of {world_size} did not finish: a hung collective?")
     bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0]
     if bad:
         raise RankFailure(f"ranks exited abnormally (rank, exit code): {bad}")
+
+
+def _drain(queue) -> list:
+    """Everything a ``SimpleQueue`` holds now."""
+    items = []
+    while not queue.empty():
+        items.append(queue.get())
+    return items
