@@ -32,7 +32,9 @@ _DRIVER = textwrap.dedent(
     """
     import json, resource, subprocess, sys, time
     start = time.perf_counter()
-    done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     seconds = time.perf_counter() - start
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(json.dumps({"seconds": seconds, "peak_mib": peak_kib / 1024, "rc": done.returncode,
@@ -40,7 +42,7 @@ _DRIVER = textwrap.dedent(
     """
 )
 
-_TRAINER = '''\
+_TRAINER = """\
 import functools
 import os
 
@@ -86,12 +88,16 @@ class Trainer{n}:
         return loss.detach(), norm
 
     def save(self, directory):
-        with FSDP.state_dict_type(self.model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
+        with FSDP.state_dict_type(
+            self.model,
+            StateDictType.FULL_STATE_DICT,
+            FullStateDictConfig(offload_to_cpu=True, rank0_only=True),
+        ):
             state = self.model.state_dict()
             optim = FSDP.optim_state_dict(self.model, self.optimizer)
         if dist.get_rank() == 0:
             torch.save({{"model": state, "optim": optim}}, os.path.join(directory, "ckpt.pt"))
-'''
+"""
 
 _MODULE = '''\
 """Model, data and utility code with nothing FSDP in it ({n})."""
@@ -140,7 +146,9 @@ def generate_repo(root: Path, files: int, seed: int = 0) -> None:
         package = root / f"pkg{index // 50}"
         package.mkdir(parents=True, exist_ok=True)
         if index % 20 == 0:
-            text = _TRAINER.format(n=index, pkg=package.name, strategy=rng.choice(["FULL_SHARD", "SHARD_GRAD_OP"]))
+            text = _TRAINER.format(
+                n=index, pkg=package.name, strategy=rng.choice(["FULL_SHARD", "SHARD_GRAD_OP"])
+            )
         else:
             text = _MODULE.format(n=index) + "\n" * rng.randint(0, 3)
         (package / f"module_{index}.py").write_text(text)
@@ -153,8 +161,17 @@ def count_py(tree: Path) -> int:
 
 
 def measure(command: list[str]) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", _DRIVER, *command], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _DRIVER, *command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -163,8 +180,20 @@ def bench(name: str, tree: Path, jobs: int) -> dict:
     ours = measure([sys.executable, "-m", "fsdp2_port", "migrate", "--jobs", str(jobs), str(tree)])
     theirs = measure(
         # Options go after COMMAND: libcst.tool reads the first non-flag word as the command.
-        [sys.executable, "-m", "libcst.tool", "codemod", "migrate.MigrateCommand", "-j", str(jobs), "--no-format",
-         "--hide-progress", "-u", "1", str(tree)]
+        [
+            sys.executable,
+            "-m",
+            "libcst.tool",
+            "codemod",
+            "migrate.MigrateCommand",
+            "-j",
+            str(jobs),
+            "--no-format",
+            "--hide-progress",
+            "-u",
+            "1",
+            str(tree),
+        ]
     )
     result = {
         "tree": name,
@@ -174,9 +203,12 @@ def bench(name: str, tree: Path, jobs: int) -> dict:
         "speedup": theirs["seconds"] / ours["seconds"],
     }
     print(
-        f"{name}: {files} files | fsdp2-port migrate {ours['seconds']:.1f} s ({files / ours['seconds']:.0f} files/s, "
-        f"peak {ours['peak_mib']:.0f} MiB, rc {ours['rc']}) | libcst.tool codemod {theirs['seconds']:.1f} s "
-        f"({files / theirs['seconds']:.1f} files/s, peak {theirs['peak_mib']:.0f} MiB, rc {theirs['rc']}) | "
+        f"{name}: {files} files | fsdp2-port migrate {ours['seconds']:.1f} s "
+        f"({files / ours['seconds']:.0f} files/s, "
+        f"peak {ours['peak_mib']:.0f} MiB, rc {ours['rc']}) | "
+        f"libcst.tool codemod {theirs['seconds']:.1f} s "
+        f"({files / theirs['seconds']:.1f} files/s, "
+        f"peak {theirs['peak_mib']:.0f} MiB, rc {theirs['rc']}) | "
         f"ratio {result['speedup']:.1f}x"
     )
     return result
@@ -194,7 +226,12 @@ def main() -> None:
         results.append(bench("generated FSDP1 repo", Path(tmp), args.jobs))
     out = ROOT / "benchmarks" / "results" / "codemod_speed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"jobs": args.jobs, "python": sys.version.split()[0], "results": results}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {"jobs": args.jobs, "python": sys.version.split()[0], "results": results}, indent=2
+        )
+        + "\n"
+    )
     print(f"wrote {out.relative_to(ROOT)}")
 
 

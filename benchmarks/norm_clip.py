@@ -80,7 +80,9 @@ class _Vectors(torch.nn.Module):
 
     def __init__(self, n):
         super().__init__()
-        self.vectors = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(NUMEL)) for _ in range(n))
+        self.vectors = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.randn(NUMEL)) for _ in range(n)
+        )
 
     def forward(self, x):
         return sum((p * x).sum() for p in self.vectors)
@@ -104,8 +106,16 @@ def _fsdp1_rows(sizes):
         model = _fsdp1_model(n)
         ours, ours_c = _time(compat.clip_grad_norm_, model, 10, _CountAllReduce)
         theirs, theirs_c = _time(type(model).clip_grad_norm_, model, 3, _CountAllReduce)
-        rows.append({"tensors": n, "ours_s": ours, "torch_s": theirs, "ratio": theirs / ours,
-                     "ours_collectives": ours_c, "torch_collectives": theirs_c})
+        rows.append(
+            {
+                "tensors": n,
+                "ours_s": ours,
+                "torch_s": theirs,
+                "ratio": theirs / ours,
+                "ours_collectives": ours_c,
+                "torch_collectives": theirs_c,
+            }
+        )
     return rows
 
 
@@ -120,8 +130,16 @@ def _dtensor_rows(sizes, layout, world):
         params = _params(n, mesh, placements)
         ours, ours_c = _time(fsdp2_port.clip_grad_norm_, params, 10)
         theirs, theirs_c = _time(torch.nn.utils.clip_grad_norm_, params, 3)
-        rows.append({"tensors": n, "ours_s": ours, "torch_s": theirs, "ratio": theirs / ours,
-                     "ours_collectives": ours_c, "torch_collectives": theirs_c})
+        rows.append(
+            {
+                "tensors": n,
+                "ours_s": ours,
+                "torch_s": theirs,
+                "ratio": theirs / ours,
+                "ours_collectives": ours_c,
+                "torch_collectives": theirs_c,
+            }
+        )
     return rows
 
 
@@ -132,13 +150,28 @@ def _worker(rank, world, port, sizes, layout, out):
     if rank == 0:
         who = "compat vs FSDP1's own" if layout == "fsdp1" else "fsdp2_port vs torch"
         print(f"{layout} on {world} gloo ranks, {who} clip_grad_norm_, torch {torch.__version__}")
-        print(f"{'tensors':>8} {'ours (ms)':>10} {'torch (ms)':>11} {'ratio':>8} {'collectives ours/torch':>24}")
+        print(
+            f"{'tensors':>8} {'ours (ms)':>10} {'torch (ms)':>11} {'ratio':>8} "
+            f"{'collectives ours/torch':>24}"
+        )
         for r in rows:
-            print(f"{r['tensors']:>8} {r['ours_s'] * 1e3:>10.2f} {r['torch_s'] * 1e3:>11.1f} "
-                  f"{r['ratio']:>7.2f}x {r['ours_collectives']:>12}/{r['torch_collectives']}")
+            print(
+                f"{r['tensors']:>8} {r['ours_s'] * 1e3:>10.2f} {r['torch_s'] * 1e3:>11.1f} "
+                f"{r['ratio']:>7.2f}x {r['ours_collectives']:>12}/{r['torch_collectives']}"
+            )
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps({"layout": layout, "world_size": world, "numel_per_tensor": NUMEL,
-                                         "torch": torch.__version__, "rows": rows}, indent=2))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "layout": layout,
+                    "world_size": world,
+                    "numel_per_tensor": NUMEL,
+                    "torch": torch.__version__,
+                    "rows": rows,
+                },
+                indent=2,
+            )
+        )
     dist.destroy_process_group()
 
 

@@ -9,8 +9,8 @@ own copy of the model:
 
 - ``fsdp2_port``: ``fsdp2_port.BF16Optimizer.step()`` (default kernel, bit-identical to
   torch's default AdamW); ``fsdp2_port+fused``: the same with ``optimizer_kwargs={"fused": True}``
-  (opt-in: fused AdamW differs from the default in the last bit); ``compat``: ``compat.BF16Optimizer.step()``
-  (single process, plain model);
+  (opt-in: fused AdamW differs from the default in the last bit); ``compat``:
+  ``compat.BF16Optimizer.step()`` (single process, plain model);
 - ``specforge``: the SpecForge loop, written here: grads cast one by one into fp32 masters,
   ``torch.nn.utils.clip_grad_norm_``, AdamW, masters copied back one by one;
 - ``adamw-single/foreach/fused``: plain ``torch.optim.AdamW`` on fp32 masters (the local
@@ -135,7 +135,11 @@ def make_variants(args, sharded: bool) -> list[Variant]:
     m = model()
     ps = list(m.parameters())
     variants.append(Variant("specforge", ps, bf16_grads(ps), SpecForgeLoop(ps).step))
-    for impl, kw in (("single", {"foreach": False}), ("foreach", {"foreach": True}), ("fused", {"fused": True})):
+    for impl, kw in (
+        ("single", {"foreach": False}),
+        ("foreach", {"foreach": True}),
+        ("fused", {"fused": True}),
+    ):
         masters = [local(p).detach().float().requires_grad_(True) for p in model().parameters()]
         opt = torch.optim.AdamW(masters, lr=LR, **kw)
         grads = [grad_like(p, torch.float32, i) for i, p in enumerate(masters)]
@@ -186,7 +190,9 @@ def peak_extra_bytes(v: Variant) -> int:
     def walk(nodes):
         for n in nodes:
             if n.tag == _EventType.Allocation:
-                allocs.append((n.start_time_ns, n.extra_fields.alloc_size, n.extra_fields.total_allocated))
+                allocs.append(
+                    (n.start_time_ns, n.extra_fields.alloc_size, n.extra_fields.total_allocated)
+                )
             walk(n.children)
 
     walk(prof.profiler.kineto_results.experimental_event_tree())
@@ -262,9 +268,11 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--world-size", type=int, default=2)
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, "
-          f"{'CUDA' if torch.cuda.is_available() else 'CPU'}; median of {args.steps} steps "
-          f"after {args.warmup} warm-up, variants interleaved")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, "
+        f"{'CUDA' if torch.cuda.is_available() else 'CPU'}; median of {args.steps} steps "
+        f"after {args.warmup} warm-up, variants interleaved"
+    )
     results = {"args": vars(args), "torch": torch.__version__, "settings": []}
     started = time.perf_counter()
     single = measure(args, sharded=False)

@@ -51,7 +51,9 @@ def rebuild(original: Sequence[cst.Arg], kept: Sequence[cst.Arg]) -> list[cst.Ar
             kept[i] = arg.with_changes(comma=_COMMA)
     last, end = original[-1], kept[-1]
     if end is not last:
-        kept[-1] = end.with_changes(comma=_ending(end.comma, last.comma), whitespace_after_arg=last.whitespace_after_arg)
+        kept[-1] = end.with_changes(
+            comma=_ending(end.comma, last.comma), whitespace_after_arg=last.whitespace_after_arg
+        )
     return kept
 
 
@@ -72,17 +74,25 @@ def insert_after(args: Sequence[cst.Arg], index: int, new: cst.Arg) -> list[cst.
 def _ending(own, last):
     """``last`` (the original list's ending), keeping the comment after ``own``'s comma."""
     if isinstance(own, cst.Comma) and isinstance(own.whitespace_after, cst.ParenthesizedWhitespace):
-        if isinstance(last, cst.Comma) and isinstance(last.whitespace_after, cst.ParenthesizedWhitespace):
+        if isinstance(last, cst.Comma) and isinstance(
+            last.whitespace_after, cst.ParenthesizedWhitespace
+        ):
             return last.with_changes(
-                whitespace_after=last.whitespace_after.with_changes(first_line=own.whitespace_after.first_line)
+                whitespace_after=last.whitespace_after.with_changes(
+                    first_line=own.whitespace_after.first_line
+                )
             )
     return last
 
 
 def _without_comment(comma):
-    if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+    if isinstance(comma, cst.Comma) and isinstance(
+        comma.whitespace_after, cst.ParenthesizedWhitespace
+    ):
         return comma.with_changes(
-            whitespace_after=comma.whitespace_after.with_changes(first_line=cst.TrailingWhitespace())
+            whitespace_after=comma.whitespace_after.with_changes(
+                first_line=cst.TrailingWhitespace()
+            )
         )
     return comma
 
@@ -104,5 +114,7 @@ def is_simple(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.SimpleString))
 
 
-_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+_EQUAL = cst.AssignEqual(
+    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+)
 _COMMA = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))

@@ -1,7 +1,8 @@
 """Migrating many files: one result per file, in the order given, in parallel with ``jobs > 1``.
 
 A file that cannot be read, decoded or parsed yields an ``error`` and is left untouched; the
-others go on. A rewrite is checked to parse before it is shown or written. Files without any FSDP1 marker text are not decoded or parsed at all.
+others go on. A rewrite is checked to parse before it is shown or written. Files without any
+FSDP1 marker text are not decoded or parsed at all.
 """
 
 from __future__ import annotations
@@ -46,12 +47,16 @@ def migrate_file(path: str, codes: Sequence[str], options: Options, write: bool)
         result.error = str(error)
         return result
     except cst.ParserSyntaxError as error:
-        result.error = f"cannot parse: {error.message} (line {error.raw_line}, column {error.raw_column})"
+        result.error = (
+            f"cannot parse: {error.message} (line {error.raw_line}, column {error.raw_column})"
+        )
         return result
     result.changed = new_text != source.text
     if result.changed and not _parses(new_text, source.text):
         result.changed, result.findings = False, []
-        result.error = "internal error: the rewritten file would not parse; left untouched (please report)"
+        result.error = (
+            "internal error: the rewritten file would not parse; left untouched (please report)"
+        )
         return result
     if result.changed:
         result.diff = unified_diff(source.text, new_text, path)
@@ -95,7 +100,9 @@ def unified_diff(old: str, new: str, path: str) -> str:
     before, after = (path, path) if path.startswith("/") else (f"a/{path}", f"b/{path}")
     lines = []
     for line in difflib.unified_diff(split_lines(old), split_lines(new), before, after):
-        lines.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
+        lines.append(
+            line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
+        )
     return "".join(lines)
 
 

@@ -34,7 +34,10 @@ class Bindings(cst.CSTVisitor):
                 self._by_target[id(assign.targets[0].target)] = (node, assign.value)
 
     def lookup(self, rule: Rule, name: cst.Name) -> Binding | None:
-        """The single ``name = value`` in ``name``'s own scope (``rule`` must need ScopeProvider)."""
+        """The single ``name = value`` in ``name``'s own scope.
+
+        ``rule`` must need ScopeProvider.
+        """
         scope = rule.get_metadata(ScopeProvider, name, None)
         if scope is None:
             return None

@@ -21,7 +21,9 @@ A line ending in '# fsdp2-port: ignore' is left alone. Run with --list-rules for
 
 
 def _codes(values: Sequence[str] | None) -> list[str]:
-    return [code.strip().upper() for value in values or () for code in value.split(",") if code.strip()]
+    return [
+        code.strip().upper() for value in values or () for code in value.split(",") if code.strip()
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,15 +33,37 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (none: nothing to do)")
+    parser.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files or directories (none: nothing to do)"
+    )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="apply the changes in place (atomically)")
-    mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything would change")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="stdout: diffs or JSON Lines findings")
-    parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="worker processes (default 1)")
-    parser.add_argument("--select", action="append", metavar="CODES", help="only these rule codes (comma-separated)")
-    parser.add_argument("--ignore", action="append", metavar="CODES", help="skip these rule codes (comma-separated)")
-    parser.add_argument("--target-torch", default="2.6", metavar="VERSION", help="torch release the output targets (>= 2.4)")
+    mode.add_argument(
+        "--write", action="store_true", help="apply the changes in place (atomically)"
+    )
+    mode.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if anything would change"
+    )
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="stdout: diffs or JSON Lines findings",
+    )
+    parser.add_argument(
+        "--jobs", "-j", type=int, default=1, metavar="N", help="worker processes (default 1)"
+    )
+    parser.add_argument(
+        "--select", action="append", metavar="CODES", help="only these rule codes (comma-separated)"
+    )
+    parser.add_argument(
+        "--ignore", action="append", metavar="CODES", help="skip these rule codes (comma-separated)"
+    )
+    parser.add_argument(
+        "--target-torch",
+        default="2.6",
+        metavar="VERSION",
+        help="torch release the output targets (>= 2.4)",
+    )
     parser.add_argument(
         "--no-runtime-dependency",
         action="store_true",
@@ -67,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         rules = registry.select(_codes(args.select), _codes(args.ignore))
-        options = Options.for_torch(args.target_torch, runtime_dependency=not args.no_runtime_dependency)
+        options = Options.for_torch(
+            args.target_torch, runtime_dependency=not args.no_runtime_dependency
+        )
     except ValueError as error:
         parser.print_usage(sys.stderr)
         print(f"fsdp2-port migrate: error: {error}", file=sys.stderr)
@@ -82,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = _Progress(len(files)) if sys.stderr.isatty() and len(files) > 20 else None
     changed = errors = parsed = review = 0
     findings = 0
-    for result in migrate_files(files, [r.CODE for r in rules], options, write=args.write, jobs=args.jobs, progress=progress):
+    for result in migrate_files(
+        files, [r.CODE for r in rules], options, write=args.write, jobs=args.jobs, progress=progress
+    ):
         if progress and (result.findings or result.error):
             progress.clear()
         parsed += result.parsed

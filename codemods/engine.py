@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Sequence
-
 from dataclasses import replace
 
 import libcst as cst
@@ -47,7 +46,10 @@ def run_rules(
     wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
     pending: dict[int, list[tuple[str, str]]] = {}
     for rule_class in rules:
-        rule = rule_class(CodemodContext(filename=context.filename, full_module_name=context.full_module_name), options)
+        rule = rule_class(
+            CodemodContext(filename=context.filename, full_module_name=context.full_module_name),
+            options,
+        )
         if not rule.prepare(code):
             continue
         rule.pending = pending
@@ -80,13 +82,21 @@ def _apply(rule: Rule, wrapper: MetadataWrapper) -> cst.Module:
     return tree
 
 
-def migrate_text(text: str, path: str, rules: Sequence[type[Rule]], options: Options) -> tuple[str, list[Finding]]:
-    """Migrated text and findings; raises ``libcst.ParserSyntaxError`` if ``text`` does not parse."""
+def migrate_text(
+    text: str, path: str, rules: Sequence[type[Rule]], options: Options
+) -> tuple[str, list[Finding]]:
+    """Migrated text and findings.
+
+    Raises ``libcst.ParserSyntaxError`` if ``text`` does not parse.
+    """
     tree = cst.parse_module(text)
     new_tree, raw = run_rules(tree, rules, options, CodemodContext(filename=path))
     new_text = new_tree.code
     lines = split_lines(new_text)
-    findings = [Finding(path, _at_marker(lines, f), f.column, f.code, f.message, f.severity, f.action) for f in raw]
+    findings = [
+        Finding(path, _at_marker(lines, f), f.column, f.code, f.message, f.severity, f.action)
+        for f in raw
+    ]
     return new_text, sorted(findings, key=lambda f: (f.line, f.column, f.code, f.message))
 
 
@@ -113,7 +123,9 @@ def _at_marker(lines: list[str], finding: RawFinding) -> int:
         if marked(above):
             return finding.line
         above -= 1
-    candidates = [i for i in range(max(0, finding.line - 12), min(len(lines), finding.line + 12)) if marked(i)]
+    candidates = [
+        i for i in range(max(0, finding.line - 12), min(len(lines), finding.line + 12)) if marked(i)
+    ]
     if not candidates:
         return finding.line
     nearest = min(candidates, key=lambda i: abs(i + 1 - finding.line))
@@ -141,7 +153,10 @@ def _carry(findings: list[RawFinding], old: str, new: str) -> list[RawFinding]:
             target = above if not is_marker(above) and above < target else below
         return target + 1
 
-    return [RawFinding(where(f.line), f.column, f.code, f.message, f.severity, f.action) for f in findings]
+    return [
+        RawFinding(where(f.line), f.column, f.code, f.message, f.severity, f.action)
+        for f in findings
+    ]
 
 
 def _line_map(old: list[str], new: list[str], *, exact: bool = True) -> list[int]:
@@ -162,5 +177,7 @@ def _line_map(old: list[str], new: list[str], *, exact: bool = True) -> list[int
             mapping[i1:i2] = [j1 + k for k in inner]
         else:
             for index in range(i1, i2):
-                mapping[index] = max(j1, j2 - (i2 - index)) if j2 > j1 else min(j1, max(len(new) - 1, 0))
+                mapping[index] = (
+                    max(j1, j2 - (i2 - index)) if j2 > j1 else min(j1, max(len(new) - 1, 0))
+                )
     return mapping

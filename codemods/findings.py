@@ -29,4 +29,7 @@ class Finding:
         return asdict(self)
 
     def as_text(self) -> str:
-        return f"{self.path}:{self.line}:{self.column}: {self.code} [{self.severity}, {self.action}] {self.message}"
+        return (
+            f"{self.path}:{self.line}:{self.column}: "
+            f"{self.code} [{self.severity}, {self.action}] {self.message}"
+        )

@@ -48,7 +48,6 @@ PUBLIC = frozenset(
 _FSDP2_PRIVATE = ("_fully_shard",)
 
 
-
 def canonical(qualified_name: str) -> str | None:
     """``torch.distributed.fsdp.api.ShardingStrategy.X`` -> ``ShardingStrategy.X``; else None.
 
@@ -84,7 +83,9 @@ def is_private(name: str) -> bool:
 
 #: Text of an FSDP1 name: a public one, ``fsdp.wrap``, or a private module other than FSDP2's.
 _FSDP1_TEXT = re.compile(
-    rb"\b(?:" + b"|".join(re.escape(name.encode()) for name in sorted(PUBLIC - {"wrap"})) + rb")\b"
+    rb"\b(?:"
+    + b"|".join(re.escape(name.encode()) for name in sorted(PUBLIC - {"wrap"}))
+    + rb")\b"
     + rb"|fsdp\.wrap\b|fsdp\._(?!fully_shard)|fsdp import _(?!fully_shard)"
 )
 
@@ -98,8 +99,15 @@ def might_need_migration(data: bytes) -> bool:
     """
     return b"BF16Optimizer" in data or (b"fsdp" in data and _FSDP1_TEXT.search(data) is not None)
 
-_FSDP2_MODULES = ("torch.distributed.fsdp.", "torch.distributed._composable.fsdp.", "torch.distributed.fsdp._fully_shard.")
-_FSDP2_NAMES = frozenset({"fully_shard", "FSDPModule", "MixedPrecisionPolicy", "CPUOffloadPolicy", "OffloadPolicy"})
+
+_FSDP2_MODULES = (
+    "torch.distributed.fsdp.",
+    "torch.distributed._composable.fsdp.",
+    "torch.distributed.fsdp._fully_shard.",
+)
+_FSDP2_NAMES = frozenset(
+    {"fully_shard", "FSDPModule", "MixedPrecisionPolicy", "CPUOffloadPolicy", "OffloadPolicy"}
+)
 
 
 def fsdp2(qualified_name: str) -> str | None:

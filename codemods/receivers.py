@@ -20,7 +20,9 @@ Predicate = Callable[[cst.CSTNode], bool]
 
 
 class KnownReceivers(cst.CSTVisitor):
-    def __init__(self, module: cst.Module, is_wrap_call: Predicate, is_fsdp_class: Predicate) -> None:
+    def __init__(
+        self, module: cst.Module, is_wrap_call: Predicate, is_fsdp_class: Predicate
+    ) -> None:
         self._module = module
         self._is_wrap_call = is_wrap_call
         self._is_fsdp_class = is_fsdp_class
@@ -39,7 +41,11 @@ class KnownReceivers(cst.CSTVisitor):
         if functions and text in self._by_scope.get(id(functions[-1]), set()):
             return True
         classes = [s for s in scopes if isinstance(s, cst.ClassDef)]
-        return bool(classes and text.startswith("self.") and text in self._by_class.get(id(classes[-1]), set()))
+        return bool(
+            classes
+            and text.startswith("self.")
+            and text in self._by_class.get(id(classes[-1]), set())
+        )
 
     # -- collection ---------------------------------------------------------------------------
     def _add(self, target: cst.CSTNode) -> None:

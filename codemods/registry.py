@@ -46,5 +46,9 @@ def select(chosen: Iterable[str] = (), ignored: Iterable[str] = ()) -> list[type
     chosen, ignored = set(chosen), set(ignored)
     unknown = sorted((chosen | ignored) - BY_CODE.keys())
     if unknown:
-        raise ValueError(f"unknown rule code(s): {', '.join(unknown)} (known: {', '.join(sorted(BY_CODE))})")
-    return [rule for rule in RULES if (not chosen or rule.CODE in chosen) and rule.CODE not in ignored]
+        raise ValueError(
+            f"unknown rule code(s): {', '.join(unknown)} (known: {', '.join(sorted(BY_CODE))})"
+        )
+    return [
+        rule for rule in RULES if (not chosen or rule.CODE in chosen) and rule.CODE not in ignored
+    ]

@@ -28,13 +28,25 @@ from codemods.receivers import KnownReceivers
 _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 # Exact-type sets for the per-node hooks: isinstance against the abstract base is slow.
 _STATEMENT_TYPES = frozenset(
-    {cst.SimpleStatementLine, cst.If, cst.For, cst.While, cst.Try, cst.TryStar, cst.With, cst.FunctionDef,
-     cst.ClassDef, cst.Match}
+    {
+        cst.SimpleStatementLine,
+        cst.If,
+        cst.For,
+        cst.While,
+        cst.Try,
+        cst.TryStar,
+        cst.With,
+        cst.FunctionDef,
+        cst.ClassDef,
+        cst.Match,
+    }
 )
 _SCOPE_TYPES = frozenset({cst.FunctionDef, cst.ClassDef})
 # The clause of every import statement (continuation lines included), and the words in it: every
 # name an import can bind is among them.
-_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w. \t]+?[ \t]+)?import[ \t]+(\([^)]*\)|(?:[^\n;#\\]|\\\r?\n)*)", re.M)
+_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+[\w. \t]+?[ \t]+)?import[ \t]+(\([^)]*\)|(?:[^\n;#\\]|\\\r?\n)*)", re.M
+)
 _WORD = re.compile(r"\w+")
 
 
@@ -91,7 +103,9 @@ class Rule(CodemodCommand, cst.CSTTransformer):
             return False
         self.source = code
         self._ignored = markers.ignored_lines(code)
-        self._imported = {m.group(0) for clause in _IMPORT.finditer(code) for m in _WORD.finditer(clause.group(1))}
+        self._imported = {
+            m.group(0) for clause in _IMPORT.finditer(code) for m in _WORD.finditer(clause.group(1))
+        }
         return True
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
@@ -115,7 +129,8 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         """
         scratch = self.context.scratch
         return any(f.action == "rewritten" for f in self.findings) or bool(
-            scratch.get(AddImportsVisitor.CONTEXT_KEY) or scratch.get(RemoveImportsVisitor.CONTEXT_KEY)
+            scratch.get(AddImportsVisitor.CONTEXT_KEY)
+            or scratch.get(RemoveImportsVisitor.CONTEXT_KEY)
         )
 
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -159,10 +174,16 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         return None
 
     def is_wrap_call(self, func: cst.CSTNode) -> bool:
-        return self.fsdp1_name(func) == "FullyShardedDataParallel" or self.fsdp2_name(func) == "fully_shard"
+        return (
+            self.fsdp1_name(func) == "FullyShardedDataParallel"
+            or self.fsdp2_name(func) == "fully_shard"
+        )
 
     def is_fsdp_class(self, node: cst.CSTNode) -> bool:
-        return self.fsdp1_name(node) == "FullyShardedDataParallel" or self.fsdp2_name(node) == "FSDPModule"
+        return (
+            self.fsdp1_name(node) == "FullyShardedDataParallel"
+            or self.fsdp2_name(node) == "FSDPModule"
+        )
 
     def known_fsdp(self, expr: cst.BaseExpression, *, fsdp1_only: bool = False) -> bool:
         """Whether ``expr`` is known to hold an FSDP-wrapped module here (see ``receivers``).
@@ -174,11 +195,16 @@ class Rule(CodemodCommand, cst.CSTTransformer):
                 is_fsdp1 = lambda node: self.fsdp1_name(node) == "FullyShardedDataParallel"  # noqa: E731
                 self._receivers[True] = KnownReceivers(self.module, is_fsdp1, is_fsdp1)
             else:
-                self._receivers[False] = KnownReceivers(self.module, self.is_wrap_call, self.is_fsdp_class)
+                self._receivers[False] = KnownReceivers(
+                    self.module, self.is_wrap_call, self.is_fsdp_class
+                )
         return self._receivers[fsdp1_only].known(expr, self.scopes)
 
     def _maybe_imported(self, node: cst.CSTNode) -> bool:
-        """A cheap gate before scope lookups: the name chain starts with a name some import binds."""
+        """A cheap gate before scope lookups.
+
+        True when the name chain starts with a name some import binds.
+        """
         while isinstance(node, cst.Attribute):
             node = node.value
         return isinstance(node, cst.Name) and node.value in self._imported
@@ -204,7 +230,9 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         statement = self._statements[-1] if self._statements else None
         if statement is None:
             return False
-        return id(statement) in self.pending or bool(markers.codes(getattr(statement, "leading_lines", ())))
+        return id(statement) in self.pending or bool(
+            markers.codes(getattr(statement, "leading_lines", ()))
+        )
 
     def rewritten(self, node: cst.CSTNode, message: str, *, review: bool = False) -> None:
         self._record(node, message, "review" if review else "safe", "rewritten")
@@ -212,7 +240,9 @@ class Rule(CodemodCommand, cst.CSTTransformer):
     def flag(self, node: cst.CSTNode, message: str) -> None:
         self._record(node, message, "review", "flagged")
 
-    def finding(self, node: cst.CSTNode, message: str, severity: Severity, action: Action) -> RawFinding:
+    def finding(
+        self, node: cst.CSTNode, message: str, severity: Severity, action: Action
+    ) -> RawFinding:
         """A finding at ``node``, not yet recorded (markers are added only by recording)."""
         where = self._where(node).start
         return RawFinding(where.line, where.column + 1, self.CODE, message, severity, action)

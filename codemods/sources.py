@@ -18,7 +18,20 @@ import tokenize
 from dataclasses import dataclass
 
 SKIPPED_DIRS = frozenset(
-    {".git", ".hg", ".svn", ".venv", "venv", "build", "site-packages", "__pycache__", "node_modules", ".tox", ".nox", ".eggs"}
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".venv",
+        "venv",
+        "build",
+        "site-packages",
+        "__pycache__",
+        "node_modules",
+        ".tox",
+        ".nox",
+        ".eggs",
+    }
 )
 
 

@@ -32,7 +32,7 @@ def fsdp2_state_dict(optimizer: BF16Optimizer, root: FSDP | None = None) -> dict
     if not isinstance(root, FSDP):
         raise TypeError("fsdp2_state_dict needs the FSDP1 root: pass root=<the FSDP module>")
     gathered: dict[str, dict[str, Any]] = {}
-    for key in _tensor_state_keys(optimizer) + [_MASTER]:
+    for key in [*_tensor_state_keys(optimizer), _MASTER]:
         for fqn, entry in _gather_one_key(optimizer, root, key).items():
             gathered.setdefault(fqn, {}).update(entry)
     prefix = _prefix_of(root, optimizer.model)
@@ -45,7 +45,10 @@ def fsdp2_state_dict(optimizer: BF16Optimizer, root: FSDP | None = None) -> dict
         state[fqn[len(prefix) :]] = entry
     group = {k: v for k, v in optimizer.optimizer.param_groups[0].items() if k != "params"}
     return {
-        "optimizer_state_dict": {"state": state, "param_groups": [{**group, "params": list(masters)}]},
+        "optimizer_state_dict": {
+            "state": state,
+            "param_groups": [{**group, "params": list(masters)}],
+        },
         "scheduler_state_dict": optimizer.scheduler.state_dict(),
         "fp32_params": masters,
         "max_grad_norm": optimizer.max_grad_norm,
@@ -80,7 +83,9 @@ def _gather_one_key(optimizer: BF16Optimizer, root: FSDP, key: str) -> dict[str,
     for p, m in zip(optimizer.model_params, optimizer.fp32_params):
         state = optimizer.optimizer.state.get(m, {})
         value = m.detach() if key == _MASTER else state.get(key)
-        scalars = {k: v for k, v in state.items() if not (isinstance(v, torch.Tensor) and v.dim() > 0)}
+        scalars = {
+            k: v for k, v in state.items() if not (isinstance(v, torch.Tensor) and v.dim() > 0)
+        }
         carrier.state[p] = {} if value is None else {**scalars, key: value}
     with FSDP.state_dict_type(
         root,

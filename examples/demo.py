@@ -32,8 +32,19 @@ def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def train(script: Path, steps: int, save: Path) -> list[tuple[float, float]]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(script), "--steps", str(steps), "--save", str(save)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(script),
+        "--steps",
+        str(steps),
+        "--save",
+        str(save),
+    ]
     done = run(cmd, capture_output=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"{script.name} failed:\n{done.stdout}\n{done.stderr}")
@@ -72,8 +83,10 @@ def main() -> int:
     after = train(migrated, args.steps, args.out / "fsdp2_full_state.pt")
 
     print("\n== 3. side by side")
-    print(f"{'step':>4}  {'loss FSDP1':>11} {'loss FSDP2':>11} {'rel diff':>9}   "
-          f"{'norm FSDP1':>10} {'norm FSDP2':>10} {'rel diff':>9}")
+    print(
+        f"{'step':>4}  {'loss FSDP1':>11} {'loss FSDP2':>11} {'rel diff':>9}   "
+        f"{'norm FSDP1':>10} {'norm FSDP2':>10} {'rel diff':>9}"
+    )
     bad = len(before) != args.steps or len(after) != args.steps
     for step, ((l1, n1), (l2, n2)) in enumerate(zip(before, after)):
         dl, dn = abs(l1 - l2) / abs(l1), abs(n1 - n2) / abs(n1)
@@ -82,10 +95,18 @@ def main() -> int:
     weights = weight_difference(args.out / "fsdp1_full_state.pt", args.out / "fsdp2_full_state.pt")
     bad |= weights > WEIGHT_RTOL
     print(f"final full state dicts: ||FSDP2 - FSDP1|| / ||FSDP1|| = {weights:.1e}")
-    print(f"tolerance: loss rtol {LOSS_RTOL:g}, grad norm rtol {NORM_RTOL:g}, weights {WEIGHT_RTOL:g} "
-          "(bf16 compute, fp32 reduce)")
-    print("VERDICT: " + ("the migrated FSDP2 script does NOT train the same" if bad
-                         else "the migrated FSDP2 script trains the same as the FSDP1 original"))
+    print(
+        f"tolerance: loss rtol {LOSS_RTOL:g}, grad norm rtol {NORM_RTOL:g}, "
+        f"weights {WEIGHT_RTOL:g} (bf16 compute, fp32 reduce)"
+    )
+    print(
+        "VERDICT: "
+        + (
+            "the migrated FSDP2 script does NOT train the same"
+            if bad
+            else "the migrated FSDP2 script trains the same as the FSDP1 original"
+        )
+    )
     return 1 if bad else 0
 
 

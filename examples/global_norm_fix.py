@@ -1,4 +1,4 @@
-"""What the fix changes, on 2 CPU ranks: FSDP1 shards clipped by their own norm, or by the global one.
+"""What the fix changes, on 2 CPU ranks: FSDP1 shards clipped by their own or the global norm.
 
     python examples/global_norm_fix.py
 
@@ -49,7 +49,9 @@ def worker(rank: int, port: int) -> None:
     fsdp = FSDP(model(), device_id=torch.device("cpu"), use_orig_params=True)
     opt = compat.BF16Optimizer(fsdp, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0)
     replica = model()
-    ref = compat.BF16Optimizer(replica, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0)
+    ref = compat.BF16Optimizer(
+        replica, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0
+    )
     ref.configure_grad_norm_reduction(enabled=False)  # one process, the whole batch
     for step in range(STEPS):
         x, y = batch(step)
@@ -60,8 +62,11 @@ def worker(rank: int, port: int) -> None:
         want = ref.step().item()
         for r in range(2):
             if r == rank:
-                print(f"step {step} rank {rank}: single-process {want:9.4f} | "
-                      f"compat (global) {norm:9.4f} | old rank-local {local:9.4f}", flush=True)
+                print(
+                    f"step {step} rank {rank}: single-process {want:9.4f} | "
+                    f"compat (global) {norm:9.4f} | old rank-local {local:9.4f}",
+                    flush=True,
+                )
             dist.barrier()
     dist.destroy_process_group()
 

@@ -17,7 +17,12 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.fsdp import FullStateDictConfig, MixedPrecision, ShardingStrategy, StateDictType
+from torch.distributed.fsdp import (
+    FullStateDictConfig,
+    MixedPrecision,
+    ShardingStrategy,
+    StateDictType,
+)
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
@@ -79,7 +84,9 @@ def main() -> None:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
 
-    wrap_policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={DecoderBlock})
+    wrap_policy = functools.partial(
+        transformer_auto_wrap_policy, transformer_layer_cls={DecoderBlock}
+    )
     model = TinyLM()
     model = FSDP(
         model,
@@ -90,7 +97,9 @@ def main() -> None:
         use_orig_params=True,
         limit_all_gathers=True,
     )
-    optimizer = BF16Optimizer(model, lr=3e-3, max_grad_norm=0.25, total_steps=100, warmup_ratio=0.05)
+    optimizer = BF16Optimizer(
+        model, lr=3e-3, max_grad_norm=0.25, total_steps=100, warmup_ratio=0.05
+    )
 
     for step in range(args.steps):
         batches = micro_batches(step, rank, world_size, args.accum, args.batch)
@@ -107,7 +116,9 @@ def main() -> None:
         grad_norm = optimizer.step()
         dist.all_reduce(total, op=dist.ReduceOp.AVG)
         if rank == 0:
-            print(f"step {step} loss {total.item():.6f} grad_norm {grad_norm.item():.6f}", flush=True)
+            print(
+                f"step {step} loss {total.item():.6f} grad_norm {grad_norm.item():.6f}", flush=True
+            )
 
     # On a GPU job this would offload to the CPU; on a CPU run FSDP1's offload_to_cpu=True
     # segfaults (torch 2.13), and the tensors are on the CPU already.

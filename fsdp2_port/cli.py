@@ -39,9 +39,13 @@ def _verify(argv: list[str]) -> int:
         "rank-local clip) and check the sharded arms match the reference. "
         "Exit 0: equivalent; 1: not; 2: bad request or a rank failed.",
     )
-    parser.add_argument("--model", default=v.DEFAULT_MODEL, metavar="MODULE:FACTORY",
-                        help="returns a model, (model, batch_fn) or (model, batch_fn, loss_fn); "
-                        "default: the bundled tiny transformer")
+    parser.add_argument(
+        "--model",
+        default=v.DEFAULT_MODEL,
+        metavar="MODULE:FACTORY",
+        help="returns a model, (model, batch_fn) or (model, batch_fn, loss_fn); "
+        "default: the bundled tiny transformer",
+    )
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--strategy", choices=v.STRATEGIES, default="full_shard")
@@ -49,18 +53,33 @@ def _verify(argv: list[str]) -> int:
     parser.add_argument("--max-grad-norm", type=float, default=0.5)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--judge-old-clip", action="store_true",
-                        help="hold the old rank-local clip to the tolerances too (it should fail)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before hung ranks are killed")
+    parser.add_argument(
+        "--judge-old-clip",
+        action="store_true",
+        help="hold the old rank-local clip to the tolerances too (it should fail)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds before hung ranks are killed"
+    )
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
     config = v.Config(
-        model=args.model, world_size=args.world_size, steps=args.steps, strategy=args.strategy,
-        dtype=args.dtype, max_grad_norm=args.max_grad_norm, lr=args.lr, device=args.device,
-        judge_old_clip=args.judge_old_clip, timeout=args.timeout,
+        model=args.model,
+        world_size=args.world_size,
+        steps=args.steps,
+        strategy=args.strategy,
+        dtype=args.dtype,
+        max_grad_norm=args.max_grad_norm,
+        lr=args.lr,
+        device=args.device,
+        judge_old_clip=args.judge_old_clip,
+        timeout=args.timeout,
     )
-    print(f"fsdp2-port verify: training 4 arms for {args.steps} steps on {args.world_size} "
-          f"{'gloo' if args.device == 'cpu' else 'nccl'} ranks...", file=sys.stderr)
+    print(
+        f"fsdp2-port verify: training 4 arms for {args.steps} steps on {args.world_size} "
+        f"{'gloo' if args.device == 'cpu' else 'nccl'} ranks...",
+        file=sys.stderr,
+    )
     try:
         report = v.verify(config)
     except v.VerifyError as e:

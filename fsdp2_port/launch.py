@@ -54,7 +54,7 @@ def _worker(
             dist.destroy_process_group()
     except BaseException:
         errors.put((rank, traceback.format_exc()))
-        raise SystemExit(1)
+        raise SystemExit(1) from None
 
 
 def run_ranks(

@@ -50,8 +50,9 @@ def supports(optimizer: torch.optim.Optimizer, masters: Sequence[Tensor]) -> boo
     """True when ``step`` may stand in for ``optimizer.step()``.
 
     Plain ``torch.optim.AdamW`` only, no step hooks (they would be skipped), no grad scaler
-    attached, no capturable or differentiable groups, and state already made by torch for every master (the first step
-    runs through ``optimizer.step()``, so torch alone decides how state is created).
+    attached, no capturable or differentiable groups, and state already made by torch for every
+    master (the first step runs through ``optimizer.step()``, so torch alone decides how state
+    is created).
     """
     if type(optimizer) is not torch.optim.AdamW:
         return False
@@ -62,7 +63,10 @@ def supports(optimizer: torch.optim.Optimizer, masters: Sequence[Tensor]) -> boo
         or _global_optimizer_post_hooks
     ):
         return False
-    if getattr(optimizer, "grad_scale", None) is not None or getattr(optimizer, "found_inf", None) is not None:
+    if (
+        getattr(optimizer, "grad_scale", None) is not None
+        or getattr(optimizer, "found_inf", None) is not None
+    ):
         return False
     if any(g["capturable"] or g["differentiable"] for g in optimizer.param_groups):
         return False

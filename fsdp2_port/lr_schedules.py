@@ -81,7 +81,8 @@ def build_scheduler(
     if kind == "cosine":
         if total_steps <= warmup_steps:
             raise ValueError(
-                f"a cosine schedule needs total_steps ({total_steps}) > warmup steps ({warmup_steps})"
+                f"a cosine schedule needs total_steps ({total_steps}) "
+                f"> warmup steps ({warmup_steps})"
             )
         after = CosineAnnealingLR(optimizer, T_max=total_steps - warmup_steps)
     return WarmupLR(optimizer, warmup_steps, after)

@@ -76,7 +76,9 @@ class MasterWeightOptimizer:
         """
         group = (process_group or grad_norm.default_group()) if enabled else None
         self._norm_group = group
-        self._copies = self._norm_copies(group) if group is not None else [1] * len(self.fp32_params)
+        self._copies = (
+            self._norm_copies(group) if group is not None else [1] * len(self.fp32_params)
+        )
 
     # -- the step ---------------------------------------------------------------------------
 
@@ -149,7 +151,10 @@ class MasterWeightOptimizer:
         return grads
 
     def _attach_grads(self, live: list[int], grads: list[Tensor]) -> None:
-        """Give every master its fp32 gradient (a DTensor like the master), for ``optimizer.step()``."""
+        """Give every master its fp32 gradient (a DTensor like the master).
+
+        For ``optimizer.step()``.
+        """
         for p, m in zip(self.model_params, self.fp32_params):
             if m is not p:
                 m.grad = None
@@ -159,7 +164,12 @@ class MasterWeightOptimizer:
                 continue
             if isinstance(m, DTensor):
                 g = DTensor.from_local(
-                    g, m.device_mesh, m.placements, run_check=False, shape=m.shape, stride=m.stride()
+                    g,
+                    m.device_mesh,
+                    m.placements,
+                    run_check=False,
+                    shape=m.shape,
+                    stride=m.stride(),
                 )
             m.grad = g
 
@@ -201,9 +211,7 @@ class MasterWeightOptimizer:
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore masters, moments and schedule exactly; keys other than ours are ignored."""
         self._check_compatible(state_dict)
-        masters, optim = self._unpack(
-            state_dict["fp32_params"], state_dict["optimizer_state_dict"]
-        )
+        masters, optim = self._unpack(state_dict["fp32_params"], state_dict["optimizer_state_dict"])
         for name, saved, m in zip(self.param_names, masters, self.fp32_params):
             if tuple(saved.shape) != tuple(m.shape):
                 raise ValueError(
@@ -221,7 +229,10 @@ class MasterWeightOptimizer:
         return masters, optim
 
     def _unpack(self, masters: Any, optim: dict[str, Any]) -> tuple[list[Tensor], dict[str, Any]]:
-        """Masters in ``fp32_params`` order and a torch optimizer state dict, from ``_pack``'s form."""
+        """Masters in ``fp32_params`` order and a torch optimizer state dict.
+
+        From ``_pack``'s form.
+        """
         if len(masters) != len(self.fp32_params):
             raise ValueError(
                 f"checkpoint holds {len(masters)} master parameters, this optimizer "

@@ -1,9 +1,9 @@
 """The equivalence check as a pytest helper, for users' own suites and CI.
 
-    from fsdp2_port.testing import assert_equivalent
+from fsdp2_port.testing import assert_equivalent
 
-    def test_my_model_trains_the_same_on_fsdp2():
-        assert_equivalent("my_project.models:build_small", world_size=2, steps=3)
+def test_my_model_trains_the_same_on_fsdp2():
+    assert_equivalent("my_project.models:build_small", world_size=2, steps=3)
 """
 
 from __future__ import annotations

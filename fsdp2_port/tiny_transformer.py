@@ -28,7 +28,9 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab: int = VOCAB, dim: int = DIM, heads: int = HEADS, layers: int = LAYERS):
+    def __init__(
+        self, vocab: int = VOCAB, dim: int = DIM, heads: int = HEADS, layers: int = LAYERS
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.randn(SEQ, dim) * 0.02)

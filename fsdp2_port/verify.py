@@ -153,7 +153,9 @@ def check(config: Config) -> None:
             f"gloo; verify on the CPU needs torch >= {versions.FSDP2_GLOO_CORRECT}"
         )
     if config.device == "cuda" and torch.cuda.device_count() < config.world_size:
-        raise VerifyError(f"--device cuda needs {config.world_size} GPUs, found {torch.cuda.device_count()}")
+        raise VerifyError(
+            f"--device cuda needs {config.world_size} GPUs, found {torch.cuda.device_count()}"
+        )
     build(load_factory(config.model))
 
 
@@ -171,7 +173,11 @@ def _fsdp1(model: nn.Module, config: Config, device: torch.device) -> nn.Module:
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     mesh = _mesh(config) if config.strategy == "hybrid" else None
-    strategy = {"full_shard": "FULL_SHARD", "shard_grad_op": "SHARD_GRAD_OP", "hybrid": "HYBRID_SHARD"}
+    strategy = {
+        "full_shard": "FULL_SHARD",
+        "shard_grad_op": "SHARD_GRAD_OP",
+        "hybrid": "HYBRID_SHARD",
+    }
     return FSDP(
         model,
         device_id=device,
@@ -207,10 +213,14 @@ def _full_params(model: nn.Module, arm: str) -> dict[str, torch.Tensor]:
 
     if arm in ("fsdp1", "old_clip"):
         with FSDP.summon_full_params(model):
-            return {n.replace("_fsdp_wrapped_module.", ""): p.detach().float().cpu().clone()
-                    for n, p in model.named_parameters()}
-    return {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().float().cpu()
-            for n, p in model.named_parameters()}
+            return {
+                n.replace("_fsdp_wrapped_module.", ""): p.detach().float().cpu().clone()
+                for n, p in model.named_parameters()
+            }
+    return {
+        n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().float().cpu()
+        for n, p in model.named_parameters()
+    }
 
 
 def _train(arm: str, config: Config, factory: Callable, device: torch.device) -> dict[str, Any]:
@@ -220,7 +230,9 @@ def _train(arm: str, config: Config, factory: Callable, device: torch.device) ->
     model, batch_fn, loss_fn = build(factory)
     model.to(torch.bfloat16 if config.dtype == "bf16" else torch.float32)
     rank, world = dist.get_rank(), dist.get_world_size()
-    kwargs = dict(max_grad_norm=config.max_grad_norm, total_steps=100 * config.steps, warmup_ratio=0.0)
+    kwargs = dict(
+        max_grad_norm=config.max_grad_norm, total_steps=100 * config.steps, warmup_ratio=0.0
+    )
     if arm == "reference":
         model.to(device)
         opt = fsdp2_port.BF16Optimizer(model, config.lr, **kwargs)
@@ -269,7 +281,11 @@ def _worker(rank: int, world: int, config: Config, out_path: str) -> None:
     if rank == 0:
         ref = results["reference"]["params"]
         out = {
-            arm: {"losses": r["losses"], "norms": r["norms"], "param_diff": _relative_l2(r["params"], ref)}
+            arm: {
+                "losses": r["losses"],
+                "norms": r["norms"],
+                "param_diff": _relative_l2(r["params"], ref),
+            }
             for arm, r in results.items()
         }
         with open(out_path, "w") as f:
@@ -285,12 +301,17 @@ def verify(config: Config) -> Report:
     backend = "nccl" if config.device == "cuda" else "gloo"
     with tempfile.TemporaryDirectory() as tmp:
         out_path = os.path.join(tmp, "arms.json")
-        run_ranks(_worker, config.world_size, config, out_path, timeout=config.timeout, backend=backend)
+        run_ranks(
+            _worker, config.world_size, config, out_path, timeout=config.timeout, backend=backend
+        )
         with open(out_path) as f:
             arms = json.load(f)
     tol = tolerances(config.dtype)
     report = Report(
-        config={k: (v if isinstance(v, (str, int, float, bool)) else repr(v)) for k, v in asdict(config).items()},
+        config={
+            k: (v if isinstance(v, (str, int, float, bool)) else repr(v))
+            for k, v in asdict(config).items()
+        },
         tolerance=tol,
         losses={a: arms[a]["losses"] for a in ARMS},
         norms={a: arms[a]["norms"] for a in ARMS},
@@ -301,10 +322,14 @@ def verify(config: Config) -> Report:
     for arm in judged:
         for step, (loss, want) in enumerate(zip(report.losses[arm], ref_losses)):
             if not math.isclose(loss, want, rel_tol=tol["loss"]):
-                report.failures.append(f"{arm}: step {step} loss {loss:.6g} vs reference {want:.6g}")
+                report.failures.append(
+                    f"{arm}: step {step} loss {loss:.6g} vs reference {want:.6g}"
+                )
         for step, (norm, want) in enumerate(zip(report.norms[arm], ref_norms)):
             if not math.isclose(norm, want, rel_tol=tol["norm"]):
-                report.failures.append(f"{arm}: step {step} grad norm {norm:.6g} vs reference {want:.6g}")
+                report.failures.append(
+                    f"{arm}: step {step} grad norm {norm:.6g} vs reference {want:.6g}"
+                )
         if not report.param_diff[arm] <= tol["param"]:
             report.failures.append(
                 f"{arm}: parameters differ by {report.param_diff[arm]:.3g} (relative), "

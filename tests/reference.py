@@ -10,7 +10,9 @@ from fsdp2_port.lr_schedules import build_scheduler
 
 
 class SpecForgeLoop:
-    def __init__(self, params, lr, max_grad_norm, weight_decay=0.0, total_steps=100, warmup_ratio=0.0):
+    def __init__(
+        self, params, lr, max_grad_norm, weight_decay=0.0, total_steps=100, warmup_ratio=0.0
+    ):
         self.params = [p for p in params if p.requires_grad]
         self.masters = [p.detach().float().clone().requires_grad_(True) for p in self.params]
         self.max_grad_norm = max_grad_norm

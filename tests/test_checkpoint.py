@@ -14,8 +14,8 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 import compat
 import fsdp2_port
-from tests.models import Block, TinyNet, global_batch, local_rows, loss_fn, make_model
 from fsdp2_port.launch import run_ranks
+from tests.models import Block, TinyNet, global_batch, local_rows, loss_fn, make_model
 
 LR, MAX_NORM, SAVE_AT, TOTAL = 1e-2, 1.0, 3, 6
 
@@ -29,7 +29,9 @@ def _fsdp2(dtype, seed=0):
 
 
 def _optimizer(model):
-    return fsdp2_port.BF16Optimizer(model, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1)
+    return fsdp2_port.BF16Optimizer(
+        model, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1
+    )
 
 
 def _step(model, opt, step, dtype):
@@ -65,7 +67,10 @@ def _save_then_continue(rank, world, dtype_name, ckpt, ref_path):
     norms = [_step(model, opt, step, dtype) for step in range(SAVE_AT, TOTAL)]
     final = {n: m.full_tensor() for n, m in zip(opt.param_names, opt.fp32_params)}
     if rank == 0:
-        torch.save({"snapshot": snapshot, "norms": norms, "final": final, "lr": opt.get_learning_rate()}, ref_path)
+        torch.save(
+            {"snapshot": snapshot, "norms": norms, "final": final, "lr": opt.get_learning_rate()},
+            ref_path,
+        )
 
 
 def _load_then_continue(rank, world, dtype_name, ckpt, ref_path):
@@ -121,7 +126,9 @@ def test_state_is_keyed_by_name_not_position():
     by_name = dict(zip(loaded.param_names, loaded.fp32_params))
     for name, m in zip(opt.param_names, opt.fp32_params):
         assert torch.equal(by_name[name], m)
-        assert torch.equal(loaded.optimizer.state[by_name[name]]["exp_avg"], opt.optimizer.state[m]["exp_avg"])
+        assert torch.equal(
+            loaded.optimizer.state[by_name[name]]["exp_avg"], opt.optimizer.state[m]["exp_avg"]
+        )
     assert torch.equal(other.head.weight, model.head.weight)
 
 
@@ -133,7 +140,7 @@ def test_checkpoints_without_or_with_wrong_masters_are_refused():
     with pytest.raises(KeyError, match="missing"):
         fresh.load_state_dict(without)
     wrong = {**saved, "fp32_params": {**saved["fp32_params"], "head.bias": torch.zeros(3)}}
-    with pytest.raises(ValueError, match="head.bias"):
+    with pytest.raises(ValueError, match=r"head\.bias"):
         fresh.load_state_dict(wrong)
     positional = compat.BF16Optimizer(make_model(torch.bfloat16), LR).state_dict()
     with pytest.raises(ValueError, match="by position"):
@@ -161,8 +168,12 @@ def test_fresh_state_dict_allocates_moments_without_counting_a_step():
 
 
 def _fsdp1_and_fsdp2_agree(rank, world):
-    v1 = FSDP(make_model(), device_id=torch.device("cpu"), use_orig_params=True,
-              auto_wrap_policy=ModuleWrapPolicy({Block}))
+    v1 = FSDP(
+        make_model(),
+        device_id=torch.device("cpu"),
+        use_orig_params=True,
+        auto_wrap_policy=ModuleWrapPolicy({Block}),
+    )
     v2 = _fsdp2(torch.float32)
     opt1 = compat.BF16Optimizer(v1, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1)
     opt2 = _optimizer(v2)

@@ -23,9 +23,9 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import compat
+from fsdp2_port.launch import run_ranks
 from tests.models import Block, global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop
-from fsdp2_port.launch import run_ranks
 
 CPU = torch.device("cpu")
 LR, MAX_NORM, STEPS = 1e-2, 1.0, 4
@@ -55,8 +55,10 @@ def _all_equal(t: torch.Tensor) -> bool:
 
 def _full_params(fsdp_model):
     with FSDP.summon_full_params(fsdp_model):
-        return {n.replace("_fsdp_wrapped_module.", ""): p.detach().float().clone()
-                for n, p in fsdp_model.named_parameters()}
+        return {
+            n.replace("_fsdp_wrapped_module.", ""): p.detach().float().clone()
+            for n, p in fsdp_model.named_parameters()
+        }
 
 
 def _train_against_replica(rank, world, model, opt, dtype, steps=STEPS, before_step=None):
@@ -93,7 +95,9 @@ def _sharded_matches_replica(rank, world, strategy, use_orig_params, dtype_name,
     dtype = getattr(torch, dtype_name)
     fsdp = _wrap(make_model(dtype), strategy, use_orig_params)
     target = fsdp.module if inner else fsdp  # SpecForge hands the optimizer an inner module
-    opt = compat.BF16Optimizer(target, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0)
+    opt = compat.BF16Optimizer(
+        target, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0
+    )
     replica = _train_against_replica(rank, world, fsdp, opt, dtype)
     _assert_params_match(_full_params(fsdp), replica, dtype)
     for p, m in zip(opt.model_params, opt.fp32_params):
@@ -143,7 +147,9 @@ def _whole_tensors_count_once(rank, world, layout):
         before_step = lambda m: _average_grads(m.module.head)  # noqa: E731
     else:
         wrapped = DDP(model)
-    opt = compat.BF16Optimizer(wrapped, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0)
+    opt = compat.BF16Optimizer(
+        wrapped, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0
+    )
     _train_against_replica(rank, world, wrapped, opt, torch.float32, before_step=before_step)
 
 
@@ -217,8 +223,11 @@ def _nonfinite_on_one_rank(rank, world, policy):
     loss_fn(fsdp, local_rows(x, rank, world), local_rows(y, rank, world)).backward()
     opt.step()
     masters = [m.detach().clone() for m in opt.fp32_params]
-    moments = {i: opt.optimizer.state[m]["exp_avg_sq"].clone()
-               for i, m in enumerate(opt.fp32_params) if m in opt.optimizer.state}
+    moments = {
+        i: opt.optimizer.state[m]["exp_avg_sq"].clone()
+        for i, m in enumerate(opt.fp32_params)
+        if m in opt.optimizer.state
+    }
     lr = opt.get_learning_rate()
     x, y = global_batch(1)
     loss_fn(fsdp, local_rows(x, rank, world), local_rows(y, rank, world)).backward()
@@ -255,7 +264,9 @@ def test_inf_on_one_rank_is_decided_the_same_everywhere(policy):
 def _old_local_clip_differs(rank, world):
     fsdp_fixed = _wrap(make_model(), "FULL_SHARD", True)
     fsdp_old = _wrap(make_model(), "FULL_SHARD", True)
-    fixed = compat.BF16Optimizer(fsdp_fixed, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0)
+    fixed = compat.BF16Optimizer(
+        fsdp_fixed, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0
+    )
     old = SpecForgeLoop(fsdp_old.parameters(), LR, MAX_NORM)  # per-rank clip of the local shard
     replica = make_model()
     ref = SpecForgeLoop(replica.parameters(), LR, MAX_NORM)
@@ -299,6 +310,8 @@ def _clip_like_fsdp1(rank, world, strategy, dtype_name):
         torch.testing.assert_close(a.grad, b.grad, rtol=grad_rtol, atol=0)
 
 
-@pytest.mark.parametrize("strategy,dtype", [("FULL_SHARD", "float32"), ("SHARD_GRAD_OP", "bfloat16")])
+@pytest.mark.parametrize(
+    "strategy,dtype", [("FULL_SHARD", "float32"), ("SHARD_GRAD_OP", "bfloat16")]
+)
 def test_compat_clip_matches_fsdp1_with_an_fp32_result(strategy, dtype):
     run_ranks(_clip_like_fsdp1, 2, strategy, dtype)

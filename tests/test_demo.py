@@ -11,7 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_migrated_example_trains_like_the_original(tmp_path):
     run = subprocess.run(
         [sys.executable, "examples/demo.py", "--steps", "3", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "VERDICT: the migrated FSDP2 script trains the same" in run.stdout

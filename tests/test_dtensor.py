@@ -18,9 +18,9 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import fsdp2_port
+from fsdp2_port.launch import run_ranks
 from tests.models import global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop
-from fsdp2_port.launch import run_ranks
 
 LR, MAX_NORM = 1e-2, 1.0
 WORLD = {"fsdp": 2, "hsdp": 4, "fsdp_tp": 4, "expert_submesh": 4, "plain_param": 2}
@@ -56,7 +56,9 @@ def _build(layout, dtype=torch.float32, seed=0):
     elif layout == "fsdp_tp":
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
         for block in model.blocks:
-            parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+            parallelize_module(
+                block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()}
+            )
             fully_shard(block, mesh=mesh["dp"])
         fully_shard(model, mesh=mesh["dp"])
         return model, (mesh.get_local_rank("dp"), 2), sync
@@ -121,7 +123,9 @@ def test_clip_is_one_collective_and_matches_the_replica(layout):
 
 def _optimizer_trains_like_replica(rank, world, layout):
     model, data, sync = _build(layout)
-    opt = fsdp2_port.BF16Optimizer(model, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0)
+    opt = fsdp2_port.BF16Optimizer(
+        model, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0
+    )
     replica = _replica(layout)
     ref = SpecForgeLoop(replica.parameters(), LR, MAX_NORM)
     for step in range(4):
@@ -150,9 +154,13 @@ def _bf16_matches_single_process(rank, world):
     """
     bf16 = torch.bfloat16
     model, data, sync = _build("fsdp", bf16)
-    opt = fsdp2_port.BF16Optimizer(model, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1)
+    opt = fsdp2_port.BF16Optimizer(
+        model, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1
+    )
     replica = make_model(bf16)
-    ref = fsdp2_port.BF16Optimizer(replica, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1)
+    ref = fsdp2_port.BF16Optimizer(
+        replica, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1
+    )
     ref.configure_grad_norm_reduction(enabled=False)
     assert all(isinstance(m, DTensor) and m.dtype == torch.float32 for m in opt.fp32_params)
     for p, m in zip(opt.model_params, opt.fp32_params):
@@ -181,7 +189,9 @@ def _partial_refused(rank, world):
     from torch.distributed.tensor import Partial, distribute_tensor
 
     mesh = init_device_mesh("cpu", (2,))
-    p = torch.nn.Parameter(distribute_tensor(torch.ones(4), mesh, [torch.distributed.tensor.Replicate()]))
+    p = torch.nn.Parameter(
+        distribute_tensor(torch.ones(4), mesh, [torch.distributed.tensor.Replicate()])
+    )
     p.grad = DTensor.from_local(torch.ones(4), mesh, [Partial()])
     with pytest.raises(ValueError, match="Partial"):
         fsdp2_port.clip_grad_norm_([p], 1.0)

@@ -123,7 +123,9 @@ def test_public_clip_on_plain_tensors_is_torch_bit_for_bit(p):
     assert torch.equal(norm, torch.nn.utils.clip_grad_norm_(ref, 0.5, p))
     assert all(a.grad is None or torch.equal(a.grad, b.grad) for a, b in zip(ours, ref))
     grads = [q.grad for q in _params() if q.grad is not None and q.numel() > 0]
-    assert torch.equal(fsdp2_port.global_grad_norm(grads, p), torch.nn.utils.get_total_norm(grads, p))
+    assert torch.equal(
+        fsdp2_port.global_grad_norm(grads, p), torch.nn.utils.get_total_norm(grads, p)
+    )
 
 
 def test_public_clip_nonfinite_options():

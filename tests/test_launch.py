@@ -1,4 +1,7 @@
-"""The launcher never hangs: a failing rank kills its peers, a hung one is killed at the deadline."""
+"""The launcher never hangs.
+
+A failing rank kills its peers; a hung one is killed at the deadline.
+"""
 
 import time
 

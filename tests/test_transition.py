@@ -32,16 +32,22 @@ def _step(model, opt, step):
 
 
 def _fsdp1_run(rank, world, use_orig_params, inner, path):
-    fsdp = FSDP(make_model(), device_id=torch.device("cpu"), use_orig_params=use_orig_params,
-                auto_wrap_policy=ModuleWrapPolicy({Block}))
+    fsdp = FSDP(
+        make_model(),
+        device_id=torch.device("cpu"),
+        use_orig_params=use_orig_params,
+        auto_wrap_policy=ModuleWrapPolicy({Block}),
+    )
     opt = compat.BF16Optimizer(fsdp.module if inner else fsdp, LR, **KW)
     for step in range(SAVE_AT):
         _step(fsdp, opt, step)
     saved = fsdp2_state_dict(opt, root=fsdp)
     after = [_step(fsdp, opt, step) for step in range(SAVE_AT, TOTAL)]
     with FSDP.summon_full_params(fsdp):
-        final = {n.replace("_fsdp_wrapped_module.", ""): p.detach().clone()
-                 for n, p in fsdp.named_parameters()}
+        final = {
+            n.replace("_fsdp_wrapped_module.", ""): p.detach().clone()
+            for n, p in fsdp.named_parameters()
+        }
     if rank == 0:
         torch.save({"saved": saved, "after": after, "final": final}, path)
 
@@ -58,7 +64,10 @@ def _fsdp2_resume(rank, world, path):
     for name, m in zip(opt.param_names, opt.fp32_params):
         assert torch.equal(m.full_tensor(), full[name]), name
         state = opt.optimizer.state[m]
-        assert torch.equal(state["exp_avg"].full_tensor(), ref["saved"]["optimizer_state_dict"]["state"][name]["exp_avg"])
+        assert torch.equal(
+            state["exp_avg"].full_tensor(),
+            ref["saved"]["optimizer_state_dict"]["state"][name]["exp_avg"],
+        )
         assert state["step"].item() == SAVE_AT
     after = [_step(model, opt, step) for step in range(SAVE_AT, TOTAL)]
     for (norm, loss), (want_norm, want_loss) in zip(after, ref["after"]):

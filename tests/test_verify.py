@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def _cli(*args, timeout=300):
     return subprocess.run(
         [sys.executable, "-m", "fsdp2_port", "verify", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -42,7 +45,9 @@ def test_default_model_fp32_four_ranks_json():
     assert all(o < 0.9 * r for o, r in zip(report["norms"]["old_clip"], ref))
 
 
-@pytest.mark.parametrize("strategy,world,dtype", [("hybrid", 4, "fp32"), ("shard_grad_op", 2, "bf16")])
+@pytest.mark.parametrize(
+    "strategy,world,dtype", [("hybrid", 4, "fp32"), ("shard_grad_op", 2, "bf16")]
+)
 def test_other_strategies_are_equivalent(strategy, world, dtype):
     report = assert_equivalent(world_size=world, steps=2, strategy=strategy, dtype=dtype)
     assert report.ok and len(report.losses["fsdp2"]) == 2

@@ -17,14 +17,22 @@ from codemods.options import Options
 
 
 class MigrateCommand(CodemodCommand):
-    DESCRIPTION = "FSDP1 -> FSDP2: rewrite what is safe, mark the rest with # TODO(fsdp2-port) comments."
+    DESCRIPTION = (
+        "FSDP1 -> FSDP2: rewrite what is safe, mark the rest with # TODO(fsdp2-port) comments."
+    )
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument("--select", default="", help="comma-separated rule codes to run (default: all)")
+        arg_parser.add_argument(
+            "--select", default="", help="comma-separated rule codes to run (default: all)"
+        )
         arg_parser.add_argument("--ignore", default="", help="comma-separated rule codes to skip")
-        arg_parser.add_argument("--target-torch", default="2.6", help="torch release the output targets (>= 2.4)")
-        arg_parser.add_argument("--no-runtime-dependency", action="store_true", help="emit torch-only code")
+        arg_parser.add_argument(
+            "--target-torch", default="2.6", help="torch release the output targets (>= 2.4)"
+        )
+        arg_parser.add_argument(
+            "--no-runtime-dependency", action="store_true", help="emit torch-only code"
+        )
 
     def __init__(
         self,
@@ -42,8 +50,13 @@ class MigrateCommand(CodemodCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         if not fsdp1.might_need_migration(tree.code.encode("utf-8", "surrogateescape")):
             return tree
-        context = CodemodContext(filename=self.context.filename, full_module_name=self.context.full_module_name)
+        context = CodemodContext(
+            filename=self.context.filename, full_module_name=self.context.full_module_name
+        )
         new_tree, findings = engine.run_rules(tree, self.rules, self.options, context)
         for finding in findings:
-            self.warn(f"{finding.line}:{finding.column}: {finding.code} [{finding.severity}] {finding.message}")
+            self.warn(
+                f"{finding.line}:{finding.column}: {finding.code} [{finding.severity}] "
+                f"{finding.message}"
+            )
         return new_tree

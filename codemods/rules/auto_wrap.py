@@ -1,6 +1,7 @@
-"""F2P003: ``FSDP(m, auto_wrap_policy=<literal policy>, ...)`` -> ``fully_shard`` per submodule, then root.
+"""F2P003: ``FSDP(m, auto_wrap_policy=<literal policy>, ...)`` -> ``fully_shard`` per submodule.
 
-A literal policy is ``functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={A, B})``
+The root is sharded last. A literal policy is
+``functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={A, B})``
 or ``ModuleWrapPolicy({A, B})`` (set, list or tuple of class names), written in the call or bound
 to a name once in the same scope. Both FSDP1 policies wrap every submodule that is an instance
 of a listed class, never the root twice; the rewrite does the same, children before parents
@@ -42,14 +43,22 @@ class AutoWrapRule(Rule):
         classes, binding = self._classes(conversion.policy.value)
         problems = list(conversion.blockers)
         if classes is None:
-            problems.append("auto_wrap_policy is not a literal transformer_auto_wrap_policy/ModuleWrapPolicy class set")
+            problems.append(
+                "auto_wrap_policy is not a literal "
+                "transformer_auto_wrap_policy/ModuleWrapPolicy class set"
+            )
         if conversion.module is not None and not arguments.is_simple(conversion.module.value):
             problems.append("the module expression is used twice: assign it to a name first")
         for arg in conversion.args:
             if not (arguments.is_simple(arg.value) or self._pure_call(arg.value)):
-                problems.append(f"{arg.keyword.value if arg.keyword else 'an argument'} would be evaluated once per submodule: assign it to a name first")
+                problems.append(
+                    f"{arg.keyword.value if arg.keyword else 'an argument'} would be evaluated "
+                    "once per submodule: assign it to a name first"
+                )
         if problems:
-            self._plans[id(statement)] = "FSDP(...) with auto_wrap_policy left as is: " + "; ".join(problems)
+            self._plans[id(statement)] = "FSDP(...) with auto_wrap_policy left as is: " + "; ".join(
+                problems
+            )
             return
         self._plans[id(statement)] = (classes, conversion)
         if binding is not None:
@@ -72,7 +81,10 @@ class AutoWrapRule(Rule):
         if kind == "ModuleWrapPolicy" and len(policy.args) == 1 and policy.args[0].keyword is None:
             return _literal_classes(policy.args[0].value), binding
         if "functools.partial" in self.qualified(policy.func) and policy.args:
-            if self.fsdp1_name(policy.args[0].value) != "transformer_auto_wrap_policy" or len(policy.args) != 2:
+            if (
+                self.fsdp1_name(policy.args[0].value) != "transformer_auto_wrap_policy"
+                or len(policy.args) != 2
+            ):
                 return None, None
             layers = policy.args[1]
             if layers.keyword is None or layers.keyword.value != "transformer_layer_cls":
@@ -85,7 +97,10 @@ class AutoWrapRule(Rule):
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
         if id(original_node) in self._removable:
-            self.rewritten(original_node, "auto-wrap policy binding removed (fully_shard is applied explicitly)")
+            self.rewritten(
+                original_node,
+                "auto-wrap policy binding removed (fully_shard is applied explicitly)",
+            )
             return cst.RemoveFromParent()
         plan = self._plans.get(id(original_node))
         if plan is None:
@@ -99,15 +114,18 @@ class AutoWrapRule(Rule):
         loop = _loop(self.module, self._loop_name(original_node), module, classes, conversion.args)
         root = rewrite(self, call, _wrap_call(updated_node), conversion)
         small = updated_node.body[0]
-        new_statement = updated_node.with_changes(body=[small.with_changes(value=root)], leading_lines=[])
+        new_statement = updated_node.with_changes(
+            body=[small.with_changes(value=root)], leading_lines=[]
+        )
         first = loop.with_changes(leading_lines=updated_node.leading_lines)
         return cst.FlattenSentinel([first, new_statement])
-
 
     def _loop_name(self, statement: cst.CSTNode) -> str:
         """``submodule``, unless that name is already used where the loop goes."""
         scope = self.get_metadata(ScopeProvider, statement, None)
-        taken = scope is not None and bool(scope.assignments["submodule"] or scope.accesses["submodule"])
+        taken = scope is not None and bool(
+            scope.assignments["submodule"] or scope.accesses["submodule"]
+        )
         return "fsdp_submodule" if taken else "submodule"
 
 
@@ -119,7 +137,11 @@ class _Scan(cst.CSTVisitor):
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         call = _wrap_call(node)
-        if call is not None and self.rule.fsdp1_name(call.func) == "FullyShardedDataParallel" and not self.rule.ignored(call):
+        if (
+            call is not None
+            and self.rule.fsdp1_name(call.func) == "FullyShardedDataParallel"
+            and not self.rule.ignored(call)
+        ):
             self.rule.plan(node, call)
 
 
@@ -137,16 +159,26 @@ def _literal_classes(expr: cst.BaseExpression) -> list[cst.BaseExpression] | Non
     if not isinstance(expr, (cst.Set, cst.List, cst.Tuple)) or not expr.elements:
         return None
     classes = [element.value for element in expr.elements]
-    if any(element.__class__ is not cst.Element or not arguments.is_simple(c) for element, c in zip(expr.elements, classes)):
+    if any(
+        element.__class__ is not cst.Element or not arguments.is_simple(c)
+        for element, c in zip(expr.elements, classes)
+    ):
         return None
     return classes
 
 
-def _loop(module: cst.Module, name: str, root: str, classes: list[cst.BaseExpression], args: list[cst.Arg]) -> cst.For:
+def _loop(
+    module: cst.Module, name: str, root: str, classes: list[cst.BaseExpression], args: list[cst.Arg]
+) -> cst.For:
     kinds = ", ".join(module.code_for_node(c) for c in classes)
     kinds = f"({kinds},)" if len(classes) == 1 else f"({kinds})"
     keywords = "".join(
-        ", " + module.code_for_node(a.with_changes(comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=cst.SimpleWhitespace("")))
+        ", "
+        + module.code_for_node(
+            a.with_changes(
+                comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=cst.SimpleWhitespace("")
+            )
+        )
         for a in args
     )
     tab, newline = module.default_indent, module.default_newline

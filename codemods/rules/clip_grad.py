@@ -20,7 +20,8 @@ from codemods.rule import Rule
 # on different meshes (TP + FSDP on separate meshes) are rejected, older releases unchecked,
 # and with no DTensor gradient at all the result has no full_tensor -- so it is marked review.
 _TORCH_ONLY = (
-    "clip_grad_norm_ -> torch.nn.utils.clip_grad_norm_(...).full_tensor(): exact on one FSDP2 mesh; "
+    "clip_grad_norm_ -> torch.nn.utils.clip_grad_norm_(...).full_tensor(): "
+    "exact on one FSDP2 mesh; "
     "fails on gradients spread over several meshes (use fsdp2_port.clip_grad_norm_ there)"
 )
 
@@ -43,21 +44,32 @@ class ClipGradRule(Rule):
         if not self.known_fsdp(func.value):
             self.flag(
                 original_node,
-                f"{receiver} is not known to be FSDP1: if it is, use fsdp2_port.clip_grad_norm_({receiver}.parameters(), ...)",
+                f"{receiver} is not known to be FSDP1: if it is, use "
+                f"fsdp2_port.clip_grad_norm_({receiver}.parameters(), ...)",
             )
             return updated_node
         if arguments.bind(original_node, ("max_norm", "norm_type")) is None:
-            self.flag(original_node, "clip_grad_norm_ with unusual arguments: use fsdp2_port.clip_grad_norm_ by hand")
+            self.flag(
+                original_node,
+                "clip_grad_norm_ with unusual arguments: use fsdp2_port.clip_grad_norm_ by hand",
+            )
             return updated_node
         parameters = cst.Arg(
-            cst.parse_expression(f"{receiver}.parameters()"), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            cst.parse_expression(f"{receiver}.parameters()"),
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
         )
         args = [parameters, *updated_node.args]
         if self.options.runtime_dependency:
             self.add_needed_import("fsdp2_port")
-            self.rewritten(original_node, "clip_grad_norm_ -> fsdp2_port.clip_grad_norm_ (plain global norm)")
-            return updated_node.with_changes(func=cst.parse_expression("fsdp2_port.clip_grad_norm_"), args=args)
+            self.rewritten(
+                original_node, "clip_grad_norm_ -> fsdp2_port.clip_grad_norm_ (plain global norm)"
+            )
+            return updated_node.with_changes(
+                func=cst.parse_expression("fsdp2_port.clip_grad_norm_"), args=args
+            )
         self.add_needed_import("torch")
         self.rewritten(original_node, _TORCH_ONLY, review=True)
-        clip = updated_node.with_changes(func=cst.parse_expression("torch.nn.utils.clip_grad_norm_"), args=args)
+        clip = updated_node.with_changes(
+            func=cst.parse_expression("torch.nn.utils.clip_grad_norm_"), args=args
+        )
         return cst.Call(func=cst.Attribute(value=clip, attr=cst.Name("full_tensor")))

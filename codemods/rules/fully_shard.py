@@ -20,7 +20,9 @@ class FullyShardRule(Rule):
     TRIGGERS = ("FullyShardedDataParallel",)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if self.fsdp1_name(original_node.func) != "FullyShardedDataParallel" or self.ignored(original_node):
+        if self.fsdp1_name(original_node.func) != "FullyShardedDataParallel" or self.ignored(
+            original_node
+        ):
             return updated_node
         conversion = constructor.convert(self, original_node)
         if conversion.policy is not None:
@@ -31,7 +33,9 @@ class FullyShardRule(Rule):
         return rewrite(self, original_node, updated_node, conversion)
 
 
-def rewrite(rule: Rule, original: cst.Call, updated: cst.Call, conversion: constructor.Conversion) -> cst.Call:
+def rewrite(
+    rule: Rule, original: cst.Call, updated: cst.Call, conversion: constructor.Conversion
+) -> cst.Call:
     """The ``fully_shard`` call for a convertible FSDP1 call (also used by F2P003 for the root)."""
     assert conversion.module is not None
     rule.add_needed_import(rule.options.fsdp2_module, "fully_shard")

@@ -42,7 +42,9 @@ class ImportsRule(Rule):
     def finish(self, tree: cst.Module) -> None:
         if self._candidates:
             remaining = _imports(tree)
-            self.findings.extend(finding for key, finding in self._candidates if key not in remaining)
+            self.findings.extend(
+                finding for key, finding in self._candidates if key not in remaining
+            )
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
@@ -50,13 +52,21 @@ class ImportsRule(Rule):
         module = get_full_name_for_node(node.module) or ""
         for alias in node.names:
             name = get_full_name_for_node(alias.name) or ""
-            if _is_fsdp1(f"{module}.{name}") and self._unused(node, _asname(alias) or name) and not self.ignored(node):
+            if (
+                _is_fsdp1(f"{module}.{name}")
+                and self._unused(node, _asname(alias) or name)
+                and not self.ignored(node)
+            ):
                 self._schedule(alias, (module, name, _asname(alias)))
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
             module = get_full_name_for_node(alias.name) or ""
-            if _is_fsdp1(module) and self._unused(node, _asname(alias) or module) and not self.ignored(node):
+            if (
+                _is_fsdp1(module)
+                and self._unused(node, _asname(alias) or module)
+                and not self.ignored(node)
+            ):
                 self._schedule(alias, (module, None, _asname(alias)))
 
     def _unused(self, node: cst.CSTNode, bound: str) -> bool:
@@ -66,20 +76,27 @@ class ImportsRule(Rule):
         scope = self.get_metadata(ScopeProvider, node, None)
         if scope is None:
             return True
-        return all(not a.references for a in scope.assignments[bound] if getattr(a, "node", None) is node)
+        return all(
+            not a.references for a in scope.assignments[bound] if getattr(a, "node", None) is node
+        )
 
     def _schedule(self, alias: cst.ImportAlias, key: _Key) -> None:
         module, name, asname = key
         self.remove_unused_import(module, name, asname)
         what = f"{module}.{name}" if name else module
-        self._candidates.append((key, self.finding(alias, f"unused FSDP1 import {what} removed", "safe", "rewritten")))
+        self._candidates.append(
+            (key, self.finding(alias, f"unused FSDP1 import {what} removed", "safe", "rewritten"))
+        )
 
 
 def _is_fsdp1(dotted: str) -> bool:
     """An FSDP1 name, or the FSDP1 package/submodules themselves."""
     return fsdp1.canonical(dotted) is not None or dotted in (
         fsdp1.PACKAGE,
-        *(f"{fsdp1.PACKAGE}.{sub.rstrip('.')}" for sub in ("fully_sharded_data_parallel.", "api.", "wrap.")),
+        *(
+            f"{fsdp1.PACKAGE}.{sub.rstrip('.')}"
+            for sub in ("fully_sharded_data_parallel.", "api.", "wrap.")
+        ),
     )
 
 
@@ -107,11 +124,16 @@ def _imports(tree: cst.Module) -> set[_Key]:
 
 
 def _one_per_line(tree: cst.Module) -> tuple[cst.Module, bool]:
-    """Module-level parenthesized multi-line ``from`` imports with a mixed layout, one name per line."""
+    """Module-level parenthesized multi-line ``from`` imports with a mixed layout.
+
+    They are rewritten one name per line.
+    """
     body = list(tree.body)
     changed = False
     for index, statement in enumerate(body):
-        if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.ImportFrom):
+        if isinstance(statement, cst.SimpleStatementLine) and isinstance(
+            statement.body[0], cst.ImportFrom
+        ):
             laid = _laid_out(statement.body[0], tree.default_indent)
             if laid is not statement.body[0]:
                 body[index] = statement.with_changes(body=[laid, *statement.body[1:]])
@@ -123,7 +145,9 @@ def _laid_out(node: cst.ImportFrom, indent: str) -> cst.ImportFrom:
     names = node.names
     if node.lpar is None or isinstance(names, cst.ImportStar):
         return node
-    breaks = [_breaks(node.lpar.whitespace_after)] + [_breaks(getattr(a.comma, "whitespace_after", None)) for a in names]
+    breaks = [_breaks(node.lpar.whitespace_after)] + [
+        _breaks(getattr(a.comma, "whitespace_after", None)) for a in names
+    ]
     if not any(breaks) or (all(breaks) and isinstance(names[-1].comma, cst.Comma)):
         return node
     item = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(indent))
@@ -135,7 +159,9 @@ def _laid_out(node: cst.ImportFrom, indent: str) -> cst.ImportFrom:
         if isinstance(own, cst.ParenthesizedWhitespace):
             after = after.with_changes(first_line=own.first_line)
         laid.append(alias.with_changes(comma=cst.Comma(whitespace_after=after)))
-    return node.with_changes(names=laid, lpar=node.lpar.with_changes(whitespace_after=item), rpar=cst.RightParen())
+    return node.with_changes(
+        names=laid, lpar=node.lpar.with_changes(whitespace_after=item), rpar=cst.RightParen()
+    )
 
 
 def _breaks(whitespace) -> bool:

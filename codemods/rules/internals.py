@@ -14,25 +14,40 @@ from codemods.rule import Rule
 
 _FSDP = "FullyShardedDataParallel."
 _NAMED = {
-    _FSDP + "summon_full_params": "summon_full_params: FSDP2 parameters are DTensors; use p.full_tensor() (or FSDPModule.unshard())",
-    _FSDP + "fsdp_modules": "FSDP.fsdp_modules(m): use [x for x in m.modules() if isinstance(x, FSDPModule)]",
-    _FSDP + "set_state_dict_type": "set_state_dict_type: FSDP2 picks the state dict per call (get_model_state_dict options)",
-    "ShardedGradScaler": "ShardedGradScaler: use torch.amp.GradScaler, which handles DTensor gradients",
+    _FSDP + "summon_full_params": "summon_full_params: FSDP2 parameters are DTensors; "
+    "use p.full_tensor() (or FSDPModule.unshard())",
+    _FSDP + "fsdp_modules": "FSDP.fsdp_modules(m): "
+    "use [x for x in m.modules() if isinstance(x, FSDPModule)]",
+    _FSDP + "set_state_dict_type": "set_state_dict_type: FSDP2 picks the state dict per call "
+    "(get_model_state_dict options)",
+    "ShardedGradScaler": "ShardedGradScaler: "
+    "use torch.amp.GradScaler, which handles DTensor gradients",
 }
 
 _INTERNALS = ("_fsdp_wrapped_module", "_flat_param")
 #: Attributes flagged only on a receiver known to be an FSDP1 module (the names are common).
 _ON_RECEIVER = ("module", "summon_full_params", "_handle", "_all_handles", "_fsdp_handles")
-_INTERNAL = "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters (no wrapper, no flat parameter)"
+_INTERNAL = (
+    "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters "
+    "(no wrapper, no flat parameter)"
+)
 
 
 class InternalsRule(Rule):
     CODE = "F2P010"
-    SUMMARY = "flag FSDP1 APIs/internals without a mechanical rewrite (summon_full_params, .module, ...)"
+    SUMMARY = (
+        "flag FSDP1 APIs/internals without a mechanical rewrite (summon_full_params, .module, ...)"
+    )
     DESCRIPTION = SUMMARY
     TRIGGERS = (
-        "summon_full_params", "fsdp_modules", "set_state_dict_type", "ShardedGradScaler", "_fsdp_wrapped_module",
-        "_flat_param", ".module", "_handle",
+        "summon_full_params",
+        "fsdp_modules",
+        "set_state_dict_type",
+        "ShardedGradScaler",
+        "_fsdp_wrapped_module",
+        "_flat_param",
+        ".module",
+        "_handle",
     )
 
     def visit_Import(self, node: cst.Import) -> bool:
@@ -67,7 +82,11 @@ class InternalsRule(Rule):
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         for internal in _INTERNALS:
             if internal in node.value:
-                self._flag(node, f"{internal} in a string: FSDP2 state-dict keys and module names carry no such prefix")
+                self._flag(
+                    node,
+                    f"{internal} in a string: "
+                    "FSDP2 state-dict keys and module names carry no such prefix",
+                )
 
     def _flag(self, node: cst.CSTNode, message: str) -> None:
         if not self.ignored(node):

@@ -28,7 +28,8 @@ class IsinstanceRule(Rule):
         kinds = original_node.args[1].value
         if isinstance(kinds, cst.Tuple):
             elements = [
-                e.with_changes(value=cst.Name("FSDPModule")) if self._is_fsdp(e.value) else e for e in kinds.elements
+                e.with_changes(value=cst.Name("FSDPModule")) if self._is_fsdp(e.value) else e
+                for e in kinds.elements
             ]
             if all(new is old for new, old in zip(elements, kinds.elements)):
                 return updated_node
@@ -42,13 +43,17 @@ class IsinstanceRule(Rule):
         second = updated_node.args[1].with_changes(value=new_kinds)
         return updated_node.with_changes(args=[updated_node.args[0], second])
 
-    def leave_Annotation(self, original_node: cst.Annotation, updated_node: cst.Annotation) -> cst.Annotation:
+    def leave_Annotation(
+        self, original_node: cst.Annotation, updated_node: cst.Annotation
+    ) -> cst.Annotation:
         kind = original_node.annotation
         if not self._is_fsdp(kind) or self.ignored(original_node):
             return updated_node
         self.add_needed_import(self.options.fsdp2_module, "FSDPModule")
         self.rewritten(original_node, "FSDP annotation -> FSDPModule")
-        return updated_node.with_changes(annotation=cst.Name("FSDPModule").with_changes(lpar=kind.lpar, rpar=kind.rpar))
+        return updated_node.with_changes(
+            annotation=cst.Name("FSDPModule").with_changes(lpar=kind.lpar, rpar=kind.rpar)
+        )
 
     def _is_fsdp(self, node: cst.BaseExpression) -> bool:
         return self.fsdp1_name(node) == "FullyShardedDataParallel"

@@ -15,13 +15,19 @@ from libcst.metadata import ScopeProvider
 from codemods import fsdp1
 from codemods.rule import Rule
 
-
 _POLICIES = frozenset(
-    {"transformer_auto_wrap_policy", "size_based_auto_wrap_policy", "lambda_auto_wrap_policy", "always_wrap_policy",
-     "ModuleWrapPolicy", "CustomPolicy"}
+    {
+        "transformer_auto_wrap_policy",
+        "size_based_auto_wrap_policy",
+        "lambda_auto_wrap_policy",
+        "always_wrap_policy",
+        "ModuleWrapPolicy",
+        "CustomPolicy",
+    }
 )
 _POLICY = (
-    "{}: FSDP2 has no wrap policies; where the model is wrapped, call fully_shard on each submodule "
+    "{}: FSDP2 has no wrap policies; where the model is wrapped, "
+    "call fully_shard on each submodule "
     "the policy selects, then on the root (F2P003 does this for literal policies)"
 )
 
@@ -30,7 +36,6 @@ class LeftoversRule(Rule):
     CODE = "F2P099"
     SUMMARY = "flag every remaining reference to an FSDP1 name"
     DESCRIPTION = SUMMARY
-
 
     def visit_Module(self, node: cst.Module) -> None:
         self._quoted: dict[int, str] = {}
@@ -48,7 +53,11 @@ class LeftoversRule(Rule):
         if isinstance(node.names, cst.ImportStar):
             return
         scope = self.get_metadata(ScopeProvider, node, None)
-        module = get_full_name_for_node(node.module) if isinstance(node, cst.ImportFrom) and node.module else None
+        module = (
+            get_full_name_for_node(node.module)
+            if isinstance(node, cst.ImportFrom) and node.module
+            else None
+        )
         for alias in node.names:
             dotted = get_full_name_for_node(alias.name) or ""
             name = fsdp1.canonical(f"{module}.{dotted}" if module else dotted)
@@ -64,7 +73,9 @@ class LeftoversRule(Rule):
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         name = self._quoted.get(id(node))
         if name is not None and not (self.ignored(node) or self.has_marker()):
-            self.flag(node, f"FSDP1 name {name} in a string annotation: use FSDPModule (or port by hand)")
+            self.flag(
+                node, f"FSDP1 name {name} in a string annotation: use FSDPModule (or port by hand)"
+            )
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         return self._check(node)
@@ -81,5 +92,7 @@ class LeftoversRule(Rule):
                 self.flag(node, _POLICY.format(name))
             else:
                 kind = "private FSDP1 internal" if fsdp1.is_private(name) else "FSDP1 name"
-                self.flag(node, f"{kind} {name} has no automatic FSDP2 rewrite: port this line by hand")
+                self.flag(
+                    node, f"{kind} {name} has no automatic FSDP2 rewrite: port this line by hand"
+                )
         return False

@@ -25,18 +25,34 @@ class NoSyncRule(Rule):
         call = calls[0]
         receiver = call.func.value  # type: ignore[attr-defined]
         text = self.code(receiver)
-        if len(original_node.items) != 1 or original_node.items[0].asname is not None or original_node.asynchronous:
-            self.flag(call, f"{text}.no_sync() among other context managers: use {text}.set_requires_gradient_sync by hand")
+        if (
+            len(original_node.items) != 1
+            or original_node.items[0].asname is not None
+            or original_node.asynchronous
+        ):
+            self.flag(
+                call,
+                f"{text}.no_sync() among other context managers: "
+                f"use {text}.set_requires_gradient_sync by hand",
+            )
             return updated_node
         if not self.known_fsdp(receiver):
-            self.flag(call, f"{text} is not known to be FSDP1: if it is, use {text}.set_requires_gradient_sync(False/True)")
+            self.flag(
+                call,
+                f"{text} is not known to be FSDP1: "
+                f"if it is, use {text}.set_requires_gradient_sync(False/True)",
+            )
             return updated_node
         self.rewritten(call, "no_sync() -> set_requires_gradient_sync(False), restored in finally")
         body = updated_node.body
         if isinstance(body, cst.SimpleStatementSuite):
-            body = cst.IndentedBlock(body=[cst.SimpleStatementLine(body=body.body)], header=body.trailing_whitespace)
+            body = cst.IndentedBlock(
+                body=[cst.SimpleStatementLine(body=body.body)], header=body.trailing_whitespace
+            )
         config = self.module.config_for_parsing
-        off = cst.parse_statement(f"{text}.set_requires_gradient_sync(False){config.default_newline}", config=config)
+        off = cst.parse_statement(
+            f"{text}.set_requires_gradient_sync(False){config.default_newline}", config=config
+        )
         guarded = cst.ensure_type(
             cst.parse_statement(
                 f"try:{config.default_newline}{config.default_indent}pass{config.default_newline}"
@@ -47,7 +63,10 @@ class NoSyncRule(Rule):
             cst.Try,
         )
         return cst.FlattenSentinel(
-            [off.with_changes(leading_lines=updated_node.leading_lines), guarded.with_changes(body=body)]
+            [
+                off.with_changes(leading_lines=updated_node.leading_lines),
+                guarded.with_changes(body=body),
+            ]
         )
 
 

@@ -1,4 +1,6 @@
-"""F2P009: the BF16 master-weight optimizer -> ``fsdp2_port.BF16Optimizer``; no second norm reduction.
+"""F2P009: the BF16 master-weight optimizer -> ``fsdp2_port.BF16Optimizer``.
+
+No second norm reduction.
 
 ``from specforge.optimizer import BF16Optimizer`` / ``from compat import BF16Optimizer`` import
 from ``fsdp2_port`` instead (same constructor and API). Its ``step()`` returns the *global*
@@ -22,7 +24,10 @@ _CLASSES = {f"{module}.BF16Optimizer" for module in (*_SOURCES, "fsdp2_port")}
 
 class OptimizerRule(Rule):
     CODE = "F2P009"
-    SUMMARY = "BF16Optimizer from specforge/compat -> fsdp2_port; drop the caller-side all-reduce of its norm"
+    SUMMARY = (
+        "BF16Optimizer from specforge/compat -> fsdp2_port; "
+        "drop the caller-side all-reduce of its norm"
+    )
     DESCRIPTION = SUMMARY
     TRIGGERS = ("BF16Optimizer",)
 
@@ -32,7 +37,11 @@ class OptimizerRule(Rule):
 
     def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom):
         module = get_full_name_for_node(original_node.module) if original_node.module else None
-        if original_node.relative or module not in _SOURCES or isinstance(original_node.names, cst.ImportStar):
+        if (
+            original_node.relative
+            or module not in _SOURCES
+            or isinstance(original_node.names, cst.ImportStar)
+        ):
             return updated_node
         ours = [a for a in original_node.names if get_full_name_for_node(a.name) == "BF16Optimizer"]
         if not ours or self.ignored(original_node):
@@ -45,11 +54,17 @@ class OptimizerRule(Rule):
         names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(names=names)
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
-        return updated_node.with_changes(body=self._without_reduction(original_node.body, updated_node.body))
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ):
+        return updated_node.with_changes(
+            body=self._without_reduction(original_node.body, updated_node.body)
+        )
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        return updated_node.with_changes(body=self._without_reduction(original_node.body, updated_node.body))
+        return updated_node.with_changes(
+            body=self._without_reduction(original_node.body, updated_node.body)
+        )
 
     def _without_reduction(self, original, updated):
         body = list(updated)
@@ -61,14 +76,19 @@ class OptimizerRule(Rule):
             plan = self._reduction(original, index + 1, norm)
             if plan is None:
                 continue
-            square, reduce, root, total = plan
+            _square, _reduce, _root, total = plan
             self.rewritten(
                 original[index + 2],
-                "caller-side all-reduce of BF16Optimizer.step()'s norm removed: step() already returns the global norm",
+                "caller-side all-reduce of BF16Optimizer.step()'s norm removed: "
+                "step() already returns the global norm",
             )
             config = self.module.config_for_parsing
             alias = cst.parse_statement(f"{total} = {norm}{config.default_newline}", config=config)
-            keep = [] if total == norm else [alias.with_changes(leading_lines=body[index + 3].leading_lines)]
+            keep = (
+                []
+                if total == norm
+                else [alias.with_changes(leading_lines=body[index + 3].leading_lines)]
+            )
             body[index + 1 : index + 4] = keep
         return body
 
@@ -82,8 +102,13 @@ class OptimizerRule(Rule):
         )
 
     def _reduction(self, statements, start: int, norm: str):
-        """``(square, all_reduce, sqrt, result name)`` when statements[start:start+3] reduce ``norm``."""
-        if start + 3 > len(statements) or any(self.ignored(s) for s in statements[start : start + 3]):
+        """``(square, all_reduce, sqrt, result name)``.
+
+        Only when statements[start:start+3] reduce ``norm``.
+        """
+        if start + 3 > len(statements) or any(
+            self.ignored(s) for s in statements[start : start + 3]
+        ):
             return None
         square = _assigned(statements[start])
         if square is None or not _squares(self.module.code_for_node(square[1]), norm):
@@ -97,7 +122,8 @@ class OptimizerRule(Rule):
             return None
         for arg in call.args:
             if arg.keyword is not None and not (
-                arg.keyword.value == "op" and self.qualified(arg.value) & {"torch.distributed.ReduceOp.SUM"}
+                arg.keyword.value == "op"
+                and self.qualified(arg.value) & {"torch.distributed.ReduceOp.SUM"}
             ):
                 return None
         root = _assigned(statements[start + 2])
@@ -114,7 +140,11 @@ def _assigned(statement) -> tuple[str, cst.BaseExpression] | None:
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return None
     small = statement.body[0]
-    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+    if (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+    ):
         return small.targets[0].target.value, small.value
     return None
 
@@ -131,10 +161,17 @@ def _squares(code: str, name: str) -> bool:
     n = re.escape(name)
     base = rf"{n}(?:\.(?:detach|clone|float)\(\))*"
     return bool(
-        re.fullmatch(rf"{base}\s*\*\*\s*2|{base}\s*\*\s*{base}|{base}\.(?:pow\(2\)|square\(\))|torch\.(?:square\({base}\)|pow\({base},\s*2\))", code)
+        re.fullmatch(
+            rf"{base}\s*\*\*\s*2|{base}\s*\*\s*{base}|{base}\.(?:pow\(2\)|square\(\))|torch\.(?:square\({base}\)|pow\({base},\s*2\))",
+            code,
+        )
     )
 
 
 def _roots(code: str, name: str) -> bool:
     n = re.escape(name)
-    return bool(re.fullmatch(rf"{n}\s*\*\*\s*0\.5|{n}\.(?:sqrt\(\)|pow\(0\.5\))|(?:torch|math)\.sqrt\({n}\)", code))
+    return bool(
+        re.fullmatch(
+            rf"{n}\s*\*\*\s*0\.5|{n}\.(?:sqrt\(\)|pow\(0\.5\))|(?:torch|math)\.sqrt\({n}\)", code
+        )
+    )

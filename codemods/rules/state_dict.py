@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-
 from codemods import arguments
 from codemods.bindings import Bindings
 from codemods.rule import Rule
@@ -43,13 +42,20 @@ class _Context:
     review: str = ""
 
 
-_DEFAULT = _Context(None, "StateDictOptions(full_state_dict=True)", "StateDictOptions(full_state_dict=True)",
-                    "StateDictOptions(full_state_dict=True)")
+_DEFAULT = _Context(
+    None,
+    "StateDictOptions(full_state_dict=True)",
+    "StateDictOptions(full_state_dict=True)",
+    "StateDictOptions(full_state_dict=True)",
+)
 
 
 class StateDictRule(Rule):
     CODE = "F2P008"
-    SUMMARY = "FSDP.state_dict_type / optim_state_dict / optim_state_dict_to_load -> get_/set_*_state_dict"
+    SUMMARY = (
+        "FSDP.state_dict_type / optim_state_dict / optim_state_dict_to_load "
+        "-> get_/set_*_state_dict"
+    )
     DESCRIPTION = SUMMARY
     TRIGGERS = ("state_dict",)
 
@@ -87,36 +93,57 @@ class StateDictRule(Rule):
             return updated_node
         call = original_node.items[0].item
         message = "with FSDP.state_dict_type(...) removed: FSDP2 chooses the state dict per call"
-        self.rewritten(call, "; ".join(filter(None, [message, context.review])), review=bool(context.review))
+        self.rewritten(
+            call, "; ".join(filter(None, [message, context.review])), review=bool(context.review)
+        )
         return cst.FlattenSentinel(_unwrapped(updated_node))
 
-    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine):
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ):
         if id(original_node) not in self._removable:
             return updated_node
-        self.rewritten(original_node, "state-dict config binding removed (its only use was rewritten)")
+        self.rewritten(
+            original_node, "state-dict config binding removed (its only use was rewritten)"
+        )
         return cst.RemoveFromParent()
 
     def _context(self, call: cst.Call) -> _Context | str:
-        bound = arguments.bind(call, ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config"))
+        bound = arguments.bind(
+            call, ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config")
+        )
         if bound is None or "module" not in bound or "state_dict_type" not in bound:
             return "FSDP.state_dict_type(...) with unusual arguments: port by hand"
         if not arguments.is_simple(bound["module"].value):
-            return "FSDP.state_dict_type(...) on a module expression: assign the module to a name first"
+            return (
+                "FSDP.state_dict_type(...) on a module expression: "
+                "assign the module to a name first"
+            )
         kind = self.fsdp1_name(bound["state_dict_type"].value)
         if kind not in ("StateDictType.FULL_STATE_DICT", "StateDictType.SHARDED_STATE_DICT"):
-            return "LOCAL_STATE_DICT or a runtime state-dict type: pick get_model_state_dict options by hand"
+            return (
+                "LOCAL_STATE_DICT or a runtime state-dict type: "
+                "pick get_model_state_dict options by hand"
+            )
         full = kind == "StateDictType.FULL_STATE_DICT"
-        configs = [self._bound(bound.get(name)) for name in ("state_dict_config", "optim_state_dict_config")]
+        configs = [
+            self._bound(bound.get(name))
+            for name in ("state_dict_config", "optim_state_dict_config")
+        ]
         model = _config(self, configs[0][0], full, "StateDictConfig")
         optim = _config(self, configs[1][0], full, "OptimStateDictConfig")
         if model is None or optim is None:
             return "state-dict config with runtime values: pick StateDictOptions by hand"
         self._removable.update(id(statement) for _, statement in configs if statement is not None)
         review = []
-        for what, (offload, rank0_only) in (("state_dict_config", model), ("optim_state_dict_config", optim)):
+        for what, (offload, rank0_only) in (
+            ("state_dict_config", model),
+            ("optim_state_dict_config", optim),
+        ):
             if full and offload != rank0_only:
                 review.append(
-                    f"{what}: offload_to_cpu={offload} with rank0_only={rank0_only}; FSDP2's cpu_offload gives "
+                    f"{what}: offload_to_cpu={offload} with rank0_only={rank0_only}; "
+                    "FSDP2's cpu_offload gives "
                     "the full state dict to rank 0 only (other ranks get an empty one)"
                 )
         return _Context(
@@ -134,7 +161,9 @@ class StateDictRule(Rule):
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         return updated_node.with_changes(body=self._join_pairs(original_node, updated_node.body))
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
         return updated_node.with_changes(body=self._join_pairs(original_node, updated_node.body))
 
     def _find_pairs(self, block: cst.CSTNode, body) -> None:
@@ -153,7 +182,9 @@ class StateDictRule(Rule):
     def _join_pairs(self, original: cst.CSTNode, body) -> list:
         body = list(body)
         for index, call, parts, context in reversed(self._pairs.pop(id(original), [])):
-            self.rewritten(call, "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)")
+            self.rewritten(
+                call, "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)"
+            )
             joined = cst.SimpleStatementLine(
                 body=[cst.Expr(self._call("set_optimizer_state_dict", list(parts), context.optim))],
                 leading_lines=body[index].leading_lines,
@@ -161,7 +192,9 @@ class StateDictRule(Rule):
             body[index : index + 2] = [joined]
         return body
 
-    def _bound(self, arg: cst.Arg | None) -> tuple[cst.BaseExpression | None, cst.SimpleStatementLine | None]:
+    def _bound(
+        self, arg: cst.Arg | None
+    ) -> tuple[cst.BaseExpression | None, cst.SimpleStatementLine | None]:
         """A config argument's value, looking through a name bound once in the same scope.
 
         Also returns the binding statement when the argument is its only use.
@@ -192,28 +225,43 @@ class StateDictRule(Rule):
             return self._get_optim(original_node, updated_node, context)
         if name == _FSDP + "optim_state_dict_to_load":
             if not self._loading and id(original_node) not in self._paired:
-                self.flag(original_node, "FSDP.optim_state_dict_to_load(...) outside o.load_state_dict(...): use set_optimizer_state_dict")
+                self.flag(
+                    original_node,
+                    "FSDP.optim_state_dict_to_load(...) outside o.load_state_dict(...): "
+                    "use set_optimizer_state_dict",
+                )
             return updated_node
         func = original_node.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in ("state_dict", "load_state_dict"):
+        if not isinstance(func, cst.Attribute) or func.attr.value not in (
+            "state_dict",
+            "load_state_dict",
+        ):
             return updated_node
         receiver = self.code(func.value)
         if self._contexts and receiver == context.module:
             return self._model(original_node, updated_node, context)
         if not self._contexts and self.known_fsdp(func.value, fsdp1_only=True):
             if self._sets_type:
-                self.flag(original_node, f"{func.attr.value} on an FSDP1 module whose state-dict type is set elsewhere: use get_/set_model_state_dict")
+                self.flag(
+                    original_node,
+                    f"{func.attr.value} on an FSDP1 module whose state-dict type is set "
+                    "elsewhere: use get_/set_model_state_dict",
+                )
                 return updated_node
             return self._model(original_node, updated_node, _DEFAULT)
         return updated_node
 
-    def _model(self, original: cst.Call, updated: cst.Call, context: _Context) -> cst.BaseExpression:
+    def _model(
+        self, original: cst.Call, updated: cst.Call, context: _Context
+    ) -> cst.BaseExpression:
         func = original.func
         assert isinstance(func, cst.Attribute)
         receiver = self.code(func.value)
         if func.attr.value == "state_dict":
             if original.args:
-                self.flag(original, "state_dict(...) with arguments: use get_model_state_dict by hand")
+                self.flag(
+                    original, "state_dict(...) with arguments: use get_model_state_dict by hand"
+                )
                 return updated
             if context.model is None:
                 return updated
@@ -221,7 +269,10 @@ class StateDictRule(Rule):
             return self._call("get_model_state_dict", [receiver], context.model)
         bound = arguments.bind(original, ("state_dict", "strict", "assign"))
         if bound is None or "state_dict" not in bound or "assign" in bound:
-            self.flag(original, "load_state_dict(...) with unusual arguments: use set_model_state_dict by hand")
+            self.flag(
+                original,
+                "load_state_dict(...) with unusual arguments: use set_model_state_dict by hand",
+            )
             return updated
         if context.load is None:
             return updated
@@ -229,25 +280,45 @@ class StateDictRule(Rule):
         if "strict" in bound:
             options = options[:-1] + f", strict={self.code(bound['strict'].value)})"
         self.rewritten(original, "load_state_dict(...) -> set_model_state_dict(...)")
-        return self._call("set_model_state_dict", [receiver, self.code(bound["state_dict"].value)], options)
+        return self._call(
+            "set_model_state_dict", [receiver, self.code(bound["state_dict"].value)], options
+        )
 
-    def _get_optim(self, original: cst.Call, updated: cst.Call, context: _Context) -> cst.BaseExpression:
+    def _get_optim(
+        self, original: cst.Call, updated: cst.Call, context: _Context
+    ) -> cst.BaseExpression:
         bound = arguments.bind(original, ("model", "optim", "optim_state_dict", "group"))
         if bound is None or set(bound) != {"model", "optim"}:
-            self.flag(original, "FSDP.optim_state_dict(...) with unusual arguments: use get_optimizer_state_dict by hand")
+            self.flag(
+                original,
+                "FSDP.optim_state_dict(...) with unusual arguments: "
+                "use get_optimizer_state_dict by hand",
+            )
             return updated
         self.rewritten(original, "FSDP.optim_state_dict(...) -> get_optimizer_state_dict(...)")
-        return self._call("get_optimizer_state_dict", [self.code(bound["model"].value), self.code(bound["optim"].value)], context.optim)
+        return self._call(
+            "get_optimizer_state_dict",
+            [self.code(bound["model"].value), self.code(bound["optim"].value)],
+            context.optim,
+        )
 
-    def _set_optim(self, original: cst.Call, updated: cst.Call, context: _Context) -> cst.BaseExpression:
+    def _set_optim(
+        self, original: cst.Call, updated: cst.Call, context: _Context
+    ) -> cst.BaseExpression:
         inner = _to_load(self, original)
         assert inner is not None and isinstance(original.func, cst.Attribute)
         optimizer = self.code(original.func.value)
         parts = _to_load_parts(self, inner, optimizer)
         if parts is None:
-            self.flag(original, "o.load_state_dict(FSDP.optim_state_dict_to_load(...)) with unusual arguments: use set_optimizer_state_dict")
+            self.flag(
+                original,
+                "o.load_state_dict(FSDP.optim_state_dict_to_load(...)) with unusual arguments: "
+                "use set_optimizer_state_dict",
+            )
             return updated
-        self.rewritten(original, "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)")
+        self.rewritten(
+            original, "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)"
+        )
         return self._call("set_optimizer_state_dict", list(parts), context.optim)
 
     def _call(self, function: str, args: list[str], options: str | None) -> cst.BaseExpression:
@@ -255,7 +326,9 @@ class StateDictRule(Rule):
         if options:
             self.add_needed_import(_MODULE, "StateDictOptions")
             args = [*args, f"options={options}"]
-        return cst.parse_expression(f"{function}({', '.join(args)})", config=self.module.config_for_parsing)
+        return cst.parse_expression(
+            f"{function}({', '.join(args)})", config=self.module.config_for_parsing
+        )
 
 
 class _PlainWiths(cst.CSTVisitor):
@@ -274,7 +347,9 @@ class _PlainWiths(cst.CSTVisitor):
     def visit_With(self, node: cst.With) -> None:
         item = node.items[0]
         if len(node.items) == 1 and item.asname is None and isinstance(item.item, cst.Call):
-            if self.rule.fsdp1_name(item.item.func) == _FSDP + "state_dict_type" and not self.rule.ignored(item.item):
+            if self.rule.fsdp1_name(
+                item.item.func
+            ) == _FSDP + "state_dict_type" and not self.rule.ignored(item.item):
                 self.found.append((node, item.item))
 
 
@@ -283,11 +358,19 @@ def _state_dict_type_call(rule: Rule, node: cst.With) -> cst.Call | None:
         calls = [i.item for i in node.items if isinstance(i.item, cst.Call)]
         for call in calls:
             if rule.fsdp1_name(call.func) == _FSDP + "state_dict_type" and not rule.ignored(call):
-                rule.flag(call, "FSDP.state_dict_type(...) among other context managers: split the with statement")
+                rule.flag(
+                    call,
+                    "FSDP.state_dict_type(...) among other context managers: "
+                    "split the with statement",
+                )
         return None
     item = node.items[0]
     call = item.item
-    if not isinstance(call, cst.Call) or rule.fsdp1_name(call.func) != _FSDP + "state_dict_type" or rule.ignored(call):
+    if (
+        not isinstance(call, cst.Call)
+        or rule.fsdp1_name(call.func) != _FSDP + "state_dict_type"
+        or rule.ignored(call)
+    ):
         return None
     if item.asname is not None:
         rule.flag(call, "FSDP.state_dict_type(...) as a value: port by hand")
@@ -295,7 +378,9 @@ def _state_dict_type_call(rule: Rule, node: cst.With) -> cst.Call | None:
     return call
 
 
-def _config(rule: Rule, value: cst.BaseExpression | None, full: bool, family: str) -> tuple[bool, bool] | None:
+def _config(
+    rule: Rule, value: cst.BaseExpression | None, full: bool, family: str
+) -> tuple[bool, bool] | None:
     """``(offload_to_cpu, rank0_only)`` of a literal config (FSDP1 defaults when absent)."""
     if value is None or arguments.is_none(value):
         return False, False
@@ -305,7 +390,9 @@ def _config(rule: Rule, value: cst.BaseExpression | None, full: bool, family: st
     expected = ("Full" if full else "Sharded") + family
     if rule.fsdp1_name(call.func) != expected:
         return None
-    bound = arguments.bind(call, ("offload_to_cpu", "rank0_only") if full else ("offload_to_cpu", "_use_dtensor"))
+    bound = arguments.bind(
+        call, ("offload_to_cpu", "rank0_only") if full else ("offload_to_cpu", "_use_dtensor")
+    )
     if bound is None:
         return None
     values = {name: arguments.literal_bool(a.value) for name, a in bound.items()}
@@ -327,7 +414,10 @@ def _to_load(rule: Rule, call: cst.Call) -> cst.Call | None:
     if len(call.args) != 1 or call.args[0].keyword is not None:
         return None
     inner = call.args[0].value
-    if isinstance(inner, cst.Call) and rule.fsdp1_name(inner.func) == _FSDP + "optim_state_dict_to_load":
+    if (
+        isinstance(inner, cst.Call)
+        and rule.fsdp1_name(inner.func) == _FSDP + "optim_state_dict_to_load"
+    ):
         return inner
     return None
 
@@ -335,7 +425,8 @@ def _to_load(rule: Rule, call: cst.Call) -> cst.Call | None:
 def _to_load_parts(rule: Rule, call: cst.Call, optimizer: str) -> tuple[str, str, str] | None:
     """``(model, optimizer, optim_state_dict)`` source, whichever of FSDP1's two orders is used.
 
-    torch >= 2.1: ``(model, optim, optim_state_dict)``; before: ``(optim_state_dict, model, optim)``.
+    torch >= 2.1: ``(model, optim, optim_state_dict)``;
+    before: ``(optim_state_dict, model, optim)``.
     Positional calls are told apart by where the receiver of ``load_state_dict`` appears.
     """
     if any(a.star for a in call.args) or len(call.args) < 3:
@@ -355,28 +446,45 @@ def _to_load_parts(rule: Rule, call: cst.Call, optimizer: str) -> tuple[str, str
 
 
 def _load_pair(rule: Rule, first, second, rest) -> tuple[cst.Call, tuple[str, str, str]] | None:
-    """``(to_load call, parts)`` for ``n = FSDP.optim_state_dict_to_load(...)`` + ``o.load_state_dict(n)``.
+    """``(to_load call, parts)``.
+
+    For ``n = FSDP.optim_state_dict_to_load(...)`` followed by ``o.load_state_dict(n)``.
 
     Only when ``n`` is not used again in the rest of the block.
     """
-    if not (isinstance(first, cst.SimpleStatementLine) and isinstance(second, cst.SimpleStatementLine)):
+    if not (
+        isinstance(first, cst.SimpleStatementLine) and isinstance(second, cst.SimpleStatementLine)
+    ):
         return None
     if len(first.body) != 1 or len(second.body) != 1:
         return None
     assign, load = first.body[0], second.body[0]
-    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
+    if not (
+        isinstance(assign, cst.Assign)
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+    ):
         return None
     call = assign.value
-    if not (isinstance(call, cst.Call) and rule.fsdp1_name(call.func) == _FSDP + "optim_state_dict_to_load"):
+    if not (
+        isinstance(call, cst.Call)
+        and rule.fsdp1_name(call.func) == _FSDP + "optim_state_dict_to_load"
+    ):
         return None
     name = assign.targets[0].target.value
     if not (isinstance(load, cst.Expr) and isinstance(load.value, cst.Call)):
         return None
     func = load.value.func
     args = load.value.args
-    if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and len(args) == 1):
+    if not (
+        isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and len(args) == 1
+    ):
         return None
-    if not (args[0].keyword is None and isinstance(args[0].value, cst.Name) and args[0].value.value == name):
+    if not (
+        args[0].keyword is None
+        and isinstance(args[0].value, cst.Name)
+        and args[0].value.value == name
+    ):
         return None
     if rule.ignored(call) or any(name in rule.code(statement) for statement in rest):
         return None

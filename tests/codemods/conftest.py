@@ -1,4 +1,7 @@
-"""Fixtures shared by the codemod tests (only test_emitted_api imports torch; the codemods never do)."""
+"""Fixtures shared by the codemod tests.
+
+Only test_emitted_api imports torch; the codemods never do.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +11,24 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from codemod_samples import ROOT
+
 
 @pytest.fixture
 def run_module():
     """Run ``python -m MODULE ARGS`` from the repository root with the project importable."""
 
     def run(module: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+        )
         return subprocess.run(
-            [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", module, *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
 
     return run

@@ -8,11 +8,10 @@ import stat
 from pathlib import Path
 
 import pytest
+from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE
 
 from codemods import sources
 from codemods.cli import main
-
-from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE
 
 
 def write(path: Path, text: str) -> Path:
@@ -98,11 +97,15 @@ def test_write_keeps_encoding_newlines_and_mode(tmp_path, capsys):
     crlf.write_bytes(FSDP1_SOURCE.replace("\n", "\r\n").encode())
     os.chmod(crlf, 0o750)
     assert main(["--write", str(tmp_path)]) == 0
-    assert latin.read_bytes() == ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + FSDP2_SOURCE).encode("latin-1")
+    assert latin.read_bytes() == ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + FSDP2_SOURCE).encode(
+        "latin-1"
+    )
     assert bom.read_bytes() == b"\xef\xbb\xbf" + ("# \u00fcber\n" + FSDP2_SOURCE).encode("utf-8")
     assert crlf.read_bytes() == FSDP2_SOURCE.replace("\n", "\r\n").encode()
     assert stat.S_IMODE(crlf.stat().st_mode) == 0o750
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bom.py", "crlf.py", "latin.py"], "no temporary files left"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bom.py", "crlf.py", "latin.py"], (
+        "no temporary files left"
+    )
 
 
 def test_write_is_all_or_nothing(tmp_path, monkeypatch):
@@ -119,16 +122,23 @@ def test_write_is_all_or_nothing(tmp_path, monkeypatch):
 
 
 def test_bad_files_are_reported_untouched_and_the_run_goes_on(tmp_path, capsys):
-    broken = write(tmp_path / "a_broken.py", "from torch.distributed.fsdp import (FullyShardedDataParallel,\n")
+    broken = write(
+        tmp_path / "a_broken.py", "from torch.distributed.fsdp import (FullyShardedDataParallel,\n"
+    )
     undecodable = tmp_path / "b_undecodable.py"
-    undecodable.write_bytes(b"from torch.distributed.fsdp import FullyShardedDataParallel\nx = '\xff\xfe'\n")
+    undecodable.write_bytes(
+        b"from torch.distributed.fsdp import FullyShardedDataParallel\nx = '\xff\xfe'\n"
+    )
     good = write(tmp_path / "c_good.py", FSDP1_SOURCE)
     assert main(["--write", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"{broken}: error: cannot parse" in err
     assert f"{undecodable}: error: cannot decode" in err
     assert broken.read_text() == "from torch.distributed.fsdp import (FullyShardedDataParallel,\n"
-    assert undecodable.read_bytes() == b"from torch.distributed.fsdp import FullyShardedDataParallel\nx = '\xff\xfe'\n"
+    assert (
+        undecodable.read_bytes()
+        == b"from torch.distributed.fsdp import FullyShardedDataParallel\nx = '\xff\xfe'\n"
+    )
     assert good.read_text() == FSDP2_SOURCE
 
 
@@ -150,10 +160,16 @@ def test_unreadable_file_is_an_error(tmp_path, capsys, monkeypatch):
 
 
 def test_no_runtime_dependency(tmp_path, capsys):
-    target = write(tmp_path / "train.py", FSDP1_SOURCE + "\n\ndef clip(m):\n    m = FSDP(m)\n    return m.clip_grad_norm_(1.0)\n")
+    target = write(
+        tmp_path / "train.py",
+        FSDP1_SOURCE + "\n\ndef clip(m):\n    m = FSDP(m)\n    return m.clip_grad_norm_(1.0)\n",
+    )
     assert main(["--no-runtime-dependency", str(target)]) == 0
     out = capsys.readouterr().out
-    assert "torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0).full_tensor()" in out and "import fsdp2_port" not in out
+    assert (
+        "torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0).full_tensor()" in out
+        and "import fsdp2_port" not in out
+    )
 
 
 def test_progress_goes_to_stderr_only(tmp_path, capsys, monkeypatch):
@@ -180,12 +196,25 @@ def test_symlinks_and_non_python_files_are_skipped(tmp_path, capsys):
     (tmp_path / "link.py").symlink_to(real)
     (tmp_path / "linkdir").symlink_to(real.parent)
     write(tmp_path / "notes.txt", FSDP1_SOURCE)
-    files, problems = sources.discover([str(tmp_path), str(tmp_path / "link.py"), str(tmp_path / "notes.txt")])
+    files, problems = sources.discover(
+        [str(tmp_path), str(tmp_path / "link.py"), str(tmp_path / "notes.txt")]
+    )
     assert files == [str(real)] and problems == []
 
 
 @pytest.mark.parametrize(
-    "directory", [".git", ".venv", "venv", "build", "site-packages", "__pycache__", "node_modules", ".tox", "env-with-cfg"]
+    "directory",
+    [
+        ".git",
+        ".venv",
+        "venv",
+        "build",
+        "site-packages",
+        "__pycache__",
+        "node_modules",
+        ".tox",
+        "env-with-cfg",
+    ],
 )
 def test_tool_directories_are_skipped_unless_named(tmp_path, directory):
     hidden = write(tmp_path / directory / "pkg" / "train.py", FSDP1_SOURCE)
@@ -219,7 +248,9 @@ def test_a_rewrite_that_would_not_parse_is_never_written(tmp_path, capsys, monke
     from codemods import engine
 
     target = write(tmp_path / "train.py", FSDP1_SOURCE)
-    monkeypatch.setattr(engine, "migrate_text", lambda text, path, rules, options: ("def broken(:\n", []))
+    monkeypatch.setattr(
+        engine, "migrate_text", lambda text, path, rules, options: ("def broken(:\n", [])
+    )
     assert main(["--write", str(target)]) == 2
     assert "internal error" in capsys.readouterr().err
     assert target.read_text() == FSDP1_SOURCE

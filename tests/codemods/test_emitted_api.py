@@ -39,8 +39,12 @@ class _Calls(cst.CSTVisitor):
         name = cst.helpers.get_full_name_for_node(node.func) or ""
         key = "set_requires_gradient_sync" if name.endswith(".set_requires_gradient_sync") else name
         if key in APIS:
-            positional = sum(1 for a in node.args if a.keyword is None) + (key == "set_requires_gradient_sync")
-            self.found.append((key, positional, [a.keyword.value for a in node.args if a.keyword is not None]))
+            positional = sum(1 for a in node.args if a.keyword is None) + (
+                key == "set_requires_gradient_sync"
+            )
+            self.found.append(
+                (key, positional, [a.keyword.value for a in node.args if a.keyword is not None])
+            )
 
 
 def _resolve(target: str):
@@ -56,7 +60,9 @@ def test_emitted_calls_bind_to_the_installed_signatures() -> None:
     calls = _Calls()
     for output in OUTPUTS:
         cst.parse_module(output.read_text()).visit(calls)
-    assert {key for key, _, _ in calls.found} == set(APIS), "every API the rules emit appears in a fixture"
+    assert {key for key, _, _ in calls.found} == set(APIS), (
+        "every API the rules emit appears in a fixture"
+    )
     for key, positional, keywords in calls.found:
         signature = inspect.signature(_resolve(APIS[key]))
         signature.bind(*([None] * positional), **dict.fromkeys(keywords))  # raises TypeError if not

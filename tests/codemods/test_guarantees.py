@@ -29,7 +29,7 @@ def comments(text: str) -> list[str]:
 
 @pytest.mark.parametrize("case", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name[:-6]}")
 def test_all_rules_parse_idempotent_and_keep_comments(case: Path) -> None:
-    output, findings = migrate(case)
+    output, _findings = migrate(case)
     cst.parse_module(output)
     assert migrate_text_again(output) == output
     survived = comments(output)
@@ -44,7 +44,7 @@ def migrate_text_again(text: str) -> str:
 @pytest.mark.parametrize("case", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name[:-6]}")
 def test_nothing_fsdp1_is_left_without_a_marker(case: Path) -> None:
     output, _ = migrate(case)
-    again, flagged = engine.migrate_text(output, case.name, [LeftoversRule], Options())
+    again, _flagged = engine.migrate_text(output, case.name, [LeftoversRule], Options())
     assert again == output, "an FSDP1 reference has no marker"
 
 
@@ -68,7 +68,10 @@ def test_every_review_finding_points_at_its_marked_statement(case: Path) -> None
 
 
 def test_ignore_comment_leaves_the_line_alone() -> None:
-    source = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\nm = FSDP(x)  # fsdp2-port: ignore\n"
+    source = (
+        "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+        "m = FSDP(x)  # fsdp2-port: ignore\n"
+    )
     output, findings = engine.migrate_text(source, "x.py", registry.select(), Options())
     assert output == source and findings == []
 
@@ -76,15 +79,24 @@ def test_ignore_comment_leaves_the_line_alone() -> None:
 def test_files_without_fsdp1_text_are_not_parsed(tmp_path) -> None:
     plain = tmp_path / "plain.py"
     plain.write_text("def broken(:\n")  # would not parse, but there is nothing to migrate
-    result = batch.migrate_file(str(plain), [r.CODE for r in registry.RULES], Options(), write=False)
+    result = batch.migrate_file(
+        str(plain), [r.CODE for r in registry.RULES], Options(), write=False
+    )
     assert (result.parsed, result.error, result.changed) == (False, None, False)
 
 
-@pytest.mark.parametrize("case", [p for p in FIXTURES if p.parent.name == "all"], ids=lambda p: p.name[:-6])
+@pytest.mark.parametrize(
+    "case", [p for p in FIXTURES if p.parent.name == "all"], ids=lambda p: p.name[:-6]
+)
 def test_crlf_and_tab_indented_files_get_the_same_rewrite(case: Path) -> None:
     """Generated lines (markers, loops, try/finally) follow the file's newline and indent style."""
-    source, expected = case.read_text(), case.with_name(case.name.replace(".in.py", ".out.py")).read_text()
-    crlf, _ = engine.migrate_text(source.replace("\n", "\r\n"), case.name, registry.select(), Options())
+    source, expected = (
+        case.read_text(),
+        case.with_name(case.name.replace(".in.py", ".out.py")).read_text(),
+    )
+    crlf, _ = engine.migrate_text(
+        source.replace("\n", "\r\n"), case.name, registry.select(), Options()
+    )
     assert crlf == expected.replace("\n", "\r\n")
     tabs = lambda text: "\n".join(_tabbed(line) for line in text.split("\n"))  # noqa: E731
     tabbed, _ = engine.migrate_text(tabs(source), case.name, registry.select(), Options())
@@ -94,4 +106,8 @@ def test_crlf_and_tab_indented_files_get_the_same_rewrite(case: Path) -> None:
 def _tabbed(line: str) -> str:
     stripped = line.lstrip(" ")
     depth = (len(line) - len(stripped)) // 4
-    return "\t" * depth + stripped if stripped and not stripped.startswith((")", "]", "}")) or depth else line
+    return (
+        "\t" * depth + stripped
+        if (stripped and not stripped.startswith((")", "]", "}"))) or depth
+        else line
+    )
