@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import ScopeProvider
+from libcst.metadata import Assignment, ScopeProvider
 
 from codemods.rule import Rule
 
@@ -44,7 +44,10 @@ class Bindings(cst.CSTVisitor):
         assignments = list(scope.assignments[name.value])
         if len(assignments) != 1 or assignments[0].scope is not scope:
             return None
-        found = self._by_target.get(id(assignments[0].node))
+        assignment = assignments[0]
+        if not isinstance(assignment, Assignment):  # a builtin: never in ``scope``
+            return None
+        found = self._by_target.get(id(assignment.node))
         if found is None:
             return None
         return Binding(found[0], found[1], len(scope.accesses[name.value]) == 1)

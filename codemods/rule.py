@@ -12,13 +12,14 @@ Invariants every rule keeps:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
 import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-from libcst.metadata import PositionProvider, ScopeProvider
+from libcst.metadata import CodeRange, PositionProvider, ScopeProvider
 
 from codemods import fsdp1, markers
 from codemods.findings import Action, Severity
@@ -94,7 +95,7 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         #: metadata) as it was, and its markers are added by the next pass that rewrites.
         self.pending: dict[int, list[tuple[str, str]]] = {}
         self._receivers: dict[bool, KnownReceivers] = {}
-        self._positions = None
+        self._positions: Mapping[cst.CSTNode, CodeRange] | None = None
 
     # -- running ------------------------------------------------------------------------
     def prepare(self, code: str) -> bool:
@@ -141,7 +142,7 @@ class Rule(CodemodCommand, cst.CSTTransformer):
                 self.scopes.append(node)
         return super().on_visit(node)
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         result = super().on_leave(original_node, updated_node)
         kind = type(original_node)
         if kind in _SCOPE_TYPES:
@@ -220,9 +221,11 @@ class Rule(CodemodCommand, cst.CSTTransformer):
         where = self._where(node)
         return where.start.line in self._ignored or where.end.line in self._ignored
 
-    def _where(self, node: cst.CSTNode):
+    def _where(self, node: cst.CSTNode) -> CodeRange:
         if self._positions is None:
-            self._positions = self.context.wrapper.resolve(PositionProvider)
+            wrapper = self.context.wrapper
+            assert wrapper is not None, "positions are asked for only while a pass runs"
+            self._positions = wrapper.resolve(PositionProvider)
         return self._positions[node]
 
     def has_marker(self) -> bool:
@@ -263,7 +266,7 @@ class AttachMarkers(cst.CSTTransformer):
     def __init__(self, pending: dict[int, list[tuple[str, str]]]) -> None:
         self.pending = pending
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+    def on_leave(self, original_node, updated_node):
         result = super().on_leave(original_node, updated_node)
         for code, message in self.pending.get(id(original_node), ()):
             result = _mark(result, code, message)

@@ -50,5 +50,5 @@ class BF16Optimizer(MasterWeightOptimizer):
             nonfinite=nonfinite,
         )
 
-    def _norm_copies(self, group: dist.ProcessGroup | None) -> list[int]:
+    def _norm_copies(self, group: dist.ProcessGroup) -> list[int]:
         return [copies_in(group, s) for s in self._shard_groups]

@@ -28,5 +28,6 @@ def clip_grad_norm_(
     copies = None
     if group is not None:
         copies = [copies_in(group, s) for s in shard_groups(module, params)]
-    norm, _ = grad_norm.clip_([p.grad for p in params], copies, max_norm, norm_type, group=group)
+    grads = [p.grad for p in params if p.grad is not None]  # all of them: params has grads
+    norm, _ = grad_norm.clip_(grads, copies, max_norm, norm_type, group=group)
     return norm

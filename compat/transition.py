@@ -28,9 +28,10 @@ def fsdp2_state_dict(optimizer: BF16Optimizer, root: FSDP | None = None) -> dict
     (save it from rank 0). ``root`` is the FSDP1 root, needed when the optimizer was given
     an inner module; names are then relative to that inner module, as FSDP2 will see them.
     """
-    root = optimizer.model if root is None else root
-    if not isinstance(root, FSDP):
+    given: nn.Module = optimizer.model if root is None else root
+    if not isinstance(given, FSDP):
         raise TypeError("fsdp2_state_dict needs the FSDP1 root: pass root=<the FSDP module>")
+    root = given
     gathered: dict[str, dict[str, Any]] = {}
     for key in [*_tensor_state_keys(optimizer), _MASTER]:
         for fqn, entry in _gather_one_key(optimizer, root, key).items():
@@ -66,9 +67,11 @@ def _tensor_state_keys(optimizer: BF16Optimizer) -> list[str]:
             if isinstance(v, torch.Tensor) and v.dim() > 0
         }
     )
-    every = [None] * dist.get_world_size()
+    # Placeholders: all_gather_object replaces every entry with that rank's list.
+    every: list[list[str]] = [[] for _ in range(dist.get_world_size())]
     dist.all_gather_object(every, local)
-    return sorted(set().union(*every))
+    keys: set[str] = set().union(*every)
+    return sorted(keys)
 
 
 def _gather_one_key(optimizer: BF16Optimizer, root: FSDP, key: str) -> dict[str, dict[str, Any]]:

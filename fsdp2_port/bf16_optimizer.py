@@ -8,7 +8,7 @@ Checkpoints key everything by parameter name, never by position.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -50,7 +50,7 @@ class BF16Optimizer(MasterWeightOptimizer):
         offload_master: bool = False,
         *,
         nonfinite: grad_norm.NonFinitePolicy = "skip",
-        optimizer_cls: type[torch.optim.Optimizer] = torch.optim.AdamW,
+        optimizer_cls: Callable[..., torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         named = _named_trainable(model_or_params)
@@ -117,8 +117,8 @@ class BF16Optimizer(MasterWeightOptimizer):
             step = self.optimizer.state[m].get("step")
             if isinstance(step, Tensor):
                 step.zero_()
-        for m, g in zip(self.fp32_params, grads):
-            m.grad = g
+        for m, grad in zip(self.fp32_params, grads):
+            m.grad = grad
 
     def _pack(self, masters: list[Tensor], optim: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         names = self.param_names

@@ -22,7 +22,7 @@ import math
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.distributed as dist
@@ -99,7 +99,7 @@ def check_norm_type(norm_type: float) -> float:
 def check_nonfinite_policy(policy: str) -> NonFinitePolicy:
     if policy not in NONFINITE_POLICIES:
         raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {policy!r}")
-    return policy  # type: ignore[return-value]
+    return cast(NonFinitePolicy, policy)  # checked just above
 
 
 def default_group() -> dist.ProcessGroup | None:
@@ -113,7 +113,20 @@ def collective_device(group: dist.ProcessGroup | None) -> torch.device:
     if backend == "gloo" or not torch.accelerator.is_available():
         return torch.device("cpu")
     accelerator = torch.accelerator.current_accelerator()
+    assert accelerator is not None  # is_available() implies an accelerator
     return torch.device(accelerator.type, torch.accelerator.current_device_index())
+
+
+def _by_device_and_dtype(
+    tensors: Sequence[Tensor],
+) -> list[tuple[torch.device, torch.dtype, list[Tensor]]]:
+    """torch's device/dtype grouping of ``tensors``, in its order."""
+    lists: list[list[Tensor | None]] = [list(tensors)]
+    grouped = _group_tensors_by_device_and_dtype(lists)
+    return [
+        (device, dtype, cast("list[Tensor]", group_tensors))  # no None went in, none comes out
+        for (device, dtype), ([group_tensors], _) in grouped.items()
+    ]
 
 
 def local_norms(
@@ -127,8 +140,7 @@ def local_norms(
     if not tensors:
         return []
     norms: list[Tensor] = []
-    grouped = _group_tensors_by_device_and_dtype([tensors])
-    for (device, dtype), ([group_tensors], _) in grouped.items():
+    for device, dtype, group_tensors in _by_device_and_dtype(tensors):
         acc = torch.promote_types(dtype, torch.float32)
         if (foreach is None and _has_foreach_support(group_tensors, device)) or (
             foreach and _device_has_foreach_support(device)
@@ -174,11 +186,11 @@ def total_norm(
         norms = local_norms(pieces, p, foreach)
         if not norms:
             continue
-        norms = torch.stack([n.to(device) for n in norms])
+        stacked = torch.stack([n.to(device) for n in norms])
         if p == math.inf:
-            local = torch.maximum(local, norms.max().float())
+            local = torch.maximum(local, stacked.max().float())
         else:
-            local = local + (norms.pow(p).sum() / c).float()
+            local = local + (stacked.pow(p).sum() / c).float()
     if p == math.inf:
         # A MAX reduction may drop a NaN on some ranks; inf keeps every rank's verdict equal.
         local = local.nan_to_num(nan=math.inf)
@@ -206,8 +218,7 @@ def scale_(tensors: Sequence[Tensor], coefficient: Tensor, foreach: bool | None 
     """Multiply local gradient pieces in place by a device tensor (no host sync)."""
     if not tensors:
         return
-    grouped = _group_tensors_by_device_and_dtype([list(tensors)])
-    for (device, _), ([group_tensors], _) in grouped.items():
+    for device, _, group_tensors in _by_device_and_dtype(tensors):
         coef = coefficient.to(device)
         if (foreach is None and _has_foreach_support(group_tensors, device)) or (
             foreach and _device_has_foreach_support(device)

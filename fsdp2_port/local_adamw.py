@@ -12,6 +12,7 @@ AdamW picks by default on that device, unless a param group asks for ``foreach``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeGuard
 
 import torch
 from torch import Tensor
@@ -46,7 +47,9 @@ def kernel(group: dict, device: torch.device) -> str:
     return DEFAULT_KERNEL.get(device.type, "foreach")
 
 
-def supports(optimizer: torch.optim.Optimizer, masters: Sequence[Tensor]) -> bool:
+def supports(
+    optimizer: torch.optim.Optimizer, masters: Sequence[Tensor]
+) -> TypeGuard[torch.optim.AdamW]:
     """True when ``step`` may stand in for ``optimizer.step()``.
 
     Plain ``torch.optim.AdamW`` only, no step hooks (they would be skipped), no grad scaler
@@ -93,7 +96,8 @@ def blocks(
         if not ks:
             continue
         budget = BLOCK_BYTES.get(_local(masters[ks[0]]).device.type, DEFAULT_BLOCK_BYTES)
-        block, size = [], 0
+        block: list[int] = []
+        size = 0
         for k in ks:
             nbytes = 4 * _local(masters[k]).numel()
             if block and size + nbytes > budget:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler
 
@@ -35,7 +36,7 @@ class WarmupLR(LRScheduler):
         self.after_scheduler = after_scheduler
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self) -> list[float]:
+    def get_lr(self) -> list[float | Tensor]:
         t = self.last_epoch
         if t < self.warmup_steps:
             return [(t + 1) / self.warmup_steps * base for base in self.base_lrs]

@@ -13,7 +13,7 @@ Invariants after every ``step()``:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -40,7 +40,7 @@ class MasterWeightOptimizer:
         offload_master: bool = False,
         *,
         nonfinite: grad_norm.NonFinitePolicy = "skip",
-        optimizer_cls: type[torch.optim.Optimizer] = torch.optim.AdamW,
+        optimizer_cls: Callable[..., torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if not named_params:
@@ -62,7 +62,7 @@ class MasterWeightOptimizer:
 
     # -- where gradients live: the one thing a subclass decides ------------------------------
 
-    def _norm_copies(self, group: dist.ProcessGroup | None) -> list[int]:
+    def _norm_copies(self, group: dist.ProcessGroup) -> list[int]:
         """For each master, how many ranks of ``group`` hold the same gradient piece."""
         raise NotImplementedError
 
@@ -98,8 +98,9 @@ class MasterWeightOptimizer:
         shards throughout; AdamW via ``local_adamw`` in its blocks when it applies (fp32
         gradients live one block at a time), else ``optimizer.step()`` on DTensor grads.
         """
-        live = [i for i, p in enumerate(self.model_params) if p.grad is not None]
-        pieces = [grad_norm.local_piece(self.model_params[i].grad) for i in live]
+        held = [(i, p.grad) for i, p in enumerate(self.model_params) if p.grad is not None]
+        live = [i for i, _ in held]
+        pieces = [grad_norm.local_piece(g) for _, g in held]
         norm, coefficient = grad_norm.norm_and_coefficient(
             pieces,
             [self._copies[i] for i in live],

@@ -195,7 +195,8 @@ def _fsdp2(model: nn.Module, config: Config, device: torch.device) -> nn.Module:
     kwargs = {"mesh": _mesh(config), "reshard_after_forward": config.strategy != "shard_grad_op"}
     for unit in [m for m in model.modules() if type(m) in _units(model)]:
         fully_shard(unit, **kwargs)
-    return fully_shard(model, **kwargs)
+    fully_shard(model, **kwargs)  # in place: the same object, now an FSDPModule as well
+    return model
 
 
 def _mesh(config: Config):
@@ -230,7 +231,7 @@ def _train(arm: str, config: Config, factory: Callable, device: torch.device) ->
     model, batch_fn, loss_fn = build(factory)
     model.to(torch.bfloat16 if config.dtype == "bf16" else torch.float32)
     rank, world = dist.get_rank(), dist.get_world_size()
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         max_grad_norm=config.max_grad_norm, total_steps=100 * config.steps, warmup_ratio=0.0
     )
     if arm == "reference":

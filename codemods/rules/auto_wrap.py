@@ -106,13 +106,17 @@ class AutoWrapRule(Rule):
         if plan is None:
             return updated_node
         call = _wrap_call(original_node)
+        assert call is not None  # only statements with a wrap call are planned
         if isinstance(plan, str):
             self.flag(call, plan)
             return updated_node
         classes, conversion = plan
+        assert conversion.module is not None  # without one, the plan is a blocker message
         module = self.code(conversion.module.value)
         loop = _loop(self.module, self._loop_name(original_node), module, classes, conversion.args)
-        root = rewrite(self, call, _wrap_call(updated_node), conversion)
+        updated_call = _wrap_call(updated_node)
+        assert updated_call is not None  # this rule changes no call inside the statement
+        root = rewrite(self, call, updated_call, conversion)
         small = updated_node.body[0]
         new_statement = updated_node.with_changes(
             body=[small.with_changes(value=root)], leading_lines=[]

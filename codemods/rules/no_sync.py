@@ -23,7 +23,8 @@ class NoSyncRule(Rule):
         if not calls or self.ignored(calls[0]):
             return updated_node
         call = calls[0]
-        receiver = call.func.value  # type: ignore[attr-defined]
+        assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)  # _is_no_sync
+        receiver = call.func.value
         text = self.code(receiver)
         if (
             len(original_node.items) != 1

@@ -50,6 +50,7 @@ class OptimizerRule(Rule):
         if len(ours) == len(original_node.names):
             return updated_node.with_changes(module=cst.Name("fsdp2_port"))
         self.add_needed_import("fsdp2_port", "BF16Optimizer", ours[0].evaluated_alias)
+        assert not isinstance(updated_node.names, cst.ImportStar)  # the original's were not
         names = [a for a in updated_node.names if get_full_name_for_node(a.name) != "BF16Optimizer"]
         names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(names=names)

@@ -77,10 +77,13 @@ class StateDictRule(Rule):
         call = _state_dict_type_call(self, node)
         if call is None:
             return
-        context = self._prepared[id(node)]
-        if isinstance(context, str):
-            self.flag(call, context)
-            context = None  # inside, nothing is rewritten: the state-dict kind is unknown
+        prepared = self._prepared[id(node)]
+        context: _Context | None = None
+        if isinstance(prepared, str):
+            self.flag(call, prepared)
+            # context stays None: inside, nothing is rewritten (the state-dict kind is unknown)
+        else:
+            context = prepared
         self._planned[id(node)] = context
         self._contexts.append(context)
 
@@ -356,10 +359,10 @@ class _PlainWiths(cst.CSTVisitor):
 def _state_dict_type_call(rule: Rule, node: cst.With) -> cst.Call | None:
     if len(node.items) != 1:
         calls = [i.item for i in node.items if isinstance(i.item, cst.Call)]
-        for call in calls:
-            if rule.fsdp1_name(call.func) == _FSDP + "state_dict_type" and not rule.ignored(call):
+        for other in calls:
+            if rule.fsdp1_name(other.func) == _FSDP + "state_dict_type" and not rule.ignored(other):
                 rule.flag(
-                    call,
+                    other,
                     "FSDP.state_dict_type(...) among other context managers: "
                     "split the with statement",
                 )
@@ -435,7 +438,9 @@ def _to_load_parts(rule: Rule, call: cst.Call, optimizer: str) -> tuple[str, str
     positional = [rule.code(a.value) for a in call.args if a.keyword is None]
     if not positional:
         names = ("model", "optim", "optim_state_dict")
-        return tuple(keywords[n] for n in names) if all(n in keywords for n in names) else None  # type: ignore[return-value]
+        if not all(n in keywords for n in names):
+            return None
+        return keywords["model"], keywords["optim"], keywords["optim_state_dict"]
     if len(positional) != 3 or keywords:
         return None
     if positional[1] == optimizer and positional[2] != optimizer:
@@ -499,11 +504,13 @@ def _unwrapped(with_node: cst.With) -> list[cst.BaseStatement]:
         statements: list[cst.BaseStatement] = [cst.SimpleStatementLine(body=body.body)]
         header = body.trailing_whitespace
     else:
+        assert isinstance(body, cst.IndentedBlock)  # the only other suite
         statements = list(body.body)
         header = body.header
     lines = list(with_node.leading_lines)
     if header.comment is not None:
         lines.append(cst.EmptyLine(indent=True, comment=header.comment))
     first = statements[0]
+    assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))  # all are
     statements[0] = first.with_changes(leading_lines=[*lines, *first.leading_lines])
     return statements
