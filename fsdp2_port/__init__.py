@@ -1,7 +1,8 @@
 """fsdp2-port: move PyTorch training code from FSDP1 to FSDP2 without changing what it computes.
 
 Importing this package imports no torch: the names below load on first use, so that
-``fsdp2-port migrate`` (the codemods) runs where torch is absent.
+``fsdp2-port migrate`` (the codemods) runs where torch is absent; a missing or too old torch
+is reported then, in one line (``versions.require_torch``).
 """
 
 from importlib import import_module
@@ -19,5 +20,8 @@ __all__ = sorted(_LAZY)
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
+        from fsdp2_port.versions import require_torch
+
+        require_torch()
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'fsdp2_port' has no attribute {name!r}")

@@ -36,3 +36,29 @@ def fully_shard_module(torch_version: str | Version) -> str:
     if v >= FSDP2_COMPOSABLE:
         return "torch.distributed._composable.fsdp"
     raise ValueError(f"FSDP2 (fully_shard) needs torch >= {FSDP2_COMPOSABLE}, not {torch_version}")
+
+
+#: The oldest torch the runtime parts (optimizer, clip, verify, compat) run on: public FSDP2.
+TORCH_REQUIRED = FSDP2_PUBLIC
+
+
+def require_torch() -> Version:
+    """The installed torch release; ImportError, in one line, when it is missing or too old.
+
+    Called before the runtime parts import torch: the project does not declare torch (the
+    user's own build must not be replaced), so this is where a missing one is reported.
+    """
+    try:
+        found = installed_torch()
+    except metadata.PackageNotFoundError:
+        raise ImportError(
+            f"fsdp2-port's runtime needs torch >= {TORCH_REQUIRED}, and none is installed: "
+            f"pip install 'torch>={TORCH_REQUIRED}' (or `pip install fsdp2-port[torch]`); "
+            "`fsdp2-port migrate` runs without it"
+        ) from None
+    if found < TORCH_REQUIRED:
+        raise ImportError(
+            f"fsdp2-port's runtime needs torch >= {TORCH_REQUIRED} (FSDP2's fully_shard), "
+            f"found {found}"
+        )
+    return found
