@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "BF16Optimizer": "fsdp2_port.bf16_optimizer",
     "clip_grad_norm_": "fsdp2_port.clip",
+    "fully_shard_like_fsdp1": "fsdp2_port.like_fsdp1",
     "global_grad_norm": "fsdp2_port.clip",
 }
 __all__ = sorted(_LAZY)

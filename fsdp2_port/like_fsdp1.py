@@ -1,0 +1,617 @@
+"""FSDP1's constructor done with FSDP2: ``fully_shard_like_fsdp1``.
+
+``model = FSDP(net, **kwargs)`` becomes ``model = fully_shard_like_fsdp1(net, **kwargs)``: the
+same arguments, as FSDP1's own objects and with values known only at run time, and a run that
+computes what FSDP1's computed. Invariants:
+
+- The units are the modules FSDP1 wraps, chosen by FSDP1's own auto-wrap (``torch_internals``)
+  with ``_Builder.shard_unit`` in place of the wrapper class: children first, each with its own
+  FSDP1 kwargs (``CustomPolicy`` overrides, ``mixed_precision=None`` for
+  ``MixedPrecision._module_classes_to_ignore``), then the root with the caller's.
+- Each unit goes through FSDP1's constructor steps in FSDP1's order: materialise meta modules,
+  move to ``device_id``, broadcast module states, shard. RNG draws, broadcast sources and the
+  modules each step touches are FSDP1's.
+- Every argument maps to its FSDP2 equivalent, or has no numerical effect (the README says
+  which), or raises ``ValueError`` naming the argument and the FSDP2 way. Nothing is dropped.
+
+Loading this module loads FSDP1 (its enums are the signature's defaults): ``fsdp2_port``
+exports it lazily.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import (
+    BackwardPrefetch,
+    CPUOffload,
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecision,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    ShardingStrategy,
+    fully_shard,
+)
+from torch.distributed.fsdp.wrap import CustomPolicy, ModuleWrapPolicy
+
+from fsdp2_port import torch_internals
+
+HYBRID = (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2)
+#: FSDP2's ``reshard_after_forward`` for each FSDP1 strategy. ``None`` is FSDP2's "True, except
+#: for the root", which is FSDP1's behaviour: its root keeps the parameters for the backward.
+RESHARD_AFTER_FORWARD: dict[ShardingStrategy, bool | None] = {
+    ShardingStrategy.FULL_SHARD: None,
+    ShardingStrategy.HYBRID_SHARD: None,
+    ShardingStrategy.SHARD_GRAD_OP: False,
+    ShardingStrategy._HYBRID_SHARD_ZERO2: False,
+    ShardingStrategy.NO_SHARD: False,
+}
+#: Dimension names of the 2-D meshes built here (FSDP2 needs names on an HSDP mesh).
+MESH_DIM_NAMES = ("replicate", "shard")
+#: FSDP1 broadcasts module states in buckets of this size (``PARAM_BROADCAST_BUCKET_SIZE``).
+BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024
+
+
+def fully_shard_like_fsdp1(
+    module: nn.Module,
+    process_group: dist.ProcessGroup | tuple[dist.ProcessGroup, dist.ProcessGroup] | None = None,
+    sharding_strategy: ShardingStrategy | None = None,
+    cpu_offload: CPUOffload | None = None,
+    auto_wrap_policy: Callable | ModuleWrapPolicy | CustomPolicy | None = None,
+    backward_prefetch: BackwardPrefetch | None = BackwardPrefetch.BACKWARD_PRE,
+    mixed_precision: MixedPrecision | None = None,
+    ignored_modules: Iterable[nn.Module] | None = None,
+    param_init_fn: Callable[[nn.Module], None] | None = None,
+    device_id: int | torch.device | None = None,
+    sync_module_states: bool = False,
+    forward_prefetch: bool = False,
+    limit_all_gathers: bool = True,
+    use_orig_params: bool = False,
+    ignored_states: Iterable[nn.Parameter] | Iterable[nn.Module] | None = None,
+    device_mesh: DeviceMesh | None = None,
+) -> nn.Module:
+    """``FullyShardedDataParallel(module, ...)`` done with ``fully_shard``; returns ``module``.
+
+    FSDP1's arguments exactly (names, order, defaults). The modules FSDP1 would wrap are
+    sharded children first, then ``module`` itself, which is returned as an ``FSDPModule``
+    (the same object: no wrapper, no ``.module``, no flat parameters). What each argument
+    becomes: README, "FSDP1 arguments on FSDP2". ``ValueError`` for what FSDP2 cannot honour.
+    """
+    kwargs: dict[str, Any] = {
+        "process_group": process_group,
+        "sharding_strategy": sharding_strategy,
+        "cpu_offload": cpu_offload,
+        "backward_prefetch": backward_prefetch,
+        "mixed_precision": mixed_precision,
+        "ignored_modules": None if ignored_modules is None else list(ignored_modules),
+        "param_init_fn": param_init_fn,
+        "device_id": device_id,
+        "sync_module_states": sync_module_states,
+        "forward_prefetch": forward_prefetch,
+        "limit_all_gathers": limit_all_gathers,
+        "use_orig_params": use_orig_params,
+        "ignored_states": None if ignored_states is None else list(ignored_states),
+        "device_mesh": device_mesh,
+    }
+    _check_arguments(kwargs)
+    if not dist.is_initialized():
+        raise ValueError(
+            "fully_shard_like_fsdp1 needs an initialised process group, as FSDP1 does: call "
+            "torch.distributed.init_process_group() first"
+        )
+    builder = _Builder(module, _device_type(module, device_id, device_mesh))
+    if sharding_strategy in HYBRID and device_mesh is None:
+        # FSDP1 makes its (intra-node, inter-node) groups once, at the root, and hands them to
+        # every unit it wraps.
+        kwargs["process_group"] = builder.shared_hybrid_groups(sharding_strategy, process_group)
+    if auto_wrap_policy is not None:
+        root = _ignored(module, kwargs["ignored_modules"], kwargs["ignored_states"])
+        root_kwargs = {k: v for k, v in kwargs.items() if k != "ignored_modules"}
+        root_kwargs["ignored_states"] = root.params  # what FSDP1 passes its children
+        torch_internals.call(
+            "auto_wrap",
+            root_module=module,
+            policy=auto_wrap_policy,
+            ignored_modules=root.modules,
+            ignored_params=root.params,
+            root_kwargs=root_kwargs,
+            fsdp_fn=builder.shard_unit,
+        )
+    builder.shard_unit(module, **kwargs)
+    builder.finish()
+    return module
+
+
+#: FSDP1's keyword arguments and their defaults, ``module`` and ``auto_wrap_policy`` aside.
+_DEFAULTS = {
+    name: p.default
+    for name, p in inspect.signature(fully_shard_like_fsdp1).parameters.items()
+    if name not in ("module", "auto_wrap_policy")
+}
+
+
+@dataclass
+class _Ignored:
+    """FSDP1's view of what a unit ignores: module subtrees, parameters, buffer names."""
+
+    modules: set[nn.Module]
+    params: set[nn.Parameter]
+    buffer_names: set[str]
+
+
+def _ignored(module: nn.Module, ignored_modules: Any, ignored_states: Any) -> _Ignored:
+    """What FSDP1 ignores for a unit built on ``module`` from these arguments, by FSDP1's code."""
+    state = SimpleNamespace()
+    torch_internals.call(
+        "init_ignored_module_states",
+        state=state,
+        module=module,
+        ignored_modules=ignored_modules,
+        ignored_states=ignored_states,
+    )
+    return _Ignored(state._ignored_modules, state._ignored_params, state._ignored_buffer_names)
+
+
+@dataclass
+class _Builder:
+    """What the units of one ``fully_shard_like_fsdp1`` call share while they are built."""
+
+    root: nn.Module
+    device_type: str
+    meshes: dict[tuple[Any, ...], DeviceMesh] = field(default_factory=dict)
+    #: units built so far, children first, and the parameters they hold
+    units: list[nn.Module] = field(default_factory=list)
+    sharded: set[Tensor] = field(default_factory=set)
+    forward_prefetching: list[nn.Module] = field(default_factory=list)
+    #: buffers already broadcast (FSDP1 marks them ``_fsdp_synced``)
+    synced: set[Tensor] = field(default_factory=set)
+    #: buffers whose dtype a unit decided (FSDP1: the innermost unit's ``buffer_dtype``)
+    typed: set[Tensor] = field(default_factory=set)
+
+    def shard_unit(self, module: nn.Module, **kwargs: Any) -> nn.Module:
+        """One FSDP1 constructor on ``module``, its auto-wrap aside, done with ``fully_shard``."""
+        kw = _unit_kwargs(kwargs)
+        ignored = _ignored(module, kw["ignored_modules"], kw["ignored_states"])
+        if _is_container(module):
+            # fully_shard refuses containers; FSDP1 wraps them, and is only right when the
+            # container manages nothing (its modules are units of their own).
+            self._check_container_manages_nothing(module, ignored)
+            return module
+        strategy = kw["sharding_strategy"] or ShardingStrategy.FULL_SHARD
+        mesh = self.mesh(strategy, kw["process_group"], kw["device_mesh"])
+        device = _unit_device(kw["device_id"], mesh)
+        self._materialize(module, ignored, kw["param_init_fn"], device)
+        if kw["device_id"] is not None:
+            self._move(module, ignored, device)
+        if kw["sync_module_states"]:
+            self._sync(module, ignored, mesh)
+        fully_shard(
+            module,
+            mesh=mesh,
+            reshard_after_forward=RESHARD_AFTER_FORWARD[strategy],
+            mp_policy=_mp_policy(kw["mixed_precision"], is_root=module is self.root),
+            offload_policy=_offload_policy(kw["cpu_offload"], mesh),
+            ignored_params=ignored.params,
+        )
+        self._cast_buffers(module, ignored, kw["mixed_precision"])
+        self.units.append(module)
+        self.sharded.update(module.parameters())
+        if kw["forward_prefetch"]:
+            self.forward_prefetching.append(module)
+        return module
+
+    def finish(self) -> None:
+        if self.forward_prefetching:
+            _prefetch_in_first_forward_order(self.root, self.units, self.forward_prefetching)
+
+    # -- meshes ---------------------------------------------------------------------------
+
+    def mesh(
+        self, strategy: ShardingStrategy, process_group: Any, device_mesh: DeviceMesh | None
+    ) -> DeviceMesh:
+        """The FSDP2 mesh for FSDP1's (strategy, process_group, device_mesh), built once."""
+        kind = "hybrid" if strategy in HYBRID else "shard"
+        if strategy == ShardingStrategy.NO_SHARD:
+            kind = "replicate"
+        key = (kind, process_group, device_mesh)
+        if key not in self.meshes:
+            mesh = _build_mesh(kind, process_group, device_mesh, self.device_type)
+            if kind == "hybrid" and mesh.size(1) == 1 < mesh.size(0):
+                raise ValueError(
+                    f"{strategy} with shard groups of one rank ({mesh.size(0)} replicas): FSDP1 "
+                    "turns a unit whose group has one rank into NO_SHARD over that rank and never "
+                    "reduces gradients across the replicas, so each rank trains alone. FSDP2 will "
+                    "not reproduce that silently: for data parallelism across the replicas (what "
+                    "HYBRID_SHARD means) pass sharding_strategy=ShardingStrategy.NO_SHARD"
+                )
+            self.meshes[key] = mesh
+        return self.meshes[key]
+
+    def shared_hybrid_groups(
+        self, strategy: ShardingStrategy, process_group: Any
+    ) -> tuple[dist.ProcessGroup, dist.ProcessGroup]:
+        mesh = self.mesh(strategy, process_group, None)
+        groups = (mesh.get_group(1), mesh.get_group(0))  # FSDP1's (intra-node, inter-node)
+        self.meshes[("hybrid", groups, None)] = mesh
+        return groups
+
+    # -- FSDP1's constructor steps, for one unit --------------------------------------------
+
+    def _materialize(
+        self,
+        module: nn.Module,
+        ignored: _Ignored,
+        param_init_fn: Callable[[nn.Module], None] | None,
+        device: torch.device,
+    ) -> None:
+        """FSDP1's meta-device init: ``param_init_fn`` or ``reset_parameters``, breadth first
+        over the unit's modules; the units built before it are done, like ignored modules."""
+        stop = ignored.modules | set(self.units)
+        is_meta, is_deferred = torch_internals.call(
+            "need_to_materialize_module",
+            module=module,
+            ignored_params=ignored.params,
+            ignored_modules=stop,
+        )
+        if (is_meta or is_deferred) and param_init_fn is not None:
+            torch_internals.call(
+                "materialize_with_param_init_fn",
+                root_module=module,
+                param_init_fn=param_init_fn,
+                ignored_modules=stop,
+            )
+        elif is_meta:
+            torch_internals.call(
+                "materialize_meta_module",
+                root_module=module,
+                device_from_device_id=device,
+                ignored_modules=stop,
+                device_handle=None,  # only read when no device is given
+            )
+        elif is_deferred:
+            raise ValueError(
+                "a torchdistX deferred-init module without param_init_fn: pass param_init_fn "
+                "(as FSDP1 allows), or materialise the module before sharding it"
+            )
+
+    def _move(self, module: nn.Module, ignored: _Ignored, device: torch.device) -> None:
+        """FSDP1's ``device_id``: the unit's CPU parameters and buffers go to ``device``,
+        those of ignored modules stay where they are."""
+        if device.type == "cpu":
+            return
+        ignored_buffers = {b for m in ignored.modules for b in m.buffers()}
+        with torch.no_grad():
+            for m in _unit_modules(module, set(self.units)):
+                for p in m.parameters(recurse=False):
+                    if p.device.type == "cpu" and p not in ignored.params:
+                        p.data = p.to(device)
+                        if p.grad is not None:
+                            p.grad.data = p.grad.to(device)
+                for b in m.buffers(recurse=False):
+                    if b.device.type == "cpu" and b not in ignored_buffers:
+                        b.data = b.to(device)
+
+    def _sync(self, module: nn.Module, ignored: _Ignored, mesh: DeviceMesh) -> None:
+        """FSDP1's ``sync_module_states``: the unit's parameters and every buffer not broadcast
+        yet, from the first rank of each mesh dimension's group, across replicas first (FSDP1's
+        inter-node group, then intra-node), so that every rank ends with its root's states."""
+        params = [
+            p for p in module.parameters() if p not in ignored.params and p not in self.sharded
+        ]
+        buffers = [b for b in module.buffers() if b not in self.synced]
+        self.synced.update(buffers)
+        states = [t.detach() for t in (*buffers, *params)]
+        if mesh.device_type != "cpu" and any(t.device.type == "cpu" for t in states):
+            raise ValueError(
+                f"sync_module_states=True with parameters or buffers on the CPU: broadcast on "
+                f"{mesh.device_type} needs them there; pass device_id (as FSDP1 requires) or "
+                "move the module first"
+            )
+        for dim in range(mesh.ndim):
+            group = mesh.get_group(dim)
+            if group.size() > 1:
+                torch_internals.call(
+                    "sync_params_and_buffers",
+                    process_group=group,
+                    module_states=states,
+                    broadcast_bucket_size=BROADCAST_BUCKET_BYTES,
+                    src=0,
+                )
+
+    def _cast_buffers(
+        self, module: nn.Module, ignored: _Ignored, mixed_precision: MixedPrecision | None
+    ) -> None:
+        """FSDP1's ``buffer_dtype``: each buffer takes its innermost unit's (FSDP1 casts at the
+        first forward; units are built innermost first, so the first to see a buffer decides)."""
+        dtype = None if mixed_precision is None else mixed_precision.buffer_dtype
+        for name, buffer in module.named_buffers():
+            if buffer in self.typed:
+                continue
+            self.typed.add(buffer)
+            if dtype is not None and torch.is_floating_point(buffer):
+                if name not in ignored.buffer_names:
+                    buffer.data = buffer.to(dtype)
+
+    def _check_container_manages_nothing(self, module: nn.Module, ignored: _Ignored) -> None:
+        managed = [
+            name
+            for name, p in module.named_parameters()
+            if p not in ignored.params and p not in self.sharded
+        ]
+        if managed:
+            raise ValueError(
+                f"the policy makes the container {type(module).__name__} (no forward) a unit "
+                f"that would manage {managed[:3]}: FSDP1 never gathers those (it warns), "
+                "fully_shard refuses containers. Make the policy select the modules inside it"
+            )
+
+
+def _unit_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A unit's kwargs as FSDP1's constructor sees them: defaults filled, checked."""
+    unknown = set(kwargs) - set(_DEFAULTS) - {"policy", "auto_wrap_policy"}
+    if unknown:
+        raise TypeError(f"FullyShardedDataParallel got unexpected arguments {sorted(unknown)}")
+    kw = {**_DEFAULTS, **kwargs}
+    kw.pop("policy", None)  # auto_wrap's name for the policy when fsdp_fn is a function
+    if kw.pop("auto_wrap_policy", None) is not None:
+        raise ValueError(
+            "auto_wrap_policy in a unit's own arguments (a CustomPolicy override) asks for "
+            "nested auto-wrapping: select those modules in the outer policy instead"
+        )
+    _check_arguments(kw)
+    return kw
+
+
+def _check_arguments(kw: dict[str, Any]) -> None:
+    """ValueError for FSDP1 arguments FSDP2 cannot honour, naming what to do instead."""
+    strategy = kw["sharding_strategy"]
+    if strategy is not None and not isinstance(strategy, ShardingStrategy):
+        raise ValueError(
+            f"sharding_strategy must be a ShardingStrategy, not {strategy!r}: for a name read "
+            "from a config, pass ShardingStrategy[name]"
+        )
+    if kw["process_group"] is not None and kw["device_mesh"] is not None:
+        raise ValueError("process_group and device_mesh: pass one of them (FSDP1 refuses both)")
+    mp = kw["mixed_precision"]
+    if mp is not None and not isinstance(mp, MixedPrecision):
+        raise ValueError(f"mixed_precision must be an FSDP1 MixedPrecision, not {mp!r}")
+    if (
+        mp is not None
+        and mp.keep_low_precision_grads
+        and (mp.param_dtype is not None or mp.reduce_dtype is not None)
+    ):
+        raise ValueError(
+            "mixed_precision.keep_low_precision_grads=True: FSDP2 always hands the optimizer "
+            "gradients in the sharded parameter's dtype. Keep the parameters themselves in low "
+            "precision (model.to(torch.bfloat16) before sharding; fp32 masters in "
+            "fsdp2_port.BF16Optimizer), or drop keep_low_precision_grads"
+        )
+    if mp is not None and mp.param_dtype is not None:
+        if os.environ.get("FSDP_USE_FULL_PREC_IN_EVAL", "") == "1":
+            raise ValueError(
+                "FSDP_USE_FULL_PREC_IN_EVAL=1 makes FSDP1 evaluate in full precision despite "
+                "mixed_precision; FSDP2 has no such switch. Unset it, or evaluate a copy sharded "
+                "without mixed_precision"
+            )
+    offload = kw["cpu_offload"]
+    if offload is not None and not isinstance(offload, CPUOffload):
+        raise ValueError(f"cpu_offload must be an FSDP1 CPUOffload, not {offload!r}")
+    prefetch = kw["backward_prefetch"]
+    if prefetch is not None and not isinstance(prefetch, BackwardPrefetch):
+        raise ValueError(f"backward_prefetch must be a BackwardPrefetch or None, not {prefetch!r}")
+    if kw["device_id"] is not None:
+        device = _as_device(kw["device_id"])
+        if device.type != "cpu" and not torch.get_device_module(device.type).is_available():
+            raise ValueError(f"device_id={kw['device_id']!r}: no {device.type} device here")
+
+
+# -- devices and meshes -------------------------------------------------------------------------
+
+
+def _as_device(device_id: int | torch.device) -> torch.device:
+    return device_id if isinstance(device_id, torch.device) else torch.device(device_id)
+
+
+def _device_type(module: nn.Module, device_id: Any, device_mesh: DeviceMesh | None) -> str:
+    """The device type FSDP1 would run on: the mesh's, ``device_id``'s, the module's, else the
+    accelerator's (FSDP1 refuses to run without one; FSDP2 runs on the CPU)."""
+    if device_mesh is not None:
+        return device_mesh.device_type
+    if device_id is not None:
+        return _as_device(device_id).type
+    for p in module.parameters():
+        if p.device.type not in ("cpu", "meta"):
+            return p.device.type
+    if not torch.accelerator.is_available():
+        return "cpu"
+    accelerator = torch.accelerator.current_accelerator()
+    return "cpu" if accelerator is None else accelerator.type
+
+
+def _unit_device(device_id: Any, mesh: DeviceMesh) -> torch.device:
+    """Where FSDP2 puts the unit (the mesh's device type, the current device), checked against
+    ``device_id``: FSDP2 has no per-module device, so it must be the current one."""
+    if mesh.device_type == "cpu":
+        device = torch.device("cpu")
+    else:
+        device = torch.device(
+            mesh.device_type, torch.get_device_module(mesh.device_type).current_device()
+        )
+    if device_id is not None:
+        wanted = _as_device(device_id)
+        if wanted.type != device.type or wanted.index not in (None, device.index):
+            raise ValueError(
+                f"device_id={device_id!r}, but FSDP2 runs this unit on {device} (its mesh's "
+                f"device type, the current device): call torch.{wanted.type}.set_device"
+                f"({wanted.index}) before sharding, as torchrun scripts do"
+            )
+    return device
+
+
+def _build_mesh(
+    kind: str, process_group: Any, device_mesh: DeviceMesh | None, device_type: str
+) -> DeviceMesh:
+    if kind == "hybrid":
+        if device_mesh is not None:
+            if device_mesh.ndim != 2:
+                raise ValueError(
+                    f"a hybrid sharding_strategy needs a 2-D device_mesh (replicate, shard), "
+                    f"not {device_mesh.ndim}-D"
+                )
+            return device_mesh if device_mesh.mesh_dim_names else _named(device_mesh)
+        if process_group is None:
+            return _default_hybrid_mesh(device_type)
+        if not (
+            isinstance(process_group, tuple)
+            and len(process_group) == 2
+            and all(isinstance(g, dist.ProcessGroup) for g in process_group)
+        ):
+            raise ValueError(
+                "a hybrid sharding_strategy takes process_group=(intra_node, inter_node) "
+                f"groups or a 2-D device_mesh, not {process_group!r}"
+            )
+        return _mesh_from_group_pair(*process_group, device_type=device_type)
+    if device_mesh is not None:
+        if device_mesh.ndim != 1:
+            raise ValueError(
+                f"a {device_mesh.ndim}-D device_mesh with a non-hybrid sharding_strategy: FSDP1 "
+                "would shard over its dim 0 only; pass that 1-D mesh (device_mesh[name])"
+            )
+        flat = device_mesh
+    elif isinstance(process_group, tuple):
+        raise ValueError(
+            "process_group is a pair of groups, which only the hybrid sharding strategies take"
+        )
+    else:
+        group = process_group if process_group is not None else dist.group.WORLD
+        flat = DeviceMesh.from_group(cast(dist.ProcessGroup, group), device_type)
+    return flat if kind == "shard" else _replicate_only(flat)
+
+
+def _replicate_only(flat: DeviceMesh) -> DeviceMesh:
+    """NO_SHARD: the group as replicas of a shard dimension of size 1, so FSDP2 all-reduces."""
+    alone = dist.new_group([dist.get_rank()], use_local_synchronization=True)
+    return DeviceMesh.from_group(
+        [flat.get_group(0), alone],
+        flat.device_type,
+        mesh=flat.mesh.view(-1, 1),
+        mesh_dim_names=MESH_DIM_NAMES,
+    )
+
+
+def _default_hybrid_mesh(device_type: str) -> DeviceMesh:
+    """FSDP1's default hybrid groups: shard within a node (its device count), replicate across."""
+    per_node = torch.get_device_module(device_type).device_count()
+    world = dist.get_world_size()
+    if per_node < 1 or world % per_node:
+        raise ValueError(
+            f"hybrid sharding over {world} ranks with {per_node} {device_type} devices per "
+            "node: pass a 2-D device_mesh"
+        )
+    shape = (world // per_node, per_node)
+    return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIM_NAMES)
+
+
+def _mesh_from_group_pair(
+    intra: dist.ProcessGroup, inter: dist.ProcessGroup, *, device_type: str
+) -> DeviceMesh:
+    """The 2-D mesh of FSDP1's (intra-node, inter-node) groups; each rank knows one row and one
+    column of it, so the rows are gathered across the inter-node group (one collective)."""
+    rows: list[Any] = [None] * inter.size()
+    dist.all_gather_object(rows, dist.get_process_group_ranks(intra), group=inter)
+    column = [row[dist.get_rank(intra)] for row in rows]
+    if len({len(r) for r in rows}) != 1 or column != dist.get_process_group_ranks(inter):
+        raise ValueError(
+            f"process_group=(intra_node, inter_node) does not form a grid (rows {rows}): "
+            "pass a 2-D device_mesh"
+        )
+    return DeviceMesh.from_group(
+        [inter, intra], device_type, mesh=torch.tensor(rows), mesh_dim_names=MESH_DIM_NAMES
+    )
+
+
+def _named(mesh: DeviceMesh) -> DeviceMesh:
+    """The same 2-D mesh and groups, with the dimension names FSDP2's HSDP requires."""
+    return DeviceMesh.from_group(
+        [mesh.get_group(0), mesh.get_group(1)],
+        mesh.device_type,
+        mesh=mesh.mesh,
+        mesh_dim_names=MESH_DIM_NAMES,
+    )
+
+
+# -- per-unit policies --------------------------------------------------------------------------
+
+
+def _mp_policy(mp: MixedPrecision | None, *, is_root: bool) -> MixedPrecisionPolicy:
+    """FSDP1's MixedPrecision with its defaults spelled out."""
+    if mp is None:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(
+        param_dtype=mp.param_dtype,
+        # FSDP1 reduces in param_dtype unless told otherwise
+        reduce_dtype=mp.reduce_dtype if mp.reduce_dtype is not None else mp.param_dtype,
+        # FSDP1 casts a unit's inputs if cast_forward_inputs, the root's also if
+        # cast_root_forward_inputs (its pre-forward runs both casts)
+        cast_forward_inputs=mp.cast_forward_inputs or (is_root and mp.cast_root_forward_inputs),
+    )
+
+
+def _offload_policy(cpu_offload: CPUOffload | None, mesh: DeviceMesh) -> OffloadPolicy:
+    if cpu_offload is None or not cpu_offload.offload_params:
+        return OffloadPolicy()
+    return CPUOffloadPolicy(pin_memory=mesh.device_type != "cpu")
+
+
+def _is_container(module: nn.Module) -> bool:
+    return (
+        isinstance(module, (nn.ModuleList, nn.ModuleDict))
+        and type(module).forward is nn.Module.forward
+    )
+
+
+def _unit_modules(module: nn.Module, built: set[nn.Module]) -> Iterator[nn.Module]:
+    """``module`` and its submodules breadth first, not entering units already built."""
+    queue, seen = deque([module]), {module}
+    while queue:
+        m = queue.popleft()
+        yield m
+        for child in m.children():
+            if child not in seen and child not in built:
+                seen.add(child)
+                queue.append(child)
+
+
+def _prefetch_in_first_forward_order(
+    root: nn.Module, units: list[nn.Module], prefetching: list[nn.Module]
+) -> None:
+    """FSDP1's ``forward_prefetch``: a unit prefetches the unit that ran after it in the first
+    forward (FSDP1 records that order in its first iteration and assumes it stays)."""
+    order: list[nn.Module] = []
+
+    def record(module: nn.Module, args: Any) -> None:
+        if module not in order:
+            order.append(module)
+
+    def settle(module: nn.Module, args: Any, output: Any) -> None:
+        for handle in handles:
+            handle.remove()
+        wanting = set(prefetching)
+        for before, after in itertools.pairwise(order):
+            if before in wanting and isinstance(before, FSDPModule):
+                before.set_modules_to_forward_prefetch([after])  # type: ignore[list-item]
+
+    handles = [unit.register_forward_pre_hook(record) for unit in units]
+    handles.append(root.register_forward_hook(settle))
