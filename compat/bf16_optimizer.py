@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch.distributed as dist
 from torch import nn
 
-from compat.fsdp1_layout import copies_in, shard_groups
+from compat.fsdp1_layout import copies_in, refuse_dtensors, shard_groups
 from fsdp2_port.grad_norm import NonFinitePolicy
 from fsdp2_port.master_weights import MasterWeightOptimizer
 
@@ -20,6 +20,7 @@ class BF16Optimizer(MasterWeightOptimizer):
 
     ``model`` is the FSDP1 root or an inner module whose parameters are FSDP1 views; its
     trainable parameters get fp32 masters. ``step()`` returns the pre-clip global norm.
+    An FSDP2 model (DTensor parameters) is refused: ``fsdp2_port.BF16Optimizer`` is for it.
     """
 
     def __init__(
@@ -37,6 +38,7 @@ class BF16Optimizer(MasterWeightOptimizer):
     ) -> None:
         self.model = model
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        refuse_dtensors((p for _, p in named), "compat.BF16Optimizer", "fsdp2_port.BF16Optimizer")
         self._shard_groups = shard_groups(model, [p for _, p in named])
         super().__init__(
             named,

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from compat.fsdp1_layout import copies_in, shard_groups
+from compat.fsdp1_layout import copies_in, refuse_dtensors, shard_groups
 from fsdp2_port import grad_norm
 
 
@@ -21,8 +21,10 @@ def clip_grad_norm_(
     """Clip the gradients of ``module`` (an FSDP1 root or any module inside one) in place.
 
     Returns the pre-clip global norm as an fp32 tensor, equal on every rank; one collective
-    over ``process_group`` (default WORLD), which every rank must join.
+    over ``process_group`` (default WORLD), which every rank must join. An FSDP2 model
+    (DTensor parameters) is refused: ``fsdp2_port.clip_grad_norm_`` is for it.
     """
+    refuse_dtensors(module.parameters(), "compat.clip_grad_norm_", "fsdp2_port.clip_grad_norm_")
     params = [p for p in module.parameters() if p.grad is not None]
     group = process_group or grad_norm.default_group()
     copies = None

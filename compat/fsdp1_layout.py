@@ -17,7 +17,22 @@ from itertools import chain
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-from torch.distributed.fsdp._common_utils import _is_fsdp_flattened
+from torch.distributed.tensor import DTensor
+
+from fsdp2_port.torch_internals import is_fsdp1_flattened as _is_fsdp_flattened
+
+
+def refuse_dtensors(params: Iterable[Tensor], tool: str, instead: str) -> None:
+    """TypeError if any of ``params`` is a DTensor (an FSDP2 model's parameter).
+
+    compat counts a parameter that is not an FSDP1 view as a whole tensor held by every rank;
+    an FSDP2 parameter is a shard (or an HSDP replica of one), so the norm would be wrong.
+    """
+    if any(isinstance(p, DTensor) for p in params):
+        raise TypeError(
+            f"{tool} was given DTensor parameters (an FSDP2 / fully_shard model): compat is "
+            f"for FSDP1 models. Use {instead}, which counts DTensor shards and replicas"
+        )
 
 
 def shard_groups(module: nn.Module, params: Sequence[Tensor]) -> list[dist.ProcessGroup | None]:

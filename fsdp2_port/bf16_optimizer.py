@@ -18,6 +18,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from fsdp2_port import grad_norm
 from fsdp2_port.master_weights import MasterWeightOptimizer
+from fsdp2_port.torch_internals import refuse_fsdp1_tensors
 
 
 def _named_trainable(model_or_params: nn.Module | Iterable[Any]) -> list[tuple[str, nn.Parameter]]:
@@ -35,7 +36,8 @@ class BF16Optimizer(MasterWeightOptimizer):
 
     ``model_or_params``: a module (names from ``named_parameters``), parameters, or
     ``(name, parameter)`` pairs. Same constructor, attributes and methods as
-    ``compat.BF16Optimizer``: migrating is an import change.
+    ``compat.BF16Optimizer``: migrating is an import change. Parameters of an FSDP1 model
+    are refused (TypeError naming ``compat.BF16Optimizer``).
     """
 
     def __init__(
@@ -54,6 +56,9 @@ class BF16Optimizer(MasterWeightOptimizer):
         optimizer_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         named = _named_trainable(model_or_params)
+        refuse_fsdp1_tensors(
+            (p for _, p in named), "fsdp2_port.BF16Optimizer", "compat.BF16Optimizer"
+        )
         if offload_master and any(
             isinstance(p, DTensor) and p.device.type != "cpu" for _, p in named
         ):

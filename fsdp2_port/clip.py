@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.distributed.tensor import DTensor
 
 from fsdp2_port import grad_norm
+from fsdp2_port.torch_internals import refuse_fsdp1_tensors
 
 
 def _pieces(
@@ -40,9 +41,11 @@ def global_grad_norm(
     """The job-wide norm of gradient tensors, as ``torch.nn.utils.get_total_norm`` takes them.
 
     DTensors count by placement on any number of meshes; plain tensors next to them, or with
-    an explicit ``process_group``, count as replicated on every rank of the group.
+    an explicit ``process_group``, count as replicated on every rank of the group. FSDP1 flat
+    parameters (or their views) are refused: they are shards, not replicas.
     """
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    refuse_fsdp1_tensors(tensors, "fsdp2_port.global_grad_norm", "compat.clip_grad_norm_")
     pieces, copies, group = _pieces(tensors, process_group)
     return grad_norm.total_norm(pieces, copies, norm_type, group=group, foreach=foreach)
 
@@ -62,9 +65,11 @@ def clip_grad_norm_(
 
     ``nonfinite`` defaults to ``"raise"`` if ``error_if_nonfinite`` else ``"ignore"``;
     ``"skip"`` leaves the gradients untouched (and warns) when the norm is not finite.
-    Returns the pre-clip norm: a plain fp32 tensor, equal on every rank.
+    Returns the pre-clip norm: a plain fp32 tensor, equal on every rank. Parameters of an
+    FSDP1 model are refused (``compat.clip_grad_norm_`` is for them).
     """
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    refuse_fsdp1_tensors(params, "fsdp2_port.clip_grad_norm_", "compat.clip_grad_norm_")
     policy = nonfinite or ("raise" if error_if_nonfinite else "ignore")
     grads = [p.grad for p in params if p.grad is not None]
     pieces, copies, group = _pieces(grads, process_group)

@@ -645,8 +645,44 @@ def _like_fsdp1_refusals() -> None:
         )
 
 
+def _tools_refuse_the_other_fsdp() -> None:
+    """Each side's norm tools count only their own layout: a norm over the other's tensors
+    would be wrong (an FSDP1 shard taken for a replica, an FSDP2 shard for a whole tensor)."""
+    fsdp1 = FSDP(Net(), device_id=CPU, use_orig_params=True)
+    loss_fn(fsdp1, *global_batch(0)).backward()
+    for call, message in [
+        (
+            lambda: fsdp2_port.BF16Optimizer(fsdp1, LR),
+            r"fsdp2_port\.BF16Optimizer was given parameters of an FSDP1 .* Use "
+            r"compat\.BF16Optimizer while the model is on FSDP1",
+        ),
+        (
+            lambda: fsdp2_port.clip_grad_norm_(fsdp1.parameters(), MAX_NORM),
+            r"fsdp2_port\.clip_grad_norm_ was given .* Use compat\.clip_grad_norm_ while",
+        ),
+        (
+            lambda: fsdp2_port.global_grad_norm(list(fsdp1.parameters())),
+            r"fsdp2_port\.global_grad_norm was given .* Use compat\.clip_grad_norm_ while",
+        ),
+    ]:
+        with pytest.raises(TypeError, match=message):
+            call()
+    flat = FSDP(Net(), device_id=CPU, use_orig_params=False)  # flat parameters themselves
+    with pytest.raises(TypeError, match=r"fsdp2_port\.BF16Optimizer was given parameters"):
+        fsdp2_port.BF16Optimizer(flat, LR)
+    fsdp2 = fully_shard_like_fsdp1(Net(), auto_wrap_policy=ModuleWrapPolicy({GainBlock}))
+    loss_fn(fsdp2, *global_batch(0)).backward()
+    with pytest.raises(TypeError, match=r"compat\.BF16Optimizer was given DTensor parameters "):
+        compat.BF16Optimizer(fsdp2, LR)
+    with pytest.raises(TypeError, match=r"Use fsdp2_port\.BF16Optimizer, which counts"):
+        compat.BF16Optimizer(fsdp2.blocks[0], LR)  # an inner module too
+    with pytest.raises(TypeError, match=r"compat\.clip_grad_norm_ .* Use fsdp2_port\.clip_grad_"):
+        compat.clip_grad_norm_(fsdp2, MAX_NORM)
+
+
 def _refusals(rank: int, world: int) -> None:
     _like_fsdp1_refusals()
+    _tools_refuse_the_other_fsdp()
 
 
 def test_refusals_that_need_ranks():
