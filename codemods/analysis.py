@@ -160,10 +160,12 @@ class FileAnalysis:
         *,
         known: bool = True,
         groups: frozenset[str] = frozenset(),
+        quiet: bool = False,
     ) -> Site | None:
         """A site about the model ``receiver`` holds: tied to its constructors when they are
         known, following the run when it is only known to be FSDP1; None when ``receiver``
-        is not known to be an FSDP module at all and ``known`` is required."""
+        is not known to be an FSDP module at all and ``known`` is required. ``quiet``: the
+        original is right under FSDP1, so it needs no marker when its models stay FSDP1."""
         ties, deferred = self.ties.of(receiver)
         if ties or deferred:
             requirement: Requirement = "MODELS"
@@ -171,10 +173,18 @@ class FileAnalysis:
             return None
         else:
             requirement = "RUN"
-        return self.add(
-            code, node, keep_message, rewrite, requirement,
-            ties=ties, deferred=deferred, groups=groups,
+        site = self.add(
+            code,
+            node,
+            keep_message,
+            rewrite,
+            requirement,
+            ties=ties,
+            deferred=deferred,
+            groups=groups,
         )
+        site.quiet = quiet
+        return site
 
     def site_id(self, node: ast.AST) -> str:
         start = self.lines.start(node)
@@ -212,7 +222,9 @@ class FileAnalysis:
         """An import on the line after ``statement``, at its indentation: bound exactly where
         (and whenever) the name it replaces was bound."""
         end = self.lines.line_end(self.lines.end(statement) - 1)
-        return NeededImport(module, name, end, self.lines.indent_at(self.lines.start(statement)), asname)
+        return NeededImport(
+            module, name, end, self.lines.indent_at(self.lines.start(statement)), asname
+        )
 
     def module_level_import(self, module: str, name: str) -> NeededImport:
         """``from module import name`` after the module's leading imports."""

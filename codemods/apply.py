@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 
 from codemods import imports, markers
-from codemods.findings import Finding
+from codemods.findings import Action, Finding, Severity
 from codemods.names import Names
 from codemods.plan import Decisions, FilePlan, NeededImport, Rewrite, Site
 from codemods.text import Edit, LineIndex, OverlappingEdits, apply, apply_tracked, back, forward
@@ -34,8 +34,8 @@ class Applied:
 @dataclass
 class _Outcome:
     site: Site
-    severity: str
-    action: str
+    severity: Severity
+    action: Action
     message: str
     marked: bool
     rewrite: Rewrite | None = None
@@ -82,7 +82,9 @@ def apply_plan(
     except OverlappingEdits as error:
         raise InternalError(f"two rewrites touch the same code ({error})") from error
     except SyntaxError as error:
-        raise InternalError(f"the rewrite would not parse ({error.msg}, line {error.lineno})") from error
+        raise InternalError(
+            f"the rewrite would not parse ({error.msg}, line {error.lineno})"
+        ) from error
     first_lines = LineIndex(first)
     names = Names(tree, module_name)
     unused = []
@@ -98,7 +100,8 @@ def apply_plan(
 
     final_lines = LineIndex(final)
     marker_lines = {
-        key: final_lines.line_of(forward(forward(at, round1), round2)) for key, at in existing.items()
+        key: final_lines.line_of(forward(forward(at, round1), round2))
+        for key, at in existing.items()
     }
     offset = len(import_edits)
     for index, edit in enumerate(marker_edits):
@@ -107,7 +110,13 @@ def apply_plan(
             marker_lines[(edit.start, code)] = line + step
     findings = [
         Finding(
-            o.site.path, o.site.line, o.site.column, o.site.code, o.message, o.severity, o.action,  # type: ignore[arg-type]
+            o.site.path,
+            o.site.line,
+            o.site.column,
+            o.site.code,
+            o.message,
+            o.severity,
+            o.action,
             marker_lines.get((o.site.anchor, o.site.code)) if o.marked else None,
         )
         for o in outcomes
@@ -116,8 +125,13 @@ def apply_plan(
         start = back(first_lines.start(alias), round1, starts)
         findings.append(
             Finding(
-                plan.path, lines.line_of(start), lines.column(start), imports.CODE,
-                f"unused FSDP1 import {_imported_name(statement, alias)} removed", "safe", "rewritten",
+                plan.path,
+                lines.line_of(start),
+                lines.column(start),
+                imports.CODE,
+                f"unused FSDP1 import {_imported_name(statement, alias)} removed",
+                "safe",
+                "rewritten",
             )
         )
     findings.sort(key=lambda f: (f.line, f.column, f.code, f.message))
@@ -130,7 +144,7 @@ def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
         return None
     if decisions.is_rewritten(site) and site.rewrite is not None:
         review = site.rewrite.review
-        severity = "review" if review else "safe"
+        severity: Severity = "review" if review else "safe"
         return _Outcome(site, severity, "rewritten", site.rewrite.message, review, site.rewrite)
     if site.fallback is not None:
         return _Outcome(site, "safe", "rewritten", site.fallback.message, False, site.fallback)
@@ -151,7 +165,9 @@ def _marker_edits(
         present = markers.existing_above(lines, anchor)
         new = [(c, i, m) for c, i, m in sorted(entries) if c not in present]
         if new:
-            text = "".join(f"{indent}{markers.text(code, message)}{newline}" for code, indent, message in new)
+            text = "".join(
+                f"{indent}{markers.text(code, message)}{newline}" for code, indent, message in new
+            )
             edits.append(Edit(anchor, anchor, text))
             codes.append([c for c, _, _ in new])
     return edits, codes

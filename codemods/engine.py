@@ -58,7 +58,14 @@ def module_name(path: str) -> tuple[str, bool]:
     return ".".join(parts), stem == "__init__"
 
 
-def analyse_text(text: str, path: str, codes: Sequence[str], options: Options, name: str = "", package: bool = False) -> FilePlan:
+def analyse_text(
+    text: str,
+    path: str,
+    codes: Sequence[str],
+    options: Options,
+    name: str = "",
+    package: bool = False,
+) -> FilePlan:
     """The plan of one source text (raises ``SyntaxError`` when it does not parse)."""
     from codemods import registry
     from codemods.analysis import FileAnalysis, Source
@@ -73,7 +80,12 @@ def analyse_text(text: str, path: str, codes: Sequence[str], options: Options, n
 
 
 def migrate_text(
-    text: str, path: str, codes: Sequence[str], options: Options, name: str = "", package: bool = False
+    text: str,
+    path: str,
+    codes: Sequence[str],
+    options: Options,
+    name: str = "",
+    package: bool = False,
 ) -> tuple[str, list[Finding]]:
     """One text on its own (a run of one file): the migrated text and its findings."""
     from codemods.apply import apply_plan
@@ -97,7 +109,9 @@ def _analyse(path: str, codes: Sequence[str], options: Options) -> _Analysed:
     result.text, result.encoding = source.text, source.encoding
     result.module_name, result.package_init = module_name(path)
     try:
-        result.plan = analyse_text(source.text, path, codes, options, result.module_name, result.package_init)
+        result.plan = analyse_text(
+            source.text, path, codes, options, result.module_name, result.package_init
+        )
     except SyntaxError as error:
         result.error = f"cannot parse: {error.msg} (line {error.lineno}, column {error.offset})"
     except (ValueError, RecursionError) as error:
@@ -112,7 +126,11 @@ def _apply(item: _Analysed, decisions: Decisions, write: bool, codes: Sequence[s
     result = FileResult(item.path, parsed=True)
     try:
         applied = apply_plan(
-            item.text, item.plan, decisions, item.module_name, item.package_init,
+            item.text,
+            item.plan,
+            decisions,
+            item.module_name,
+            item.package_init,
             removes_imports="F2P001" in codes,
         )
     except InternalError as error:
@@ -140,13 +158,25 @@ def migrate_files(
     progress: Progress | None = None,
 ) -> Iterator[FileResult]:
     """Results in the order of ``paths``, whatever ``jobs`` is."""
-    pool: Executor | None = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
+    pool: Executor | None = (
+        ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
+    )
     try:
-        analysed = _map(pool, _analyse, [(p, list(codes), options) for p in paths], progress, "analysing")
+        analysed = _map(
+            pool, _analyse, [(p, list(codes), options) for p in paths], progress, "analysing"
+        )
         plans = [a.plan for a in analysed if a.plan is not None]
         decisions = decide(plans)
         work = [a for a in analysed if a.plan is not None and a.error is None]
-        applied = iter(_map(pool, _apply, [(a, _for(decisions, a.path), write, list(codes)) for a in work], progress, "applying"))
+        applied = iter(
+            _map(
+                pool,
+                _apply,
+                [(a, _for(decisions, a.path), write, list(codes)) for a in work],
+                progress,
+                "applying",
+            )
+        )
         by_path = {}
         for item in analysed:
             if item.plan is None or item.error is not None:
@@ -170,7 +200,9 @@ def _for(decisions: Decisions, path: str) -> Decisions:
     )
 
 
-def _map(pool: Executor | None, function, arguments: list[tuple], progress: Progress | None, stage: str) -> list:
+def _map(
+    pool: Executor | None, function, arguments: list[tuple], progress: Progress | None, stage: str
+) -> list:
     """``function(*args)`` for each, in order, reporting progress as results come."""
     total = len(arguments)
     if not arguments:
@@ -180,7 +212,9 @@ def _map(pool: Executor | None, function, arguments: list[tuple], progress: Prog
         for index, args in enumerate(arguments, start=1):
             results.append(function(*args))
             if progress:
-                progress(stage, index, total, str(args[0] if isinstance(args[0], str) else args[0].path))
+                progress(
+                    stage, index, total, str(args[0] if isinstance(args[0], str) else args[0].path)
+                )
         return results
     chunk = max(1, min(64, total // (8 * getattr(pool, "_max_workers", 1) or 1)))
     results = []
@@ -195,5 +229,7 @@ def unified_diff(old: str, new: str, path: str) -> str:
     before, after = (path, path) if path.startswith("/") else (f"a/{path}", f"b/{path}")
     lines = []
     for line in difflib.unified_diff(split_lines(old), split_lines(new), before, after):
-        lines.append(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n")
+        lines.append(
+            line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
+        )
     return "".join(lines)

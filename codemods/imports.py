@@ -22,8 +22,16 @@ from codemods.plan import NeededImport
 from codemods.text import Edit, LineIndex
 
 CODE = "F2P001"
+#: Longer new ``from`` imports are written one name per line, in parentheses.
+LINE_LENGTH = 100
 _FSDP1_MODULES = frozenset(
-    {fsdp1.PACKAGE, *(f"{fsdp1.PACKAGE}.{m}" for m in ("fully_sharded_data_parallel", "api", "wrap", "sharded_grad_scaler"))}
+    {
+        fsdp1.PACKAGE,
+        *(
+            f"{fsdp1.PACKAGE}.{m}"
+            for m in ("fully_sharded_data_parallel", "api", "wrap", "sharded_grad_scaler")
+        ),
+    }
 )
 
 
@@ -46,11 +54,23 @@ def additions(needed: Sequence[NeededImport], names: Names, lines: LineIndex) ->
     for (anchor, indent), modules in sorted(plain.items()):
         texts[anchor] += [f"{indent}import {m}{newline}" for m in sorted(modules)]
     for (anchor, indent, module), entries in sorted(grouped.items()):
-        spelled = ", ".join(n if a is None else f"{n} as {a}" for n, a in sorted(entries, key=lambda e: (e[0], e[1] or "")))
-        texts[anchor].append(f"{indent}from {module} import {spelled}{newline}")
+        spelled = [
+            n if a is None else f"{n} as {a}"
+            for n, a in sorted(entries, key=lambda e: (e[0], e[1] or ""))
+        ]
+        line = f"{indent}from {module} import {', '.join(spelled)}"
+        if len(line) > LINE_LENGTH:
+            inner = indent + "    "
+            listed = "".join(f"{inner}{n},{newline}" for n in spelled)
+            line = f"{indent}from {module} import ({newline}{listed}{indent})"
+        texts[anchor].append(line + newline)
     edits = []
     for anchor, parts in sorted(texts.items()):
-        lead = newline if anchor == len(lines.text) and lines.text and not lines.text.endswith(("\n", "\r")) else ""
+        lead = (
+            newline
+            if anchor == len(lines.text) and lines.text and not lines.text.endswith(("\n", "\r"))
+            else ""
+        )
         edits.append(Edit(anchor, anchor, lead + "".join(parts)))
     return edits
 
@@ -72,7 +92,9 @@ def _already_bound(item: NeededImport, names: Names, lines: LineIndex) -> bool:
     return False
 
 
-def unused_fsdp1(names: Names, is_package_init: bool, ignored: frozenset[int]) -> list[tuple[ast.stmt, ast.alias]]:
+def unused_fsdp1(
+    names: Names, is_package_init: bool, ignored: frozenset[int]
+) -> list[tuple[ast.stmt, ast.alias]]:
     """The FSDP1 import aliases nothing in the module reads."""
     if is_package_init:
         return []
@@ -91,7 +113,9 @@ def unused_fsdp1(names: Names, is_package_init: bool, ignored: frozenset[int]) -
     return found
 
 
-def removals(lines: LineIndex, names: Names, unused: Sequence[tuple[ast.stmt, ast.alias]]) -> list[Edit]:
+def removals(
+    lines: LineIndex, names: Names, unused: Sequence[tuple[ast.stmt, ast.alias]]
+) -> list[Edit]:
     """Edits that remove the given aliases (whole statements when nothing is left)."""
     by_statement: dict[ast.stmt, list[ast.alias]] = defaultdict(list)
     for statement, alias in unused:
@@ -111,8 +135,12 @@ def remove_statement(lines: LineIndex, names: Names, statement: ast.stmt) -> Edi
     text = lines.text
     start, end = lines.span(statement)
     block = names.parent.get(statement)
-    siblings = next(
-        (getattr(block, f) for f in ("body", "orelse", "finalbody", "handlers") if statement in getattr(block, f, [])),
+    siblings: list[ast.stmt] = next(
+        (
+            getattr(block, f)
+            for f in ("body", "orelse", "finalbody", "handlers")
+            if statement in getattr(block, f, [])
+        ),
         [],
     )
     if len(siblings) == 1 and not isinstance(block, ast.Module):
@@ -122,15 +150,20 @@ def remove_statement(lines: LineIndex, names: Names, statement: ast.stmt) -> Edi
     after = text[end:line_end]
     if not before.strip() and (not after.strip() or after.strip().startswith("#")):
         return Edit(line_start, line_end, "")
-    if after.lstrip().startswith(";"):
-        return Edit(start, end + len(after) - len(after.lstrip()) + 1, "")
+    if after.lstrip(" \t").startswith(";"):
+        position = end + len(after) - len(after.lstrip(" \t")) + 1
+        while text[position] in " \t":
+            position += 1
+        return Edit(start, position, "")
     semicolon = before.rstrip()
     if semicolon.endswith(";"):
         return Edit(line_start + len(semicolon) - 1, end, "")
     return Edit(start, end, "pass")
 
 
-def remove_aliases(lines: LineIndex, statement: ast.Import | ast.ImportFrom, drop: set[ast.alias]) -> list[Edit]:
+def remove_aliases(
+    lines: LineIndex, statement: ast.Import | ast.ImportFrom, drop: set[ast.alias]
+) -> list[Edit]:
     """Remove some names of an import statement, each with its comma (and its own line,
     comment included, when it has one)."""
     text = lines.text

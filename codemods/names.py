@@ -154,8 +154,8 @@ class Names:
             if isinstance(node.ctx, ast.Load):
                 for binding in self.bindings_of(node):
                     counts[binding] += 1
-        for node, scope in self._string_references():
-            for binding in self.lookup(node, scope)[1]:
+        for name, scope in self._string_references():
+            for binding in self.lookup(name, scope)[1]:
                 counts[binding] += 1
         return counts
 
@@ -180,7 +180,7 @@ class Names:
                         yield element.value, module
 
     def resolve_relative(self, level: int, module: str | None) -> str | None:
-        """The absolute module of ``from <level dots><module> import``, if this module's is known."""
+        """The module ``from <dots><module> import`` names, when this module's own is known."""
         if not self.module_name:
             return None
         parts = self.module_name.split(".")
@@ -259,7 +259,11 @@ class _Builder:
                     head = alias.name.split(".", 1)[0]
                     self._bind(scope, head, "import", alias, head, node)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module if not node.level else self.names.resolve_relative(node.level, node.module)
+            base = (
+                node.module
+                if not node.level
+                else self.names.resolve_relative(node.level, node.module)
+            )
             for alias in node.names:
                 if alias.name == "*":
                     continue

@@ -20,6 +20,7 @@ decided together.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -158,7 +159,7 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
     resolve_ties(plans)
     sites = [s for plan in plans for s in plan.sites]
     constructors = [s for s in sites if s.constructor is not None]
-    migrating = {s.constructor for s in constructors if s.rewrite is not None} - {None}
+    migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
     groups: dict[str, list[Site]] = {}
     for site in sites:
         if site.constructor is None:
@@ -211,17 +212,34 @@ def _reason(
             return ""
         if site.rewrite is None:
             return ""
-        blockers = [s for s in sites if site.constructor in s.ties and s.key not in ok]
+        with_it = migrating | {site.constructor}
+        blockers = [
+            s
+            for s in sites
+            if site.constructor in s.ties and s.key not in ok and not _allowed(s, with_it, run)
+        ]
         return "its model stays FSDP1 because of " + _list(
-            f"{b.code} at {b.where}" for b in blockers
+            f"{b.code} at {_at(site, b)}" for b in blockers
         )
     if site.key in ok:
         return ""
     if site.rewrite is None or site.requirement == "NEVER":
         return ""
+    if _allowed(site, migrating, run):
+        partners = [
+            s
+            for s in sites
+            if s.key != site.key
+            and s.key not in ok
+            and set(s.groups) & set(site.groups)
+            and not _allowed(s, migrating, run)
+        ]
+        return "it goes with FSDP1 code that stays: " + _list(
+            f"{p.code} at {_at(site, p)}" for p in partners
+        )
     staying = [by_id[c] for c in sorted(site.ties) if c not in migrating and c in by_id]
     if site.requirement == "MODELS" and staying:
-        return "its model stays FSDP1: " + _list(f"FSDP(...) at {c.where}" for c in staying)
+        return "its model stays FSDP1: " + _list(f"FSDP(...) at {_at(site, c)}" for c in staying)
     if site.requirement == "RUN":
         if not constructors:
             return (
@@ -230,9 +248,17 @@ def _reason(
             )
         kept = [c for c in constructors if c.constructor not in migrating]
         return "FSDP1 models remain in this run, and this one may be any of them: " + _list(
-            f"FSDP(...) at {c.where}" for c in kept
+            f"FSDP(...) at {_at(site, c)}" for c in kept
         )
     return "rewritten only together with the rest of its block, which stays"
+
+
+def _at(here: Site, there: Site) -> str:
+    """Where ``there`` is, as seen from ``here``'s file: a line, or a relative path and line."""
+    if here.path == there.path:
+        return f"line {there.line}"
+    relative = os.path.relpath(there.path, os.path.dirname(os.path.abspath(here.path)) or ".")
+    return f"{relative}:{there.line}"
 
 
 def _list(items: Iterable[str], limit: int = 3) -> str:

@@ -42,9 +42,11 @@ RULES: tuple[type[Rule], ...] = (
 #: Every code a finding can carry, with what it means (``--list-rules``).
 CODES = {
     IMPORTS_CODE: "FSDP1 imports left unused are removed; FSDP2 imports are added where needed",
-    "F2P002": "FSDP(module, ...) -> fully_shard(...) (literal arguments) or fully_shard_like_fsdp1(...)",
-    "F2P003": "FSDP(..., auto_wrap_policy=<literal>) -> fully_shard on each selected submodule, then the root",
-    "F2P004": "MixedPrecision/CPUOffload bound for a pure rewrite -> inlined MixedPrecisionPolicy/CPUOffloadPolicy",
+    "F2P002": ConstructorRule.SUMMARY,
+    "F2P003": "FSDP(..., auto_wrap_policy=<literal>) -> fully_shard on each selected submodule, "
+    "then the root",
+    "F2P004": "MixedPrecision/CPUOffload bound for a pure rewrite -> inlined "
+    "MixedPrecisionPolicy/CPUOffloadPolicy",
     "F2P005": IsinstanceRule.SUMMARY,
     "F2P006": ClipGradRule.SUMMARY,
     "F2P007": NoSyncRule.SUMMARY,
@@ -54,7 +56,7 @@ CODES = {
     "F2P099": LeftoversRule.SUMMARY,
 }
 #: The codes each rule's sites carry (the constructor rule has three).
-_RULE_CODES = {ConstructorRule: ("F2P002", "F2P003", "F2P004")}
+_RULE_CODES: dict[type[Rule], tuple[str, ...]] = {ConstructorRule: ("F2P002", "F2P003", "F2P004")}
 
 
 def select(chosen: Iterable[str] = (), ignored: Iterable[str] = ()) -> list[str]:
@@ -72,8 +74,4 @@ def select(chosen: Iterable[str] = (), ignored: Iterable[str] = ()) -> list[str]
 def rules_for(codes: Iterable[str]) -> list[Rule]:
     """Fresh instances of the rules that add sites with any of ``codes``."""
     wanted = set(codes)
-    return [
-        rule()
-        for rule in RULES
-        if wanted & set(_RULE_CODES.get(rule, (rule.CODE,)))  # type: ignore[call-overload]
-    ]
+    return [rule() for rule in RULES if wanted & set(_RULE_CODES.get(rule, (rule.CODE,)))]

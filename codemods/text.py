@@ -129,13 +129,19 @@ def apply_tracked(text: str, edits: Sequence[Edit]) -> tuple[str, list[int]]:
 def forward(offset: int, edits: Sequence[Edit]) -> int:
     """Where ``offset`` of the old text lands in the new one (edits ending at or before it
     count; ``offset`` must not lie inside a replaced range)."""
-    return offset + sum(len(e.replacement) - (e.end - e.start) for e in edits if e.end <= offset and e.start < offset or e.end < offset)
+    return offset + sum(
+        len(e.replacement) - (e.end - e.start)
+        for e in edits
+        if (e.end <= offset and e.start < offset) or e.end < offset
+    )
 
 
 def back(offset: int, edits: Sequence[Edit], starts: Sequence[int]) -> int:
     """The old-text offset of a new-text offset that lies outside every replacement."""
     shift = 0
     for edit, start in zip(edits, starts):
-        if start + len(edit.replacement) <= offset and not (edit.start == edit.end and start == offset):
+        if start + len(edit.replacement) <= offset and not (
+            edit.start == edit.end and start == offset
+        ):
             shift += len(edit.replacement) - (edit.end - edit.start)
     return offset - shift

@@ -35,7 +35,9 @@ _CALL = "call:"
 
 
 class Ties:
-    def __init__(self, analysis: FileAnalysis, wraps: Callable[[ast.AST], bool] | None = None) -> None:
+    def __init__(
+        self, analysis: FileAnalysis, wraps: Callable[[ast.AST], bool] | None = None
+    ) -> None:
         """``wraps(func)``: whether calling ``func`` builds a model (default: the FSDP1 class)."""
         self.a = analysis
         names = analysis.names
@@ -95,7 +97,14 @@ class Ties:
                 for item in statement.body:
                     if isinstance(item, _FUNCTIONS):
                         out[f"{module}.{statement.name}.{item.name}"] = self._returned(item)
-        return {k: frozenset(r for r in v if not r.startswith(_FACTORY)) for k, v in out.items() if v}
+        return {
+            k: frozenset(r for r in v if not r.startswith(_FACTORY)) for k, v in out.items() if v
+        }
+
+    def assigned(self, attribute: ast.Attribute) -> list[ast.expr]:
+        """The values assigned to an attribute chain (``self.x`` anywhere in its class)."""
+        key = self._attribute_key(attribute)
+        return list(self._attributes.get(key, ())) if key else []
 
     def known_fsdp1(self, expr: ast.AST) -> bool:
         """Known to be an FSDP1 module without knowing which: annotated so, or guarded by

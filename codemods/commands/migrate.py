@@ -50,9 +50,7 @@ class MigrateCommand(CodemodCommand):
             return [c.strip().upper() for c in codes.split(",") if c.strip()]
 
         self.codes = registry.select(split(select), split(ignore))
-        self.options = Options.for_torch(
-            target_torch, runtime_dependency=not no_runtime_dependency
-        )
+        self.options = Options.for_torch(target_torch, runtime_dependency=not no_runtime_dependency)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         code = tree.code

@@ -36,7 +36,9 @@ class ClipGradRule:
             func = call.func
             if not (isinstance(func, ast.Attribute) and func.attr == "clip_grad_norm_"):
                 continue
-            if any(q.startswith(("torch.", "fsdp2_port.", "compat.")) for q in a.names.qualified(func)):
+            if any(
+                q.startswith(("torch.", "fsdp2_port.", "compat.")) for q in a.names.qualified(func)
+            ):
                 continue
             if a.is_ignored(call):
                 continue
@@ -46,21 +48,26 @@ class ClipGradRule:
         receiver = a.source(func.value)
         keep = f"kept: {receiver}.clip_grad_norm_ of an FSDP1 model"
         rewrite = self._rewrite(a, call, func, receiver)
-        if a.add_tied(self.CODE, call, func.value, keep, rewrite) is None:
+        if a.add_tied(self.CODE, call, func.value, keep, rewrite, quiet=True) is None:
             a.add(
                 self.CODE,
                 call,
-                f"{receiver} is not known to be an FSDP1 module: if it is, use "
-                f"fsdp2_port.clip_grad_norm_({receiver}.parameters(), ...) with the model's migration",
+                f"{receiver} is not known to be an FSDP1 module: if it is, use fsdp2_port."
+                f"clip_grad_norm_({receiver}.parameters(), ...) with the model's migration",
             )
 
-    def _rewrite(self, a: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str) -> Rewrite | None:
+    def _rewrite(
+        self, a: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str
+    ) -> Rewrite | None:
         if calls.bind(call, ("max_norm", "norm_type")) is None:
             return None
         opening = a.text.index("(", a.lines.end(func))
         parameters = f"{receiver}.parameters()" + (", " if call.args or call.keywords else "")
         if a.options.runtime_dependency:
-            edits = [a.replace(func, "fsdp2_port.clip_grad_norm_"), Edit(opening + 1, opening + 1, parameters)]
+            edits = [
+                a.replace(func, "fsdp2_port.clip_grad_norm_"),
+                Edit(opening + 1, opening + 1, parameters),
+            ]
             return Rewrite(
                 edits,
                 "clip_grad_norm_ -> fsdp2_port.clip_grad_norm_ (the global norm, one collective)",

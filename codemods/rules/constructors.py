@@ -96,7 +96,9 @@ class ConstructorRule:
     def _constructor(self, a: FileAnalysis, call: ast.Call, cid: str) -> None:
         pure = _pure(a, call)
         device = _bound(call).get("device_id")
-        needs_lines = pure.classes is not None or (device is not None and not calls.is_none(device.value))
+        needs_lines = pure.classes is not None or (
+            device is not None and not calls.is_none(device.value)
+        )
         if needs_lines and not _stands_alone(a, a.names.statement(call)):
             pure.blockers.append("the call shares its line with other code: put it on its own")
         if not pure.blockers:
@@ -155,7 +157,10 @@ class ConstructorRule:
         imports = [a.import_for(call.func, a.options.fsdp2_module, n) for n in sorted(pure.names)]
         message = "FSDP(...) -> fully_shard(...)"
         if code == "F2P003":
-            message = "FSDP(..., auto_wrap_policy=<literal>) -> fully_shard on each submodule it selects, then on the root"
+            message = (
+                "FSDP(..., auto_wrap_policy=<literal>) -> fully_shard on each submodule it "
+                "selects, then on the root"
+            )
         a.add(code, call, "FSDP(...) left as is", Rewrite(edits, message, imports), constructor=cid)
         for what, binding in pure.bindings:
             start = a.statement_start(binding)
@@ -165,7 +170,9 @@ class ConstructorRule:
                 code,
                 binding,
                 f"{what} binding kept: its FSDP(...) stays FSDP1",
-                Rewrite([Edit(start, end, "")], f"{what} binding removed: inlined into the FSDP2 calls"),
+                Rewrite(
+                    [Edit(start, end, "")], f"{what} binding removed: inlined into the FSDP2 calls"
+                ),
                 "MODELS",
                 ties=frozenset({cid}),
             )
@@ -271,7 +278,9 @@ def _pure(a: FileAnalysis, call: ast.Call) -> _Pure:
             continue
         pure.blockers.append(f"{name} is a runtime value")
     device = bound.get("device_id")
-    needs_simple = pure.classes is not None or (device is not None and not calls.is_none(device.value))
+    needs_simple = pure.classes is not None or (
+        device is not None and not calls.is_none(device.value)
+    )
     if needs_simple and not calls.is_simple(bound["module"].value):
         pure.blockers.append("the module expression is used twice: assign it to a name first")
     if device is not None and not calls.is_simple(device.value):
@@ -290,7 +299,9 @@ def _value(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure, what: str) 
             pure.blockers.append(f"{what} is not written at the call")
             return None
         statement = a.names.statement(binding.node)
-        if not isinstance(statement, ast.Assign) or a.names.scope_of(statement) is not a.names.scope_of(value):
+        if not isinstance(statement, ast.Assign) or a.names.scope_of(
+            statement
+        ) is not a.names.scope_of(value):
             pure.blockers.append(f"{what} is not written at the call")
             return None
         pure.bindings.append((what, statement))
@@ -326,7 +337,9 @@ def _mixed_precision(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -
         pure.blockers.append("buffer_dtype is set (FSDP2 does not cast buffers)")
     if "_module_classes_to_ignore" in bound:
         pure.blockers.append("_module_classes_to_ignore is set")
-    root_cast = flags.get("cast_root_forward_inputs", True) or flags.get("cast_forward_inputs", False)
+    root_cast = flags.get("cast_root_forward_inputs", True) or flags.get(
+        "cast_forward_inputs", False
+    )
     child_cast = flags.get("cast_forward_inputs", False)
     if not fields:
         return
@@ -367,7 +380,11 @@ def _wrap_policy(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> No
         return
     classes = None
     if isinstance(value, ast.Call):
-        if a.fsdp1_name(value.func) == "ModuleWrapPolicy" and len(value.args) == 1 and not value.keywords:
+        if (
+            a.fsdp1_name(value.func) == "ModuleWrapPolicy"
+            and len(value.args) == 1
+            and not value.keywords
+        ):
             classes = _literal_classes(a, value.args[0])
         elif (
             a.resolves_to(value.func, "functools.partial")
@@ -379,7 +396,8 @@ def _wrap_policy(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> No
             classes = _literal_classes(a, value.keywords[0].value)
     if classes is None:
         pure.blockers.append(
-            "auto_wrap_policy is not a literal transformer_auto_wrap_policy/ModuleWrapPolicy class set"
+            "auto_wrap_policy is not a literal transformer_auto_wrap_policy/ModuleWrapPolicy "
+            "class set"
         )
         return
     pure.classes = classes
@@ -398,7 +416,10 @@ def _argument_edits(a: FileAnalysis, call: ast.Call, pure: _Pure) -> list[Edit]:
     dropped = [arg.node for name, arg in _bound(call).items() if name != "module"]
     if not dropped:
         return []
-    replace = {dropped[0]: ", ".join(pure.root)} if pure.root else {}
+    first = a.lines.start(dropped[0])
+    own_line = not a.text[a.lines.line_start(first) : first].strip()
+    separator = f",{a.lines.newline()}{a.lines.indent_at(first)}" if own_line else ", "
+    replace = {dropped[0]: separator.join(pure.root)} if pure.root else {}
     return calls.edit_arguments(a.lines, call, set(dropped) - set(replace), replace)
 
 

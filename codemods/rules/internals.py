@@ -23,10 +23,12 @@ _FSDP = "FullyShardedDataParallel."
 _STATIC = {
     "summon_full_params": "summon_full_params: FSDP2 parameters are DTensors; read "
     "p.full_tensor(), or unshard()/reshard() the FSDPModule (note: in the compute dtype)",
-    "fsdp_modules": "FSDP.fsdp_modules(m): use [x for x in m.modules() if isinstance(x, FSDPModule)]",
+    "fsdp_modules": "FSDP.fsdp_modules(m): use "
+    "[x for x in m.modules() if isinstance(x, FSDPModule)]",
     "full_optim_state_dict": "full_optim_state_dict: use get_optimizer_state_dict(model, optim, "
     "options=StateDictOptions(full_state_dict=True, cpu_offload=True))",
-    "sharded_optim_state_dict": "sharded_optim_state_dict: use get_optimizer_state_dict(model, optim)",
+    "sharded_optim_state_dict": "sharded_optim_state_dict: use "
+    "get_optimizer_state_dict(model, optim)",
     "scatter_full_optim_state_dict": "scatter_full_optim_state_dict: use set_optimizer_state_dict("
     "model, optim, osd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))",
     "shard_full_optim_state_dict": "shard_full_optim_state_dict: use set_optimizer_state_dict("
@@ -39,21 +41,48 @@ _STATIC = {
 #: Attributes that only an FSDP1 instance has (flat parameters, handles, its own state).
 _FSDP1_ATTRIBUTES = frozenset(
     {
-        "_handle", "_handles", "_all_handles", "_fsdp_handles", "check_is_root", "_is_root",
-        "_lazy_init", "process_group", "sharding_strategy", "_sync_gradients", "params",
-        "_reshard", "_unshard", "training_state", "_use_orig_params", "_fsdp_use_orig_params",
-        "_exec_order_data", "compute_device", "mixed_precision", "cpu_offload", "flat_param",
-        "summon_full_params", "_fsdp_wrapped_module", "_flat_param", "register_comm_hook",
-        "_has_params", "rank", "world_size",
+        "_handle",
+        "_handles",
+        "_all_handles",
+        "_fsdp_handles",
+        "check_is_root",
+        "_is_root",
+        "_lazy_init",
+        "process_group",
+        "sharding_strategy",
+        "_sync_gradients",
+        "params",
+        "_reshard",
+        "_unshard",
+        "training_state",
+        "_use_orig_params",
+        "_fsdp_use_orig_params",
+        "_exec_order_data",
+        "compute_device",
+        "mixed_precision",
+        "cpu_offload",
+        "flat_param",
+        "summon_full_params",
+        "_fsdp_wrapped_module",
+        "_flat_param",
+        "register_comm_hook",
+        "_has_params",
+        "rank",
+        "world_size",
     }
 )
 _ANYWHERE = ("_fsdp_wrapped_module", "_flat_param")
-_INTERNAL = "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters (no wrapper, no flat parameter)"
+_INTERNAL = (
+    "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters "
+    "(no wrapper, no flat parameter)"
+)
 
 
 class InternalsRule:
     CODE = "F2P010"
-    SUMMARY = "flag FSDP1 APIs/internals without a mechanical rewrite (summon_full_params, .module, ...)"
+    SUMMARY = (
+        "flag FSDP1 APIs/internals without a mechanical rewrite (summon_full_params, .module, ...)"
+    )
 
     def analyze(self, a: FileAnalysis) -> None:
         for node in a.names.by_type[ast.Attribute]:
@@ -95,7 +124,7 @@ class InternalsRule:
             self._dot_module(a, node)
         elif node.attr in _FSDP1_ATTRIBUTES:
             what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
-            a.add_tied(self.CODE, node, receiver, what, None)
+            a.add_tied(self.CODE, node, receiver, what, None, quiet=True)
 
     def _static(self, a: FileAnalysis, node: ast.Attribute, api: str) -> None:
         call = a.names.parent.get(node)
@@ -112,7 +141,15 @@ class InternalsRule:
             rewrite = Rewrite(
                 [a.replace(node, text)], f"{text}.module -> {text}: FSDP2 does not wrap the module"
             )
-            a.add(self.CODE, node, f"kept: {text}.module of an FSDP1 model", rewrite, "MODELS", ties=ties)
+            site = a.add(
+                self.CODE,
+                node,
+                f"kept: {text}.module of an FSDP1 model",
+                rewrite,
+                "MODELS",
+                ties=ties,
+            )
+            site.quiet = True
         elif (ties or deferred or a.ties.known_fsdp1(receiver)) and a.options.runtime_dependency:
             rewrite = Rewrite(
                 [a.replace(node, f"fsdp2_port.unwrapped({text})")],
@@ -123,7 +160,9 @@ class InternalsRule:
             a.add(self.CODE, node, f"kept: {text}.module", rewrite, "ALWAYS")
         elif ties or deferred or a.ties.known_fsdp1(receiver):
             a.add_tied(
-                self.CODE, node, receiver,
+                self.CODE,
+                node,
+                receiver,
                 f"{text}.module: FSDP2 does not wrap; use {text} itself once it is an FSDP2 module",
                 None,
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from codemods.analysis import FileAnalysis
-from codemods.plan import Rewrite
+from codemods.plan import Requirement, Rewrite
 from codemods.text import Edit
 
 _CHECKS = ("builtins.isinstance", "builtins.issubclass")
@@ -25,7 +25,11 @@ class IsinstanceRule:
     def analyze(self, a: FileAnalysis) -> None:
         for call in a.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
-            if len(call.args) == 2 and a.resolves_to(call.func, *_CHECKS) and not a.is_ignored(call):
+            if (
+                len(call.args) == 2
+                and a.resolves_to(call.func, *_CHECKS)
+                and not a.is_ignored(call)
+            ):
                 self._check(a, call)
         for annotation in a.names.annotations:
             self._annotation(a, annotation)
@@ -48,7 +52,9 @@ class IsinstanceRule:
         guarded = _guarded_span(a, call)
         groups = frozenset({f"guard:{a.site_id(call)}"}) if guarded else frozenset()
         message = "kept: FSDP1 type test"
-        site = a.add_tied(self.CODE, call, call.args[0], message, rewrite, known=False, groups=groups)
+        site = a.add_tied(
+            self.CODE, call, call.args[0], message, rewrite, known=False, groups=groups
+        )
         if site is not None and guarded:
             a.guards.append((guarded, f"guard:{a.site_id(call)}"))
 
@@ -59,13 +65,23 @@ class IsinstanceRule:
         rewrite = _to_fsdp_module(a, annotation, refs, "FSDP annotation -> FSDPModule")
         parent = a.names.parent.get(annotation)
         if isinstance(parent, ast.AnnAssign) and parent.value is not None:
-            a.add_tied(self.CODE, annotation, parent.value, "kept: FSDP1 annotation", rewrite, known=False)
-        elif isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent.returns is annotation:
+            a.add_tied(
+                self.CODE, annotation, parent.value, "kept: FSDP1 annotation", rewrite, known=False
+            )
+        elif (
+            isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and parent.returns is annotation
+        ):
             ties = a.ties.returned_by(parent)
-            requirement = "MODELS" if ties[0] or ties[1] else "RUN"
+            requirement: Requirement = "MODELS" if ties[0] or ties[1] else "RUN"
             a.add(
-                self.CODE, annotation, "kept: FSDP1 annotation", rewrite, requirement,
-                ties=ties[0], deferred=ties[1],
+                self.CODE,
+                annotation,
+                "kept: FSDP1 annotation",
+                rewrite,
+                requirement,
+                ties=ties[0],
+                deferred=ties[1],
             )
         else:
             a.add(self.CODE, annotation, "kept: FSDP1 annotation", rewrite, "RUN")

@@ -16,13 +16,29 @@ from codemods.analysis import FileAnalysis
 
 CONFIGURATION = frozenset(
     {
-        "ShardingStrategy", "MixedPrecision", "CPUOffload", "BackwardPrefetch",
-        "transformer_auto_wrap_policy", "size_based_auto_wrap_policy", "lambda_auto_wrap_policy",
-        "always_wrap_policy", "ModuleWrapPolicy", "CustomPolicy", "_or_policy",
-        "_module_wrap_policy", "StateDictType", "StateDictConfig", "FullStateDictConfig",
-        "ShardedStateDictConfig", "LocalStateDictConfig", "OptimStateDictConfig",
-        "FullOptimStateDictConfig", "ShardedOptimStateDictConfig", "LocalOptimStateDictConfig",
-        "StateDictSettings", "OptimStateKeyType",
+        "ShardingStrategy",
+        "MixedPrecision",
+        "CPUOffload",
+        "BackwardPrefetch",
+        "transformer_auto_wrap_policy",
+        "size_based_auto_wrap_policy",
+        "lambda_auto_wrap_policy",
+        "always_wrap_policy",
+        "ModuleWrapPolicy",
+        "CustomPolicy",
+        "_or_policy",
+        "_module_wrap_policy",
+        "StateDictType",
+        "StateDictConfig",
+        "FullStateDictConfig",
+        "ShardedStateDictConfig",
+        "LocalStateDictConfig",
+        "OptimStateDictConfig",
+        "FullOptimStateDictConfig",
+        "ShardedOptimStateDictConfig",
+        "LocalOptimStateDictConfig",
+        "StateDictSettings",
+        "OptimStateKeyType",
     }
 )
 _POLICIES = frozenset({"enable_wrap", "wrap"})
@@ -66,13 +82,17 @@ class LeftoversRule:
                     a.add(
                         self.CODE,
                         constant,
-                        f"FSDP1 name {found} in a string annotation: use FSDPModule (or port by hand)",
+                        f"FSDP1 name {found} in a string annotation: use FSDPModule "
+                        "(or port by hand)",
                     )
                     return
 
 
 def _message(name: str) -> str:
     if name in _POLICIES:
-        return f"{name}(): FSDP2 has no wrapper to apply; call fully_shard on each module, children first"
+        return (
+            f"{name}(): FSDP2 has no wrapper to apply; call fully_shard on each module, "
+            "children first"
+        )
     kind = "private FSDP1 internal" if fsdp1.is_private(name) else "FSDP1 name"
     return f"{kind} {name} has no automatic FSDP2 rewrite: port this line by hand"

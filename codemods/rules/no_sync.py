@@ -40,11 +40,11 @@ class NoSyncRule:
         keep = f"kept: {text}.no_sync() of an FSDP1 model"
         ties, deferred = a.ties.of(receiver)
         statement = _sole_with_item(a, call) if call is not None else None
-        if statement is not None and ties and not deferred or (
+        if (statement is not None and ties and not deferred) or (
             statement is not None and not a.options.runtime_dependency
         ):
             rewrite = _try_finally(a, statement, text)
-            if a.add_tied(self.CODE, call, receiver, keep, rewrite) is not None:  # type: ignore[arg-type]
+            if a.add_tied(self.CODE, call, receiver, keep, rewrite, quiet=True) is not None:  # type: ignore[arg-type]
                 return
         elif a.options.runtime_dependency and (ties or deferred or a.ties.known_fsdp1(receiver)):
             if call is not None:
@@ -93,9 +93,8 @@ def _try_finally(a: FileAnalysis, statement: ast.With, receiver: str) -> Rewrite
     if not inner.startswith(indent) or inner == indent:
         inner = indent + "    "
     tail = "" if a.text[:end].endswith(("\n", "\r")) else newline
-    closing = (
-        f"{tail}{indent}finally:{newline}{inner}{receiver}.set_requires_gradient_sync(True){newline}"
-    )
+    restore = f"{inner}{receiver}.set_requires_gradient_sync(True){newline}"
+    closing = f"{tail}{indent}finally:{newline}{restore}"
     return Rewrite(
         [Edit(start, colon + 1, header), Edit(end, end, closing)],
         "no_sync() -> set_requires_gradient_sync(False), restored in finally",

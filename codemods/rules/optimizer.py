@@ -16,17 +16,27 @@ import ast
 
 from codemods import imports
 from codemods.analysis import FileAnalysis
-from codemods.plan import Rewrite
+from codemods.plan import Requirement, Rewrite
 from codemods.text import Edit
 
-_SOURCES = ("specforge.optimizer", "specforge.optimizer.bf16_optimizer", "compat", "compat.bf16_optimizer")
-_CLASSES = frozenset(f"{m}.BF16Optimizer" for m in (*_SOURCES, "fsdp2_port", "fsdp2_port.bf16_optimizer"))
+_SOURCES = (
+    "specforge.optimizer",
+    "specforge.optimizer.bf16_optimizer",
+    "compat",
+    "compat.bf16_optimizer",
+)
+_CLASSES = frozenset(
+    f"{m}.BF16Optimizer" for m in (*_SOURCES, "fsdp2_port", "fsdp2_port.bf16_optimizer")
+)
 _ALL_REDUCE = "torch.distributed.all_reduce"
 
 
 class OptimizerRule:
     CODE = "F2P009"
-    SUMMARY = "BF16Optimizer from specforge/compat -> fsdp2_port (or compat); drop the caller-side all-reduce of its norm"
+    SUMMARY = (
+        "BF16Optimizer from specforge/compat -> fsdp2_port (or compat); drop the caller-side "
+        "all-reduce of its norm"
+    )
 
     def analyze(self, a: FileAnalysis) -> None:
         switched = False
@@ -59,21 +69,40 @@ class OptimizerRule:
                 continue
             if not any(b in bindings for b in a.names.bindings_of(call.func)):
                 continue
-            model = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("model", "model_or_params")), None)
+            model = (
+                call.args[0]
+                if call.args
+                else next(
+                    (k.value for k in call.keywords if k.arg in ("model", "model_or_params")), None
+                )
+            )
             found = a.ties.of(model) if model is not None else (frozenset(), frozenset())
             ties |= found[0]
             deferred |= found[1]
             untied |= not (found[0] or found[1])
-        requirement = "RUN" if untied or not (ties or deferred) else "MODELS"
-        rewrite = _from(a, statement, alias, "fsdp2_port", f"BF16Optimizer imported from fsdp2_port instead of {statement.module}")
+        requirement: Requirement = "RUN" if untied or not (ties or deferred) else "MODELS"
+        rewrite = _from(
+            a,
+            statement,
+            alias,
+            "fsdp2_port",
+            f"BF16Optimizer imported from fsdp2_port instead of {statement.module}",
+        )
         site = a.add(
-            self.CODE, alias,
+            self.CODE,
+            alias,
             f"BF16Optimizer from {statement.module} kept: the model it is built on stays FSDP1",
-            rewrite, requirement, ties=frozenset(ties), deferred=frozenset(deferred),
+            rewrite,
+            requirement,
+            ties=frozenset(ties),
+            deferred=frozenset(deferred),
         )
         if statement.module and statement.module.startswith("specforge"):
             site.fallback = _from(
-                a, statement, alias, "compat",
+                a,
+                statement,
+                alias,
+                "compat",
                 "BF16Optimizer imported from compat instead of specforge: on FSDP1 it clips by "
                 "the true global norm (SpecForge's clipped each rank's shard by its own)",
             )
@@ -84,12 +113,18 @@ class OptimizerRule:
     def _reductions(self, a: FileAnalysis) -> None:
         for node in a.names.by_type[ast.Call]:
             assert isinstance(node, ast.Call)
-            if not (isinstance(node.func, ast.Attribute) and node.func.attr == "step" and not node.args):
+            if not (
+                isinstance(node.func, ast.Attribute) and node.func.attr == "step" and not node.args
+            ):
                 continue
             if not self._is_bf16_optimizer(a, node.func.value):
                 continue
             target = a.names.parent.get(node)
-            if isinstance(target, ast.Assign) and len(target.targets) == 1 and isinstance(target.targets[0], ast.Name):
+            if (
+                isinstance(target, ast.Assign)
+                and len(target.targets) == 1
+                and isinstance(target.targets[0], ast.Name)
+            ):
                 self._after_step(a, target, target.targets[0].id)
 
     def _is_bf16_optimizer(self, a: FileAnalysis, receiver: ast.AST) -> bool:
@@ -103,8 +138,7 @@ class OptimizerRule:
                 if annotation is not None:
                     values.append(annotation)
         elif isinstance(receiver, ast.Attribute):
-            key = a.ties._attribute_key(receiver)  # noqa: SLF001 - same package
-            values.extend(a.ties._attributes.get(key, ()) if key else ())  # noqa: SLF001
+            values.extend(a.ties.assigned(receiver))
         for value in values:
             func = value.func if isinstance(value, ast.Call) else value
             if isinstance(func, (ast.Name, ast.Attribute)) and a.names.qualified(func) & _CLASSES:
@@ -117,14 +151,22 @@ class OptimizerRule:
         derived = {norm}
         start = a.lines.end(assign)
         for node in ast.walk(function):
-            if isinstance(node, ast.Assign) and a.lines.start(node) >= start and len(node.targets) == 1:
+            if (
+                isinstance(node, ast.Assign)
+                and a.lines.start(node) >= start
+                and len(node.targets) == 1
+            ):
                 target = node.targets[0]
                 if isinstance(target, ast.Name) and _mentions(node.value, derived):
                     derived.add(target.id)
         for node in ast.walk(function):
             if not (isinstance(node, ast.Call) and a.lines.start(node) >= start):
                 continue
-            if not (a.resolves_to(node.func, _ALL_REDUCE) and node.args and isinstance(node.args[0], ast.Name)):
+            if not (
+                a.resolves_to(node.func, _ALL_REDUCE)
+                and node.args
+                and isinstance(node.args[0], ast.Name)
+            ):
                 continue
             reduced = node.args[0].id
             if reduced not in derived or not _is_sum(a, node):
@@ -135,9 +177,11 @@ class OptimizerRule:
             if _divided_later(a, function, reduced, a.lines.end(node)):
                 continue
             a.add(
-                self.CODE, node, "kept: an all-reduce of BF16Optimizer.step()'s norm",
+                self.CODE,
+                node,
+                "kept: an all-reduce of BF16Optimizer.step()'s norm",
                 Rewrite(
-                    [_remove_statement(a, statement)],
+                    [imports.remove_statement(a.lines, a.names, statement)],
                     "caller-side all-reduce of BF16Optimizer.step()'s norm removed: step() already "
                     "returns the global norm (it was multiplied by the world size)",
                 ),
@@ -145,7 +189,9 @@ class OptimizerRule:
             )
 
 
-def _from(a: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias, module: str, message: str) -> Rewrite:
+def _from(
+    a: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias, module: str, message: str
+) -> Rewrite:
     """``BF16Optimizer`` imported from ``module``: the statement's module when it imports only
     that name, else the name moves to an import of its own."""
     if len(statement.names) == 1:
@@ -164,7 +210,10 @@ def _mentions(node: ast.AST, names: set[str]) -> bool:
 
 
 def _is_sum(a: FileAnalysis, call: ast.Call) -> bool:
-    op = next((k.value for k in call.keywords if k.arg == "op"), call.args[1] if len(call.args) > 1 else None)
+    op = next(
+        (k.value for k in call.keywords if k.arg == "op"),
+        call.args[1] if len(call.args) > 1 else None,
+    )
     return op is None or a.resolves_to(op, "torch.distributed.ReduceOp.SUM")
 
 
@@ -178,21 +227,11 @@ def _divided_later(a: FileAnalysis, function: ast.AST, name: str, after: int) ->
         if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
             if isinstance(node.target, ast.Name) and node.target.id == name:
                 return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("div", "div_", "true_divide"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("div", "div_", "true_divide")
+        ):
             if isinstance(node.func.value, ast.Name) and node.func.value.id == name:
                 return True
     return False
-
-
-def _remove_statement(a: FileAnalysis, statement: ast.stmt) -> Edit:
-    """Delete a statement's lines; ``pass`` in its place when it is alone in its block."""
-    block = a.names.parent.get(statement)
-    siblings = next(
-        (getattr(block, f) for f in ("body", "orelse", "finalbody") if statement in getattr(block, f, [])),
-        [],
-    )
-    start = a.statement_start(statement)
-    end = a.lines.line_end(a.lines.end(statement) - 1)
-    if len(siblings) == 1:
-        return Edit(a.lines.start(statement), a.lines.end(statement), "pass")
-    return Edit(start, end, "")

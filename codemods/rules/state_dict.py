@@ -38,18 +38,74 @@ _FSDP = "FullyShardedDataParallel."
 _CONTEXT = ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config")
 _TO_LOAD = ("model", "optim", "optim_state_dict")
 _SAFE_PREFIXES = (
-    "builtins.", "torch.", "os.", "json.", "logging.", "time.", "math.", "pathlib.", "shutil.",
-    "pickle.", "io.", "gc.", "warnings.", "copy.", "collections.", "numpy.", "safetensors.",
+    "builtins.",
+    "torch.",
+    "os.",
+    "json.",
+    "logging.",
+    "time.",
+    "math.",
+    "pathlib.",
+    "shutil.",
+    "pickle.",
+    "io.",
+    "gc.",
+    "warnings.",
+    "copy.",
+    "collections.",
+    "numpy.",
+    "safetensors.",
 )
 #: Methods that take no state dict from a module, whatever object they are called on.
 _SAFE_METHODS = frozenset(
     {
-        "info", "debug", "warning", "warn", "error", "exception", "critical", "print", "format",
-        "join", "items", "keys", "values", "update", "get", "pop", "append", "extend", "copy",
-        "cpu", "to", "clone", "detach", "item", "numel", "replace", "startswith", "endswith",
-        "split", "write", "mkdir", "exists", "barrier", "get_rank", "get_world_size",
-        "setdefault", "tolist", "float", "half", "bfloat16", "contiguous", "is_dir",
-        "joinpath", "open", "close", "flush", "synchronize",
+        "info",
+        "debug",
+        "warning",
+        "warn",
+        "error",
+        "exception",
+        "critical",
+        "print",
+        "format",
+        "join",
+        "items",
+        "keys",
+        "values",
+        "update",
+        "get",
+        "pop",
+        "append",
+        "extend",
+        "copy",
+        "cpu",
+        "to",
+        "clone",
+        "detach",
+        "item",
+        "numel",
+        "replace",
+        "startswith",
+        "endswith",
+        "split",
+        "write",
+        "mkdir",
+        "exists",
+        "barrier",
+        "get_rank",
+        "get_world_size",
+        "setdefault",
+        "tolist",
+        "float",
+        "half",
+        "bfloat16",
+        "contiguous",
+        "is_dir",
+        "joinpath",
+        "open",
+        "close",
+        "flush",
+        "synchronize",
     }
 )
 _RUNTIME = "its FSDP1 behaviour on FSDP1 and FSDP2 models alike"
@@ -75,13 +131,17 @@ DEFAULT = Options(
 
 class StateDictRule:
     CODE = "F2P008"
-    SUMMARY = "FSDP.state_dict_type / optim_state_dict / optim_state_dict_to_load -> get_/set_*_state_dict"
+    SUMMARY = (
+        "FSDP.state_dict_type / optim_state_dict / optim_state_dict_to_load -> "
+        "get_/set_*_state_dict (fsdp2_port's FSDP1 forms where they are not literal)"
+    )
 
     def analyze(self, a: FileAnalysis) -> None:
         self.a = a
         self.handled: set[ast.AST] = set()
         self.persistent = any(
             a.fsdp1_name(node) == _FSDP + "set_state_dict_type"
+            or a.resolves_to(node, "fsdp2_port.set_state_dict_type")
             for node in a.names.by_type[ast.Attribute]
         )
         for node in a.names.by_type[ast.Call]:
@@ -92,7 +152,9 @@ class StateDictRule:
             if name == _FSDP + "state_dict_type":
                 self._context(node)
             elif name == _FSDP + "set_state_dict_type":
-                self._runtime_call(node, "set_state_dict_type", "a persistent FSDP1 state-dict type")
+                self._runtime_call(
+                    node, "set_state_dict_type", "a persistent FSDP1 state-dict type"
+                )
         for node in a.names.by_type[ast.Call]:
             assert isinstance(node, ast.Call)
             if node not in self.handled and not a.is_ignored(node):
@@ -104,18 +166,30 @@ class StateDictRule:
         self.handled.add(call)
         bound = calls.bind(call, _CONTEXT)
         if bound is None or "module" not in bound or "state_dict_type" not in bound:
-            self._runtime_call(call, "state_dict_type", "FSDP.state_dict_type(...) with unusual arguments")
-            return
-        kind = (a.fsdp1_name(bound["state_dict_type"].value) or "").removeprefix("StateDictType.")
-        if kind == "LOCAL_STATE_DICT":
-            a.add_tied(
-                self.CODE, call, bound["module"].value,
-                "LOCAL_STATE_DICT has no FSDP2 form: save the sharded state dict with DCP instead",
-                None, known=False,
+            self._runtime_call(
+                call, "state_dict_type", "FSDP.state_dict_type(...) with unusual arguments"
             )
             return
+        kind = (a.fsdp1_name(bound["state_dict_type"].value) or "").removeprefix("StateDictType.")
         item = a.names.parent.get(call)
         statement = a.names.parent.get(item) if isinstance(item, ast.withitem) else None
+        if isinstance(statement, ast.With):  # the body's calls follow the block, never a default
+            block_calls = [
+                n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)
+            ]
+        else:
+            block_calls = []
+        if kind == "LOCAL_STATE_DICT":
+            self.handled.update(block_calls)
+            a.add_tied(
+                self.CODE,
+                call,
+                bound["module"].value,
+                "LOCAL_STATE_DICT has no FSDP2 form: save the sharded state dict with DCP instead",
+                None,
+                known=False,
+            )
+            return
         literal = self._literal(bound, kind)
         if (
             isinstance(statement, ast.With)
@@ -127,13 +201,18 @@ class StateDictRule:
             if self._pure_block(call, statement, bound["module"].value, literal, group):
                 return
         self._runtime_call(call, "state_dict_type", "an FSDP1 state-dict block")
-        if isinstance(statement, ast.With):
-            for node in [n for s in statement.body for n in ast.walk(s)]:
-                if isinstance(node, ast.Call) and node not in self.handled:
-                    self._call(node, None, frozenset(), runtime_only=True)
+        for node in block_calls:
+            if node not in self.handled:
+                self._call(node, None, frozenset(), runtime_only=True)
+        self.handled.update(block_calls)
 
     def _pure_block(
-        self, call: ast.Call, statement: ast.With, model: ast.expr, options: Options, group: frozenset[str]
+        self,
+        call: ast.Call,
+        statement: ast.With,
+        model: ast.expr,
+        options: Options,
+        group: frozenset[str],
     ) -> bool:
         """The block's state-dict calls rewritten and the ``with`` removed; False (nothing
         added) when the body calls code that may take a state dict itself."""
@@ -145,7 +224,7 @@ class StateDictRule:
             return False
         for node in ours:
             if node not in self.handled:
-                self._call(node, options, group, anchor=call.func)
+                self._call(node, options, group, anchor=call.func, model=text)
         for name in ("state_dict_config", "optim_state_dict_config"):
             self._drop_config_binding(calls.bind(call, _CONTEXT).get(name), group)  # type: ignore[union-attr]
         message = "with FSDP.state_dict_type(...) removed: FSDP2 chooses the state dict per call"
@@ -153,9 +232,14 @@ class StateDictRule:
             message += "; " + options.note
         ties, deferred = a.ties.of(model)
         a.add(
-            self.CODE, call, "kept: FSDP.state_dict_type(...) block",
-            Rewrite(_unwrap(a, statement), message), "ALWAYS",
-            ties=ties, deferred=deferred, groups=group,
+            self.CODE,
+            call,
+            "kept: FSDP.state_dict_type(...) block",
+            Rewrite(_unwrap(a, statement), message),
+            "ALWAYS",
+            ties=ties,
+            deferred=deferred,
+            groups=group,
         )
         return True
 
@@ -170,7 +254,10 @@ class StateDictRule:
         if model is None or optim is None:
             return None
         notes = []
-        for what, (offload, rank0_only) in (("state_dict_config", model), ("optim_state_dict_config", optim)):
+        for what, (offload, rank0_only) in (
+            ("state_dict_config", model),
+            ("optim_state_dict_config", optim),
+        ):
             if full and offload and not rank0_only:
                 return None
             if full and rank0_only and not offload:
@@ -181,7 +268,9 @@ class StateDictRule:
         load = "StateDictOptions(full_state_dict=True)" if full else None
         return Options(_fields(full, model[0]), _fields(full, optim[0]), load, "; ".join(notes))
 
-    def _config(self, arg: calls.Argument | None, full: bool, family: str) -> tuple[bool, bool] | None:
+    def _config(
+        self, arg: calls.Argument | None, full: bool, family: str
+    ) -> tuple[bool, bool] | None:
         """``(offload_to_cpu, rank0_only)`` of a literal config (FSDP1's defaults when absent)."""
         a = self.a
         if arg is None or calls.is_none(arg.value):
@@ -213,16 +302,21 @@ class StateDictRule:
         if binding is None or len(a.uses_of(binding)) != 1:
             return
         statement = a.names.statement(binding.node)
-        if not isinstance(statement, ast.Assign) or a.names.scope_of(statement) is not a.names.scope_of(arg.value):
+        if not isinstance(statement, ast.Assign) or a.names.scope_of(
+            statement
+        ) is not a.names.scope_of(arg.value):
             return
         start = a.statement_start(statement)
         a.add(
-            self.CODE, statement, "kept: a state-dict config binding",
+            self.CODE,
+            statement,
+            "kept: a state-dict config binding",
             Rewrite(
                 [Edit(start, a.lines.line_end(a.lines.end(statement) - 1), "")],
                 "state-dict config binding removed (its only use was rewritten)",
             ),
-            "ALWAYS", groups=group,
+            "ALWAYS",
+            groups=group,
         )
 
     def _safe(self, call: ast.Call) -> bool:
@@ -255,9 +349,10 @@ class StateDictRule:
         *,
         anchor: ast.AST | None = None,
         runtime_only: bool = False,
+        model: str | None = None,
     ) -> None:
-        """The site for one state-dict call: in a pure block (``options``), inside a runtime
-        block (``runtime_only``), or on its own."""
+        """The site for one state-dict call: in a pure block about ``model`` (``options``),
+        inside a runtime block (``runtime_only``), or on its own."""
         a = self.a
         name = a.fsdp1_name(call.func)
         if name == _FSDP + "optim_state_dict":
@@ -268,9 +363,12 @@ class StateDictRule:
             self._to_load(call, options, groups, anchor)
         elif not runtime_only and isinstance(call.func, ast.Attribute):
             if call.func.attr in ("state_dict", "load_state_dict"):
-                self._module_call(call, options, groups, anchor)
+                if model is None or a.source(call.func.value) == model:
+                    self._module_call(call, options, groups, anchor)
 
-    def _optim(self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor) -> None:
+    def _optim(
+        self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
+    ) -> None:
         a = self.a
         bound = calls.bind(call, ("model", "optim", "optim_state_dict", "group"))
         if options is None and not a.options.runtime_dependency and not self.persistent:
@@ -278,10 +376,23 @@ class StateDictRule:
         if options is None or bound is None or set(bound) != {"model", "optim"}:
             self._runtime_call(call, "optim_state_dict", "FSDP.optim_state_dict(...)", groups)
             return
-        new = _new("get_optimizer_state_dict", [a.source(bound["model"].value), a.source(bound["optim"].value)], options.optim)
-        self._pure_site(call, bound["model"].value, new, "FSDP.optim_state_dict(...) -> get_optimizer_state_dict(...)", groups, anchor)
+        new = _new(
+            "get_optimizer_state_dict",
+            [a.source(bound["model"].value), a.source(bound["optim"].value)],
+            options.optim,
+        )
+        self._pure_site(
+            call,
+            bound["model"].value,
+            new,
+            "FSDP.optim_state_dict(...) -> get_optimizer_state_dict(...)",
+            groups,
+            anchor,
+        )
 
-    def _to_load(self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor) -> None:
+    def _to_load(
+        self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
+    ) -> None:
         """``o.load_state_dict(FSDP.optim_state_dict_to_load(...))``, or the same in two
         consecutive statements through a name used nowhere else."""
         a = self.a
@@ -295,20 +406,38 @@ class StateDictRule:
             pair = self._paired_load(parent)
             outer = None if pair is None else _expression_call(pair[1])
         if parts is None:
-            self._runtime_call(call, "optim_state_dict_to_load", "FSDP.optim_state_dict_to_load(...)", groups)
+            self._runtime_call(
+                call, "optim_state_dict_to_load", "FSDP.optim_state_dict_to_load(...)", groups
+            )
             return
         model, optim, state = (a.source(p) for p in parts)
         if options is None and not a.options.runtime_dependency and not self.persistent:
             options = DEFAULT
         if options is None or outer is None:
             if not a.options.runtime_dependency:
-                a.add_tied(self.CODE, call, parts[0], "FSDP.optim_state_dict_to_load(...): use set_optimizer_state_dict", None, known=False, groups=groups)
+                a.add_tied(
+                    self.CODE,
+                    call,
+                    parts[0],
+                    "FSDP.optim_state_dict_to_load(...): use set_optimizer_state_dict",
+                    None,
+                    known=False,
+                    groups=groups,
+                )
                 return
             text = f"fsdp2_port.optim_state_dict_to_load({model}, {optim}, {state})"
             a.add(
-                self.CODE, call, "kept: FSDP.optim_state_dict_to_load(...)",
-                Rewrite([a.replace(call, text)], f"FSDP.optim_state_dict_to_load -> fsdp2_port.optim_state_dict_to_load: {_RUNTIME}", [a.module_import("fsdp2_port")]),
-                "ALWAYS", groups=groups,
+                self.CODE,
+                call,
+                "kept: FSDP.optim_state_dict_to_load(...)",
+                Rewrite(
+                    [a.replace(call, text)],
+                    "FSDP.optim_state_dict_to_load -> fsdp2_port.optim_state_dict_to_load: "
+                    + _RUNTIME,
+                    [a.module_import("fsdp2_port")],
+                ),
+                "ALWAYS",
+                groups=groups,
             )
             return
         self.handled.add(outer)
@@ -323,12 +452,23 @@ class StateDictRule:
             ]
         ties, deferred = a.ties.of(parts[0])
         a.add(
-            self.CODE, call, "kept: FSDP.optim_state_dict_to_load(...)",
-            Rewrite(edits, "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)", self._imports(anchor or call.func, new)),
-            "ALWAYS", ties=ties, deferred=deferred, groups=groups,
+            self.CODE,
+            call,
+            "kept: FSDP.optim_state_dict_to_load(...)",
+            Rewrite(
+                edits,
+                "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)",
+                self._imports(anchor or call.func, new),
+            ),
+            "ALWAYS",
+            ties=ties,
+            deferred=deferred,
+            groups=groups,
         )
 
-    def _module_call(self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor) -> None:
+    def _module_call(
+        self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
+    ) -> None:
         """``m.state_dict()`` / ``m.load_state_dict(sd)``: in a pure block, or on a model
         built here (FSDP1's FULL default, spelled out when the model migrates)."""
         a = self.a
@@ -338,28 +478,73 @@ class StateDictRule:
         plain = options is None
         if plain:
             ties, deferred = a.ties.of(receiver)
-            if not ties or deferred or self.persistent:
+            if not ties or deferred:
+                return
+            if self.persistent:
+                self.handled.add(call)
+                a.add_tied(
+                    self.CODE,
+                    call,
+                    receiver,
+                    f"{func.attr}() on a model whose FSDP1 state-dict type may be set elsewhere "
+                    "in this file: use get_/set_model_state_dict with explicit StateDictOptions",
+                    None,
+                    groups=groups,
+                )
                 return
             options = DEFAULT
+        assert options is not None
         self.handled.add(call)
         text = a.source(receiver)
         if func.attr == "state_dict":
             if call.args or call.keywords:
-                a.add_tied(self.CODE, call, receiver, "state_dict(...) with arguments: use get_model_state_dict by hand", None, known=False, groups=groups)
+                a.add_tied(
+                    self.CODE,
+                    call,
+                    receiver,
+                    "state_dict(...) with arguments: use get_model_state_dict by hand",
+                    None,
+                    known=False,
+                    groups=groups,
+                )
                 return
             new = _new("get_model_state_dict", [text], options.model)
-            self._pure_site(call, receiver, new, "state_dict() -> get_model_state_dict(...)", groups, anchor, plain)
+            self._pure_site(
+                call,
+                receiver,
+                new,
+                "state_dict() -> get_model_state_dict(...)",
+                groups,
+                anchor,
+                plain,
+            )
             return
         bound = calls.bind(call, ("state_dict", "strict", "assign"))
         if bound is None or "state_dict" not in bound or "assign" in bound:
-            a.add_tied(self.CODE, call, receiver, "load_state_dict(...) with unusual arguments: use set_model_state_dict by hand", None, known=False, groups=groups)
+            a.add_tied(
+                self.CODE,
+                call,
+                receiver,
+                "load_state_dict(...) with unusual arguments: use set_model_state_dict by hand",
+                None,
+                known=False,
+                groups=groups,
+            )
             return
         load = options.load
         if "strict" in bound:
             strict = f"strict={a.source(bound['strict'].value)}"
             load = f"StateDictOptions({strict})" if load is None else load[:-1] + f", {strict})"
         new = _new("set_model_state_dict", [text, a.source(bound["state_dict"].value)], load)
-        self._pure_site(call, receiver, new, "load_state_dict(...) -> set_model_state_dict(...)", groups, anchor, plain)
+        self._pure_site(
+            call,
+            receiver,
+            new,
+            "load_state_dict(...) -> set_model_state_dict(...)",
+            groups,
+            anchor,
+            plain,
+        )
 
     def _paired_load(self, assign: ast.Assign) -> tuple[ast.Assign, ast.stmt] | None:
         """``osd = FSDP.optim_state_dict_to_load(...)`` directly followed by the statement
@@ -379,13 +564,23 @@ class StateDictRule:
         return None
 
     # -- emitting ----------------------------------------------------------------------------------
-    def _runtime_call(self, call: ast.Call, function: str, what: str, groups: frozenset[str] = frozenset()) -> None:
+    def _runtime_call(
+        self, call: ast.Call, function: str, what: str, groups: frozenset[str] = frozenset()
+    ) -> None:
         """``FSDP.<function>(...)`` -> ``fsdp2_port.<function>(...)``, the same arguments."""
         a = self.a
         self.handled.add(call)
         first = call.args[0] if call.args else (call.keywords[0].value if call.keywords else call)
         if not a.options.runtime_dependency:
-            a.add_tied(self.CODE, call, first, f"{what}: port with get_/set_*_state_dict and StateDictOptions", None, known=False, groups=groups)
+            a.add_tied(
+                self.CODE,
+                call,
+                first,
+                f"{what}: port with get_/set_*_state_dict and StateDictOptions",
+                None,
+                known=False,
+                groups=groups,
+            )
             return
         rewrite = Rewrite(
             [a.replace(call.func, f"fsdp2_port.{function}")],
@@ -394,13 +589,30 @@ class StateDictRule:
         )
         a.add(self.CODE, call, f"kept: {what}", rewrite, "ALWAYS", groups=groups)
 
-    def _pure_site(self, call: ast.Call, model: ast.AST, new: _New, message: str, groups: frozenset[str], anchor, plain: bool = False) -> None:
+    def _pure_site(
+        self,
+        call: ast.Call,
+        model: ast.AST,
+        new: _New,
+        message: str,
+        groups: frozenset[str],
+        anchor,
+        plain: bool = False,
+    ) -> None:
         a = self.a
-        rewrite = Rewrite([a.replace(call, new.text)], message, self._imports(anchor or call.func, new))
+        rewrite = Rewrite(
+            [a.replace(call, new.text)], message, self._imports(anchor or call.func, new)
+        )
         ties, deferred = a.ties.of(model)
         site = a.add(
-            self.CODE, call, "kept: an FSDP1 state-dict call", rewrite,
-            "MODELS" if plain else "ALWAYS", ties=ties, deferred=deferred, groups=groups,
+            self.CODE,
+            call,
+            "kept: an FSDP1 state-dict call",
+            rewrite,
+            "MODELS" if plain else "ALWAYS",
+            ties=ties,
+            deferred=deferred,
+            groups=groups,
         )
         site.quiet = plain
 
@@ -419,7 +631,9 @@ class _New:
 
 def _new(function: str, args: list[str], options: str | None) -> _New:
     parts = args + ([f"options={options}"] if options else [])
-    return _New(f"{function}({', '.join(parts)})", [function] + (["StateDictOptions"] if options else []))
+    return _New(
+        f"{function}({', '.join(parts)})", [function] + (["StateDictOptions"] if options else [])
+    )
 
 
 def _fields(full: bool, offload: bool) -> str | None:
@@ -472,7 +686,9 @@ def _to_load_parts(a: FileAnalysis, call: ast.Call) -> tuple[ast.expr, ast.expr,
     optim)``. Positional calls are told apart by which argument is the optimizer that loads
     the result (or, without one, by the model being a known FSDP1 model).
     """
-    if any(isinstance(x, ast.Starred) for x in call.args) or any(k.arg is None for k in call.keywords):
+    if any(isinstance(x, ast.Starred) for x in call.args) or any(
+        k.arg is None for k in call.keywords
+    ):
         return None
     keywords = {k.arg: k.value for k in call.keywords}
     if set(keywords) - {*_TO_LOAD, "is_named_optimizer", "load_directly", "group"}:
@@ -483,7 +699,10 @@ def _to_load_parts(a: FileAnalysis, call: ast.Call) -> tuple[ast.expr, ast.expr,
         return None
     first, second, third = call.args
     parent = a.names.parent.get(call)
-    optimizer = a.source(parent.func.value) if isinstance(parent, ast.Call) and _loads(parent, call) else None  # type: ignore[attr-defined]
+    optimizer = None
+    if isinstance(parent, ast.Call) and _loads(parent, call):
+        assert isinstance(parent.func, ast.Attribute)
+        optimizer = a.source(parent.func.value)
     if optimizer is not None:
         if a.source(second) == optimizer and a.source(third) != optimizer:
             return first, second, third
@@ -532,7 +751,11 @@ def _string_continuations(statement: ast.With) -> set[int]:
     """Lines that start inside a multi-line string literal of ``statement``'s body."""
     lines: set[int] = set()
     for node in ast.walk(statement):
-        if isinstance(node, (ast.Constant, ast.JoinedStr)) and node.end_lineno and node.end_lineno > node.lineno:
+        if (
+            isinstance(node, (ast.Constant, ast.JoinedStr))
+            and node.end_lineno
+            and node.end_lineno > node.lineno
+        ):
             if isinstance(node, ast.JoinedStr) or isinstance(node.value, (str, bytes)):
                 lines.update(range(node.lineno + 1, node.end_lineno + 1))
     return lines
