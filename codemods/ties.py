@@ -144,7 +144,8 @@ class Ties:
             out: set[str] = set()
             for binding in self.a.names.bindings_of(expr):
                 if binding.kind == "assign" and binding.value is not None:
-                    out |= self._value(binding.value)
+                    if self._may_reach(binding.node, expr):
+                        out |= self._value(binding.value)
             return out
         if isinstance(expr, ast.Attribute):
             key = self._attribute_key(expr)
@@ -208,6 +209,31 @@ class Ties:
         return {r for value in self._returns.get(function, ()) for r in self._value(value)}
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _may_reach(self, target: ast.AST, use: ast.AST) -> bool:
+        """Whether the assignment to ``target`` can be what ``use`` reads, by position alone:
+        not in the other branch of an ``if`` that holds both, and not after the use unless a
+        loop around both can bring it back. (Names bound in another scope always may.)"""
+        names = self.a.names
+        if names.function_of(target) is not names.function_of(use):
+            return True
+        target_path = [target, *names.ancestors(target)]
+        use_path = {id(n): i for i, n in enumerate([use, *names.ancestors(use)])}
+        for depth, ancestor in enumerate(target_path):
+            if id(ancestor) not in use_path:
+                continue
+            if isinstance(ancestor, (ast.If, ast.IfExp, ast.Try)) and depth > 0:
+                mine = _branch(ancestor, target_path[depth - 1])
+                theirs = _branch(ancestor, [use, *names.ancestors(use)][use_path[id(ancestor)] - 1])
+                if mine and theirs and mine != theirs and not isinstance(ancestor, ast.Try):
+                    return False
+            break
+        if self.a.lines.start(target) <= self.a.lines.start(use):
+            return True
+        return any(
+            isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and id(n) in use_path
+            for n in target_path
+        )
+
     def _attribute_key(self, node: ast.AST) -> tuple[ast.AST, str] | None:
         """``(owner, text)``: the class for ``self.x...``, else the enclosing function/module."""
         if not isinstance(node, ast.Attribute):
@@ -255,3 +281,12 @@ class Ties:
             ):
                 return True
         return False
+
+
+def _branch(statement: ast.AST, child: ast.AST) -> str | None:
+    """Which branch of an ``if``/``try`` the direct child ``child`` belongs to."""
+    for name in ("body", "orelse", "handlers", "finalbody"):
+        part = getattr(statement, name, None)
+        if part is child or (isinstance(part, list) and child in part):
+            return name
+    return None
