@@ -143,9 +143,12 @@ class Ties:
         if isinstance(expr, ast.Name):
             out: set[str] = set()
             for binding in self.a.names.bindings_of(expr):
+                if not self._may_reach(binding.node, expr):
+                    continue
                 if binding.kind == "assign" and binding.value is not None:
-                    if self._may_reach(binding.node, expr):
-                        out |= self._value(binding.value)
+                    out |= self._value(binding.value)
+                elif binding.kind == "other":
+                    out |= self._unpacked(binding.node)
             return out
         if isinstance(expr, ast.Attribute):
             key = self._attribute_key(expr)
@@ -159,6 +162,31 @@ class Ties:
         if isinstance(expr, ast.NamedExpr):
             return set(self._value(expr.value))
         return set()
+
+    def _unpacked(self, target: ast.AST) -> set[str]:
+        """``a, b = value``: what element ``target`` takes, when ``value`` is a tuple or a call
+        of a function here that returns tuples."""
+        parent = self.a.names.parent.get(target)
+        statement = self.a.names.parent.get(parent) if parent is not None else None
+        if not (isinstance(parent, (ast.Tuple, ast.List)) and isinstance(statement, ast.Assign)):
+            return set()
+        if parent not in statement.targets or any(isinstance(e, ast.Starred) for e in parent.elts):
+            return set()
+        index = parent.elts.index(target)  # type: ignore[arg-type]
+        values: list[ast.AST] = [statement.value]
+        if isinstance(statement.value, ast.Call):
+            func = statement.value.func
+            functions = [
+                b.node
+                for b in (self.a.names.bindings_of(func) if isinstance(func, ast.Name) else [])
+                if b.kind == "def"
+            ]
+            values = [r for f in functions for r in self._returns.get(f, ())]
+        out: set[str] = set()
+        for value in values:
+            if isinstance(value, ast.Tuple) and len(value.elts) == len(parent.elts):
+                out |= self._value(value.elts[index])
+        return out
 
     def _call(self, call: ast.Call) -> set[str]:
         if call in self.constructors:

@@ -178,3 +178,12 @@ def test_whole_models_or_nothing():
     decisions = decide([plan])
     assert decisions.migrating == {"A", "B"} and decisions.run_migrates
     assert decisions.rewritten == {("p.py", i) for i in (0, 1, 2, 4, 5)}
+
+
+def test_ties_follow_tuple_unpacking_of_a_builder():
+    source = (
+        "def build(n):\n    model = FSDP(n)\n    return model, make_optimizer(model)\n\n"
+        "def train(n):\n    model, optimizer = build(n)\n    return model\n"
+    )
+    assert ties_of(source, "model")[0] == {"m.py:3:13"}
+    assert ties_of(source, "optimizer")[0] == set()
