@@ -56,41 +56,48 @@ def bind(call: ast.Call, parameters: Sequence[str]) -> dict[str, Argument] | Non
 def edit_arguments(
     lines: LineIndex, call: ast.Call, drop: set[ast.AST], replace: dict[ast.AST, str]
 ) -> list[Edit]:
-    """Edits that delete the arguments in ``drop`` and replace those in ``replace``.
-
-    Consecutive deleted arguments go as one run with their separators: up to the next kept
-    argument, or, at the end of the call, from the last kept one. A run that stands on lines
-    of its own goes with those whole lines (its comments included), so the layout of the
-    rest of the call is kept.
-    """
+    """Edits that delete the arguments in ``drop`` and replace those in ``replace``."""
     every = [a.node for a in arguments(call)]
-    text = lines.text
     edits = [Edit(*lines.span(node), replace[node]) for node in every if node in replace]
+    return edits + remove_items(lines, every, drop, lines.end(call))
+
+
+def remove_items(lines: LineIndex, items: list[ast.AST], drop: set, limit: int) -> list[Edit]:
+    """Edits that delete ``drop`` from a comma-separated list (call arguments, imported names)
+    that ends before ``limit``.
+
+    Consecutive deleted items go as one run with their separators: up to the next kept item,
+    or, at the end of the list, from the last kept one. A run that stands on lines of its own
+    goes with those whole lines (its comments included), so the rest keeps its layout.
+    """
+    text = lines.text
+    edits = []
     index = 0
-    while index < len(every):
-        if every[index] not in drop:
+    while index < len(items):
+        if items[index] not in drop:
             index += 1
             continue
         last = index
-        while last + 1 < len(every) and every[last + 1] in drop:
+        while last + 1 < len(items) and items[last + 1] in drop:
             last += 1
-        start = lines.start(every[index])
+        start = lines.start(items[index])
         starts_line = not text[lines.line_start(start) : start].strip()
-        if last + 1 < len(every):
-            following = lines.start(every[last + 1])
+        if last + 1 < len(items):
+            following = lines.start(items[last + 1])
             if starts_line and not text[lines.line_start(following) : following].strip():
                 edits.append(Edit(lines.line_start(start), lines.line_start(following), ""))
             else:
                 edits.append(Edit(start, following, ""))
         else:
-            end = lines.end(every[last])
-            after = _skip_comma(text, end, lines.end(call))
+            end = lines.end(items[last])
+            after = _skip_comma(text, end, limit)
             line_end = lines.line_end(max(after - 1, end))
             rest = text[after:line_end].strip()
-            if starts_line and (not rest or rest.startswith("#")) and index > 0:
+            own_lines = starts_line and (not rest or rest.startswith("#"))
+            if own_lines and index > 0 and text[end:after].strip() == ",":
                 edits.append(Edit(lines.line_start(start), line_end, ""))
             elif index > 0:
-                edits.append(Edit(lines.end(every[index - 1]), end, ""))
+                edits.append(Edit(lines.end(items[index - 1]), end, ""))
             else:
                 edits.append(Edit(start, after, ""))
         index = last + 1

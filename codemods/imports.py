@@ -16,7 +16,7 @@ import ast
 from collections import defaultdict
 from collections.abc import Sequence
 
-from codemods import fsdp1
+from codemods import calls, fsdp1
 from codemods.names import Names
 from codemods.plan import NeededImport
 from codemods.text import Edit, LineIndex
@@ -166,36 +166,4 @@ def remove_aliases(
 ) -> list[Edit]:
     """Remove some names of an import statement, each with its comma (and its own line,
     comment included, when it has one)."""
-    text = lines.text
-    aliases = statement.names
-    edits = []
-    index = 0
-    while index < len(aliases):
-        if aliases[index] not in drop:
-            index += 1
-            continue
-        last = index
-        while last + 1 < len(aliases) and aliases[last + 1] in drop:
-            last += 1
-        start = lines.start(aliases[index])
-        own_line = not text[lines.line_start(start) : start].strip()
-        if last + 1 < len(aliases):
-            following = lines.start(aliases[last + 1])
-            if own_line and not text[lines.line_start(following) : following].strip():
-                edits.append(Edit(lines.line_start(start), lines.line_start(following), ""))
-            else:
-                edits.append(Edit(start, following, ""))
-        else:
-            end = lines.end(aliases[last])
-            after = end
-            while after < len(text) and text[after] in " \t":
-                after += 1
-            trailing_comma = after < len(text) and text[after] == ","
-            line_end = lines.line_end(end)
-            rest = text[after + trailing_comma : line_end].strip()
-            if own_line and trailing_comma and (not rest or rest.startswith("#")):
-                edits.append(Edit(lines.line_start(start), line_end, ""))
-            else:
-                edits.append(Edit(lines.end(aliases[index - 1]), end, ""))
-        index = last + 1
-    return edits
+    return calls.remove_items(lines, list(statement.names), set(drop), lines.end(statement))
