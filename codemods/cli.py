@@ -1,9 +1,10 @@
 """``fsdp2-port migrate``: rewrite FSDP1 call sites into FSDP2 and mark what needs review.
 
-stdout carries only machine-readable output: unified diffs (text format) or one JSON object
-per finding per line (``--format json``, JSON Lines). Findings, errors, progress and the
-summary go to stderr. Exit codes: 0 nothing to change or success, 1 with ``--check`` when
-something would change, 2 on errors (bad arguments, unreadable/undecodable/unparseable files).
+stdout carries only what machines read: unified diffs (``--format text``), one JSON array of
+findings (``json``), one JSON object per line (``jsonl``), or GitHub workflow annotations
+(``github``). Findings in text form, errors, progress and the summary go to stderr. Exit
+codes: 0 nothing to change (or written), 1 with ``--check`` when something would change, 2 on
+errors (bad arguments; unreadable, undecodable or unparseable files, which are left untouched).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from collections.abc import Sequence
 EPILOG = """\
 exit codes: 0 nothing to change (or changes written), 1 with --check when files would change,
 2 on errors (bad arguments; unreadable, undecodable or unparseable files, which are left untouched).
-A line ending in '# fsdp2-port: ignore' is left alone. Run with --list-rules for the rule codes.
+The files given form one run: a model built in one file and used in another migrates in both,
+or in neither. A line ending in '# fsdp2-port: ignore' is left alone. --list-rules lists the codes.
 """
+FORMATS = ("text", "json", "jsonl", "github")
 
 
 def _codes(values: Sequence[str] | None) -> list[str]:
@@ -45,9 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--format",
-        choices=("text", "json"),
+        choices=FORMATS,
         default="text",
-        help="stdout: diffs or JSON Lines findings",
+        help="stdout: diffs (text), a JSON array (json), JSON Lines (jsonl), "
+        "workflow annotations (github)",
     )
     parser.add_argument(
         "--jobs", "-j", type=int, default=1, metavar="N", help="worker processes (default 1)"
@@ -67,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-runtime-dependency",
         action="store_true",
-        help="emit torch-only code instead of calls into fsdp2_port",
+        help="emit torch-only code, never calls into fsdp2_port (what needs it is marked)",
     )
     parser.add_argument("--list-rules", action="store_true", help="print the rule codes and exit")
     return parser
@@ -81,16 +85,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(leaving.code or 0)
 
     from codemods import registry
-    from codemods.batch import migrate_files
+    from codemods.engine import migrate_files
     from codemods.options import Options
     from codemods.sources import discover
 
     if args.list_rules:
-        for rule in registry.RULES:
-            print(f"{rule.CODE}  {rule.SUMMARY}")
+        for code, summary in registry.CODES.items():
+            print(f"{code}  {summary}")
         return 0
     try:
-        rules = registry.select(_codes(args.select), _codes(args.ignore))
+        codes = registry.select(_codes(args.select), _codes(args.ignore))
         options = Options.for_torch(
             args.target_torch, runtime_dependency=not args.no_runtime_dependency
         )
@@ -104,35 +108,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     files, problems = discover(args.paths)
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    progress = _Progress(len(files)) if sys.stderr.isatty() and len(files) > 20 else None
-    changed = errors = parsed = review = 0
-    findings = 0
+        print(f"fsdp2-port migrate: error: {problem}", file=sys.stderr)
+    progress = _Progress() if sys.stderr.isatty() and len(files) > 20 else None
+    changed = errors = parsed = review = total = 0
+    everything = []
     for result in migrate_files(
-        files, [r.CODE for r in rules], options, write=args.write, jobs=args.jobs, progress=progress
+        files, codes, options, write=args.write, jobs=args.jobs, progress=progress
     ):
-        if progress and (result.findings or result.error):
+        if progress:
             progress.clear()
         parsed += result.parsed
         if result.error:
             errors += 1
             print(f"{result.path}: error: {result.error}", file=sys.stderr)
+            if args.format == "github":
+                print(f"::error file={_escape(result.path, True)}::{_escape(result.error)}")
         changed += result.changed
-        findings += len(result.findings)
+        total += len(result.findings)
         review += sum(f.severity == "review" for f in result.findings)
-        if args.format == "json":
-            for finding in result.findings:
-                sys.stdout.write(json.dumps(finding.as_dict()) + "\n")
-        else:
+        if args.format == "text":
             sys.stdout.write(result.diff)
             for finding in result.findings:
                 print(finding.as_text(), file=sys.stderr)
-    if progress:
-        progress.clear()
+        elif args.format == "jsonl":
+            for finding in result.findings:
+                sys.stdout.write(json.dumps(finding.as_dict()) + "\n")
+        elif args.format == "json":
+            everything += [f.as_dict() for f in result.findings]
+        else:
+            for finding in result.findings:
+                print(_annotation(finding))
+    if args.format == "json":
+        print(json.dumps(everything, indent=1))
     verb = "changed" if args.write else "would change"
     print(
         f"fsdp2-port migrate: {len(files)} files scanned, {parsed} parsed, {changed} {verb}, "
-        f"{findings} findings ({review} to review), {errors + len(problems)} errors",
+        f"{total} findings ({review} to review), {errors + len(problems)} errors",
         file=sys.stderr,
     )
     if errors or problems:
@@ -140,14 +151,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if args.check and changed else 0
 
 
+def _annotation(finding) -> str:
+    """A GitHub workflow command: review findings warn, rewrites are notices."""
+    level = "warning" if finding.severity == "review" else "notice"
+    where = f"file={_escape(finding.path, True)},line={finding.line},col={finding.column}"
+    title = f"title={_escape(finding.code, True)}"
+    return f"::{level} {where},{title}::{_escape(f'{finding.code} {finding.message}')}"
+
+
+def _escape(text: str, property_value: bool = False) -> str:
+    """GitHub's escaping for workflow command data (and, more strictly, property values)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if property_value:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
 class _Progress:
-    """``[done/total] path`` on one rewritten stderr line (only when stderr is a terminal)."""
+    """``analysing [done/total] path`` on one rewritten stderr line (only on a terminal)."""
 
-    def __init__(self, total: int) -> None:
-        self.total = total
-
-    def __call__(self, done: int, path: str) -> None:
-        sys.stderr.write(f"\r\033[K[{done}/{self.total}] {path}")
+    def __call__(self, stage: str, done: int, total: int, path: str) -> None:
+        sys.stderr.write(f"\r\033[K{stage} [{done}/{total}] {path}")
         sys.stderr.flush()
 
     def clear(self) -> None:

@@ -1,183 +1,235 @@
-"""Run the selected rules over one source text: new text plus findings in output coordinates.
+"""A run over many files: analyse each once, decide for all of them together, apply each once.
 
-Each rule is its own libcst pass over the previous pass's tree. A rule reports positions in the
-tree it saw; after every pass that changed the text those positions are carried forward through
-a line diff, so every finding's line points into the final output (at the statement, never at a
-marker line above it).
+1. *Analyse* (in parallel with ``jobs > 1``): read, skip files with no FSDP1 text, decode,
+   parse, and let the rules add sites to the file's plan. A file that cannot be read,
+   decoded or parsed yields an error and is left untouched; the others go on.
+2. *Decide* (``plan.decide``): one plan for the run, whole models or nothing, with models
+   followed across files through the functions each file exports.
+3. *Apply* (in parallel): every decided rewrite and marker, then the imports. Results come
+   back in the order of the paths given.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
-from collections.abc import Sequence
-from dataclasses import replace
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
 
-import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-from libcst.metadata import MetadataWrapper
-
-from codemods import markers
+from codemods import fsdp1, sources
 from codemods.findings import Finding
 from codemods.options import Options
-from codemods.rule import AttachMarkers, RawFinding, Rule
+from codemods.plan import Decisions, FilePlan, decide
+from codemods.text import split_lines
 
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines with their endings, split at libcst's line breaks only."""
-    return _LINES.findall(text)
+Progress = Callable[[str, int, int, str], None]
 
 
-def run_rules(
-    tree: cst.Module, rules: Sequence[type[Rule]], options: Options, context: CodemodContext
-) -> tuple[cst.Module, list[RawFinding]]:
-    """All rules over ``tree``; findings in output coordinates.
-
-    Metadata (scopes, qualified names, positions) is computed once per version of the tree and
-    shared by the passes that do not change it, a pass whose trigger strings are absent does
-    not run at all, and a pass that only flags leaves its markers pending (keyed by statement)
-    for the next rewriting pass or one final marker-only pass, so it changes no tree either.
-    """
-    findings: list[RawFinding] = []
-    code = tree.code
-    wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-    pending: dict[int, list[tuple[str, str]]] = {}
-    for rule_class in rules:
-        rule = rule_class(
-            CodemodContext(filename=context.filename, full_module_name=context.full_module_name),
-            options,
-        )
-        if not rule.prepare(code):
-            continue
-        rule.pending = pending
-        new_tree = _apply(rule, wrapper)
-        findings.extend(rule.findings)
-        if not rule.touched:
-            continue  # the tree, its metadata and the pending markers' statements stay valid
-        new_code = new_tree.code
-        if new_code != code:
-            findings = _carry(findings, code, new_code)
-            code = new_code
-            wrapper = MetadataWrapper(new_tree, unsafe_skip_copy=True)
-            pending.clear()  # the pass put them into the new tree
-    tree = wrapper.module
-    if pending:
-        tree = tree.visit(AttachMarkers(pending))
-        findings = _carry(findings, code, tree.code)
-    return tree, findings
+@dataclass
+class FileResult:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    diff: str = ""
+    changed: bool = False
+    parsed: bool = False
+    error: str | None = None
 
 
-def _apply(rule: Rule, wrapper: MetadataWrapper) -> cst.Module:
-    """``rule`` over the wrapped tree, then the import additions/removals it scheduled."""
-    with rule.resolve(wrapper):
-        rule.context = replace(rule.context, wrapper=wrapper)
-        tree = rule.transform_module_impl(wrapper.module)
-    for visitor in (AddImportsVisitor, RemoveImportsVisitor):
-        if rule.context.scratch.get(visitor.CONTEXT_KEY):
-            tree = visitor(rule.context).transform_module(tree)
-    rule.finish(tree)
-    return tree
+@dataclass
+class _Analysed:
+    path: str
+    text: str = ""
+    encoding: str = "utf-8"
+    plan: FilePlan | None = None
+    module_name: str = ""
+    package_init: bool = False
+    error: str | None = None
+
+
+def module_name(path: str) -> tuple[str, bool]:
+    """``(dotted module name, is a package's __init__)`` from the packages around ``path``."""
+    directory, name = os.path.split(os.path.abspath(path))
+    stem = name[:-3] if name.endswith(".py") else name
+    parts = [] if stem == "__init__" else [stem]
+    while os.path.isfile(os.path.join(directory, "__init__.py")):
+        directory, package = os.path.split(directory)
+        parts.insert(0, package)
+    return ".".join(parts), stem == "__init__"
+
+
+def analyse_text(
+    text: str,
+    path: str,
+    codes: Sequence[str],
+    options: Options,
+    name: str = "",
+    package: bool = False,
+) -> FilePlan:
+    """The plan of one source text (raises ``SyntaxError`` when it does not parse)."""
+    from codemods import registry
+    from codemods.analysis import FileAnalysis, Source
+
+    analysis = FileAnalysis(Source(path, text, name, package), options)
+    for rule in registry.rules_for(codes):
+        rule.analyze(analysis)
+    plan = analysis.finish()
+    kept = [s for s in plan.sites if s.code in codes]
+    plan.sites = [replace(s, index=i) for i, s in enumerate(kept)]
+    return plan
 
 
 def migrate_text(
-    text: str, path: str, rules: Sequence[type[Rule]], options: Options
+    text: str,
+    path: str,
+    codes: Sequence[str],
+    options: Options,
+    name: str = "",
+    package: bool = False,
 ) -> tuple[str, list[Finding]]:
-    """Migrated text and findings.
+    """One text on its own (a run of one file): the migrated text and its findings."""
+    from codemods.apply import apply_plan
 
-    Raises ``libcst.ParserSyntaxError`` if ``text`` does not parse.
-    """
-    tree = cst.parse_module(text)
-    new_tree, raw = run_rules(tree, rules, options, CodemodContext(filename=path))
-    new_text = new_tree.code
-    lines = split_lines(new_text)
-    findings = [
-        Finding(path, _at_marker(lines, f), f.column, f.code, f.message, f.severity, f.action)
-        for f in raw
-    ]
-    return new_text, sorted(findings, key=lambda f: (f.line, f.column, f.code, f.message))
+    plan = analyse_text(text, path, codes, options, name, package)
+    decisions = decide([plan])
+    applied = apply_plan(text, plan, decisions, name, package, removes_imports="F2P001" in codes)
+    return applied.text, applied.findings
 
 
-def _at_marker(lines: list[str], finding: RawFinding) -> int:
-    """A review finding's line, moved if need be onto the statement under its marker.
-
-    The line diff can land a few lines off when a pass rewrote the statement as well as
-    marking it; the nearest marker with the finding's code settles it.
-    """
-    if finding.severity != "review":
-        return finding.line
-    tag = f"{markers.PREFIX}{finding.code} "
-
-    def marked(index: int) -> bool:
-        return lines[index].lstrip().startswith(tag)
-
-    def statement_after(index: int) -> int:
-        while index < len(lines) and lines[index].lstrip().startswith(markers.PREFIX):
-            index += 1
-        return index + 1
-
-    above = finding.line - 2
-    while above >= 0 and lines[above].lstrip().startswith(markers.PREFIX):
-        if marked(above):
-            return finding.line
-        above -= 1
-    candidates = [
-        i for i in range(max(0, finding.line - 12), min(len(lines), finding.line + 12)) if marked(i)
-    ]
-    if not candidates:
-        return finding.line
-    nearest = min(candidates, key=lambda i: abs(i + 1 - finding.line))
-    return statement_after(nearest)
+def _analyse(path: str, codes: Sequence[str], options: Options) -> _Analysed:
+    result = _Analysed(path)
+    try:
+        data = sources.read_bytes(path)
+        if not fsdp1.might_need_migration(data):
+            return result
+        source = sources.decode(data)
+    except sources.UnreadableSource as error:
+        result.error = str(error)
+        return result
+    result.text, result.encoding = source.text, source.encoding
+    result.module_name, result.package_init = module_name(path)
+    try:
+        result.plan = analyse_text(
+            source.text, path, codes, options, result.module_name, result.package_init
+        )
+    except SyntaxError as error:
+        result.error = f"cannot parse: {error.msg} (line {error.lineno}, column {error.offset})"
+    except (ValueError, RecursionError) as error:
+        result.error = f"cannot parse: {error}"
+    return result
 
 
-def _carry(findings: list[RawFinding], old: str, new: str) -> list[RawFinding]:
-    old_lines, new_lines = split_lines(old), split_lines(new)
-    mapping = _line_map(old_lines, new_lines)
+def _apply(item: _Analysed, decisions: Decisions, write: bool, codes: Sequence[str]) -> FileResult:
+    from codemods.apply import InternalError, apply_plan
 
-    def is_marker(index: int) -> bool:
-        return new_lines[index].lstrip().startswith(markers.PREFIX)
+    assert item.plan is not None
+    result = FileResult(item.path, parsed=True)
+    try:
+        applied = apply_plan(
+            item.text,
+            item.plan,
+            decisions,
+            item.module_name,
+            item.package_init,
+            removes_imports="F2P001" in codes,
+        )
+    except InternalError as error:
+        result.error = f"internal error: {error}; left untouched (please report)"
+        return result
+    result.findings = applied.findings
+    result.changed = applied.text != item.text
+    if result.changed:
+        result.diff = unified_diff(item.text, applied.text, item.path)
+        if write:
+            try:
+                sources.write_atomic(item.path, applied.text, item.encoding)
+            except OSError as error:
+                result.error = f"cannot write: {error}"
+    return result
 
-    def where(line: int) -> int:
-        target = mapping[line - 1] if line - 1 < len(mapping) else len(new_lines) - 1
-        if 0 <= target < len(new_lines) and is_marker(target):
-            # A marker belongs to the statement below it; a finding landing on one is about
-            # the code just above (or, at the top of the block, the statement below).
-            above = target
-            while above > 0 and is_marker(above):
-                above -= 1
-            below = target
-            while below < len(new_lines) - 1 and is_marker(below):
-                below += 1
-            target = above if not is_marker(above) and above < target else below
-        return target + 1
 
-    return [
-        RawFinding(where(f.line), f.column, f.code, f.message, f.severity, f.action)
-        for f in findings
-    ]
+def migrate_files(
+    paths: Sequence[str],
+    codes: Sequence[str],
+    options: Options,
+    *,
+    write: bool = False,
+    jobs: int = 1,
+    progress: Progress | None = None,
+) -> Iterator[FileResult]:
+    """Results in the order of ``paths``, whatever ``jobs`` is."""
+    pool: Executor | None = (
+        ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
+    )
+    try:
+        analysed = _map(
+            pool, _analyse, [(p, list(codes), options) for p in paths], progress, "analysing"
+        )
+        plans = [a.plan for a in analysed if a.plan is not None]
+        decisions = decide(plans)
+        work = [a for a in analysed if a.plan is not None and a.error is None]
+        applied = iter(
+            _map(
+                pool,
+                _apply,
+                [(a, _for(decisions, a.path), write, list(codes)) for a in work],
+                progress,
+                "applying",
+            )
+        )
+        by_path = {}
+        for item in analysed:
+            if item.plan is None or item.error is not None:
+                yield FileResult(item.path, parsed=item.plan is not None, error=item.error)
+                continue
+            if item.path not in by_path:
+                by_path[item.path] = next(applied)
+            yield by_path[item.path]
+    finally:
+        if pool is not None:
+            pool.shutdown()
 
 
-def _line_map(old: list[str], new: list[str], *, exact: bool = True) -> list[int]:
-    """For each old line index, the new line index it became.
+def _for(decisions: Decisions, path: str) -> Decisions:
+    """The part of the run's decisions one file needs (what travels to a worker)."""
+    return Decisions(
+        decisions.migrating,
+        decisions.run_migrates,
+        {k for k in decisions.rewritten if k[0] == path},
+        {k: v for k, v in decisions.reasons.items() if k[0] == path},
+    )
 
-    Equal runs map one to one. A changed run is matched again on stripped lines (re-indented
-    code); what still differs is aligned from the end, where rewritten code usually ends up
-    (a marker or a removed ``with`` line sits before it).
-    """
-    keys = old if exact else [line.strip() for line in old]
-    new_keys = new if exact else [line.strip() for line in new]
-    mapping = [0] * len(old)
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, keys, new_keys).get_opcodes():
-        if tag == "equal":
-            mapping[i1:i2] = range(j1, j2)
-        elif tag == "replace" and exact:
-            inner = _line_map(old[i1:i2], new[j1:j2], exact=False)
-            mapping[i1:i2] = [j1 + k for k in inner]
-        else:
-            for index in range(i1, i2):
-                mapping[index] = (
-                    max(j1, j2 - (i2 - index)) if j2 > j1 else min(j1, max(len(new) - 1, 0))
+
+def _map(
+    pool: Executor | None, function, arguments: list[tuple], progress: Progress | None, stage: str
+) -> list:
+    """``function(*args)`` for each, in order, reporting progress as results come."""
+    total = len(arguments)
+    if not arguments:
+        return []
+    if pool is None:
+        results = []
+        for index, args in enumerate(arguments, start=1):
+            results.append(function(*args))
+            if progress:
+                progress(
+                    stage, index, total, str(args[0] if isinstance(args[0], str) else args[0].path)
                 )
-    return mapping
+        return results
+    chunk = max(1, min(64, total // (8 * getattr(pool, "_max_workers", 1) or 1)))
+    results = []
+    for index, result in enumerate(pool.map(function, *zip(*arguments), chunksize=chunk), start=1):
+        results.append(result)
+        if progress:
+            progress(stage, index, total, result.path)
+    return results
+
+
+def unified_diff(old: str, new: str, path: str) -> str:
+    before, after = (path, path) if path.startswith("/") else (f"a/{path}", f"b/{path}")
+    lines = []
+    for line in difflib.unified_diff(split_lines(old), split_lines(new), before, after):
+        lines.append(
+            line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
+        )
+    return "".join(lines)

@@ -1,8 +1,10 @@
 """``python -m libcst.tool codemod migrate.MigrateCommand PATH``: every rule, as one codemod.
 
-The same rules, order, options and markers as ``fsdp2-port migrate``; findings become the
-tool's warnings (``line:column: code [severity] message``, lines of the output). A module
-without any FSDP1 marker text is returned untouched without running the rules.
+The same rules, options and markers as ``fsdp2-port migrate``, with one difference: libcst's
+tool hands over one file at a time, so each file is its own run (a model built in another file
+is not followed; what depends on it is marked). Findings become the tool's warnings
+(``line:column: code [severity] message``, input positions). A module without any FSDP1 text
+is returned untouched without running the rules.
 """
 
 from __future__ import annotations
@@ -43,20 +45,20 @@ class MigrateCommand(CodemodCommand):
         no_runtime_dependency: bool = False,
     ) -> None:
         super().__init__(context)
-        split = lambda codes: [c.strip().upper() for c in codes.split(",") if c.strip()]  # noqa: E731
-        self.rules = registry.select(split(select), split(ignore))
+
+        def split(codes: str) -> list[str]:
+            return [c.strip().upper() for c in codes.split(",") if c.strip()]
+
+        self.codes = registry.select(split(select), split(ignore))
         self.options = Options.for_torch(target_torch, runtime_dependency=not no_runtime_dependency)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        if not fsdp1.might_need_migration(tree.code.encode("utf-8", "surrogateescape")):
+        code = tree.code
+        if not fsdp1.might_need_migration(code.encode("utf-8", "surrogateescape")):
             return tree
-        context = CodemodContext(
-            filename=self.context.filename, full_module_name=self.context.full_module_name
-        )
-        new_tree, findings = engine.run_rules(tree, self.rules, self.options, context)
-        for finding in findings:
-            self.warn(
-                f"{finding.line}:{finding.column}: {finding.code} [{finding.severity}] "
-                f"{finding.message}"
-            )
-        return new_tree
+        path = self.context.filename or "<module>"
+        name, package = engine.module_name(path) if self.context.filename else ("", False)
+        new, findings = engine.migrate_text(code, path, self.codes, self.options, name, package)
+        for f in findings:
+            self.warn(f"{f.line}:{f.column}: {f.code} [{f.severity}] {f.message}")
+        return tree if new == code else cst.parse_module(new)

@@ -1,75 +1,82 @@
-"""F2P006: ``m.clip_grad_norm_(max_norm[, norm_type])`` on a known FSDP module -> the global norm.
+"""F2P006: ``m.clip_grad_norm_(max_norm[, norm_type])`` on an FSDP1 model -> the global norm.
 
 FSDP1's method clipped by, and returned, the plain global norm. The rewrite calls
 ``fsdp2_port.clip_grad_norm_(m.parameters(), ...)``, which does the same on DTensor gradients
-with one collective. A receiver not known to be FSDP (``accelerator``, a DDP model ...) is marked.
+with one collective (and refuses FSDP1 parameters, so it is tied to the model migrating).
+A receiver not known to be an FSDP1 module (``accelerator``, a plain module with a clip of its
+own...) is marked, not rewritten.
 """
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
-from codemods import arguments
-from codemods.rule import Rule
+from codemods import calls
+from codemods.analysis import FileAnalysis
+from codemods.plan import Rewrite
+from codemods.text import Edit
 
-# Without the runtime dependency: torch's own clip_grad_norm_ accepts DTensor gradients on
-# torch >= 2.6 and reduces every p-norm (inf as a max) through DTensor placements, so on one
-# FSDP2 mesh its norm is the global one (checked on torch 2.13, 2 gloo ranks, p in 1, 2, 3, inf:
-# equal to the single-process norm); .full_tensor() turns that DTensor into the plain tensor
-# FSDP1 returned. It is not exact everywhere -- one collective per mesh dimension, gradients
-# on different meshes (TP + FSDP on separate meshes) are rejected, older releases unchecked,
-# and with no DTensor gradient at all the result has no full_tensor -- so it is marked review.
+# Without the runtime dependency: torch's own clip_grad_norm_ reduces DTensor gradients through
+# their placements (on one FSDP2 mesh its norm is the global one; checked on torch 2.13 with
+# p in 1, 2, 3, inf), and .full_tensor() makes the plain tensor FSDP1 returned. It is not exact
+# everywhere (gradients on several meshes are rejected), hence review.
 _TORCH_ONLY = (
-    "clip_grad_norm_ -> torch.nn.utils.clip_grad_norm_(...).full_tensor(): "
-    "exact on one FSDP2 mesh; "
-    "fails on gradients spread over several meshes (use fsdp2_port.clip_grad_norm_ there)"
+    "clip_grad_norm_ -> torch.nn.utils.clip_grad_norm_(...).full_tensor(): exact on one FSDP2 "
+    "mesh; fails on gradients spread over several meshes (use fsdp2_port.clip_grad_norm_ there)"
 )
 
 
-class ClipGradRule(Rule):
+class ClipGradRule:
     CODE = "F2P006"
     SUMMARY = "FSDP1 m.clip_grad_norm_(...) -> fsdp2_port.clip_grad_norm_(m.parameters(), ...)"
-    DESCRIPTION = SUMMARY
-    TRIGGERS = ("clip_grad_norm_",)
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        func = original_node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "clip_grad_norm_"):
-            return updated_node
-        if any(q.startswith(("torch.", "fsdp2_port.", "compat.")) for q in self.qualified(func)):
-            return updated_node
-        if self.ignored(original_node):
-            return updated_node
-        receiver = self.code(func.value)
-        if not self.known_fsdp(func.value):
-            self.flag(
-                original_node,
-                f"{receiver} is not known to be FSDP1: if it is, use "
-                f"fsdp2_port.clip_grad_norm_({receiver}.parameters(), ...)",
+    def analyze(self, a: FileAnalysis) -> None:
+        for call in a.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            func = call.func
+            if not (isinstance(func, ast.Attribute) and func.attr == "clip_grad_norm_"):
+                continue
+            if any(
+                q.startswith(("torch.", "fsdp2_port.", "compat.")) for q in a.names.qualified(func)
+            ):
+                continue
+            if a.is_ignored(call):
+                continue
+            self._clip(a, call, func)
+
+    def _clip(self, a: FileAnalysis, call: ast.Call, func: ast.Attribute) -> None:
+        receiver = a.source(func.value)
+        keep = f"kept: {receiver}.clip_grad_norm_ of an FSDP1 model"
+        rewrite = self._rewrite(a, call, func, receiver)
+        if a.add_tied(self.CODE, call, func.value, keep, rewrite, quiet=True) is None:
+            a.add(
+                self.CODE,
+                call,
+                f"{receiver} is not known to be an FSDP1 module: if it is, use fsdp2_port."
+                f"clip_grad_norm_({receiver}.parameters(), ...) with the model's migration",
             )
-            return updated_node
-        if arguments.bind(original_node, ("max_norm", "norm_type")) is None:
-            self.flag(
-                original_node,
-                "clip_grad_norm_ with unusual arguments: use fsdp2_port.clip_grad_norm_ by hand",
+
+    def _rewrite(
+        self, a: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str
+    ) -> Rewrite | None:
+        if calls.bind(call, ("max_norm", "norm_type")) is None:
+            return None
+        opening = a.text.index("(", a.lines.end(func))
+        parameters = f"{receiver}.parameters()" + (", " if call.args or call.keywords else "")
+        if a.options.runtime_dependency:
+            edits = [
+                a.replace(func, "fsdp2_port.clip_grad_norm_"),
+                Edit(opening + 1, opening + 1, parameters),
+            ]
+            return Rewrite(
+                edits,
+                "clip_grad_norm_ -> fsdp2_port.clip_grad_norm_ (the global norm, one collective)",
+                [a.module_import("fsdp2_port")],
             )
-            return updated_node
-        parameters = cst.Arg(
-            cst.parse_expression(f"{receiver}.parameters()"),
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
-        )
-        args = [parameters, *updated_node.args]
-        if self.options.runtime_dependency:
-            self.add_needed_import("fsdp2_port")
-            self.rewritten(
-                original_node, "clip_grad_norm_ -> fsdp2_port.clip_grad_norm_ (plain global norm)"
-            )
-            return updated_node.with_changes(
-                func=cst.parse_expression("fsdp2_port.clip_grad_norm_"), args=args
-            )
-        self.add_needed_import("torch")
-        self.rewritten(original_node, _TORCH_ONLY, review=True)
-        clip = updated_node.with_changes(
-            func=cst.parse_expression("torch.nn.utils.clip_grad_norm_"), args=args
-        )
-        return cst.Call(func=cst.Attribute(value=clip, attr=cst.Name("full_tensor")))
+        end = a.lines.end(call)
+        edits = [
+            a.replace(func, "torch.nn.utils.clip_grad_norm_"),
+            Edit(opening + 1, opening + 1, parameters),
+            Edit(end, end, ".full_tensor()"),
+        ]
+        return Rewrite(edits, _TORCH_ONLY, [a.module_import("torch")], review=True)

@@ -1,93 +1,173 @@
 """F2P010: FSDP1 APIs and internals with no mechanical FSDP2 rewrite, each with what to do.
 
-Flagged: ``summon_full_params``, ``FSDP.fsdp_modules``, ``FSDP.set_state_dict_type``,
-``ShardedGradScaler``, ``.module`` and the flat-parameter handles (``_handle`` ...) on a known
-FSDP1 module, and the FSDP1-only internals ``_fsdp_wrapped_module`` / ``_flat_param``
-(attributes or key strings, anywhere).
+- ``m.module`` on an FSDP1 model built in this run becomes ``m`` (FSDP2 does not wrap); on a
+  receiver that may also hold another wrapper (DDP), ``fsdp2_port.unwrapped(m)``, right for all.
+- Static FSDP1 APIs other than the state-dict ones (``summon_full_params``, ``fsdp_modules``,
+  ``set_state_dict_type``, the deprecated optimizer-state functions...), FSDP1-only attributes
+  of a model (flat parameters, handles, ``check_is_root``, ``process_group``...) and
+  ``ShardedGradScaler`` are marked. Tied to a model built here, they keep it on FSDP1: the
+  code around them would otherwise meet an FSDP2 module it was not written for.
+- ``_fsdp_wrapped_module`` / ``_flat_param`` anywhere, in attributes or in strings (state-dict
+  key prefixes that silently stop matching under FSDP2), are marked.
 """
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
-from codemods.rule import Rule
+from codemods.analysis import FileAnalysis
+from codemods.plan import Rewrite
 
 _FSDP = "FullyShardedDataParallel."
-_NAMED = {
-    _FSDP + "summon_full_params": "summon_full_params: FSDP2 parameters are DTensors; "
-    "use p.full_tensor() (or FSDPModule.unshard())",
-    _FSDP + "fsdp_modules": "FSDP.fsdp_modules(m): "
-    "use [x for x in m.modules() if isinstance(x, FSDPModule)]",
-    _FSDP + "set_state_dict_type": "set_state_dict_type: FSDP2 picks the state dict per call "
-    "(get_model_state_dict options)",
-    "ShardedGradScaler": "ShardedGradScaler: "
-    "use torch.amp.GradScaler, which handles DTensor gradients",
+#: What to do instead, for FSDP1 static APIs handled nowhere else.
+_STATIC = {
+    "summon_full_params": "summon_full_params: FSDP2 parameters are DTensors; read "
+    "p.full_tensor(), or unshard()/reshard() the FSDPModule (note: in the compute dtype)",
+    "fsdp_modules": "FSDP.fsdp_modules(m): use "
+    "[x for x in m.modules() if isinstance(x, FSDPModule)]",
+    "full_optim_state_dict": "full_optim_state_dict: use get_optimizer_state_dict(model, optim, "
+    "options=StateDictOptions(full_state_dict=True, cpu_offload=True))",
+    "sharded_optim_state_dict": "sharded_optim_state_dict: use "
+    "get_optimizer_state_dict(model, optim)",
+    "scatter_full_optim_state_dict": "scatter_full_optim_state_dict: use set_optimizer_state_dict("
+    "model, optim, osd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))",
+    "shard_full_optim_state_dict": "shard_full_optim_state_dict: use set_optimizer_state_dict("
+    "model, optim, osd, options=StateDictOptions(full_state_dict=True))",
+    "flatten_sharded_optim_state_dict": "flatten_sharded_optim_state_dict: use "
+    "set_optimizer_state_dict(model, optim, osd)",
+    "rekey_optim_state_dict": "rekey_optim_state_dict: FSDP2 optimizer state is keyed by "
+    "parameter name in get_/set_optimizer_state_dict",
 }
-
-_INTERNALS = ("_fsdp_wrapped_module", "_flat_param")
-#: Attributes flagged only on a receiver known to be an FSDP1 module (the names are common).
-_ON_RECEIVER = ("module", "summon_full_params", "_handle", "_all_handles", "_fsdp_handles")
+#: Attributes that only an FSDP1 instance has (flat parameters, handles, its own state).
+_FSDP1_ATTRIBUTES = frozenset(
+    {
+        "_handle",
+        "_handles",
+        "_all_handles",
+        "_fsdp_handles",
+        "check_is_root",
+        "_is_root",
+        "_lazy_init",
+        "process_group",
+        "sharding_strategy",
+        "_sync_gradients",
+        "params",
+        "_reshard",
+        "_unshard",
+        "training_state",
+        "_use_orig_params",
+        "_fsdp_use_orig_params",
+        "_exec_order_data",
+        "compute_device",
+        "mixed_precision",
+        "cpu_offload",
+        "flat_param",
+        "summon_full_params",
+        "_fsdp_wrapped_module",
+        "_flat_param",
+        "register_comm_hook",
+        "_has_params",
+        "rank",
+        "world_size",
+    }
+)
+_ANYWHERE = ("_fsdp_wrapped_module", "_flat_param")
 _INTERNAL = (
     "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters "
     "(no wrapper, no flat parameter)"
 )
 
 
-class InternalsRule(Rule):
+class InternalsRule:
     CODE = "F2P010"
     SUMMARY = (
         "flag FSDP1 APIs/internals without a mechanical rewrite (summon_full_params, .module, ...)"
     )
-    DESCRIPTION = SUMMARY
-    TRIGGERS = (
-        "summon_full_params",
-        "fsdp_modules",
-        "set_state_dict_type",
-        "ShardedGradScaler",
-        "_fsdp_wrapped_module",
-        "_flat_param",
-        ".module",
-        "_handle",
-    )
 
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        name = self.fsdp1_name(node)
-        if name in _NAMED:
-            self._flag(node, _NAMED[name])
-            return False
-        attr = node.attr.value
-        if attr in _INTERNALS:
-            self._flag(node, _INTERNAL.format(attr))
-        elif attr in _ON_RECEIVER and self.known_fsdp(node.value, fsdp1_only=True):
-            what = self.code(node.value)
-            if attr == "module":
-                self._flag(node, f"{what}.module: FSDP2 does not wrap; use {what} itself")
-            elif attr == "summon_full_params":
-                self._flag(node, _NAMED[_FSDP + attr])
-            else:
-                self._flag(node, _INTERNAL.format(attr))
-        return True
-
-    def visit_Name(self, node: cst.Name) -> None:
-        name = self.fsdp1_name(node)
-        if name in _NAMED:
-            self._flag(node, _NAMED[name])
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        for internal in _INTERNALS:
-            if internal in node.value:
-                self._flag(
+    def analyze(self, a: FileAnalysis) -> None:
+        for node in a.names.by_type[ast.Attribute]:
+            assert isinstance(node, ast.Attribute)
+            if not a.is_ignored(node):
+                self._attribute(a, node)
+        for node in a.names.by_type[ast.Name]:
+            assert isinstance(node, ast.Name)
+            if a.fsdp1_name(node) == "ShardedGradScaler" and not a.is_ignored(node):
+                a.add(
+                    self.CODE,
                     node,
-                    f"{internal} in a string: "
-                    "FSDP2 state-dict keys and module names carry no such prefix",
+                    "ShardedGradScaler: with FSDP2 use torch.amp.GradScaler (check that the "
+                    "inf/NaN verdict is reduced across ranks)",
                 )
+        for node in a.names.by_type[ast.Constant]:
+            assert isinstance(node, ast.Constant)
+            if isinstance(node.value, str) and any(i in node.value for i in _ANYWHERE):
+                if not a.is_ignored(node) and not _is_docstring(a, node):
+                    a.add(
+                        self.CODE,
+                        node,
+                        "an FSDP1 name in a string: FSDP2 state-dict keys and module names carry "
+                        "no _fsdp_wrapped_module / _flat_param prefix",
+                    )
 
-    def _flag(self, node: cst.CSTNode, message: str) -> None:
-        if not self.ignored(node):
-            self.flag(node, message)
+    def _attribute(self, a: FileAnalysis, node: ast.Attribute) -> None:
+        name = a.fsdp1_name(node)
+        if name is not None and name.startswith(_FSDP):
+            api = name[len(_FSDP) :]
+            if api in _STATIC:
+                self._static(a, node, api)
+            return
+        if node.attr in _ANYWHERE:
+            a.add(self.CODE, node, _INTERNAL.format(node.attr))
+            return
+        receiver = node.value
+        if node.attr == "module" and isinstance(node.ctx, ast.Load):
+            self._dot_module(a, node)
+        elif node.attr in _FSDP1_ATTRIBUTES:
+            what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
+            a.add_tied(self.CODE, node, receiver, what, None, quiet=True)
+
+    def _static(self, a: FileAnalysis, node: ast.Attribute, api: str) -> None:
+        call = a.names.parent.get(node)
+        if isinstance(call, ast.Call) and call.func is node and call.args:
+            a.add_tied(self.CODE, call, call.args[0], _STATIC[api], None, known=False)
+        else:
+            a.add(self.CODE, node, _STATIC[api])
+
+    def _dot_module(self, a: FileAnalysis, node: ast.Attribute) -> None:
+        receiver = node.value
+        ties, deferred = a.ties.of(receiver)
+        text = a.source(receiver)
+        if ties and not deferred:
+            rewrite = Rewrite(
+                [a.replace(node, text)], f"{text}.module -> {text}: FSDP2 does not wrap the module"
+            )
+            site = a.add(
+                self.CODE,
+                node,
+                f"kept: {text}.module of an FSDP1 model",
+                rewrite,
+                "MODELS",
+                ties=ties,
+            )
+            site.quiet = True
+        elif (ties or deferred or a.ties.known_fsdp1(receiver)) and a.options.runtime_dependency:
+            rewrite = Rewrite(
+                [a.replace(node, f"fsdp2_port.unwrapped({text})")],
+                f"{text}.module -> fsdp2_port.unwrapped({text}): the wrapped module of FSDP1 and "
+                "DDP, the module itself under FSDP2",
+                [a.module_import("fsdp2_port")],
+            )
+            a.add(self.CODE, node, f"kept: {text}.module", rewrite, "ALWAYS")
+        elif ties or deferred or a.ties.known_fsdp1(receiver):
+            a.add_tied(
+                self.CODE,
+                node,
+                receiver,
+                f"{text}.module: FSDP2 does not wrap; use {text} itself once it is an FSDP2 module",
+                None,
+            )
+
+
+def _is_docstring(a: FileAnalysis, node: ast.Constant) -> bool:
+    parent = a.names.parent.get(node)
+    return isinstance(parent, ast.Expr)

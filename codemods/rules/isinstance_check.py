@@ -1,59 +1,175 @@
-"""F2P005: the FSDP class as a type -> ``FSDPModule``.
+"""F2P005: the FSDP1 class as a type -> ``FSDPModule``.
 
-``isinstance(x, FSDP)`` / ``issubclass`` (also inside a tuple) and annotations such as
-``model: FSDP``. Every module that ``fully_shard`` was applied to is an ``FSDPModule``, as every
-FSDP1-wrapped module was an ``FSDP`` instance.
+``isinstance(x, FSDP)`` / ``issubclass`` (in a tuple or a ``|`` union too) and annotations.
+Every module ``fully_shard`` was applied to is an ``FSDPModule``, as every FSDP1-wrapped module
+was an ``FSDP``; but a type check is rewritten only with the models it sees (tied ones, or
+every model of the run), and never when what it guards stays FSDP1: the check and the FSDP1
+sites in the code it guards form one group, rewritten together or not at all.
 """
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
-from codemods.rule import Rule
+from codemods.analysis import FileAnalysis
+from codemods.plan import Requirement, Rewrite
+from codemods.text import Edit
 
-_BUILTINS = {"builtins.isinstance", "builtins.issubclass"}
+_CHECKS = ("builtins.isinstance", "builtins.issubclass")
 
 
-class IsinstanceRule(Rule):
+class IsinstanceRule:
     CODE = "F2P005"
     SUMMARY = "isinstance(x, FSDP) / issubclass / annotations -> FSDPModule"
-    DESCRIPTION = SUMMARY
-    TRIGGERS = ("FullyShardedDataParallel",)
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if len(original_node.args) != 2 or not self.qualified(original_node.func) & _BUILTINS:
-            return updated_node
-        if self.ignored(original_node):
-            return updated_node
-        kinds = original_node.args[1].value
-        if isinstance(kinds, cst.Tuple):
-            elements = [
-                e.with_changes(value=cst.Name("FSDPModule")) if self._is_fsdp(e.value) else e
-                for e in kinds.elements
-            ]
-            if all(new is old for new, old in zip(elements, kinds.elements)):
-                return updated_node
-            new_kinds: cst.BaseExpression = kinds.with_changes(elements=elements)
-        elif self._is_fsdp(kinds):
-            new_kinds = cst.Name("FSDPModule").with_changes(lpar=kinds.lpar, rpar=kinds.rpar)
-        else:
-            return updated_node
-        self.add_needed_import(self.options.fsdp2_module, "FSDPModule")
-        self.rewritten(original_node, "FSDP class test -> FSDPModule")
-        second = updated_node.args[1].with_changes(value=new_kinds)
-        return updated_node.with_changes(args=[updated_node.args[0], second])
+    def analyze(self, a: FileAnalysis) -> None:
+        for call in a.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if (
+                len(call.args) == 2
+                and a.resolves_to(call.func, *_CHECKS)
+                and not a.is_ignored(call)
+            ):
+                self._check(a, call)
+        for annotation in a.names.annotations:
+            self._annotation(a, annotation)
 
-    def leave_Annotation(
-        self, original_node: cst.Annotation, updated_node: cst.Annotation
-    ) -> cst.Annotation:
-        kind = original_node.annotation
-        if not self._is_fsdp(kind) or self.ignored(original_node):
-            return updated_node
-        self.add_needed_import(self.options.fsdp2_module, "FSDPModule")
-        self.rewritten(original_node, "FSDP annotation -> FSDPModule")
-        return updated_node.with_changes(
-            annotation=cst.Name("FSDPModule").with_changes(lpar=kind.lpar, rpar=kind.rpar)
+    def _check(self, a: FileAnalysis, call: ast.Call) -> None:
+        kinds = call.args[1]
+        refs = _fsdp_refs(a, kinds)
+        if not refs:
+            return
+        dispatch = _dispatch_branch(a, call)
+        if dispatch is not None:
+            message = (
+                "FSDP1 branch of a type dispatch that has an FSDP2 branch: it no longer runs "
+                "once the model is FSDP2; delete it with the last FSDP1 model"
+            )
+            a.add(self.CODE, call, message)
+            a.dead_branches.append((dispatch, message))
+            return
+        rewrite = _to_fsdp_module(a, kinds, refs, "FSDP class test -> FSDPModule")
+        guarded = _guarded_span(a, call)
+        groups = frozenset({f"guard:{a.site_id(call)}"}) if guarded else frozenset()
+        message = "kept: FSDP1 type test"
+        site = a.add_tied(
+            self.CODE, call, call.args[0], message, rewrite, known=False, groups=groups
         )
+        if site is not None and guarded:
+            a.guards.append((guarded, f"guard:{a.site_id(call)}"))
 
-    def _is_fsdp(self, node: cst.BaseExpression) -> bool:
-        return self.fsdp1_name(node) == "FullyShardedDataParallel"
+    def _annotation(self, a: FileAnalysis, annotation: ast.expr) -> None:
+        refs = _fsdp_refs(a, annotation)
+        if not refs or a.is_ignored(annotation):
+            return
+        rewrite = _to_fsdp_module(a, annotation, refs, "FSDP annotation -> FSDPModule")
+        parent = a.names.parent.get(annotation)
+        if isinstance(parent, ast.AnnAssign) and parent.value is not None:
+            a.add_tied(
+                self.CODE, annotation, parent.value, "kept: FSDP1 annotation", rewrite, known=False
+            )
+        elif (
+            isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and parent.returns is annotation
+        ):
+            ties = a.ties.returned_by(parent)
+            requirement: Requirement = "MODELS" if ties[0] or ties[1] else "RUN"
+            a.add(
+                self.CODE,
+                annotation,
+                "kept: FSDP1 annotation",
+                rewrite,
+                requirement,
+                ties=ties[0],
+                deferred=ties[1],
+            )
+        else:
+            a.add(self.CODE, annotation, "kept: FSDP1 annotation", rewrite, "RUN")
+
+
+def _fsdp_refs(a: FileAnalysis, node: ast.AST) -> list[ast.expr]:
+    """The FSDP1 class references in a type expression (tuples, unions, subscripts)."""
+    found: list[ast.expr] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (ast.Name, ast.Attribute)) and a.is_fsdp_class(current):
+            found.append(current)
+        elif isinstance(current, (ast.Tuple, ast.List)):
+            stack.extend(current.elts)
+        elif isinstance(current, ast.BinOp) and isinstance(current.op, ast.BitOr):
+            stack.extend((current.left, current.right))
+        elif isinstance(current, ast.Subscript):
+            stack.append(current.slice)
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _to_fsdp_module(a: FileAnalysis, kinds: ast.AST, refs: list[ast.expr], message: str) -> Rewrite:
+    """``FSDPModule`` in place of each FSDP1 reference (dropped from a tuple that has it)."""
+    has_fsdp2 = isinstance(kinds, ast.Tuple) and any(
+        a.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
+    )
+    if has_fsdp2:
+        assert isinstance(kinds, ast.Tuple)
+        return Rewrite(_tuple_removals(a, kinds, set(refs)), message)
+    edits = [a.replace(ref, "FSDPModule") for ref in refs]
+    return Rewrite(edits, message, [a.import_for(refs[0], a.options.fsdp2_module, "FSDPModule")])
+
+
+def _tuple_removals(a: FileAnalysis, kinds: ast.Tuple, drop: set[ast.expr]) -> list[Edit]:
+    edits = []
+    elements = kinds.elts
+    for index, element in enumerate(elements):
+        if element not in drop:
+            continue
+        start, end = a.span(element)
+        if index + 1 < len(elements):
+            edits.append(Edit(start, a.lines.start(elements[index + 1]), ""))
+        else:
+            edits.append(Edit(a.lines.end(elements[index - 1]), end, ""))
+    return edits
+
+
+def _dispatch_branch(a: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
+    """The body of ``if isinstance(x, FSDP):`` when an ``elif``/``else if`` of the same chain
+    tests ``x`` against an FSDP2 class: under FSDP2 only the other branch runs."""
+    statement = a.names.parent.get(call)
+    if not (isinstance(statement, ast.If) and statement.test is call):
+        return None
+    subject = a.source(call.args[0])
+    branch = statement
+    while len(branch.orelse) == 1 and isinstance(branch.orelse[0], ast.If):
+        branch = branch.orelse[0]
+        test = branch.test
+        if (
+            isinstance(test, ast.Call)
+            and len(test.args) == 2
+            and a.resolves_to(test.func, *_CHECKS)
+            and a.source(test.args[0]) == subject
+            and any(a.fsdp2_name(n) == "FSDPModule" for n in ast.walk(test.args[1]))
+        ):
+            return a.lines.start(statement.body[0]), a.lines.end(statement.body[-1])
+    return None
+
+
+def _guarded_span(a: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
+    """The code that runs only when the check holds: the rest of an ``and``, the ``if`` body."""
+    spans: list[tuple[int, int]] = []
+    child: ast.AST = call
+    for ancestor in a.names.ancestors(call):
+        if isinstance(ancestor, ast.BoolOp) and isinstance(ancestor.op, ast.And):
+            later = ancestor.values[ancestor.values.index(child) + 1 :]  # type: ignore[arg-type]
+            if later:
+                spans.append((a.lines.start(later[0]), a.lines.end(later[-1])))
+        elif isinstance(ancestor, (ast.If, ast.While)) and child is ancestor.test:
+            spans.append((a.lines.start(ancestor.body[0]), a.lines.end(ancestor.body[-1])))
+            break
+        elif isinstance(ancestor, ast.IfExp) and child is ancestor.test:
+            spans.append(a.span(ancestor.body))
+            break
+        elif not isinstance(ancestor, (ast.BoolOp, ast.UnaryOp)):
+            break
+        child = ancestor
+    if not spans:
+        return None
+    return min(s for s, _ in spans), max(e for _, e in spans)

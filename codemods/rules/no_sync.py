@@ -1,80 +1,109 @@
-"""F2P007: ``with m.no_sync():`` on a known FSDP module -> gradient sync off for the block.
+"""F2P007: ``m.no_sync()`` on an FSDP1 model -> gradient sync off, FSDP2's way.
 
-The block becomes ``m.set_requires_gradient_sync(False)`` / ``try:`` body / ``finally:``
-``m.set_requires_gradient_sync(True)``, so sync is back on even when the block raises. A
-receiver not known to be FSDP (DDP has ``no_sync`` too) is marked instead.
+- ``with m.no_sync():`` where every model ``m`` can hold is an FSDP1 one built in this run:
+  ``m.set_requires_gradient_sync(False)`` / ``try:`` body / ``finally:``
+  ``m.set_requires_gradient_sync(True)`` (pure torch; sync is back on even if the block raises).
+- Any other use (a receiver that may also hold a DDP model, ``with`` among other context
+  managers, ``m.no_sync`` kept as a bound method): ``fsdp2_port.no_sync(m)``, a context manager
+  right for FSDP1, FSDP2 and DDP alike, so it needs no model to migrate.
+A receiver not known to be FSDP (DDP has ``no_sync`` too) is marked.
 """
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
-from codemods.rule import Rule
+from codemods.analysis import FileAnalysis
+from codemods.plan import Rewrite
+from codemods.text import Edit
 
 
-class NoSyncRule(Rule):
+class NoSyncRule:
     CODE = "F2P007"
     SUMMARY = "with m.no_sync(): -> m.set_requires_gradient_sync(False) ... finally True"
-    DESCRIPTION = SUMMARY
-    TRIGGERS = ("no_sync",)
 
-    def leave_With(self, original_node: cst.With, updated_node: cst.With):
-        calls = [item.item for item in original_node.items if _is_no_sync(item.item)]
-        if not calls or self.ignored(calls[0]):
-            return updated_node
-        call = calls[0]
-        assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)  # _is_no_sync
-        receiver = call.func.value
-        text = self.code(receiver)
-        if (
-            len(original_node.items) != 1
-            or original_node.items[0].asname is not None
-            or original_node.asynchronous
+    def analyze(self, a: FileAnalysis) -> None:
+        for node in a.names.by_type[ast.Attribute]:
+            assert isinstance(node, ast.Attribute)
+            if node.attr != "no_sync" or a.is_ignored(node) or a.names.qualified(node):
+                continue
+            parent = a.names.parent.get(node)
+            called = isinstance(parent, ast.Call) and parent.func is node
+            if called and (parent.args or parent.keywords):  # type: ignore[union-attr]
+                continue
+            self._site(a, node, parent if called else None)  # type: ignore[arg-type]
+
+    def _site(self, a: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None) -> None:
+        receiver = attribute.value
+        text = a.source(receiver)
+        node = call or attribute
+        keep = f"kept: {text}.no_sync() of an FSDP1 model"
+        ties, deferred = a.ties.of(receiver)
+        statement = _sole_with_item(a, call) if call is not None else None
+        if (statement is not None and ties and not deferred) or (
+            statement is not None and not a.options.runtime_dependency
         ):
-            self.flag(
-                call,
-                f"{text}.no_sync() among other context managers: "
-                f"use {text}.set_requires_gradient_sync by hand",
+            rewrite = _try_finally(a, statement, text)
+            if a.add_tied(self.CODE, call, receiver, keep, rewrite, quiet=True) is not None:  # type: ignore[arg-type]
+                return
+        elif a.options.runtime_dependency and (ties or deferred or a.ties.known_fsdp1(receiver)):
+            if call is not None:
+                edits = [a.replace(call, f"fsdp2_port.no_sync({text})")]
+            else:
+                edits = [a.replace(attribute, f"functools.partial(fsdp2_port.no_sync, {text})")]
+            imports = [a.module_import("fsdp2_port")]
+            if call is None:
+                imports.append(a.module_import("functools"))
+            rewrite = Rewrite(
+                edits,
+                "no_sync() -> fsdp2_port.no_sync(...): right for FSDP1, FSDP2 and DDP",
+                imports,
             )
-            return updated_node
-        if not self.known_fsdp(receiver):
-            self.flag(
-                call,
-                f"{text} is not known to be FSDP1: "
-                f"if it is, use {text}.set_requires_gradient_sync(False/True)",
-            )
-            return updated_node
-        self.rewritten(call, "no_sync() -> set_requires_gradient_sync(False), restored in finally")
-        body = updated_node.body
-        if isinstance(body, cst.SimpleStatementSuite):
-            body = cst.IndentedBlock(
-                body=[cst.SimpleStatementLine(body=body.body)], header=body.trailing_whitespace
-            )
-        config = self.module.config_for_parsing
-        off = cst.parse_statement(
-            f"{text}.set_requires_gradient_sync(False){config.default_newline}", config=config
-        )
-        guarded = cst.ensure_type(
-            cst.parse_statement(
-                f"try:{config.default_newline}{config.default_indent}pass{config.default_newline}"
-                f"finally:{config.default_newline}{config.default_indent}{text}.set_requires_gradient_sync(True)"
-                f"{config.default_newline}",
-                config=config,
-            ),
-            cst.Try,
-        )
-        return cst.FlattenSentinel(
-            [
-                off.with_changes(leading_lines=updated_node.leading_lines),
-                guarded.with_changes(body=body),
-            ]
+            a.add(self.CODE, node, keep, rewrite, "ALWAYS")
+            return
+        elif ties or deferred or a.ties.known_fsdp1(receiver):
+            a.add_tied(self.CODE, node, receiver, keep + " (use set_requires_gradient_sync)", None)
+            return
+        a.add(
+            self.CODE,
+            node,
+            f"{text} is not known to be an FSDP1 module: if it is, turn gradient sync off with "
+            f"{text}.set_requires_gradient_sync(False) (and back on) with the model's migration",
         )
 
 
-def _is_no_sync(node: cst.BaseExpression) -> bool:
-    return (
-        isinstance(node, cst.Call)
-        and not node.args
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value == "no_sync"
+def _sole_with_item(a: FileAnalysis, call: ast.Call) -> ast.With | None:
+    """The ``with`` statement whose only item is ``call`` (no ``as``), if that is its shape."""
+    item = a.names.parent.get(call)
+    statement = a.names.parent.get(item) if isinstance(item, ast.withitem) else None
+    if isinstance(statement, ast.With) and len(statement.items) == 1 and item.optional_vars is None:  # type: ignore[union-attr]
+        return statement
+    return None
+
+
+def _try_finally(a: FileAnalysis, statement: ast.With, receiver: str) -> Rewrite:
+    newline = a.lines.newline()
+    start = a.lines.start(statement)
+    indent = a.lines.indent_at(a.statement_start(statement))
+    colon = _header_colon(a, statement)
+    header = f"{receiver}.set_requires_gradient_sync(False){newline}{indent}try:"
+    last = statement.body[-1]
+    end = a.lines.line_end(a.lines.end(last) - 1)
+    inner = a.lines.indent_at(a.lines.start(statement.body[0]))
+    if not inner.startswith(indent) or inner == indent:
+        inner = indent + "    "
+    tail = "" if a.text[:end].endswith(("\n", "\r")) else newline
+    restore = f"{inner}{receiver}.set_requires_gradient_sync(True){newline}"
+    closing = f"{tail}{indent}finally:{newline}{restore}"
+    return Rewrite(
+        [Edit(start, colon + 1, header), Edit(end, end, closing)],
+        "no_sync() -> set_requires_gradient_sync(False), restored in finally",
     )
+
+
+def _header_colon(a: FileAnalysis, statement: ast.With) -> int:
+    """Offset of the ``:`` that ends a ``with`` header (after its items and any parenthesis)."""
+    position = a.lines.end(statement.items[-1].context_expr)
+    while a.text[position] != ":":
+        position += 1
+    return position

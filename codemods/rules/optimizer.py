@@ -1,178 +1,237 @@
-"""F2P009: the BF16 master-weight optimizer -> ``fsdp2_port.BF16Optimizer``.
+"""F2P009: the BF16 master-weight optimizer follows its model; no second reduction of its norm.
 
-No second norm reduction.
-
-``from specforge.optimizer import BF16Optimizer`` / ``from compat import BF16Optimizer`` import
-from ``fsdp2_port`` instead (same constructor and API). Its ``step()`` returns the *global*
-norm, so a caller-side reduction of that norm -- square, ``dist.all_reduce`` (SUM), square root,
-consecutive statements of one block -- would inflate it by sqrt(world size) and is removed.
+- ``BF16Optimizer`` imported from ``specforge.optimizer`` or ``compat``: from ``fsdp2_port`` when
+  every optimizer built through that import is built on a migrating model (the DTensor-native
+  optimizer refuses FSDP1 models); otherwise SpecForge's becomes ``compat``'s, which is right on
+  FSDP1 (it clips by the true global norm), and a model it is built on stays FSDP1.
+- Its ``step()`` returns the *global* norm. A caller-side SUM all-reduce of that norm (or of its
+  square, before a square root), anywhere later in the function, would multiply it by the world
+  size (or its square root): the ``all_reduce`` goes. An all-reduce followed by a division (an
+  average) is left alone: it gives the norm back.
 """
 
 from __future__ import annotations
 
-import re
+import ast
 
-import libcst as cst
-from libcst.helpers import get_full_name_for_node
+from codemods import imports
+from codemods.analysis import FileAnalysis
+from codemods.plan import Requirement, Rewrite
+from codemods.text import Edit
 
-from codemods.receivers import KnownReceivers
-from codemods.rule import Rule
+_SOURCES = (
+    "specforge.optimizer",
+    "specforge.optimizer.bf16_optimizer",
+    "compat",
+    "compat.bf16_optimizer",
+)
+_CLASSES = frozenset(
+    f"{m}.BF16Optimizer" for m in (*_SOURCES, "fsdp2_port", "fsdp2_port.bf16_optimizer")
+)
+_ALL_REDUCE = "torch.distributed.all_reduce"
 
-_SOURCES = ("specforge.optimizer", "compat", "compat.optimizer")
-_CLASSES = {f"{module}.BF16Optimizer" for module in (*_SOURCES, "fsdp2_port")}
 
-
-class OptimizerRule(Rule):
+class OptimizerRule:
     CODE = "F2P009"
     SUMMARY = (
-        "BF16Optimizer from specforge/compat -> fsdp2_port; "
-        "drop the caller-side all-reduce of its norm"
+        "BF16Optimizer from specforge/compat -> fsdp2_port (or compat); drop the caller-side "
+        "all-reduce of its norm"
     )
-    DESCRIPTION = SUMMARY
-    TRIGGERS = ("BF16Optimizer",)
 
-    def visit_Module(self, node: cst.Module) -> None:
-        is_optimizer = lambda n: bool(self.qualified(n) & _CLASSES)  # noqa: E731
-        self._optimizers = KnownReceivers(node, is_optimizer, is_optimizer)
-
-    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom):
-        module = get_full_name_for_node(original_node.module) if original_node.module else None
-        if (
-            original_node.relative
-            or module not in _SOURCES
-            or isinstance(original_node.names, cst.ImportStar)
-        ):
-            return updated_node
-        ours = [a for a in original_node.names if get_full_name_for_node(a.name) == "BF16Optimizer"]
-        if not ours or self.ignored(original_node):
-            return updated_node
-        self.rewritten(original_node, f"BF16Optimizer imported from fsdp2_port instead of {module}")
-        if len(ours) == len(original_node.names):
-            return updated_node.with_changes(module=cst.Name("fsdp2_port"))
-        self.add_needed_import("fsdp2_port", "BF16Optimizer", ours[0].evaluated_alias)
-        assert not isinstance(updated_node.names, cst.ImportStar)  # the original's were not
-        names = [a for a in updated_node.names if get_full_name_for_node(a.name) != "BF16Optimizer"]
-        names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated_node.with_changes(names=names)
-
-    def leave_IndentedBlock(
-        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
-    ):
-        return updated_node.with_changes(
-            body=self._without_reduction(original_node.body, updated_node.body)
-        )
-
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        return updated_node.with_changes(
-            body=self._without_reduction(original_node.body, updated_node.body)
-        )
-
-    def _without_reduction(self, original, updated):
-        body = list(updated)
-        for index in range(len(original) - 3, -1, -1):
-            step = _assigned(original[index])
-            if step is None or not self._is_step(step[1]):
+    def analyze(self, a: FileAnalysis) -> None:
+        switched = False
+        for node in a.names.by_type[ast.ImportFrom]:
+            assert isinstance(node, ast.ImportFrom)
+            if node.level or node.module not in _SOURCES:
                 continue
-            norm = step[0]
-            plan = self._reduction(original, index + 1, norm)
-            if plan is None:
-                continue
-            _square, _reduce, _root, total = plan
-            self.rewritten(
-                original[index + 2],
-                "caller-side all-reduce of BF16Optimizer.step()'s norm removed: "
-                "step() already returns the global norm",
-            )
-            config = self.module.config_for_parsing
-            alias = cst.parse_statement(f"{total} = {norm}{config.default_newline}", config=config)
-            keep = (
-                []
-                if total == norm
-                else [alias.with_changes(leading_lines=body[index + 3].leading_lines)]
-            )
-            body[index + 1 : index + 4] = keep
-        return body
-
-    def _is_step(self, value: cst.BaseExpression) -> bool:
-        return (
-            isinstance(value, cst.Call)
-            and not value.args
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value == "step"
-            and self._optimizers.known(value.func.value, self.scopes)
+            for alias in node.names:
+                if alias.name == "BF16Optimizer":
+                    switched |= self._import(a, node, alias)
+        has_global_norm = switched or any(
+            b.qualified in _CLASSES and b.qualified.startswith(("compat", "fsdp2_port"))
+            for b in a.names.imports()
         )
+        if has_global_norm:
+            self._reductions(a)
 
-    def _reduction(self, statements, start: int, norm: str):
-        """``(square, all_reduce, sqrt, result name)``.
+    def _import(self, a: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias) -> bool:
+        if a.is_ignored(statement):
+            return False
+        bound = alias.asname or alias.name
+        scope = a.names.scope_of(statement)
+        bindings = [b for b in scope.bindings.get(bound, []) if b.node is alias]
+        ties: set[str] = set()
+        deferred: set[str] = set()
+        untied = False
+        for call in a.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if not isinstance(call.func, ast.Name) or call.func.id != bound:
+                continue
+            if not any(b in bindings for b in a.names.bindings_of(call.func)):
+                continue
+            model = (
+                call.args[0]
+                if call.args
+                else next(
+                    (k.value for k in call.keywords if k.arg in ("model", "model_or_params")), None
+                )
+            )
+            found = a.ties.of(model) if model is not None else (frozenset(), frozenset())
+            ties |= found[0]
+            deferred |= found[1]
+            untied |= not (found[0] or found[1])
+        requirement: Requirement = "RUN" if untied or not (ties or deferred) else "MODELS"
+        rewrite = _from(
+            a,
+            statement,
+            alias,
+            "fsdp2_port",
+            f"BF16Optimizer imported from fsdp2_port instead of {statement.module}",
+        )
+        site = a.add(
+            self.CODE,
+            alias,
+            f"BF16Optimizer from {statement.module} kept: the model it is built on stays FSDP1",
+            rewrite,
+            requirement,
+            ties=frozenset(ties),
+            deferred=frozenset(deferred),
+        )
+        if statement.module and statement.module.startswith("specforge"):
+            site.fallback = _from(
+                a,
+                statement,
+                alias,
+                "compat",
+                "BF16Optimizer imported from compat instead of specforge: on FSDP1 it clips by "
+                "the true global norm (SpecForge's clipped each rank's shard by its own)",
+            )
+        site.quiet = not statement.module.startswith("specforge")  # type: ignore[union-attr]
+        return True
 
-        Only when statements[start:start+3] reduce ``norm``.
-        """
-        if start + 3 > len(statements) or any(
-            self.ignored(s) for s in statements[start : start + 3]
-        ):
-            return None
-        square = _assigned(statements[start])
-        if square is None or not _squares(self.module.code_for_node(square[1]), norm):
-            return None
-        reduced = square[0]
-        reduce = statements[start + 1]
-        call = _expression_call(reduce)
-        if call is None or "torch.distributed.all_reduce" not in self.qualified(call.func):
-            return None
-        if [self.code(a.value) for a in call.args if a.keyword is None] != [reduced]:
-            return None
-        for arg in call.args:
-            if arg.keyword is not None and not (
-                arg.keyword.value == "op"
-                and self.qualified(arg.value) & {"torch.distributed.ReduceOp.SUM"}
+    # -- the caller-side reduction -------------------------------------------------------------
+    def _reductions(self, a: FileAnalysis) -> None:
+        for node in a.names.by_type[ast.Call]:
+            assert isinstance(node, ast.Call)
+            if not (
+                isinstance(node.func, ast.Attribute) and node.func.attr == "step" and not node.args
             ):
-                return None
-        root = _assigned(statements[start + 2])
-        if root is None or not _roots(self.module.code_for_node(root[1]), reduced):
-            return None
-        rest = "".join(self.module.code_for_node(s) for s in statements[start + 3 :])
-        if reduced not in (norm, root[0]) and re.search(rf"\b{re.escape(reduced)}\b", rest):
-            return None
-        return square, reduce, root, root[0]
+                continue
+            if not self._is_bf16_optimizer(a, node.func.value):
+                continue
+            target = a.names.parent.get(node)
+            if (
+                isinstance(target, ast.Assign)
+                and len(target.targets) == 1
+                and isinstance(target.targets[0], ast.Name)
+            ):
+                self._after_step(a, target, target.targets[0].id)
+
+    def _is_bf16_optimizer(self, a: FileAnalysis, receiver: ast.AST) -> bool:
+        """Bound from a ``BF16Optimizer(...)`` call, or a parameter annotated with it."""
+        values: list[ast.AST] = []
+        if isinstance(receiver, ast.Name):
+            for binding in a.names.bindings_of(receiver):
+                if binding.value is not None:
+                    values.append(binding.value)
+                annotation = getattr(binding.node, "annotation", None)
+                if annotation is not None:
+                    values.append(annotation)
+        elif isinstance(receiver, ast.Attribute):
+            values.extend(a.ties.assigned(receiver))
+        for value in values:
+            func = value.func if isinstance(value, ast.Call) else value
+            if isinstance(func, (ast.Name, ast.Attribute)) and a.names.qualified(func) & _CLASSES:
+                return True
+        return False
+
+    def _after_step(self, a: FileAnalysis, assign: ast.Assign, norm: str) -> None:
+        """Remove each later SUM all-reduce in the function of ``norm`` or a value made from it."""
+        function = a.names.function_of(assign) or a.tree
+        derived = {norm}
+        start = a.lines.end(assign)
+        for node in ast.walk(function):
+            if (
+                isinstance(node, ast.Assign)
+                and a.lines.start(node) >= start
+                and len(node.targets) == 1
+            ):
+                target = node.targets[0]
+                if isinstance(target, ast.Name) and _mentions(node.value, derived):
+                    derived.add(target.id)
+        for node in ast.walk(function):
+            if not (isinstance(node, ast.Call) and a.lines.start(node) >= start):
+                continue
+            if not (
+                a.resolves_to(node.func, _ALL_REDUCE)
+                and node.args
+                and isinstance(node.args[0], ast.Name)
+            ):
+                continue
+            reduced = node.args[0].id
+            if reduced not in derived or not _is_sum(a, node):
+                continue
+            statement = a.names.parent.get(node)
+            if not isinstance(statement, ast.Expr) or a.is_ignored(node):
+                continue
+            if _divided_later(a, function, reduced, a.lines.end(node)):
+                continue
+            a.add(
+                self.CODE,
+                node,
+                "kept: an all-reduce of BF16Optimizer.step()'s norm",
+                Rewrite(
+                    [imports.remove_statement(a.lines, a.names, statement)],
+                    "caller-side all-reduce of BF16Optimizer.step()'s norm removed: step() already "
+                    "returns the global norm (it was multiplied by the world size)",
+                ),
+                "ALWAYS",
+            )
 
 
-def _assigned(statement) -> tuple[str, cst.BaseExpression] | None:
-    """``(target name, value)`` of ``name = value`` as a whole statement line."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return None
-    small = statement.body[0]
-    if (
-        isinstance(small, cst.Assign)
-        and len(small.targets) == 1
-        and isinstance(small.targets[0].target, cst.Name)
-    ):
-        return small.targets[0].target.value, small.value
-    return None
+def _from(
+    a: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias, module: str, message: str
+) -> Rewrite:
+    """``BF16Optimizer`` imported from ``module``: the statement's module when it imports only
+    that name, else the name moves to an import of its own."""
+    if len(statement.names) == 1:
+        start = a.lines.start(statement) + len("from ")
+        while a.text[start] in " \t\\\r\n":
+            start += 1
+        end = start + len(statement.module or "")
+        return Rewrite([Edit(start, end, module)], message)
+    edits = imports.remove_aliases(a.lines, statement, {alias})
+    new = a.import_after(statement, module, "BF16Optimizer", alias.asname)
+    return Rewrite(edits, message, [new])
 
 
-def _expression_call(statement) -> cst.Call | None:
-    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-        small = statement.body[0]
-        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-            return small.value
-    return None
+def _mentions(node: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
 
 
-def _squares(code: str, name: str) -> bool:
-    n = re.escape(name)
-    base = rf"{n}(?:\.(?:detach|clone|float)\(\))*"
-    return bool(
-        re.fullmatch(
-            rf"{base}\s*\*\*\s*2|{base}\s*\*\s*{base}|{base}\.(?:pow\(2\)|square\(\))|torch\.(?:square\({base}\)|pow\({base},\s*2\))",
-            code,
-        )
+def _is_sum(a: FileAnalysis, call: ast.Call) -> bool:
+    op = next(
+        (k.value for k in call.keywords if k.arg == "op"),
+        call.args[1] if len(call.args) > 1 else None,
     )
+    return op is None or a.resolves_to(op, "torch.distributed.ReduceOp.SUM")
 
 
-def _roots(code: str, name: str) -> bool:
-    n = re.escape(name)
-    return bool(
-        re.fullmatch(
-            rf"{n}\s*\*\*\s*0\.5|{n}\.(?:sqrt\(\)|pow\(0\.5\))|(?:torch|math)\.sqrt\({n}\)", code
-        )
-    )
+def _divided_later(a: FileAnalysis, function: ast.AST, name: str, after: int) -> bool:
+    for node in ast.walk(function):
+        if not hasattr(node, "lineno") or a.lines.start(node) < after:
+            continue
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
+            if isinstance(node.left, ast.Name) and node.left.id == name:
+                return True
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
+            if isinstance(node.target, ast.Name) and node.target.id == name:
+                return True
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("div", "div_", "true_divide")
+        ):
+            if isinstance(node.func.value, ast.Name) and node.func.value.id == name:
+                return True
+    return False

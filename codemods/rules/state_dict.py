@@ -1,516 +1,761 @@
 """F2P008: FSDP1 state-dict plumbing -> ``torch.distributed.checkpoint.state_dict``.
 
-- ``with FSDP.state_dict_type(m, FULL_STATE_DICT[, FullStateDictConfig(...)]):`` is removed (its
-  other statements stay) and, in its body, ``m.state_dict()`` -> ``get_model_state_dict(m,
-  options=StateDictOptions(full_state_dict=True, cpu_offload=...))``, ``m.load_state_dict(sd)``
-  -> ``set_model_state_dict``. With SHARDED_STATE_DICT the plain DTensor state dict is used.
-- ``FSDP.optim_state_dict(m, o)`` -> ``get_optimizer_state_dict(m, o, options=...)``;
-  ``o.load_state_dict(FSDP.optim_state_dict_to_load(...))`` (either argument order, keywords)
-  -> ``set_optimizer_state_dict(m, o, osd, options=...)``. Outside a ``with`` the options are
-  FSDP1's defaults (full, not offloaded).
-- ``m.state_dict()`` / ``m.load_state_dict(sd)`` on a receiver known to be an FSDP1 module,
-  outside a ``with``: FSDP1's default state dict is the full one, FSDP2's is sharded, so these
-  become the full-state-dict calls too (flagged instead when the file calls
-  ``set_state_dict_type``).
-FSDP1's ``rank0_only`` and FSDP2's ``cpu_offload`` differ: with ``full_state_dict`` and
-``cpu_offload`` only rank 0 gets the tensors. When ``offload_to_cpu != rank0_only`` the rewrite
-is marked for review.
+Every rewrite here is right under FSDP1 and FSDP2 alike, so none waits for a model to migrate:
+
+- ``with FSDP.state_dict_type(m, FULL|SHARDED[, cfg[, optim_cfg]]):`` with literal arguments,
+  whose body takes state dicts only through ``m`` itself: the ``with`` goes (its body stays, one
+  level out) and in the body ``m.state_dict()`` -> ``get_model_state_dict(m, options=...)``,
+  ``m.load_state_dict(sd)`` -> ``set_model_state_dict``, ``FSDP.optim_state_dict(m, o)`` ->
+  ``get_optimizer_state_dict``, ``o.load_state_dict(FSDP.optim_state_dict_to_load(...))``
+  (either argument order, keywords, or through a name) -> ``set_optimizer_state_dict``.
+- Any other shape (a type or config chosen at run time, a block around calls that may take a
+  state dict themselves, a context kept in a variable or returned by a helper, a persistent
+  ``FSDP.set_state_dict_type``): the same call on ``fsdp2_port`` (``state_dict_type``,
+  ``set_state_dict_type``, ``optim_state_dict``, ``optim_state_dict_to_load``), which give FSDP1's
+  behaviour on FSDP2 modules too. Without the runtime dependency, marked.
+- On a model built here, outside any block, ``m.state_dict()`` / ``m.load_state_dict(sd)`` are
+  FSDP1's FULL default; they become the full-state-dict calls when the model migrates (FSDP2's
+  plain ``state_dict()`` is sharded), unless the file sets a persistent type.
+- LOCAL_STATE_DICT has no FSDP2 form: marked, and a model it is about stays FSDP1.
+
+``rank0_only`` vs ``cpu_offload``: FSDP2 gives the full state dict to rank 0 only exactly when it
+offloads. Offloading without ``rank0_only`` goes to the runtime form; ``rank0_only`` without
+offloading becomes the full dict on every rank (more memory, the same values on rank 0).
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
-import libcst as cst
+from codemods import calls
+from codemods.analysis import FileAnalysis
+from codemods.plan import NeededImport, Rewrite
+from codemods.text import Edit
 
-from codemods import arguments
-from codemods.bindings import Bindings
-from codemods.rule import Rule
-
-_MODULE = "torch.distributed.checkpoint.state_dict"
+MODULE = "torch.distributed.checkpoint.state_dict"
 _FSDP = "FullyShardedDataParallel."
+_CONTEXT = ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config")
+_TO_LOAD = ("model", "optim", "optim_state_dict")
+_SAFE_PREFIXES = (
+    "builtins.",
+    "torch.",
+    "os.",
+    "json.",
+    "logging.",
+    "time.",
+    "math.",
+    "pathlib.",
+    "shutil.",
+    "pickle.",
+    "io.",
+    "gc.",
+    "warnings.",
+    "copy.",
+    "collections.",
+    "numpy.",
+    "safetensors.",
+)
+#: Methods that take no state dict from a module, whatever object they are called on.
+_SAFE_METHODS = frozenset(
+    {
+        "info",
+        "debug",
+        "warning",
+        "warn",
+        "error",
+        "exception",
+        "critical",
+        "print",
+        "format",
+        "join",
+        "items",
+        "keys",
+        "values",
+        "update",
+        "get",
+        "pop",
+        "append",
+        "extend",
+        "copy",
+        "cpu",
+        "to",
+        "clone",
+        "detach",
+        "item",
+        "numel",
+        "replace",
+        "startswith",
+        "endswith",
+        "split",
+        "write",
+        "mkdir",
+        "exists",
+        "barrier",
+        "get_rank",
+        "get_world_size",
+        "setdefault",
+        "tolist",
+        "float",
+        "half",
+        "bfloat16",
+        "contiguous",
+        "is_dir",
+        "joinpath",
+        "open",
+        "close",
+        "flush",
+        "synchronize",
+    }
+)
+_RUNTIME = "its FSDP1 behaviour on FSDP1 and FSDP2 models alike"
 
 
 @dataclass(frozen=True)
-class _Context:
-    """The state-dict kind in force: options source text (None: the plain ``state_dict()``)."""
+class Options:
+    """``StateDictOptions(...)`` source for model, optimizer and load calls (None: none)."""
 
-    module: str | None
     model: str | None
     optim: str | None
     load: str | None
-    review: str = ""
+    note: str = ""
 
 
-_DEFAULT = _Context(
-    None,
+#: FSDP1 outside a ``state_dict_type`` block: FULL, nothing offloaded, every rank.
+DEFAULT = Options(
     "StateDictOptions(full_state_dict=True)",
     "StateDictOptions(full_state_dict=True)",
     "StateDictOptions(full_state_dict=True)",
 )
 
 
-class StateDictRule(Rule):
+class StateDictRule:
     CODE = "F2P008"
     SUMMARY = (
-        "FSDP.state_dict_type / optim_state_dict / optim_state_dict_to_load "
-        "-> get_/set_*_state_dict"
+        "FSDP.state_dict_type / optim_state_dict / optim_state_dict_to_load -> "
+        "get_/set_*_state_dict (fsdp2_port's FSDP1 forms where they are not literal)"
     )
-    DESCRIPTION = SUMMARY
-    TRIGGERS = ("state_dict",)
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self._contexts: list[_Context | None] = []
-        self._planned: dict[int, _Context | None] = {}
-        self._sets_type = "set_state_dict_type" in self.source
-        self._loading = 0
-        self._bindings = Bindings(node)
-        self._removable: set[int] = set()
-        self._pairs: dict[int, list[tuple[int, cst.Call, tuple[str, str, str], _Context]]] = {}
-        self._paired: set[int] = set()
-        # Contexts are worked out before the transform: a config binding to remove comes first.
-        self._prepared = {id(w): self._context(c) for w, c in _PlainWiths.find(node, self)}
-        self._find_pairs(node, node.body)
-
-    # -- the with statement ----------------------------------------------------------------------
-    def visit_With(self, node: cst.With) -> None:
-        call = _state_dict_type_call(self, node)
-        if call is None:
-            return
-        prepared = self._prepared[id(node)]
-        context: _Context | None = None
-        if isinstance(prepared, str):
-            self.flag(call, prepared)
-            # context stays None: inside, nothing is rewritten (the state-dict kind is unknown)
-        else:
-            context = prepared
-        self._planned[id(node)] = context
-        self._contexts.append(context)
-
-    def leave_With(self, original_node: cst.With, updated_node: cst.With):
-        if id(original_node) not in self._planned:
-            return updated_node
-        context = self._planned.pop(id(original_node))
-        self._contexts.pop()
-        if context is None:
-            return updated_node
-        call = original_node.items[0].item
-        message = "with FSDP.state_dict_type(...) removed: FSDP2 chooses the state dict per call"
-        self.rewritten(
-            call, "; ".join(filter(None, [message, context.review])), review=bool(context.review)
+    def analyze(self, a: FileAnalysis) -> None:
+        self.a = a
+        self.handled: set[ast.AST] = set()
+        self.persistent = any(
+            a.fsdp1_name(node) == _FSDP + "set_state_dict_type"
+            or a.resolves_to(node, "fsdp2_port.set_state_dict_type")
+            for node in a.names.by_type[ast.Attribute]
         )
-        return cst.FlattenSentinel(_unwrapped(updated_node))
+        for node in a.names.by_type[ast.Call]:
+            assert isinstance(node, ast.Call)
+            if node in self.handled or a.is_ignored(node):
+                continue
+            name = a.fsdp1_name(node.func)
+            if name == _FSDP + "state_dict_type":
+                self._context(node)
+            elif name == _FSDP + "set_state_dict_type":
+                self._runtime_call(
+                    node, "set_state_dict_type", "a persistent FSDP1 state-dict type"
+                )
+        for node in a.names.by_type[ast.Call]:
+            assert isinstance(node, ast.Call)
+            if node not in self.handled and not a.is_ignored(node):
+                self._call(node, None, frozenset())
 
-    def leave_SimpleStatementLine(
-        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ):
-        if id(original_node) not in self._removable:
-            return updated_node
-        self.rewritten(
-            original_node, "state-dict config binding removed (its only use was rewritten)"
-        )
-        return cst.RemoveFromParent()
-
-    def _context(self, call: cst.Call) -> _Context | str:
-        bound = arguments.bind(
-            call, ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config")
-        )
+    # -- with FSDP.state_dict_type(...) ------------------------------------------------------------
+    def _context(self, call: ast.Call) -> None:
+        a = self.a
+        self.handled.add(call)
+        bound = calls.bind(call, _CONTEXT)
         if bound is None or "module" not in bound or "state_dict_type" not in bound:
-            return "FSDP.state_dict_type(...) with unusual arguments: port by hand"
-        if not arguments.is_simple(bound["module"].value):
-            return (
-                "FSDP.state_dict_type(...) on a module expression: "
-                "assign the module to a name first"
+            self._runtime_call(
+                call, "state_dict_type", "FSDP.state_dict_type(...) with unusual arguments"
             )
-        kind = self.fsdp1_name(bound["state_dict_type"].value)
-        if kind not in ("StateDictType.FULL_STATE_DICT", "StateDictType.SHARDED_STATE_DICT"):
-            return (
-                "LOCAL_STATE_DICT or a runtime state-dict type: "
-                "pick get_model_state_dict options by hand"
+            return
+        kind = (a.fsdp1_name(bound["state_dict_type"].value) or "").removeprefix("StateDictType.")
+        item = a.names.parent.get(call)
+        statement = a.names.parent.get(item) if isinstance(item, ast.withitem) else None
+        if isinstance(statement, ast.With):  # the body's calls follow the block, never a default
+            block_calls = [
+                n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)
+            ]
+        else:
+            block_calls = []
+        if kind == "LOCAL_STATE_DICT":
+            self.handled.update(block_calls)
+            a.add_tied(
+                self.CODE,
+                call,
+                bound["module"].value,
+                "LOCAL_STATE_DICT has no FSDP2 form: save the sharded state dict with DCP instead",
+                None,
+                known=False,
             )
-        full = kind == "StateDictType.FULL_STATE_DICT"
-        configs = [
-            self._bound(bound.get(name))
-            for name in ("state_dict_config", "optim_state_dict_config")
-        ]
-        model = _config(self, configs[0][0], full, "StateDictConfig")
-        optim = _config(self, configs[1][0], full, "OptimStateDictConfig")
+            return
+        literal = self._literal(bound, kind)
+        if (
+            isinstance(statement, ast.With)
+            and len(statement.items) == 1
+            and item.optional_vars is None  # type: ignore[union-attr]
+            and isinstance(literal, Options)
+        ):
+            group = frozenset({f"state_dict:{a.site_id(call)}"})
+            if self._pure_block(call, statement, bound["module"].value, literal, group):
+                return
+        self._runtime_call(call, "state_dict_type", "an FSDP1 state-dict block")
+        for node in block_calls:
+            if node not in self.handled:
+                self._call(node, None, frozenset(), runtime_only=True)
+        self.handled.update(block_calls)
+
+    def _pure_block(
+        self,
+        call: ast.Call,
+        statement: ast.With,
+        model: ast.expr,
+        options: Options,
+        group: frozenset[str],
+    ) -> bool:
+        """The block's state-dict calls rewritten and the ``with`` removed; False (nothing
+        added) when the body calls code that may take a state dict itself."""
+        a = self.a
+        text = a.source(model)
+        body = [n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)]
+        ours = [n for n in body if n not in self.handled and self._is_state_call(n, text)]
+        if any(not self._safe(n) for n in body if n not in ours and n not in self.handled):
+            return False
+        for node in ours:
+            if node not in self.handled:
+                self._call(node, options, group, anchor=call.func, model=text)
+        for name in ("state_dict_config", "optim_state_dict_config"):
+            self._drop_config_binding(calls.bind(call, _CONTEXT).get(name), group)  # type: ignore[union-attr]
+        message = "with FSDP.state_dict_type(...) removed: FSDP2 chooses the state dict per call"
+        if options.note:
+            message += "; " + options.note
+        ties, deferred = a.ties.of(model)
+        a.add(
+            self.CODE,
+            call,
+            "kept: FSDP.state_dict_type(...) block",
+            Rewrite(_unwrap(a, statement), message),
+            "ALWAYS",
+            ties=ties,
+            deferred=deferred,
+            groups=group,
+        )
+        return True
+
+    def _literal(self, bound: dict[str, calls.Argument], kind: str) -> Options | None:
+        """The options of a literal FULL/SHARDED block, or None (run-time values, or an
+        FSDP1 combination FSDP2's options cannot say)."""
+        if kind not in ("FULL_STATE_DICT", "SHARDED_STATE_DICT"):
+            return None
+        full = kind == "FULL_STATE_DICT"
+        model = self._config(bound.get("state_dict_config"), full, "StateDictConfig")
+        optim = self._config(bound.get("optim_state_dict_config"), full, "OptimStateDictConfig")
         if model is None or optim is None:
-            return "state-dict config with runtime values: pick StateDictOptions by hand"
-        self._removable.update(id(statement) for _, statement in configs if statement is not None)
-        review = []
+            return None
+        notes = []
         for what, (offload, rank0_only) in (
             ("state_dict_config", model),
             ("optim_state_dict_config", optim),
         ):
-            if full and offload != rank0_only:
-                review.append(
-                    f"{what}: offload_to_cpu={offload} with rank0_only={rank0_only}; "
-                    "FSDP2's cpu_offload gives "
-                    "the full state dict to rank 0 only (other ranks get an empty one)"
+            if full and offload and not rank0_only:
+                return None
+            if full and rank0_only and not offload:
+                notes.append(
+                    f"{what} rank0_only=True without offload: every rank now gets the full "
+                    "state dict (the same values on rank 0, more memory elsewhere)"
                 )
-        return _Context(
-            self.code(bound["module"].value),
-            _options(full, model[0]),
-            _options(full, optim[0]),
-            "StateDictOptions(full_state_dict=True)" if full else None,
-            "; ".join(review),
-        )
+        load = "StateDictOptions(full_state_dict=True)" if full else None
+        return Options(_fields(full, model[0]), _fields(full, optim[0]), load, "; ".join(notes))
 
-    # -- osd = FSDP.optim_state_dict_to_load(...); o.load_state_dict(osd) ------------------------
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._find_pairs(node, node.body)
+    def _config(
+        self, arg: calls.Argument | None, full: bool, family: str
+    ) -> tuple[bool, bool] | None:
+        """``(offload_to_cpu, rank0_only)`` of a literal config (FSDP1's defaults when absent)."""
+        a = self.a
+        if arg is None or calls.is_none(arg.value):
+            return False, False
+        value: ast.AST = arg.value
+        if isinstance(value, ast.Name):
+            binding = a.sole_binding(value)
+            if binding is None or binding.value is None:
+                return None
+            value = binding.value
+        expected = ("Full" if full else "Sharded") + family
+        if not (isinstance(value, ast.Call) and a.fsdp1_name(value.func) == expected):
+            return None
+        names = ("offload_to_cpu", "rank0_only") if full else ("offload_to_cpu", "_use_dtensor")
+        bound = calls.bind(value, names)
+        if bound is None:
+            return None
+        flags = {name: calls.literal_bool(arg.value) for name, arg in bound.items()}
+        if any(v is None for v in flags.values()):
+            return None
+        return bool(flags.get("offload_to_cpu")), bool(flags.get("rank0_only"))
 
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        return updated_node.with_changes(body=self._join_pairs(original_node, updated_node.body))
-
-    def leave_IndentedBlock(
-        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
-    ) -> cst.IndentedBlock:
-        return updated_node.with_changes(body=self._join_pairs(original_node, updated_node.body))
-
-    def _find_pairs(self, block: cst.CSTNode, body) -> None:
-        context = self._contexts[-1] if self._contexts else _DEFAULT
-        if context is None:
+    def _drop_config_binding(self, arg: calls.Argument | None, group: frozenset[str]) -> None:
+        """A config bound to a name just for this block (same scope, used once) goes with it."""
+        a = self.a
+        if arg is None or not isinstance(arg.value, ast.Name):
             return
-        found = []
-        for index in range(len(body) - 1):
-            pair = _load_pair(self, body[index], body[index + 1], body[index + 2 :])
-            if pair is not None:
-                found.append((index, pair[0], pair[1], context))
-                self._paired.add(id(pair[0]))
-        if found:
-            self._pairs[id(block)] = found
+        binding = a.sole_binding(arg.value)
+        if binding is None or len(a.uses_of(binding)) != 1:
+            return
+        statement = a.names.statement(binding.node)
+        if not isinstance(statement, ast.Assign) or a.names.scope_of(
+            statement
+        ) is not a.names.scope_of(arg.value):
+            return
+        start = a.statement_start(statement)
+        a.add(
+            self.CODE,
+            statement,
+            "kept: a state-dict config binding",
+            Rewrite(
+                [Edit(start, a.lines.line_end(a.lines.end(statement) - 1), "")],
+                "state-dict config binding removed (its only use was rewritten)",
+            ),
+            "ALWAYS",
+            groups=group,
+        )
 
-    def _join_pairs(self, original: cst.CSTNode, body) -> list:
-        body = list(body)
-        for index, call, parts, context in reversed(self._pairs.pop(id(original), [])):
-            self.rewritten(
-                call, "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)"
-            )
-            joined = cst.SimpleStatementLine(
-                body=[cst.Expr(self._call("set_optimizer_state_dict", list(parts), context.optim))],
-                leading_lines=body[index].leading_lines,
-            )
-            body[index : index + 2] = [joined]
-        return body
+    def _safe(self, call: ast.Call) -> bool:
+        """A call that cannot be taking the model's state dict under the block's type."""
+        names = self.a.names.qualified(call.func)
+        if names and all(n.startswith(_SAFE_PREFIXES) for n in names):
+            return True
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in ("state_dict", "load_state_dict"):
+            return not self.a.ties.of(func.value)[0]  # another module's: not this model's
+        return isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS
 
-    def _bound(
-        self, arg: cst.Arg | None
-    ) -> tuple[cst.BaseExpression | None, cst.SimpleStatementLine | None]:
-        """A config argument's value, looking through a name bound once in the same scope.
+    def _is_state_call(self, call: ast.Call, model: str) -> bool:
+        name = self.a.fsdp1_name(call.func)
+        if name in (_FSDP + "optim_state_dict", _FSDP + "optim_state_dict_to_load"):
+            return True
+        func = call.func
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("state_dict", "load_state_dict")
+            and self.a.source(func.value) == model
+        ) or _to_load_inside(self.a, call)
 
-        Also returns the binding statement when the argument is its only use.
-        """
-        if arg is None or not isinstance(arg.value, cst.Name) or arguments.is_none(arg.value):
-            return (None if arg is None else arg.value), None
-        found = self._bindings.lookup(self, arg.value)
-        if found is None:
-            return arg.value, None
-        return found.value, found.statement if found.sole_use else None
-
-    # -- calls ---------------------------------------------------------------------------------
-    def visit_Call(self, node: cst.Call) -> None:
-        self._loading += _to_load(self, node) is not None
-
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        loading = _to_load(self, original_node) is not None
-        self._loading -= loading
-        if self.ignored(original_node):
-            return updated_node
-        context = self._contexts[-1] if self._contexts else _DEFAULT
-        if context is None:
-            return updated_node
-        if loading:
-            return self._set_optim(original_node, updated_node, context)
-        name = self.fsdp1_name(original_node.func)
+    # -- the calls ---------------------------------------------------------------------------------
+    def _call(
+        self,
+        call: ast.Call,
+        options: Options | None,
+        groups: frozenset[str],
+        *,
+        anchor: ast.AST | None = None,
+        runtime_only: bool = False,
+        model: str | None = None,
+    ) -> None:
+        """The site for one state-dict call: in a pure block about ``model`` (``options``),
+        inside a runtime block (``runtime_only``), or on its own."""
+        a = self.a
+        name = a.fsdp1_name(call.func)
         if name == _FSDP + "optim_state_dict":
-            return self._get_optim(original_node, updated_node, context)
-        if name == _FSDP + "optim_state_dict_to_load":
-            if not self._loading and id(original_node) not in self._paired:
-                self.flag(
-                    original_node,
-                    "FSDP.optim_state_dict_to_load(...) outside o.load_state_dict(...): "
-                    "use set_optimizer_state_dict",
-                )
-            return updated_node
-        func = original_node.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in (
-            "state_dict",
-            "load_state_dict",
-        ):
-            return updated_node
-        receiver = self.code(func.value)
-        if self._contexts and receiver == context.module:
-            return self._model(original_node, updated_node, context)
-        if not self._contexts and self.known_fsdp(func.value, fsdp1_only=True):
-            if self._sets_type:
-                self.flag(
-                    original_node,
-                    f"{func.attr.value} on an FSDP1 module whose state-dict type is set "
-                    "elsewhere: use get_/set_model_state_dict",
-                )
-                return updated_node
-            return self._model(original_node, updated_node, _DEFAULT)
-        return updated_node
+            self.handled.add(call)
+            self._optim(call, options, groups, anchor)
+        elif name == _FSDP + "optim_state_dict_to_load":
+            self.handled.add(call)
+            self._to_load(call, options, groups, anchor)
+        elif not runtime_only and isinstance(call.func, ast.Attribute):
+            if call.func.attr in ("state_dict", "load_state_dict"):
+                if model is None or a.source(call.func.value) == model:
+                    self._module_call(call, options, groups, anchor)
 
-    def _model(
-        self, original: cst.Call, updated: cst.Call, context: _Context
-    ) -> cst.BaseExpression:
-        func = original.func
-        assert isinstance(func, cst.Attribute)
-        receiver = self.code(func.value)
-        if func.attr.value == "state_dict":
-            if original.args:
-                self.flag(
-                    original, "state_dict(...) with arguments: use get_model_state_dict by hand"
-                )
-                return updated
-            if context.model is None:
-                return updated
-            self.rewritten(original, "state_dict() -> get_model_state_dict(...)")
-            return self._call("get_model_state_dict", [receiver], context.model)
-        bound = arguments.bind(original, ("state_dict", "strict", "assign"))
-        if bound is None or "state_dict" not in bound or "assign" in bound:
-            self.flag(
-                original,
-                "load_state_dict(...) with unusual arguments: use set_model_state_dict by hand",
-            )
-            return updated
-        if context.load is None:
-            return updated
-        options = context.load
-        if "strict" in bound:
-            options = options[:-1] + f", strict={self.code(bound['strict'].value)})"
-        self.rewritten(original, "load_state_dict(...) -> set_model_state_dict(...)")
-        return self._call(
-            "set_model_state_dict", [receiver, self.code(bound["state_dict"].value)], options
-        )
-
-    def _get_optim(
-        self, original: cst.Call, updated: cst.Call, context: _Context
-    ) -> cst.BaseExpression:
-        bound = arguments.bind(original, ("model", "optim", "optim_state_dict", "group"))
-        if bound is None or set(bound) != {"model", "optim"}:
-            self.flag(
-                original,
-                "FSDP.optim_state_dict(...) with unusual arguments: "
-                "use get_optimizer_state_dict by hand",
-            )
-            return updated
-        self.rewritten(original, "FSDP.optim_state_dict(...) -> get_optimizer_state_dict(...)")
-        return self._call(
+    def _optim(
+        self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
+    ) -> None:
+        a = self.a
+        bound = calls.bind(call, ("model", "optim", "optim_state_dict", "group"))
+        if options is None and not a.options.runtime_dependency and not self.persistent:
+            options = DEFAULT
+        if options is None or bound is None or set(bound) != {"model", "optim"}:
+            self._runtime_call(call, "optim_state_dict", "FSDP.optim_state_dict(...)", groups)
+            return
+        new = _new(
             "get_optimizer_state_dict",
-            [self.code(bound["model"].value), self.code(bound["optim"].value)],
-            context.optim,
+            [a.source(bound["model"].value), a.source(bound["optim"].value)],
+            options.optim,
+        )
+        self._pure_site(
+            call,
+            bound["model"].value,
+            new,
+            "FSDP.optim_state_dict(...) -> get_optimizer_state_dict(...)",
+            groups,
+            anchor,
         )
 
-    def _set_optim(
-        self, original: cst.Call, updated: cst.Call, context: _Context
-    ) -> cst.BaseExpression:
-        inner = _to_load(self, original)
-        assert inner is not None and isinstance(original.func, cst.Attribute)
-        optimizer = self.code(original.func.value)
-        parts = _to_load_parts(self, inner, optimizer)
+    def _to_load(
+        self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
+    ) -> None:
+        """``o.load_state_dict(FSDP.optim_state_dict_to_load(...))``, or the same in two
+        consecutive statements through a name used nowhere else."""
+        a = self.a
+        parts = _to_load_parts(a, call)
+        parent = a.names.parent.get(call)
+        outer: ast.Call | None = None
+        pair: tuple[ast.Assign, ast.stmt] | None = None
+        if isinstance(parent, ast.Call) and _loads(parent, call):
+            outer = parent
+        elif isinstance(parent, ast.Assign):
+            pair = self._paired_load(parent)
+            outer = None if pair is None else _expression_call(pair[1])
         if parts is None:
-            self.flag(
-                original,
-                "o.load_state_dict(FSDP.optim_state_dict_to_load(...)) with unusual arguments: "
-                "use set_optimizer_state_dict",
+            self._runtime_call(
+                call, "optim_state_dict_to_load", "FSDP.optim_state_dict_to_load(...)", groups
             )
-            return updated
-        self.rewritten(
-            original, "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)"
-        )
-        return self._call("set_optimizer_state_dict", list(parts), context.optim)
-
-    def _call(self, function: str, args: list[str], options: str | None) -> cst.BaseExpression:
-        self.add_needed_import(_MODULE, function)
-        if options:
-            self.add_needed_import(_MODULE, "StateDictOptions")
-            args = [*args, f"options={options}"]
-        return cst.parse_expression(
-            f"{function}({', '.join(args)})", config=self.module.config_for_parsing
-        )
-
-
-class _PlainWiths(cst.CSTVisitor):
-    """``with FSDP.state_dict_type(...):`` statements with a single item and no ``as``."""
-
-    def __init__(self, rule: Rule) -> None:
-        self.rule = rule
-        self.found: list[tuple[cst.With, cst.Call]] = []
-
-    @classmethod
-    def find(cls, module: cst.Module, rule: Rule) -> list[tuple[cst.With, cst.Call]]:
-        finder = cls(rule)
-        module.visit(finder)
-        return finder.found
-
-    def visit_With(self, node: cst.With) -> None:
-        item = node.items[0]
-        if len(node.items) == 1 and item.asname is None and isinstance(item.item, cst.Call):
-            if self.rule.fsdp1_name(
-                item.item.func
-            ) == _FSDP + "state_dict_type" and not self.rule.ignored(item.item):
-                self.found.append((node, item.item))
-
-
-def _state_dict_type_call(rule: Rule, node: cst.With) -> cst.Call | None:
-    if len(node.items) != 1:
-        calls = [i.item for i in node.items if isinstance(i.item, cst.Call)]
-        for other in calls:
-            if rule.fsdp1_name(other.func) == _FSDP + "state_dict_type" and not rule.ignored(other):
-                rule.flag(
-                    other,
-                    "FSDP.state_dict_type(...) among other context managers: "
-                    "split the with statement",
+            return
+        model, optim, state = (a.source(p) for p in parts)
+        if options is None and not a.options.runtime_dependency and not self.persistent:
+            options = DEFAULT
+        if options is None or outer is None:
+            if not a.options.runtime_dependency:
+                a.add_tied(
+                    self.CODE,
+                    call,
+                    parts[0],
+                    "FSDP.optim_state_dict_to_load(...): use set_optimizer_state_dict",
+                    None,
+                    known=False,
+                    groups=groups,
                 )
+                return
+            text = f"fsdp2_port.optim_state_dict_to_load({model}, {optim}, {state})"
+            a.add(
+                self.CODE,
+                call,
+                "kept: FSDP.optim_state_dict_to_load(...)",
+                Rewrite(
+                    [a.replace(call, text)],
+                    "FSDP.optim_state_dict_to_load -> fsdp2_port.optim_state_dict_to_load: "
+                    + _RUNTIME,
+                    [a.module_import("fsdp2_port")],
+                ),
+                "ALWAYS",
+                groups=groups,
+            )
+            return
+        self.handled.add(outer)
+        new = _new("set_optimizer_state_dict", [model, optim, state], options.optim)
+        if pair is None:
+            edits = [a.replace(outer, new.text)]
+        else:
+            assign, load = pair
+            edits = [
+                Edit(a.lines.start(assign), a.lines.end(assign), new.text),
+                Edit(a.statement_start(load), a.lines.line_end(a.lines.end(load) - 1), ""),
+            ]
+        ties, deferred = a.ties.of(parts[0])
+        a.add(
+            self.CODE,
+            call,
+            "kept: FSDP.optim_state_dict_to_load(...)",
+            Rewrite(
+                edits,
+                "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)",
+                self._imports(anchor or call.func, new),
+            ),
+            "ALWAYS",
+            ties=ties,
+            deferred=deferred,
+            groups=groups,
+        )
+
+    def _module_call(
+        self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
+    ) -> None:
+        """``m.state_dict()`` / ``m.load_state_dict(sd)``: in a pure block, or on a model
+        built here (FSDP1's FULL default, spelled out when the model migrates)."""
+        a = self.a
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        receiver = func.value
+        plain = options is None
+        if plain:
+            ties, deferred = a.ties.of(receiver)
+            if not ties or deferred:
+                return
+            if self.persistent:
+                self.handled.add(call)
+                a.add_tied(
+                    self.CODE,
+                    call,
+                    receiver,
+                    f"{func.attr}() on a model whose FSDP1 state-dict type may be set elsewhere "
+                    "in this file: use get_/set_model_state_dict with explicit StateDictOptions",
+                    None,
+                    groups=groups,
+                )
+                return
+            options = DEFAULT
+        assert options is not None
+        self.handled.add(call)
+        text = a.source(receiver)
+        if func.attr == "state_dict":
+            if call.args or call.keywords:
+                a.add_tied(
+                    self.CODE,
+                    call,
+                    receiver,
+                    "state_dict(...) with arguments: use get_model_state_dict by hand",
+                    None,
+                    known=False,
+                    groups=groups,
+                )
+                return
+            new = _new("get_model_state_dict", [text], options.model)
+            self._pure_site(
+                call,
+                receiver,
+                new,
+                "state_dict() -> get_model_state_dict(...)",
+                groups,
+                anchor,
+                plain,
+            )
+            return
+        bound = calls.bind(call, ("state_dict", "strict", "assign"))
+        if bound is None or "state_dict" not in bound or "assign" in bound:
+            a.add_tied(
+                self.CODE,
+                call,
+                receiver,
+                "load_state_dict(...) with unusual arguments: use set_model_state_dict by hand",
+                None,
+                known=False,
+                groups=groups,
+            )
+            return
+        load = options.load
+        if "strict" in bound:
+            strict = f"strict={a.source(bound['strict'].value)}"
+            load = f"StateDictOptions({strict})" if load is None else load[:-1] + f", {strict})"
+        new = _new("set_model_state_dict", [text, a.source(bound["state_dict"].value)], load)
+        self._pure_site(
+            call,
+            receiver,
+            new,
+            "load_state_dict(...) -> set_model_state_dict(...)",
+            groups,
+            anchor,
+            plain,
+        )
+
+    def _paired_load(self, assign: ast.Assign) -> tuple[ast.Assign, ast.stmt] | None:
+        """``osd = FSDP.optim_state_dict_to_load(...)`` directly followed by the statement
+        ``o.load_state_dict(osd)``, with ``osd`` used nowhere else."""
+        a = self.a
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name):
+            return None
+        bindings = a.names.bindings_of(assign.targets[0])
+        uses = a.uses_of(bindings[0]) if len(bindings) == 1 else []
+        body = _block_of(a, assign)
+        if len(uses) != 1 or body is None or body.index(assign) + 1 >= len(body):
+            return None
+        following = body[body.index(assign) + 1]
+        call = _expression_call(following)
+        if call is not None and _loads(call, uses[0]):
+            return assign, following
         return None
-    item = node.items[0]
-    call = item.item
-    if (
-        not isinstance(call, cst.Call)
-        or rule.fsdp1_name(call.func) != _FSDP + "state_dict_type"
-        or rule.ignored(call)
-    ):
-        return None
-    if item.asname is not None:
-        rule.flag(call, "FSDP.state_dict_type(...) as a value: port by hand")
-        return None
-    return call
+
+    # -- emitting ----------------------------------------------------------------------------------
+    def _runtime_call(
+        self, call: ast.Call, function: str, what: str, groups: frozenset[str] = frozenset()
+    ) -> None:
+        """``FSDP.<function>(...)`` -> ``fsdp2_port.<function>(...)``, the same arguments."""
+        a = self.a
+        self.handled.add(call)
+        first = call.args[0] if call.args else (call.keywords[0].value if call.keywords else call)
+        if not a.options.runtime_dependency:
+            a.add_tied(
+                self.CODE,
+                call,
+                first,
+                f"{what}: port with get_/set_*_state_dict and StateDictOptions",
+                None,
+                known=False,
+                groups=groups,
+            )
+            return
+        rewrite = Rewrite(
+            [a.replace(call.func, f"fsdp2_port.{function}")],
+            f"FSDP.{function} -> fsdp2_port.{function}: {_RUNTIME}",
+            [a.module_import("fsdp2_port")],
+        )
+        a.add(self.CODE, call, f"kept: {what}", rewrite, "ALWAYS", groups=groups)
+
+    def _pure_site(
+        self,
+        call: ast.Call,
+        model: ast.AST,
+        new: _New,
+        message: str,
+        groups: frozenset[str],
+        anchor,
+        plain: bool = False,
+    ) -> None:
+        a = self.a
+        rewrite = Rewrite(
+            [a.replace(call, new.text)], message, self._imports(anchor or call.func, new)
+        )
+        ties, deferred = a.ties.of(model)
+        site = a.add(
+            self.CODE,
+            call,
+            "kept: an FSDP1 state-dict call",
+            rewrite,
+            "MODELS" if plain else "ALWAYS",
+            ties=ties,
+            deferred=deferred,
+            groups=groups,
+        )
+        site.quiet = plain
+
+    def _imports(self, anchor: ast.AST, new: _New) -> list[NeededImport]:
+        a = self.a
+        if isinstance(anchor, (ast.Attribute, ast.Name)) and a.fsdp1_name(anchor) is not None:
+            return [a.import_for(anchor, MODULE, name) for name in new.names]
+        return [a.module_level_import(MODULE, name) for name in new.names]
 
 
-def _config(
-    rule: Rule, value: cst.BaseExpression | None, full: bool, family: str
-) -> tuple[bool, bool] | None:
-    """``(offload_to_cpu, rank0_only)`` of a literal config (FSDP1 defaults when absent)."""
-    if value is None or arguments.is_none(value):
-        return False, False
-    call = value
-    if not isinstance(call, cst.Call):
-        return None
-    expected = ("Full" if full else "Sharded") + family
-    if rule.fsdp1_name(call.func) != expected:
-        return None
-    bound = arguments.bind(
-        call, ("offload_to_cpu", "rank0_only") if full else ("offload_to_cpu", "_use_dtensor")
+@dataclass(frozen=True)
+class _New:
+    text: str
+    names: list[str]
+
+
+def _new(function: str, args: list[str], options: str | None) -> _New:
+    parts = args + ([f"options={options}"] if options else [])
+    return _New(
+        f"{function}({', '.join(parts)})", [function] + (["StateDictOptions"] if options else [])
     )
-    if bound is None:
-        return None
-    values = {name: arguments.literal_bool(a.value) for name, a in bound.items()}
-    if any(v is None for v in values.values()):
-        return None
-    return bool(values.get("offload_to_cpu")), bool(values.get("rank0_only"))
 
 
-def _options(full: bool, offload: bool) -> str | None:
+def _fields(full: bool, offload: bool) -> str | None:
     fields = (["full_state_dict=True"] if full else []) + (["cpu_offload=True"] if offload else [])
     return f"StateDictOptions({', '.join(fields)})" if fields else None
 
 
-def _to_load(rule: Rule, call: cst.Call) -> cst.Call | None:
-    """The ``FSDP.optim_state_dict_to_load(...)`` call inside ``o.load_state_dict(<it>)``."""
-    func = call.func
-    if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
-        return None
-    if len(call.args) != 1 or call.args[0].keyword is not None:
-        return None
-    inner = call.args[0].value
-    if (
-        isinstance(inner, cst.Call)
-        and rule.fsdp1_name(inner.func) == _FSDP + "optim_state_dict_to_load"
-    ):
-        return inner
+def _expression_call(statement: ast.stmt) -> ast.Call | None:
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        return statement.value
     return None
 
 
-def _to_load_parts(rule: Rule, call: cst.Call, optimizer: str) -> tuple[str, str, str] | None:
-    """``(model, optimizer, optim_state_dict)`` source, whichever of FSDP1's two orders is used.
+def _block_of(a: FileAnalysis, statement: ast.stmt) -> list[ast.stmt] | None:
+    parent = a.names.parent.get(statement)
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and statement in block:
+            return block
+    return None
 
-    torch >= 2.1: ``(model, optim, optim_state_dict)``;
-    before: ``(optim_state_dict, model, optim)``.
-    Positional calls are told apart by where the receiver of ``load_state_dict`` appears.
+
+def _loads(outer: ast.Call, inner: ast.AST) -> bool:
+    """``x.load_state_dict(inner)`` with ``inner`` its only argument."""
+    func = outer.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "load_state_dict"
+        and len(outer.args) == 1
+        and not outer.keywords
+        and outer.args[0] is inner
+    )
+
+
+def _to_load_inside(a: FileAnalysis, call: ast.Call) -> bool:
+    """``o.load_state_dict(FSDP.optim_state_dict_to_load(...))``: the outer call of a pair."""
+    return bool(
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr == "load_state_dict"
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Call)
+        and a.fsdp1_name(call.args[0].func) == _FSDP + "optim_state_dict_to_load"
+    )
+
+
+def _to_load_parts(a: FileAnalysis, call: ast.Call) -> tuple[ast.expr, ast.expr, ast.expr] | None:
+    """``(model, optim, optim_state_dict)`` in whichever of FSDP1's two orders is used.
+
+    torch >= 2.1: ``(model, optim, optim_state_dict)``; before: ``(optim_state_dict, model,
+    optim)``. Positional calls are told apart by which argument is the optimizer that loads
+    the result (or, without one, by the model being a known FSDP1 model).
     """
-    if any(a.star for a in call.args) or len(call.args) < 3:
+    if any(isinstance(x, ast.Starred) for x in call.args) or any(
+        k.arg is None for k in call.keywords
+    ):
         return None
-    keywords = {a.keyword.value: rule.code(a.value) for a in call.args if a.keyword is not None}
-    positional = [rule.code(a.value) for a in call.args if a.keyword is None]
-    if not positional:
-        names = ("model", "optim", "optim_state_dict")
-        if not all(n in keywords for n in names):
-            return None
+    keywords = {k.arg: k.value for k in call.keywords}
+    if set(keywords) - {*_TO_LOAD, "is_named_optimizer", "load_directly", "group"}:
+        return None
+    if not call.args and all(k in keywords for k in _TO_LOAD):
         return keywords["model"], keywords["optim"], keywords["optim_state_dict"]
-    if len(positional) != 3 or keywords:
+    if len(call.args) != 3:
         return None
-    if positional[1] == optimizer and positional[2] != optimizer:
-        return positional[0], positional[1], positional[2]
-    if positional[2] == optimizer and positional[1] != optimizer:
-        return positional[1], positional[2], positional[0]
+    first, second, third = call.args
+    parent = a.names.parent.get(call)
+    optimizer = None
+    if isinstance(parent, ast.Call) and _loads(parent, call):
+        assert isinstance(parent.func, ast.Attribute)
+        optimizer = a.source(parent.func.value)
+    if optimizer is not None:
+        if a.source(second) == optimizer and a.source(third) != optimizer:
+            return first, second, third
+        if a.source(third) == optimizer and a.source(second) != optimizer:
+            return second, third, first
+        return None
+    if a.ties.of(first)[0] or a.ties.known_fsdp1(first):
+        return first, second, third
+    if a.ties.of(second)[0] or a.ties.known_fsdp1(second):
+        return second, third, first
     return None
 
 
-def _load_pair(rule: Rule, first, second, rest) -> tuple[cst.Call, tuple[str, str, str]] | None:
-    """``(to_load call, parts)``.
+def _unwrap(a: FileAnalysis, statement: ast.With) -> list[Edit]:
+    """Edits that remove a ``with`` header and take its body one level out.
 
-    For ``n = FSDP.optim_state_dict_to_load(...)`` followed by ``o.load_state_dict(n)``.
-
-    Only when ``n`` is not used again in the rest of the block.
+    The header's trailing comment stays, as a comment line above the body. Lines inside a
+    multi-line string are not touched (their leading whitespace is data).
     """
-    if not (
-        isinstance(first, cst.SimpleStatementLine) and isinstance(second, cst.SimpleStatementLine)
-    ):
-        return None
-    if len(first.body) != 1 or len(second.body) != 1:
-        return None
-    assign, load = first.body[0], second.body[0]
-    if not (
-        isinstance(assign, cst.Assign)
-        and len(assign.targets) == 1
-        and isinstance(assign.targets[0].target, cst.Name)
-    ):
-        return None
-    call = assign.value
-    if not (
-        isinstance(call, cst.Call)
-        and rule.fsdp1_name(call.func) == _FSDP + "optim_state_dict_to_load"
-    ):
-        return None
-    name = assign.targets[0].target.value
-    if not (isinstance(load, cst.Expr) and isinstance(load.value, cst.Call)):
-        return None
-    func = load.value.func
-    args = load.value.args
-    if not (
-        isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and len(args) == 1
-    ):
-        return None
-    if not (
-        args[0].keyword is None
-        and isinstance(args[0].value, cst.Name)
-        and args[0].value.value == name
-    ):
-        return None
-    if rule.ignored(call) or any(name in rule.code(statement) for statement in rest):
-        return None
-    parts = _to_load_parts(rule, call, rule.code(func.value))
-    return None if parts is None else (call, parts)
+    text = a.text
+    start = a.statement_start(statement)
+    indent = a.lines.indent_at(start)
+    first = statement.body[0]
+    body_start = a.lines.start(first)
+    colon = text.rindex(":", a.lines.end(statement.items[-1].context_expr), body_start)
+    if a.lines.line_of(colon) == a.lines.line_of(body_start):
+        return [Edit(start + len(indent), body_start, "")]
+    header_end = a.lines.line_end(colon)
+    comment = text[colon + 1 : header_end].strip()
+    keep = f"{indent}{comment}{a.lines.newline()}" if comment.startswith("#") else ""
+    edits = [Edit(start, header_end, keep)]
+    step = len(a.lines.indent_at(body_start)) - len(indent)
+    protected = _string_continuations(statement)
+    last_line = a.lines.line_of(a.lines.end(statement.body[-1]) - 1)
+    for line in range(a.lines.line_of(header_end), last_line + 1):
+        if line in protected:
+            continue
+        line_start = a.lines.starts[line - 1]
+        remove = min(step, len(a.lines.indent_at(line_start)))
+        if remove:
+            edits.append(Edit(line_start, line_start + remove, ""))
+    return edits
 
 
-def _unwrapped(with_node: cst.With) -> list[cst.BaseStatement]:
-    """The body of a ``with`` as statements of the enclosing block, comments kept."""
-    body = with_node.body
-    if isinstance(body, cst.SimpleStatementSuite):
-        statements: list[cst.BaseStatement] = [cst.SimpleStatementLine(body=body.body)]
-        header = body.trailing_whitespace
-    else:
-        assert isinstance(body, cst.IndentedBlock)  # the only other suite
-        statements = list(body.body)
-        header = body.header
-    lines = list(with_node.leading_lines)
-    if header.comment is not None:
-        lines.append(cst.EmptyLine(indent=True, comment=header.comment))
-    first = statements[0]
-    assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))  # all are
-    statements[0] = first.with_changes(leading_lines=[*lines, *first.leading_lines])
-    return statements
+def _string_continuations(statement: ast.With) -> set[int]:
+    """Lines that start inside a multi-line string literal of ``statement``'s body."""
+    lines: set[int] = set()
+    for node in ast.walk(statement):
+        if (
+            isinstance(node, (ast.Constant, ast.JoinedStr))
+            and node.end_lineno
+            and node.end_lineno > node.lineno
+        ):
+            if isinstance(node, ast.JoinedStr) or isinstance(node.value, (str, bytes)):
+                lines.update(range(node.lineno + 1, node.end_lineno + 1))
+    return lines

@@ -56,11 +56,10 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
     assert "unknown rule code" in capsys.readouterr().err
 
 
-def test_json_lines(tmp_path, capsys):
+def test_json_formats(tmp_path, capsys):
     target = write(tmp_path / "train.py", FSDP1_SOURCE)
     assert main(["--format", "json", str(target)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    records = [json.loads(line) for line in lines]
+    records = json.loads(capsys.readouterr().out)
     assert {r["code"] for r in records} == {"F2P001", "F2P002"}
     wrap = next(r for r in records if r["code"] == "F2P002")
     assert wrap == {
@@ -71,14 +70,44 @@ def test_json_lines(tmp_path, capsys):
         "message": "FSDP(...) -> fully_shard(...)",
         "severity": "safe",
         "action": "rewritten",
+        "marker_line": None,
     }
+    assert main(["--format", "jsonl", str(target)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line) for line in lines] == records
+
+
+def test_json_is_one_array_even_with_no_findings_or_many_files(tmp_path, capsys):
+    assert main(["--format", "json", str(write(tmp_path / "plain.py", "x = 1\n"))]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    write(tmp_path / "a.py", FSDP1_SOURCE)
+    write(tmp_path / "b.py", FSDP1_SOURCE)
+    assert main(["--format", "json", str(tmp_path)]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 4
+
+
+def test_github_annotations(tmp_path, capsys):
+    target = write(
+        tmp_path / "train.py",
+        FSDP1_SOURCE + "\n\ndef local(m):\n    with FSDP.summon_full_params(m):\n        pass\n",
+    )
+    assert main(["--format", "github", str(target)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        f"::notice file={target},line=7,col=12,title=F2P002::F2P002 FSDP(...) -> fully_shard(...)"
+        in out
+    )
+    warning = next(line for line in out if line.startswith("::warning"))
+    assert warning.startswith(
+        f"::warning file={target},line=11,col=10,title=F2P010::F2P010 summon_full_params"
+    )
 
 
 def test_select_and_ignore(tmp_path, capsys):
     target = write(tmp_path / "train.py", FSDP1_SOURCE)
     assert main(["--format", "json", "--select", "F2P001", str(target)]) == 0
-    assert capsys.readouterr().out == "", "the import is still used when F2P002 does not run"
-    assert main(["--format", "json", "--ignore", "f2p001,F2P099", str(target)]) == 0
+    assert json.loads(capsys.readouterr().out) == [], "nothing to remove: the constructor stays"
+    assert main(["--format", "jsonl", "--ignore", "f2p001,F2P099", str(target)]) == 0
     assert [json.loads(line)["code"] for line in capsys.readouterr().out.splitlines()] == ["F2P002"]
 
 
@@ -178,8 +207,8 @@ def test_progress_goes_to_stderr_only(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
     assert main(["--format", "json", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert "[25/25]" in err
-    assert all(json.loads(line) for line in out.splitlines())
+    assert "analysing [25/25]" in err and "applying [25/25]" in err
+    assert len(json.loads(out)) == 50
 
 
 def test_pre_commit_hook_runs_the_check():
@@ -245,12 +274,34 @@ def test_list_rules(capsys):
 
 
 def test_a_rewrite_that_would_not_parse_is_never_written(tmp_path, capsys, monkeypatch):
-    from codemods import engine
+    from codemods.rules.constructors import ConstructorRule
+    from codemods.text import Edit
 
     target = write(tmp_path / "train.py", FSDP1_SOURCE)
-    monkeypatch.setattr(
-        engine, "migrate_text", lambda text, path, rules, options: ("def broken(:\n", [])
-    )
+    analyze = ConstructorRule.analyze
+
+    def broken(self, a):
+        analyze(self, a)
+        a.plan.sites[0].rewrite.edits.append(Edit(0, 0, "def broken(:\n"))
+
+    monkeypatch.setattr(ConstructorRule, "analyze", broken)
     assert main(["--write", str(target)]) == 2
-    assert "internal error" in capsys.readouterr().err
+    assert "internal error: the rewrite would not parse" in capsys.readouterr().err
     assert target.read_text() == FSDP1_SOURCE
+
+
+def test_colliding_rewrites_are_an_internal_error_not_a_guess(tmp_path, capsys, monkeypatch):
+    from codemods.rules.constructors import ConstructorRule
+    from codemods.text import Edit
+
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    analyze = ConstructorRule.analyze
+
+    def colliding(self, a):
+        analyze(self, a)
+        first = a.plan.sites[0].rewrite.edits[0]
+        a.plan.sites[0].rewrite.edits.append(Edit(first.start, first.end, "other"))
+
+    monkeypatch.setattr(ConstructorRule, "analyze", colliding)
+    assert main([str(target)]) == 2
+    assert "internal error: two rewrites touch the same code" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""The code the rules emit calls APIs that exist, with arguments they accept, in installed torch.
+"""The code the rules emit calls APIs that exist, with arguments they accept, in installed torch
+and in fsdp2_port.
 
 The codemods never import torch; this test does (and is skipped without it): it collects every
 call to an FSDP2 / state-dict / fsdp2_port API in the fixture outputs and binds its arguments
@@ -7,44 +8,48 @@ to the real signature.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 from pathlib import Path
 
-import libcst as cst
 import pytest
 
-OUTPUTS = sorted((Path(__file__).parent / "fixtures").glob("*/*.out.py"))
+OUTPUTS = sorted((Path(__file__).parent / "fixtures").rglob("*.out*"))
+_CHECKPOINT = "torch.distributed.checkpoint.state_dict"
 APIS = {
     "fully_shard": "torch.distributed.fsdp:fully_shard",
     "MixedPrecisionPolicy": "torch.distributed.fsdp:MixedPrecisionPolicy",
     "CPUOffloadPolicy": "torch.distributed.fsdp:CPUOffloadPolicy",
-    "OffloadPolicy": "torch.distributed.fsdp:OffloadPolicy",
-    "StateDictOptions": "torch.distributed.checkpoint.state_dict:StateDictOptions",
-    "get_model_state_dict": "torch.distributed.checkpoint.state_dict:get_model_state_dict",
-    "set_model_state_dict": "torch.distributed.checkpoint.state_dict:set_model_state_dict",
-    "get_optimizer_state_dict": "torch.distributed.checkpoint.state_dict:get_optimizer_state_dict",
-    "set_optimizer_state_dict": "torch.distributed.checkpoint.state_dict:set_optimizer_state_dict",
-    "fsdp2_port.clip_grad_norm_": "fsdp2_port:clip_grad_norm_",
+    "StateDictOptions": f"{_CHECKPOINT}:StateDictOptions",
+    "get_model_state_dict": f"{_CHECKPOINT}:get_model_state_dict",
+    "set_model_state_dict": f"{_CHECKPOINT}:set_model_state_dict",
+    "get_optimizer_state_dict": f"{_CHECKPOINT}:get_optimizer_state_dict",
+    "set_optimizer_state_dict": f"{_CHECKPOINT}:set_optimizer_state_dict",
     "torch.nn.utils.clip_grad_norm_": "torch.nn.utils:clip_grad_norm_",
     "set_requires_gradient_sync": "torch.distributed.fsdp:FSDPModule.set_requires_gradient_sync",
+    "fully_shard_like_fsdp1": "fsdp2_port:fully_shard_like_fsdp1",
+    "fsdp2_port.clip_grad_norm_": "fsdp2_port:clip_grad_norm_",
+    "fsdp2_port.no_sync": "fsdp2_port:no_sync",
+    "fsdp2_port.unwrapped": "fsdp2_port:unwrapped",
+    "fsdp2_port.state_dict_type": "fsdp2_port:state_dict_type",
+    "fsdp2_port.set_state_dict_type": "fsdp2_port:set_state_dict_type",
+    "fsdp2_port.optim_state_dict_to_load": "fsdp2_port:optim_state_dict_to_load",
 }
 
 
-class _Calls(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.found: list[tuple[str, int, list[str]]] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        name = cst.helpers.get_full_name_for_node(node.func) or ""
-        key = "set_requires_gradient_sync" if name.endswith(".set_requires_gradient_sync") else name
-        if key in APIS:
-            positional = sum(1 for a in node.args if a.keyword is None) + (
-                key == "set_requires_gradient_sync"
-            )
-            self.found.append(
-                (key, positional, [a.keyword.value for a in node.args if a.keyword is not None])
-            )
+def _calls(text: str):
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = ast.unparse(node.func)
+        if name.endswith(".set_requires_gradient_sync"):
+            yield "set_requires_gradient_sync", len(node.args) + 1, [k.arg for k in node.keywords]
+        elif name in APIS:
+            keywords = [k.arg for k in node.keywords if k.arg is not None]
+            yield name, len(node.args), keywords
+        elif name == "functools.partial" and node.args and ast.unparse(node.args[0]) in APIS:
+            yield ast.unparse(node.args[0]), len(node.args) - 1, [k.arg for k in node.keywords]
 
 
 def _resolve(target: str):
@@ -57,12 +62,13 @@ def _resolve(target: str):
 
 def test_emitted_calls_bind_to_the_installed_signatures() -> None:
     pytest.importorskip("torch")
-    calls = _Calls()
+    found = []
     for output in OUTPUTS:
-        cst.parse_module(output.read_text()).visit(calls)
-    assert {key for key, _, _ in calls.found} == set(APIS), (
+        for path in [output] if output.is_file() else sorted(output.rglob("*.py")):
+            found += list(_calls(path.read_text()))
+    assert {key for key, _, _ in found} == set(APIS), (
         "every API the rules emit appears in a fixture"
     )
-    for key, positional, keywords in calls.found:
+    for key, positional, keywords in found:
         signature = inspect.signature(_resolve(APIS[key]))
-        signature.bind(*([None] * positional), **dict.fromkeys(keywords))  # raises TypeError if not
+        signature.bind(*([None] * positional), **dict.fromkeys(keywords))  # TypeError if not

@@ -69,18 +69,3 @@ def test_libcst_tool_runs_a_single_rule_with_options(tmp_path, run_module):
     assert result.returncode == 0, result.stderr
     assert "+from torch.distributed._composable.fsdp import fully_shard" in result.stdout
     assert target.read_text() == FSDP1_SOURCE
-
-
-def test_libcst_tool_runs_one_rule_by_itself(tmp_path, run_module):
-    target = tmp_path / "train.py"
-    target.write_text(FSDP1_SOURCE)
-    result = run_module(
-        "libcst.tool",
-        "codemod",
-        "fully_shard.FullyShardRule",
-        "--no-format",
-        "--hide-progress",
-        str(target),
-    )
-    assert result.returncode == 0, result.stderr
-    assert "return fully_shard(model)" in target.read_text()

@@ -1,52 +1,34 @@
-"""Every fixture ``fixtures/<CODE>_<rule>/*.in.py`` migrates to its ``*.out.py``.
-
-A rule's fixtures run that rule plus the import clean-up (F2P001); ``fixtures/all`` runs every
-rule. Each output must also parse and be a fixed point (a second run changes nothing).
-"""
+"""Every fixture case migrates to its expected text with its expected findings (positions in
+the input, marker lines in the output), and its output is a fixed point."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import libcst as cst
 import pytest
+from fixtures_support import (
+    REGENERATE,
+    case_id,
+    cases,
+    expected_outputs,
+    expected_paths,
+    findings_text,
+    regenerate,
+    run_case,
+)
 
-from codemods import engine, registry
-from codemods.options import Options
-
-FIXTURES = Path(__file__).parent / "fixtures"
-CASES = sorted(FIXTURES.glob("*/*.in.py"))
-
-
-def rules_for(directory: str):
-    if directory == "all" or directory.startswith("torch25"):
-        return registry.select()
-    code = directory.split("_", 1)[0]
-    return registry.select([code, "F2P001"])
-
-
-def options_for(path: Path) -> Options:
-    text = path.read_text()
-    if "# fixture: target-torch 2.5" in text:
-        return Options.for_torch("2.5")
-    if "# fixture: no-runtime-dependency" in text:
-        return Options(runtime_dependency=False)
-    return Options()
+from codemods import registry
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.name[:-6]}")
-def test_fixture(case: Path) -> None:
-    rules = rules_for(case.parent.name)
-    options = options_for(case)
-    source = case.read_text()
-    expected = case.with_name(case.name.replace(".in.py", ".out.py")).read_text()
-    output, _ = engine.migrate_text(source, str(case), rules, options)
-    assert output == expected
-    cst.parse_module(output)
-    again, _ = engine.migrate_text(output, str(case), rules, options)
-    assert again == output, "second run changed the output"
+@pytest.mark.parametrize("case", cases(), ids=case_id)
+def test_fixture(case: Path, tmp_path: Path) -> None:
+    outputs, findings = run_case(case, tmp_path / "first")
+    if REGENERATE:
+        regenerate(case, outputs, findings)
+    assert outputs == expected_outputs(case)
+    assert findings_text(findings) == expected_paths(case)[1].read_text()
 
 
-def test_every_rule_has_fixtures() -> None:
-    covered = {p.parent.name.split("_", 1)[0] for p in CASES}
-    assert set(registry.BY_CODE) <= covered
+def test_every_code_has_fixtures() -> None:
+    covered = {p.parent.name.split("_", 1)[0] for p in cases()}
+    assert set(registry.CODES) <= covered

@@ -1,25 +1,23 @@
-"""Properties every migration keeps, checked over every fixture with every rule."""
+"""Properties every migration keeps, checked on every fixture case's output."""
 
 from __future__ import annotations
 
+import ast
 import io
 import tokenize
 from pathlib import Path
 
-import libcst as cst
 import pytest
+from fixtures_support import case_id, cases, expected_outputs, run_case
 
-from codemods import batch, engine, markers, registry
-from codemods.options import Options
-from codemods.rules.leftovers import LeftoversRule
+from codemods import audit, engine, markers
+from codemods.text import split_lines
 
-FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("*/*.in.py"))
-#: Comments inside an argument that the rewrite drops (they go with the argument).
-DROPPED_WITH_THEIR_NODE: dict[str, set[str]] = {}
-
-
-def migrate(path: Path) -> tuple[str, list]:
-    return engine.migrate_text(path.read_text(), path.name, registry.select(), Options())
+#: Comments that go with the code they annotate when that code is removed.
+DROPPED_WITH_THEIR_NODE = {
+    "F2P001_imports/imports": ["# the wrapper, going away"],
+    "F2P002_constructors/runtime": ["# the FSDP1 wrapper"],
+}
 
 
 def comments(text: str) -> list[str]:
@@ -27,87 +25,75 @@ def comments(text: str) -> list[str]:
     return [t.string for t in tokens if t.type == tokenize.COMMENT]
 
 
-@pytest.mark.parametrize("case", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name[:-6]}")
-def test_all_rules_parse_idempotent_and_keep_comments(case: Path) -> None:
-    output, _findings = migrate(case)
-    cst.parse_module(output)
-    assert migrate_text_again(output) == output
-    survived = comments(output)
-    lost = [c for c in comments(case.read_text()) if c not in survived]
-    assert lost == sorted(DROPPED_WITH_THEIR_NODE.get(case.name, ())), lost
+def inputs(case: Path) -> dict[str, str]:
+    if case.is_dir():
+        return {str(p.relative_to(case)): p.read_text() for p in sorted(case.rglob("*.py"))}
+    return {case.name: case.read_text()}
 
 
-def migrate_text_again(text: str) -> str:
-    return engine.migrate_text(text, "again.py", registry.select(), Options())[0]
+@pytest.fixture(params=cases(), ids=case_id)
+def migrated(request, tmp_path):
+    case = request.param
+    outputs, findings = run_case(case, tmp_path / "first")
+    return case, inputs(case), outputs, findings
 
 
-@pytest.mark.parametrize("case", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name[:-6]}")
-def test_nothing_fsdp1_is_left_without_a_marker(case: Path) -> None:
-    output, _ = migrate(case)
-    again, _flagged = engine.migrate_text(output, case.name, [LeftoversRule], Options())
-    assert again == output, "an FSDP1 reference has no marker"
+def test_outputs_parse_and_a_second_run_changes_nothing(migrated, tmp_path):
+    case, _, outputs, _ = migrated
+    for text in outputs.values():
+        ast.parse(text)
+    again, _ = run_case(Path(tmp_path / "first" / case.name), tmp_path / "second")
+    assert again == outputs == expected_outputs(case)
 
 
-@pytest.mark.parametrize("case", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name[:-6]}")
-def test_every_review_finding_points_at_its_marked_statement(case: Path) -> None:
-    output, findings = migrate(case)
-    lines = engine.split_lines(output)
+def test_comments_are_kept(migrated):
+    case, sources, outputs, _ = migrated
+    lost = []
+    for relative, text in sources.items():
+        survived = comments(outputs[relative])
+        lost += [c for c in comments(text) if c not in survived]
+    assert lost == DROPPED_WITH_THEIR_NODE.get(case_id(case), [])
+
+
+def test_findings_point_at_their_node_and_markers_at_their_code(migrated):
+    _, sources, outputs, findings = migrated
     for finding in findings:
-        assert 1 <= finding.line <= len(lines)
-        assert not lines[finding.line - 1].lstrip().startswith(markers.PREFIX), finding
-        if finding.severity != "review":
-            continue
-        above = finding.line - 2
-        while above >= 0 and not lines[above].lstrip().startswith(markers.PREFIX):
-            above -= 1  # the finding may sit inside a multi-line statement
-        block = []
-        while above >= 0 and lines[above].lstrip().startswith(markers.PREFIX):
-            block.append(lines[above])
-            above -= 1
-        assert any(f"{markers.PREFIX}{finding.code} " in line for line in block), finding
+        lines = split_lines(sources[finding.path])
+        line = lines[finding.line - 1]
+        assert 1 <= finding.column <= len(line.rstrip("\r\n")), finding
+        assert not line[finding.column - 1].isspace(), finding
+        output = split_lines(outputs[finding.path])
+        if finding.severity == "review":
+            marker = output[finding.marker_line - 1].strip()
+            assert marker.startswith(f"{markers.PREFIX}{finding.code} "), (finding, marker)
+        else:
+            assert finding.marker_line is None
 
 
-def test_ignore_comment_leaves_the_line_alone() -> None:
+def test_every_new_marker_has_its_finding(migrated):
+    _, sources, outputs, findings = migrated
+    for relative, text in outputs.items():
+        before = sum(markers.PREFIX in line for line in split_lines(sources[relative]))
+        after = sum(line.strip().startswith(markers.PREFIX) for line in split_lines(text))
+        marked = {f.marker_line for f in findings if f.path == relative and f.marker_line}
+        assert after - before == len(marked), relative
+
+
+def test_nothing_is_half_migrated_or_left_unmarked(migrated, tmp_path):
+    _, sources, outputs, _ = migrated
+    before = {r: audit.audit(r, t, *engine.module_name(r)) for r, t in sources.items()}
+    after = {r: audit.audit(r, t, *engine.module_name(r)) for r, t in outputs.items()}
+    assert audit.run_problems(before, after) == []
+    assert [p for a in after.values() for p in a.unmarked] == []
+
+
+def test_a_line_marked_ignore_is_left_alone():
     source = (
         "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
         "m = FSDP(x)  # fsdp2-port: ignore\n"
     )
+    from codemods import registry
+    from codemods.options import Options
+
     output, findings = engine.migrate_text(source, "x.py", registry.select(), Options())
     assert output == source and findings == []
-
-
-def test_files_without_fsdp1_text_are_not_parsed(tmp_path) -> None:
-    plain = tmp_path / "plain.py"
-    plain.write_text("def broken(:\n")  # would not parse, but there is nothing to migrate
-    result = batch.migrate_file(
-        str(plain), [r.CODE for r in registry.RULES], Options(), write=False
-    )
-    assert (result.parsed, result.error, result.changed) == (False, None, False)
-
-
-@pytest.mark.parametrize(
-    "case", [p for p in FIXTURES if p.parent.name == "all"], ids=lambda p: p.name[:-6]
-)
-def test_crlf_and_tab_indented_files_get_the_same_rewrite(case: Path) -> None:
-    """Generated lines (markers, loops, try/finally) follow the file's newline and indent style."""
-    source, expected = (
-        case.read_text(),
-        case.with_name(case.name.replace(".in.py", ".out.py")).read_text(),
-    )
-    crlf, _ = engine.migrate_text(
-        source.replace("\n", "\r\n"), case.name, registry.select(), Options()
-    )
-    assert crlf == expected.replace("\n", "\r\n")
-    tabs = lambda text: "\n".join(_tabbed(line) for line in text.split("\n"))  # noqa: E731
-    tabbed, _ = engine.migrate_text(tabs(source), case.name, registry.select(), Options())
-    assert tabbed == tabs(expected)
-
-
-def _tabbed(line: str) -> str:
-    stripped = line.lstrip(" ")
-    depth = (len(line) - len(stripped)) // 4
-    return (
-        "\t" * depth + stripped
-        if (stripped and not stripped.startswith((")", "]", "}"))) or depth
-        else line
-    )

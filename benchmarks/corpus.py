@@ -1,0 +1,122 @@
+"""The codemod over real FSDP1 code: how much migrates, and is anything left half-migrated?
+
+    python benchmarks/corpus.py CORPUS_DIR [--json OUT]
+
+``CORPUS_DIR`` holds one folder per repository (``owner+name/<path in repo>``), such as the
+files listed in ``benchmarks/corpus_manifest.json``: public code under its own licenses, not
+part of this project (fetch it from the commits named there). Each repository is one run of
+``fsdp2-port migrate --write`` over a copy, then a second run; ``codemods.audit`` then reads
+the output again, without the codemod's plan: FSDP1 constructors before and after,
+half-migrated sites, FSDP1 uses left without a marker. Every output must parse and the second
+run must change nothing. Exit 0 when at least 80% of the constructors migrate and nothing is
+half-migrated, unmarked, unparseable or unstable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from codemods import audit, engine, registry, sources
+from codemods.options import Options
+
+
+def audits(files: list[str]) -> dict[str, audit.Audit]:
+    out = {}
+    for path in files:
+        text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+        try:
+            out[path] = audit.audit(path, text, *engine.module_name(path))
+        except SyntaxError:
+            continue
+    return out
+
+
+def run_repository(directory: Path) -> dict:
+    files, _ = sources.discover([str(directory)])
+    before = audits(files)
+    codes = registry.select()
+    start = time.perf_counter()
+    first = list(engine.migrate_files(files, codes, Options(), write=True))
+    seconds = time.perf_counter() - start
+    second = list(engine.migrate_files(files, codes, Options()))
+    after = audits(files)
+    return {
+        "files": len(files),
+        "seconds": round(seconds, 3),
+        "constructors_before": sum(a.constructors for a in before.values()),
+        "constructors_after": sum(a.constructors for a in after.values()),
+        "wrapper_classes": sum(a.wrapper_classes for a in before.values()),
+        "half_migrated": audit.run_problems(before, after),
+        "unmarked": [p for a in after.values() for p in a.unmarked],
+        "unparseable": sorted(set(before) - set(after)),
+        "errors": [f"{r.path}: {r.error}" for r in first + second if r.error],
+        "not_idempotent": [r.path for r in second if r.changed],
+        "findings": dict(Counter(f.code for r in first for f in r.findings)),
+        "review": sum(f.severity == "review" for r in first for f in r.findings),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus", type=Path, help="one folder per repository")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if not args.corpus.is_dir():
+        parser.error(f"{args.corpus}: not a directory")
+    totals: Counter = Counter()
+    reports = {}
+    lists = ("half_migrated", "unmarked", "unparseable", "errors", "not_idempotent")
+    with tempfile.TemporaryDirectory() as scratch:
+        for repository in sorted(p for p in args.corpus.iterdir() if p.is_dir()):
+            copy = Path(scratch) / repository.name
+            shutil.copytree(repository, copy)
+            report = run_repository(copy)
+            reports[repository.name] = report
+            for key in (
+                "files",
+                "constructors_before",
+                "constructors_after",
+                "wrapper_classes",
+                "review",
+            ):
+                totals[key] += report[key]
+            for key in lists:
+                totals[key] += len(report[key])
+            migrated = report["constructors_before"] - report["constructors_after"]
+            print(
+                f"{repository.name:<34} {report['files']:>3} files  constructors "
+                f"{migrated:>2}/{report['constructors_before']:<2} migrated  "
+                + "  ".join(f"{key.replace('_', '-')} {len(report[key])}" for key in lists)
+                + f"  {report['seconds']:.2f} s"
+            )
+            for key in lists:
+                for problem in report[key]:
+                    print(f"    {key}: {problem.replace(scratch + '/', '')}")
+    migrated = totals["constructors_before"] - totals["constructors_after"]
+    share = migrated / max(totals["constructors_before"], 1)
+    print(
+        f"\n{len(reports)} repositories, {totals['files']} files: {migrated} of "
+        f"{totals['constructors_before']} FSDP1 constructors migrated ({share:.0%}); "
+        f"{totals['wrapper_classes']} FSDP1 subclasses / wrapper_cls=FSDP (marked); "
+        f"{totals['half_migrated']} half-migrated sites; {totals['unmarked']} FSDP1 uses "
+        f"without a marker; {totals['unparseable']} outputs that do not parse; "
+        f"{totals['errors']} errors; {totals['not_idempotent']} files a second run changes; "
+        f"{totals['review']} findings to review"
+    )
+    if args.json:
+        args.json.write_text(json.dumps({"totals": totals, "repositories": reports}, indent=1))
+    bad = any(totals[key] for key in lists)
+    return 0 if share >= 0.8 and not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""One file, analysed once: its tree, names, models, and the helpers rules use to add sites.
+
+``analyze`` parses with CPython's ``ast`` (exact positions, and an order of magnitude faster
+than a concrete syntax tree with scope metadata), builds the names and the model ties once,
+then lets each selected rule add its sites to the file's plan.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from codemods import fsdp1, markers
+from codemods.names import Binding, Names
+from codemods.options import Options
+from codemods.plan import FilePlan, NeededImport, Requirement, Rewrite, Site
+from codemods.text import Edit, LineIndex
+
+
+@dataclass
+class Source:
+    """What a file is, for the analysis: its text, path and dotted module name."""
+
+    path: str
+    text: str
+    module_name: str = ""
+    is_package: bool = False
+
+
+class FileAnalysis:
+    """The parsed file and everything rules ask about it."""
+
+    def __init__(self, source: Source, options: Options) -> None:
+        self.path = source.path
+        self.text = source.text
+        self.options = options
+        self.tree = ast.parse(source.text, filename=source.path)
+        self.lines = LineIndex(source.text)
+        self.names = Names(self.tree, source.module_name, source.is_package)
+        self.module_name = source.module_name
+        self.ignored = markers.ignored_lines(source.text)
+        self.plan = FilePlan(source.path)
+        #: (span, group) of code that runs only when a type check holds (see F2P005).
+        self.guards: list[tuple[tuple[int, int], str]] = []
+        #: (span, why) of FSDP1 branches that no FSDP2 model reaches (see F2P005).
+        self.dead_branches: list[tuple[tuple[int, int], str]] = []
+        from codemods.ties import Ties
+
+        self.ties = Ties(self)
+
+    def finish(self) -> FilePlan:
+        """After the rules: guarded FSDP1 sites join their type check's group; exports."""
+        for (start, end), group in self.guards:
+            for site in self.plan.sites:
+                if start <= site.start and site.end <= end and site.constructor is None:
+                    site.groups = site.groups | {group}
+        for (start, end), why in self.dead_branches:
+            for site in self.plan.sites:
+                if start <= site.start and site.end <= end and site.constructor is None:
+                    site.rewrite, site.fallback, site.requirement = None, None, "NEVER"
+                    site.ties, site.deferred, site.groups = frozenset(), frozenset(), frozenset()
+                    site.keep_message = f"{site.keep_message}; {why}"
+        self.plan.exports = self.ties.exports()
+        return self.plan
+
+    # -- names ---------------------------------------------------------------------------------
+    def fsdp1_name(self, node: ast.AST) -> str | None:
+        """Canonical FSDP1 name of a Name/Attribute chain (``FullyShardedDataParallel`` ...)."""
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None
+        return fsdp1.first(self.names.qualified(node))
+
+    def fsdp2_name(self, node: ast.AST) -> str | None:
+        """``fully_shard``, ``FSDPModule`` ... when the chain resolves to an FSDP2 export."""
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None
+        for name in sorted(self.names.qualified(node)):
+            found = fsdp1.fsdp2(name)
+            if found is not None:
+                return found
+        return None
+
+    def is_fsdp_class(self, node: ast.AST) -> bool:
+        return self.fsdp1_name(node) == "FullyShardedDataParallel"
+
+    def resolves_to(self, node: ast.AST, *qualified: str) -> bool:
+        return bool(self.names.qualified(node) & set(qualified))
+
+    # -- text and positions --------------------------------------------------------------------
+    def source(self, node: ast.AST) -> str:
+        return self.lines.source(node)
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.lines.span(node)
+
+    def is_ignored(self, node: ast.AST) -> bool:
+        """Whether the line where ``node`` starts or ends ends in ``# fsdp2-port: ignore``."""
+        if not self.ignored:
+            return False
+        return node.lineno in self.ignored or node.end_lineno in self.ignored  # type: ignore[attr-defined]
+
+    def statement_start(self, statement: ast.stmt) -> int:
+        """Offset of the first line of a statement (its first decorator, for a definition)."""
+        first = statement
+        decorators = getattr(statement, "decorator_list", None)
+        if decorators:
+            first = min(decorators, key=lambda d: (d.lineno, d.col_offset))
+        return self.lines.line_start(self.lines.start(first))
+
+    def marker_anchor(self, node: ast.AST) -> tuple[int, str]:
+        """Where a marker about ``node`` goes: above its statement, at that line's indent."""
+        anchor = self.statement_start(self.names.statement(node))
+        return anchor, self.lines.indent_at(anchor)
+
+    def add(
+        self,
+        code: str,
+        node: ast.AST,
+        keep_message: str,
+        rewrite: Rewrite | None = None,
+        requirement: Requirement = "NEVER",
+        *,
+        ties: frozenset[str] = frozenset(),
+        deferred: frozenset[str] = frozenset(),
+        groups: frozenset[str] = frozenset(),
+        constructor: str | None = None,
+    ) -> Site:
+        start, end = self.span(node)
+        anchor, indent = self.marker_anchor(node)
+        site = Site(
+            code=code,
+            path=self.path,
+            line=self.lines.line_of(start),
+            column=self.lines.column(start),
+            start=start,
+            end=end,
+            anchor=anchor,
+            indent=indent,
+            keep_message=keep_message,
+            rewrite=rewrite,
+            requirement=requirement,
+            ties=ties,
+            deferred=deferred,
+            groups=groups,
+            constructor=constructor,
+            index=len(self.plan.sites),
+        )
+        self.plan.sites.append(site)
+        return site
+
+    def add_tied(
+        self,
+        code: str,
+        node: ast.AST,
+        receiver: ast.AST,
+        keep_message: str,
+        rewrite: Rewrite | None,
+        *,
+        known: bool = True,
+        groups: frozenset[str] = frozenset(),
+        quiet: bool = False,
+    ) -> Site | None:
+        """A site about the model ``receiver`` holds: tied to its constructors when they are
+        known, following the run when it is only known to be FSDP1; None when ``receiver``
+        is not known to be an FSDP module at all and ``known`` is required. ``quiet``: the
+        original is right under FSDP1, so it needs no marker when its models stay FSDP1."""
+        ties, deferred = self.ties.of(receiver)
+        if ties or deferred:
+            requirement: Requirement = "MODELS"
+        elif known and not self.ties.known_fsdp1(receiver):
+            return None
+        else:
+            requirement = "RUN"
+        site = self.add(
+            code,
+            node,
+            keep_message,
+            rewrite,
+            requirement,
+            ties=ties,
+            deferred=deferred,
+            groups=groups,
+        )
+        site.quiet = quiet
+        return site
+
+    def site_id(self, node: ast.AST) -> str:
+        start = self.lines.start(node)
+        return f"{self.path}:{self.lines.line_of(start)}:{self.lines.column(start)}"
+
+    # -- edits -------------------------------------------------------------------------------
+    def replace(self, node: ast.AST, text: str) -> Edit:
+        start, end = self.span(node)
+        return Edit(start, end, text)
+
+    def import_for(self, replaced: ast.AST, module: str, name: str | None) -> NeededImport:
+        """The import a rewrite of ``replaced`` needs, placed next to what bound ``replaced``.
+
+        The new line goes right after the statement that imports the FSDP1 name being
+        replaced, in its block: a lazy import stays lazy, a guarded one stays guarded, set-up
+        code above the imports stays above them. When no import binds it, after the module's
+        leading imports.
+        """
+        head = replaced
+        while isinstance(head, ast.Attribute):
+            head = head.value
+        statement = None
+        if isinstance(head, ast.Name):
+            for binding in self.names.bindings_of(head):
+                if binding.kind == "import" and binding.statement is not None:
+                    statement = binding.statement
+                    break
+        if statement is None:
+            return self._after_leading_imports(module, name)
+        return self.import_after(statement, module, name)
+
+    def import_after(
+        self, statement: ast.stmt, module: str, name: str | None, asname: str | None = None
+    ) -> NeededImport:
+        """An import on the line after ``statement``, at its indentation: bound exactly where
+        (and whenever) the name it replaces was bound."""
+        end = self.lines.line_end(self.lines.end(statement) - 1)
+        return NeededImport(
+            module, name, end, self.lines.indent_at(self.lines.start(statement)), asname
+        )
+
+    def module_level_import(self, module: str, name: str) -> NeededImport:
+        """``from module import name`` after the module's leading imports."""
+        return self._after_leading_imports(module, name)
+
+    def module_import(self, module: str) -> NeededImport:
+        """``import module`` after the module's leading imports."""
+        return self._after_leading_imports(module, None)
+
+    def _after_leading_imports(self, module: str, name: str | None) -> NeededImport:
+        """After the module's last top-level import that comes before its first definition
+        (so after any set-up code between imports, such as ``os.environ[...] = ...``)."""
+        last = None
+        for statement in self.tree.body:
+            if isinstance(statement, (ast.Import, ast.ImportFrom)):
+                last = statement
+            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                break
+        if last is None:
+            return NeededImport(module, name, 0, "")
+        return NeededImport(module, name, self.lines.line_end(self.lines.end(last) - 1), "")
+
+    # -- bindings ------------------------------------------------------------------------------
+    def sole_binding(self, node: ast.Name) -> Binding | None:
+        """The single ``name = value`` binding of ``node`` in its own scope, if that is all."""
+        bindings = self.names.bindings_of(node)
+        if len(bindings) == 1 and bindings[0].kind == "assign" and bindings[0].value is not None:
+            return bindings[0]
+        return None
+
+    def uses_of(self, binding: Binding) -> list[ast.Name]:
+        """The loads of the name ``binding`` binds that resolve to it."""
+        found = []
+        for node in self.names.by_type[ast.Name]:
+            assert isinstance(node, ast.Name)
+            if node.id == binding.name and isinstance(node.ctx, ast.Load):
+                if any(b is binding for b in self.names.bindings_of(node)):
+                    found.append(node)
+        return found
+
+
+_WORD = re.compile(r"\w+")
+
+
+def calls_named(analysis: FileAnalysis, attribute: str) -> Sequence[ast.Call]:
+    """Calls ``<receiver>.<attribute>(...)``, in source order."""
+    return [
+        node
+        for node in analysis.names.by_type[ast.Call]
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == attribute
+    ]

@@ -1,0 +1,169 @@
+"""F2P001: imports, once per file, after every rewrite: FSDP2 names added, FSDP1 names dropped.
+
+- A new import goes on a line of its own right after the statement that imported the FSDP1
+  name it replaces, at that statement's indentation (a lazy import stays lazy; set-up code
+  above the imports stays above them); several names for one place share one line. A name the
+  scope already imports from the same module is not imported again.
+- An FSDP1 import that nothing reads any more (names, string annotations, ``__all__``) is
+  removed, and nothing else: the other names of its statement keep their text and comments;
+  a statement left empty goes with its lines (``pass`` if it was alone in its block). In a
+  package's ``__init__.py`` nothing is removed: its imports are its exports.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Sequence
+
+from codemods import calls, fsdp1
+from codemods.names import Names
+from codemods.plan import NeededImport
+from codemods.text import Edit, LineIndex
+
+CODE = "F2P001"
+#: Longer new ``from`` imports are written one name per line, in parentheses.
+LINE_LENGTH = 100
+_FSDP1_MODULES = frozenset(
+    {
+        fsdp1.PACKAGE,
+        *(
+            f"{fsdp1.PACKAGE}.{m}"
+            for m in ("fully_sharded_data_parallel", "api", "wrap", "sharded_grad_scaler")
+        ),
+    }
+)
+
+
+def additions(needed: Sequence[NeededImport], names: Names, lines: LineIndex) -> list[Edit]:
+    """Insertions for the imports the applied rewrites need (deduplicated, grouped)."""
+    newline = lines.newline()
+    grouped: dict[tuple[int, str, str], list[tuple[str, str | None]]] = defaultdict(list)
+    plain: dict[tuple[int, str], list[str]] = defaultdict(list)
+    for item in needed:
+        if _already_bound(item, names, lines):
+            continue
+        if item.name is None:
+            if item.module not in plain[(item.anchor, item.indent)]:
+                plain[(item.anchor, item.indent)].append(item.module)
+        else:
+            entry = (item.name, item.asname)
+            if entry not in grouped[(item.anchor, item.indent, item.module)]:
+                grouped[(item.anchor, item.indent, item.module)].append(entry)
+    texts: dict[int, list[str]] = defaultdict(list)
+    for (anchor, indent), modules in sorted(plain.items()):
+        texts[anchor] += [f"{indent}import {m}{newline}" for m in sorted(modules)]
+    for (anchor, indent, module), entries in sorted(grouped.items()):
+        spelled = [
+            n if a is None else f"{n} as {a}"
+            for n, a in sorted(entries, key=lambda e: (e[0], e[1] or ""))
+        ]
+        line = f"{indent}from {module} import {', '.join(spelled)}"
+        if len(line) > LINE_LENGTH:
+            inner = indent + "    "
+            listed = "".join(f"{inner}{n},{newline}" for n in spelled)
+            line = f"{indent}from {module} import ({newline}{listed}{indent})"
+        texts[anchor].append(line + newline)
+    edits = []
+    for anchor, parts in sorted(texts.items()):
+        lead = (
+            newline
+            if anchor == len(lines.text) and lines.text and not lines.text.endswith(("\n", "\r"))
+            else ""
+        )
+        edits.append(Edit(anchor, anchor, lead + "".join(parts)))
+    return edits
+
+
+def _already_bound(item: NeededImport, names: Names, lines: LineIndex) -> bool:
+    """Whether the module, or a scope around the anchor, already binds the name.
+
+    Bound to the same thing (an earlier run, a file half done by hand) or to the same class
+    under another path (an FSDP2 name imported from a private module): nothing to add.
+    """
+    bound = item.asname or item.name or item.module.split(".", 1)[0]
+    for scope in names.scopes.values():
+        node = scope.node
+        if isinstance(node, ast.Module) or (
+            hasattr(node, "lineno") and lines.span(node)[0] <= item.anchor <= lines.span(node)[1]
+        ):
+            if any(b.kind == "import" for b in scope.bindings.get(bound, [])):
+                return True
+    return False
+
+
+def unused_fsdp1(
+    names: Names, is_package_init: bool, ignored: frozenset[int]
+) -> list[tuple[ast.stmt, ast.alias]]:
+    """The FSDP1 import aliases nothing in the module reads."""
+    if is_package_init:
+        return []
+    uses = names.uses()
+    found = []
+    for binding in names.imports():
+        qualified = binding.qualified or ""
+        statement = binding.statement
+        if statement is None or statement.lineno in ignored or uses.get(binding):
+            continue
+        alias = binding.node
+        assert isinstance(alias, ast.alias)
+        full = alias.name if isinstance(statement, ast.Import) else qualified
+        if fsdp1.canonical(full) is not None or full in _FSDP1_MODULES:
+            found.append((statement, alias))
+    return found
+
+
+def removals(
+    lines: LineIndex, names: Names, unused: Sequence[tuple[ast.stmt, ast.alias]]
+) -> list[Edit]:
+    """Edits that remove the given aliases (whole statements when nothing is left)."""
+    by_statement: dict[ast.stmt, list[ast.alias]] = defaultdict(list)
+    for statement, alias in unused:
+        by_statement[statement].append(alias)
+    edits: list[Edit] = []
+    for statement, aliases in by_statement.items():
+        assert isinstance(statement, (ast.Import, ast.ImportFrom))
+        if len(aliases) == len(statement.names):
+            edits.append(remove_statement(lines, names, statement))
+        else:
+            edits += remove_aliases(lines, statement, set(aliases))
+    return edits
+
+
+def remove_statement(lines: LineIndex, names: Names, statement: ast.stmt) -> Edit:
+    """Delete a statement: its lines when it has them to itself, ``pass`` when alone in a block."""
+    text = lines.text
+    start, end = lines.span(statement)
+    block = names.parent.get(statement)
+    siblings: list[ast.stmt] = next(
+        (
+            getattr(block, f)
+            for f in ("body", "orelse", "finalbody", "handlers")
+            if statement in getattr(block, f, [])
+        ),
+        [],
+    )
+    if len(siblings) == 1 and not isinstance(block, ast.Module):
+        return Edit(start, end, "pass")
+    line_start, line_end = lines.line_start(start), lines.line_end(max(end - 1, start))
+    before = text[line_start:start]
+    after = text[end:line_end]
+    if not before.strip() and (not after.strip() or after.strip().startswith("#")):
+        return Edit(line_start, line_end, "")
+    if after.lstrip(" \t").startswith(";"):
+        position = end + len(after) - len(after.lstrip(" \t")) + 1
+        while text[position] in " \t":
+            position += 1
+        return Edit(start, position, "")
+    semicolon = before.rstrip()
+    if semicolon.endswith(";"):
+        return Edit(line_start + len(semicolon) - 1, end, "")
+    return Edit(start, end, "pass")
+
+
+def remove_aliases(
+    lines: LineIndex, statement: ast.Import | ast.ImportFrom, drop: set[ast.alias]
+) -> list[Edit]:
+    """Remove some names of an import statement, each with its comma (and its own line,
+    comment included, when it has one)."""
+    return calls.remove_items(lines, list(statement.names), set(drop), lines.end(statement))

@@ -1,0 +1,267 @@
+"""The plan of one run: FSDP1 constructors, the sites that depend on them, and the decisions.
+
+Rules never edit text. They add ``Site`` records to a file's plan: where, what the rewrite
+would be (edits and imports) and when it is allowed (``requirement``). ``decide`` then settles
+the whole run at once, whole models or nothing:
+
+- a constructor migrates when it can be rewritten and no site tied to its model is blocked;
+- a site tied to a model (``ties``) is rewritten exactly when all its models migrate
+  (``MODELS``); a tied site that cannot be rewritten keeps its models on FSDP1;
+- a site whose rewrite is right under FSDP1 and FSDP2 alike is always rewritten (``ALWAYS``);
+- a site that cannot be tied to any model follows the run (``RUN``): rewritten only when every
+  FSDP1 constructor of the run migrates (and there is one), since its model may come from any;
+- ``NEVER``: no rewrite exists; the site gets a marker;
+- sites of one group (a state-dict block and its calls, a type check and the FSDP1 code it
+  guards, an import shared by optimizers) are rewritten together or not at all.
+
+Everything here is plain data, picklable, so files are analysed in worker processes and
+decided together.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from codemods.text import Edit
+
+Requirement = Literal["ALWAYS", "MODELS", "RUN", "NEVER"]
+
+
+@dataclass(frozen=True)
+class NeededImport:
+    """``from module import name`` (or ``import module`` when name is None) for a rewrite.
+
+    ``anchor`` is the offset where the new line goes (after the statement that imports the
+    FSDP1 name being replaced, in the same scope), ``indent`` that statement's indentation.
+    """
+
+    module: str
+    name: str | None
+    anchor: int
+    indent: str
+    asname: str | None = None
+
+
+@dataclass
+class Rewrite:
+    edits: list[Edit]
+    message: str
+    imports: list[NeededImport] = field(default_factory=list)
+    #: Rewritten, but a person should look (a marker is added too).
+    review: bool = False
+
+
+@dataclass
+class Site:
+    """One place in one file that a rule rewrites or marks."""
+
+    code: str
+    path: str
+    #: Input position of the node: 1-based line, 1-based character column, and offsets.
+    line: int
+    column: int
+    start: int
+    end: int
+    #: Where a marker goes: the start of the statement's first line, and its indentation.
+    anchor: int
+    indent: str
+    #: The marker's text when the site is not rewritten (the reason is appended).
+    keep_message: str
+    rewrite: Rewrite | None = None
+    requirement: Requirement = "NEVER"
+    #: Ids of the constructors whose models reach this site (resolved across files).
+    ties: frozenset[str] = frozenset()
+    #: Calls to functions of other files whose results reach this site (resolved by the run).
+    deferred: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
+    #: For a constructor site: its id (``path:line:column``).
+    constructor: str | None = None
+    #: Neither a finding nor a marker (a line under ``# fsdp2-port: ignore``).
+    silent: bool = False
+    #: Applied instead of ``rewrite`` when that is not allowed: a form right under FSDP1.
+    fallback: Rewrite | None = None
+    #: The original is right under FSDP1: when it stays only because its models stay FSDP1,
+    #: it needs no marker of its own (the constructor's says why).
+    quiet: bool = False
+
+    #: Its position in its file's plan: ``(path, index)`` names it across processes.
+    index: int = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.path, self.index
+
+
+@dataclass
+class FilePlan:
+    path: str
+    sites: list[Site] = field(default_factory=list)
+    #: Qualified names of this file's functions -> constructor ids (and deferred calls) they return.
+    exports: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def constructors(self) -> list[Site]:
+        return [s for s in self.sites if s.constructor is not None]
+
+
+@dataclass
+class Decisions:
+    """What the run does: the migrating constructors and, per site, rewritten or why not."""
+
+    migrating: set[str]
+    #: Whether every constructor of the run migrates (there being at least one).
+    run_migrates: bool
+    rewritten: set[tuple[str, int]]  # keys of the rewritten sites
+    reasons: dict[tuple[str, int], str]  # key of a kept site -> why it is kept
+
+    def is_rewritten(self, site: Site) -> bool:
+        return site.key in self.rewritten
+
+
+def resolve_ties(plans: Sequence[FilePlan]) -> None:
+    """Turn every site's deferred calls into constructor ids, through the run's exports."""
+    exports: dict[str, frozenset[str]] = {}
+    for plan in plans:
+        exports.update(plan.exports)
+
+    def constructors_of(ref: str, seen: frozenset[str]) -> set[str]:
+        if ref in seen:
+            return set()
+        out: set[str] = set()
+        for target in exports.get(ref.removeprefix("call:"), ()):
+            if target.startswith("call:"):
+                out |= constructors_of(target, seen | {ref})
+            else:
+                out.add(target)
+        return out
+
+    for plan in plans:
+        for site in plan.sites:
+            if site.deferred:
+                found: set[str] = set()
+                for ref in site.deferred:
+                    found |= constructors_of(ref, frozenset())
+                site.ties = site.ties | found
+                site.deferred = frozenset()
+            if site.requirement == "MODELS" and not site.ties:
+                site.requirement = "RUN"  # nothing it depends on was found: any model may come
+
+
+def decide(plans: Sequence[FilePlan]) -> Decisions:
+    """Settle the run: which constructors migrate and which sites are rewritten."""
+    resolve_ties(plans)
+    sites = [s for plan in plans for s in plan.sites]
+    constructors = [s for s in sites if s.constructor is not None]
+    migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
+    groups: dict[str, list[Site]] = {}
+    for site in sites:
+        if site.constructor is None:
+            for group in site.groups:
+                groups.setdefault(group, []).append(site)
+    while True:
+        run = bool(constructors) and len(migrating) == len(constructors)
+        ok = {s.key for s in sites if s.constructor is None and _allowed(s, migrating, run)}
+        changed = True
+        while changed:
+            changed = False
+            for members in groups.values():
+                if any(m.key in ok for m in members) and not all(m.key in ok for m in members):
+                    ok -= {m.key for m in members}
+                    changed = True
+        blocked = {c for s in sites if s.constructor is None and s.key not in ok for c in s.ties}
+        still = migrating - blocked
+        if still == migrating:
+            break
+        migrating = still
+    rewritten = set(ok) | {s.key for s in constructors if s.constructor in migrating}
+    reasons = {s.key: _reason(s, migrating, run, constructors, sites, ok) for s in sites}
+    return Decisions(
+        migrating, run, rewritten, {k: v for k, v in reasons.items() if k not in rewritten}
+    )
+
+
+def _allowed(site: Site, migrating: set[str], run: bool) -> bool:
+    if site.rewrite is None or site.requirement == "NEVER":
+        return False
+    if site.requirement == "ALWAYS":
+        return True
+    if site.requirement == "RUN":
+        return run
+    return bool(site.ties) and site.ties <= migrating
+
+
+def _reason(
+    site: Site,
+    migrating: set[str],
+    run: bool,
+    constructors: Sequence[Site],
+    sites: Sequence[Site],
+    ok: set[tuple[str, int]],
+) -> str:
+    """Why a site is not rewritten, in words a person can act on ('' when it is)."""
+    by_id = {c.constructor: c for c in constructors}
+    if site.constructor is not None:
+        if site.constructor in migrating:
+            return ""
+        if site.rewrite is None:
+            return ""
+        with_it = migrating | {site.constructor}
+        blockers = [
+            s
+            for s in sites
+            if site.constructor in s.ties and s.key not in ok and not _allowed(s, with_it, run)
+        ]
+        return "its model stays FSDP1 because of " + _list(
+            f"{b.code} at {_at(site, b)}" for b in blockers
+        )
+    if site.key in ok:
+        return ""
+    if site.rewrite is None or site.requirement == "NEVER":
+        return ""
+    if _allowed(site, migrating, run):
+        partners = [
+            s
+            for s in sites
+            if s.key != site.key
+            and s.key not in ok
+            and set(s.groups) & set(site.groups)
+            and not _allowed(s, migrating, run)
+        ]
+        return "it goes with FSDP1 code that stays: " + _list(
+            f"{p.code} at {_at(site, p)}" for p in partners
+        )
+    staying = [by_id[c] for c in sorted(site.ties) if c not in migrating and c in by_id]
+    if site.requirement == "MODELS" and staying:
+        return "its model stays FSDP1: " + _list(f"FSDP(...) at {_at(site, c)}" for c in staying)
+    if site.requirement == "RUN":
+        if not constructors:
+            return (
+                "no FSDP1 constructor in this run says where its model comes from: "
+                "migrate it together with the code that builds the model"
+            )
+        kept = [c for c in constructors if c.constructor not in migrating]
+        return "FSDP1 models remain in this run, and this one may be any of them: " + _list(
+            f"FSDP(...) at {_at(site, c)}" for c in kept
+        )
+    return "rewritten only together with the rest of its block, which stays"
+
+
+def _at(here: Site, there: Site) -> str:
+    """Where ``there`` is, as seen from ``here``'s file: a line, or a relative path and line."""
+    if here.path == there.path:
+        return f"line {there.line}"
+    relative = os.path.relpath(there.path, os.path.dirname(os.path.abspath(here.path)) or ".")
+    return f"{relative}:{there.line}"
+
+
+def _list(items: Iterable[str], limit: int = 3) -> str:
+    items = list(dict.fromkeys(items))
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

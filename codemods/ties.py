@@ -1,0 +1,320 @@
+"""Which expressions hold a model built by which FSDP1 constructor ("ties").
+
+A constructor is a call of the FSDP1 class (``FSDP(m, ...)``) or a ``functools.partial`` of it
+(a factory: its calls build models). Its id is ``path:line:column``. Values flow, within one
+file, through:
+
+- names bound to a value (``model = FSDP(...)``, ``wrapped = model``), in their own scope;
+- attributes assigned anywhere in a class (``self.model = ...`` is seen in every method), or in
+  the same function for other chains (``state.model = ...``);
+- calls of functions and methods of this file that return a model (builders), including
+  ``self.method(...)`` and methods of base classes defined here;
+- conditional expressions, ``or``/``and``, walrus, and module methods that return the module
+  itself (``.to(...)``, ``.cuda()``, ``.train()``...).
+
+A call of a function imported from elsewhere is recorded as ``call:<qualified name>``; the run
+resolves those against the functions every file exports (``plan.resolve_ties``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from codemods.analysis import FileAnalysis
+
+#: Module methods that return the module they are called on.
+_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_", "to_empty"})
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_PARTIAL = "functools.partial"
+_FACTORY = "factory:"
+_CALL = "call:"
+
+
+class Ties:
+    def __init__(
+        self, analysis: FileAnalysis, wraps: Callable[[ast.AST], bool] | None = None
+    ) -> None:
+        """``wraps(func)``: whether calling ``func`` builds a model (default: the FSDP1 class)."""
+        self.a = analysis
+        names = analysis.names
+        wraps = wraps or analysis.is_fsdp_class
+        #: Constructor call -> id; factories are the ``partial(FSDP, ...)`` among them.
+        self.constructors: dict[ast.Call, str] = {}
+        self.factories: set[ast.Call] = set()
+        for call in names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if wraps(call.func):
+                self.constructors[call] = analysis.site_id(call)
+            elif call.args and analysis.resolves_to(call.func, _PARTIAL) and wraps(call.args[0]):
+                self.constructors[call] = analysis.site_id(call)
+                self.factories.add(call)
+        self._attributes: dict[tuple[ast.AST, str], list[ast.expr]] = defaultdict(list)
+        for kind in (ast.Assign, ast.AnnAssign):
+            for node in names.by_type[kind]:
+                assert isinstance(node, (ast.Assign, ast.AnnAssign))
+                if node.value is None:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    key = self._attribute_key(target)
+                    if key is not None:
+                        self._attributes[key].append(node.value)
+        self._returns: dict[ast.AST, list[ast.expr]] = defaultdict(list)
+        for node in names.by_type[ast.Return]:
+            assert isinstance(node, ast.Return)
+            function = names.function_of(node)
+            if node.value is not None and function is not None:
+                self._returns[function].append(node.value)
+        self._memo: dict[ast.AST, frozenset[str]] = {}
+
+    # -- queries ---------------------------------------------------------------------------------
+    def of(self, expr: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+        """``(constructor ids, deferred calls)`` whose models may be what ``expr`` holds."""
+        refs = self._value(expr)
+        ids = frozenset(r for r in refs if not r.startswith((_CALL, _FACTORY)))
+        return ids, frozenset(r for r in refs if r.startswith(_CALL))
+
+    def returned_by(self, function: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+        """``(constructor ids, deferred calls)`` whose models ``function`` returns."""
+        refs = self._returned(function)
+        ids = frozenset(r for r in refs if not r.startswith((_CALL, _FACTORY)))
+        return ids, frozenset(r for r in refs if r.startswith(_CALL))
+
+    def exports(self) -> dict[str, frozenset[str]]:
+        """Qualified names of this file's functions and methods -> what their calls return."""
+        module = self.a.module_name
+        if not module:
+            return {}
+        out = {}
+        for statement in self.a.tree.body:
+            if isinstance(statement, _FUNCTIONS):
+                out[f"{module}.{statement.name}"] = self._returned(statement)
+            elif isinstance(statement, ast.ClassDef):
+                for item in statement.body:
+                    if isinstance(item, _FUNCTIONS):
+                        out[f"{module}.{statement.name}.{item.name}"] = self._returned(item)
+        return {
+            k: frozenset(r for r in v if not r.startswith(_FACTORY)) for k, v in out.items() if v
+        }
+
+    def assigned(self, attribute: ast.Attribute) -> list[ast.expr]:
+        """The values assigned to an attribute chain (``self.x`` anywhere in its class)."""
+        key = self._attribute_key(attribute)
+        return list(self._attributes.get(key, ())) if key else []
+
+    def known_fsdp1(self, expr: ast.AST) -> bool:
+        """Known to be an FSDP1 module without knowing which: annotated so, or guarded by
+        ``isinstance(expr, FSDP)`` in an enclosing ``if``."""
+        text = self.a.source(expr)
+        if isinstance(expr, ast.Name):
+            for binding in self.a.names.bindings_of(expr):
+                annotation = getattr(binding.node, "annotation", None)
+                if annotation is not None and self._mentions_fsdp1(annotation):
+                    return True
+        child: ast.AST = expr
+        for ancestor in self.a.names.ancestors(expr):
+            if isinstance(ancestor, ast.If) and child in ancestor.body:
+                if self._tests_fsdp1(ancestor.test, text):
+                    return True
+            if isinstance(ancestor, ast.IfExp) and child is ancestor.body:
+                if self._tests_fsdp1(ancestor.test, text):
+                    return True
+            if isinstance(ancestor, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
+                break
+            child = ancestor
+        return False
+
+    # -- values ----------------------------------------------------------------------------------
+    def _value(self, expr: ast.AST) -> frozenset[str]:
+        if expr in self._memo:
+            return self._memo[expr]
+        self._memo[expr] = frozenset()  # a cycle contributes nothing
+        found = frozenset(self._compute(expr))
+        self._memo[expr] = found
+        return found
+
+    def _compute(self, expr: ast.AST) -> set[str]:
+        if isinstance(expr, ast.Call):
+            return self._call(expr)
+        if isinstance(expr, ast.Name):
+            out: set[str] = set()
+            for binding in self.a.names.bindings_of(expr):
+                if not self._may_reach(binding.node, expr):
+                    continue
+                if binding.kind == "assign" and binding.value is not None:
+                    out |= self._value(binding.value)
+                elif binding.kind == "other":
+                    out |= self._unpacked(binding.node)
+            return out
+        if isinstance(expr, ast.Attribute):
+            key = self._attribute_key(expr)
+            if key is None:
+                return set()
+            return {r for value in self._attributes.get(key, ()) for r in self._value(value)}
+        if isinstance(expr, ast.IfExp):
+            return set(self._value(expr.body) | self._value(expr.orelse))
+        if isinstance(expr, ast.BoolOp):
+            return {r for value in expr.values for r in self._value(value)}
+        if isinstance(expr, ast.NamedExpr):
+            return set(self._value(expr.value))
+        return set()
+
+    def _unpacked(self, target: ast.AST) -> set[str]:
+        """``a, b = value``: what element ``target`` takes, when ``value`` is a tuple or a call
+        of a function here that returns tuples."""
+        parent = self.a.names.parent.get(target)
+        statement = self.a.names.parent.get(parent) if parent is not None else None
+        if not (isinstance(parent, (ast.Tuple, ast.List)) and isinstance(statement, ast.Assign)):
+            return set()
+        if parent not in statement.targets or any(isinstance(e, ast.Starred) for e in parent.elts):
+            return set()
+        index = parent.elts.index(target)  # type: ignore[arg-type]
+        values: list[ast.AST] = [statement.value]
+        if isinstance(statement.value, ast.Call):
+            func = statement.value.func
+            functions = [
+                b.node
+                for b in (self.a.names.bindings_of(func) if isinstance(func, ast.Name) else [])
+                if b.kind == "def"
+            ]
+            values = [r for f in functions for r in self._returns.get(f, ())]
+        out: set[str] = set()
+        for value in values:
+            if isinstance(value, ast.Tuple) and len(value.elts) == len(parent.elts):
+                out |= self._value(value.elts[index])
+        return out
+
+    def _call(self, call: ast.Call) -> set[str]:
+        if call in self.constructors:
+            ref = self.constructors[call]
+            return {_FACTORY + ref} if call in self.factories else {ref}
+        func = call.func
+        made = {r[len(_FACTORY) :] for r in self._value(func) if r.startswith(_FACTORY)}
+        if made:
+            return made
+        if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF:
+            return set(self._value(func.value))
+        if isinstance(func, ast.Name):
+            out: set[str] = set()
+            for binding in self.a.names.bindings_of(func):
+                if binding.kind == "def" and isinstance(binding.node, _FUNCTIONS):
+                    out |= self._returned(binding.node)
+            if out:
+                return out
+        if isinstance(func, ast.Attribute) and self._is_self(func.value):
+            owner = self.a.names.class_of(call)
+            if owner is not None:
+                return self._method(owner, func.attr, set())
+        return {_CALL + q for q in self.a.names.qualified(func)}
+
+    def _method(self, owner: ast.ClassDef, name: str, seen: set[ast.ClassDef]) -> set[str]:
+        """What ``self.<name>(...)`` returns, looking in ``owner`` then its bases."""
+        seen.add(owner)
+        for item in owner.body:
+            if isinstance(item, _FUNCTIONS) and item.name == name:
+                return self._returned(item)
+        out: set[str] = set()
+        for base in owner.bases:
+            local = self._local_class(base)
+            if local is not None and local not in seen:
+                out |= self._method(local, name, seen)
+            else:
+                out |= {f"{_CALL}{q}.{name}" for q in self.a.names.qualified(base)}
+        return out
+
+    def _local_class(self, base: ast.expr) -> ast.ClassDef | None:
+        if isinstance(base, ast.Name):
+            for binding in self.a.names.bindings_of(base):
+                if binding.kind == "class" and isinstance(binding.node, ast.ClassDef):
+                    return binding.node
+        return None
+
+    def _returned(self, function: ast.AST) -> set[str]:
+        return {r for value in self._returns.get(function, ()) for r in self._value(value)}
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _may_reach(self, target: ast.AST, use: ast.AST) -> bool:
+        """Whether the assignment to ``target`` can be what ``use`` reads, by position alone:
+        not in the other branch of an ``if`` that holds both, and not after the use unless a
+        loop around both can bring it back. (Names bound in another scope always may.)"""
+        names = self.a.names
+        if names.function_of(target) is not names.function_of(use):
+            return True
+        target_path = [target, *names.ancestors(target)]
+        use_path = {id(n): i for i, n in enumerate([use, *names.ancestors(use)])}
+        for depth, ancestor in enumerate(target_path):
+            if id(ancestor) not in use_path:
+                continue
+            if isinstance(ancestor, (ast.If, ast.IfExp, ast.Try)) and depth > 0:
+                mine = _branch(ancestor, target_path[depth - 1])
+                theirs = _branch(ancestor, [use, *names.ancestors(use)][use_path[id(ancestor)] - 1])
+                if mine and theirs and mine != theirs and not isinstance(ancestor, ast.Try):
+                    return False
+            break
+        if self.a.lines.start(target) <= self.a.lines.start(use):
+            return True
+        return any(
+            isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and id(n) in use_path
+            for n in target_path
+        )
+
+    def _attribute_key(self, node: ast.AST) -> tuple[ast.AST, str] | None:
+        """``(owner, text)``: the class for ``self.x...``, else the enclosing function/module."""
+        if not isinstance(node, ast.Attribute):
+            return None
+        head: ast.AST = node
+        while isinstance(head, ast.Attribute):
+            head = head.value
+        if not isinstance(head, ast.Name):
+            return None
+        text = self.a.source(node)
+        if self._is_self(head):
+            owner = self.a.names.class_of(node)
+            if owner is not None:
+                return owner, "self" + text[len(head.id) :]
+        return self.a.names.function_of(node) or self.a.tree, text
+
+    def _is_self(self, node: ast.AST) -> bool:
+        """The first parameter of the method ``node`` is in (``self`` by any name)."""
+        if not isinstance(node, ast.Name):
+            return False
+        function = self.a.names.function_of(node)
+        if not isinstance(function, _FUNCTIONS):
+            return False
+        if self.a.names.class_of(function) is None or not function.args.args:
+            return False
+        if any(self.a.resolves_to(d, "builtins.staticmethod") for d in function.decorator_list):
+            return False
+        return function.args.args[0].arg == node.id
+
+    def _mentions_fsdp1(self, annotation: ast.AST) -> bool:
+        return any(
+            isinstance(n, (ast.Name, ast.Attribute)) and self.a.is_fsdp_class(n)
+            for n in ast.walk(annotation)
+        )
+
+    def _tests_fsdp1(self, test: ast.AST, text: str) -> bool:
+        for node in ast.walk(test):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance"
+                and len(node.args) == 2
+                and self.a.source(node.args[0]) == text
+                and self._mentions_fsdp1(node.args[1])
+            ):
+                return True
+        return False
+
+
+def _branch(statement: ast.AST, child: ast.AST) -> str | None:
+    """Which branch of an ``if``/``try`` the direct child ``child`` belongs to."""
+    for name in ("body", "orelse", "handlers", "finalbody"):
+        part = getattr(statement, name, None)
+        if part is child or (isinstance(part, list) and child in part):
+            return name
+    return None

@@ -1,0 +1,91 @@
+"""Running fixture cases: ``<case>.in.py`` (or a folder ``<case>.in/``: one run over several
+files) migrates to ``<case>.out.py`` (``<case>.out/``) with the findings in ``<case>.findings``.
+
+A case's first lines may set options: ``# fixture: no-runtime-dependency``,
+``# fixture: target-torch 2.5``. ``FSDP2_PORT_REGENERATE=1`` rewrites the expected files
+from the current output (then read the diff before committing it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from codemods import engine, registry
+from codemods.findings import Finding
+from codemods.options import Options
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REGENERATE = os.environ.get("FSDP2_PORT_REGENERATE") == "1"
+
+
+def cases() -> list[Path]:
+    return sorted([*FIXTURES.glob("*/*.in.py"), *FIXTURES.glob("*/*.in")])
+
+
+def case_id(case: Path) -> str:
+    return f"{case.parent.name}/{case.name.split('.in', 1)[0]}"
+
+
+def expected_paths(case: Path) -> tuple[Path, Path]:
+    stem = case.name.split(".in", 1)[0]
+    suffix = ".out.py" if case.suffix == ".py" else ".out"
+    return case.with_name(stem + suffix), case.with_name(stem + ".findings")
+
+
+def options_for(text: str) -> Options:
+    if "# fixture: target-torch 2.5" in text:
+        return Options.for_torch("2.5")
+    if "# fixture: no-runtime-dependency" in text:
+        return Options(runtime_dependency=False)
+    return Options()
+
+
+def run_case(case: Path, work: Path) -> tuple[dict[str, str], list[Finding]]:
+    """Migrate a copy of the case in ``work``: (relative path -> output text, findings)."""
+    work.mkdir(parents=True, exist_ok=True)
+    target = work / case.name
+    if case.is_dir():
+        shutil.copytree(case, target)
+    else:
+        shutil.copyfile(case, target)
+    files = sorted(str(p) for p in ([target] if target.is_file() else target.rglob("*.py")))
+    first_text = Path(files[0]).read_text()
+    results = list(
+        engine.migrate_files(files, registry.select(), options_for(first_text), write=True)
+    )
+    errors = [r.error for r in results if r.error]
+    assert not errors, errors
+    root = target if target.is_dir() else target.parent
+    outputs = {str(Path(p).relative_to(root)): Path(p).read_text() for p in files}
+    findings = [f for r in results for f in r.findings]
+    return outputs, [Finding(str(Path(f.path).relative_to(root)), *_fields(f)) for f in findings]
+
+
+def _fields(f: Finding) -> tuple:
+    return f.line, f.column, f.code, f.message, f.severity, f.action, f.marker_line
+
+
+def findings_text(findings: list[Finding]) -> str:
+    return "".join(f.as_text() + "\n" for f in findings)
+
+
+def expected_outputs(case: Path) -> dict[str, str]:
+    out, _ = expected_paths(case)
+    if out.is_dir():
+        return {str(p.relative_to(out)): p.read_text() for p in sorted(out.rglob("*.py"))}
+    return {case.name: out.read_text()}
+
+
+def regenerate(case: Path, outputs: dict[str, str], findings: list[Finding]) -> None:
+    out, expected_findings = expected_paths(case)
+    if case.is_dir():
+        if out.exists():
+            shutil.rmtree(out)
+        for relative, text in outputs.items():
+            (out / relative).parent.mkdir(parents=True, exist_ok=True)
+            (out / relative).write_text(text)
+    else:
+        out.write_text(outputs[case.name])
+    expected_findings.write_text(findings_text(findings))

@@ -1,0 +1,189 @@
+"""The analysis pieces on their own: names, positions and edits, model ties, the decision."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from codemods import text
+from codemods.analysis import FileAnalysis, Source
+from codemods.options import Options
+from codemods.plan import FilePlan, Rewrite, Site, decide
+
+FSDP = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+
+
+def analysis(source: str, module: str = "") -> FileAnalysis:
+    return FileAnalysis(Source("m.py", textwrap.dedent(source), module), Options())
+
+
+def name_node(a: FileAnalysis, identifier: str, occurrence: int = -1) -> ast.Name:
+    found = [n for n in a.names.by_type[ast.Name] if n.id == identifier]  # type: ignore[attr-defined]
+    return found[occurrence]  # type: ignore[return-value]
+
+
+# -- names -------------------------------------------------------------------------------------
+def test_qualified_names_follow_python_scoping():
+    a = analysis(
+        """
+        import torch.distributed.fsdp as F
+        from torch.distributed import fsdp
+        FSDP = None
+
+        class C:
+            FSDP = fsdp.FullyShardedDataParallel
+            def method(self):
+                return FSDP
+
+        def shadow(F):
+            return F.FullyShardedDataParallel
+
+        def lazy():
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            return FSDP
+        """
+    )
+    qualified = a.names.qualified
+    attribute = next(
+        n for n in a.names.by_type[ast.Attribute] if a.source(n) == "F.FullyShardedDataParallel"
+    )
+    assert qualified(attribute) == set(), "a parameter shadows the module alias"
+    assert qualified(name_node(a, "FSDP", 1)) == set(), "a method does not see its class body"
+    assert qualified(name_node(a, "FSDP", -1)) == {
+        "torch.distributed.fsdp.FullyShardedDataParallel"
+    }
+
+
+def test_relative_imports_resolve_against_the_module_name():
+    a = analysis("from ..utils import build\nfrom . import sibling\n", module="pkg.sub.train")
+    assert {b.qualified for b in a.names.imports()} == {"pkg.utils.build", "pkg.sub.sibling"}
+
+
+def test_uses_count_string_annotations_and_all():
+    a = analysis(FSDP + "__all__ = ['FSDP']\ndef f(m: 'FSDP'): pass\n")
+    (binding,) = list(a.names.imports())
+    assert a.names.uses()[binding] == 2
+
+
+# -- positions and edits ------------------------------------------------------------------------
+def test_columns_are_characters_and_lines_break_like_cpython():
+    source = "x = 'café'; y = FSDP(m)\r\nz = 1\rw = FSDP(n)\n"
+    tree = ast.parse(source)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    lines = text.LineIndex(source)
+    first, second = sorted(calls, key=lambda c: (c.lineno, c.col_offset))
+    assert (lines.line_of(lines.start(first)), lines.column(lines.start(first))) == (1, 17)
+    assert lines.source(first) == "FSDP(m)"
+    assert (lines.line_of(lines.start(second)), lines.column(lines.start(second))) == (3, 5)
+
+
+def test_overlapping_edits_are_refused_and_positions_tracked():
+    with pytest.raises(text.OverlappingEdits):
+        text.apply("abcdef", [text.Edit(1, 4, "x"), text.Edit(3, 5, "y")])
+    new, starts = text.apply_tracked("abcdef", [text.Edit(4, 4, "--"), text.Edit(0, 2, "Z")])
+    assert new == "Zcd--ef" and starts == [3, 0]
+
+
+# -- ties ---------------------------------------------------------------------------------------
+def ties_of(source: str, receiver: str, occurrence: int = -1):
+    a = analysis(FSDP + textwrap.dedent(source))
+    return a.ties.of(
+        name_node(a, receiver, occurrence)
+        if "." not in receiver
+        else _attribute(a, receiver, occurrence)
+    )
+
+
+def _attribute(a, receiver, occurrence):
+    return [n for n in a.names.by_type[ast.Attribute] if a.source(n) == receiver][occurrence]
+
+
+def test_ties_follow_names_builders_methods_and_factories():
+    assert ties_of("def f(n):\n    m = FSDP(n)\n    k = m\n    return k\n", "k")[0] == {"m.py:3:9"}
+    builder = (
+        "def build(n):\n    return FSDP(n)\n\n"
+        "def train(n):\n    model = build(n)\n    return model\n"
+    )
+    assert ties_of(builder, "model")[0] == {"m.py:3:12"}
+    klass = (
+        "class T:\n    def setup(self, n):\n        self.model = self.wrap(n)\n"
+        "    def wrap(self, n):\n        return FSDP(n)\n"
+        "    def step(self):\n        return self.model\n"
+    )
+    assert ties_of(klass, "self.model")[0] == {"m.py:6:16"}
+    factory = (
+        "import functools\ndef f(n):\n"
+        "    make = functools.partial(FSDP, use_orig_params=True)\n    m = make(n)\n    return m\n"
+    )
+    assert ties_of(factory, "m")[0] == {"m.py:4:12"}
+
+
+def test_calls_into_other_modules_are_deferred():
+    ids, deferred = ties_of(
+        "from pkg.build import build\ndef f(n):\n    m = build(n)\n    return m\n", "m"
+    )
+    assert not ids and deferred == {"call:pkg.build.build"}
+
+
+def test_an_assignment_in_the_other_branch_does_not_reach():
+    source = (
+        "def f(n, kind):\n    if kind == 1:\n        m = FSDP(n)\n    else:\n        m = n\n"
+        "        m.state_dict()\n    return m\n"
+    )
+    assert ties_of(source, "m", -2)[0] == set(), "the else branch never sees the FSDP model"
+    assert ties_of(source, "m", -1)[0] == {"m.py:4:13"}, "after the if, both may"
+
+
+# -- the decision -------------------------------------------------------------------------------
+def site(index: int, *, constructor=None, ties=(), requirement="NEVER", rewrite=True, groups=()):
+    return Site(
+        code="F2P000",
+        path="p.py",
+        line=index,
+        column=1,
+        start=0,
+        end=0,
+        anchor=0,
+        indent="",
+        keep_message="",
+        rewrite=Rewrite([], "") if rewrite else None,
+        requirement=requirement,
+        ties=frozenset(ties),
+        groups=frozenset(groups),
+        constructor=constructor,
+        index=index,
+    )
+
+
+def test_whole_models_or_nothing():
+    plan = FilePlan("p.py")
+    plan.sites = [
+        site(0, constructor="A"),
+        site(1, constructor="B"),
+        site(2, ties={"A"}, requirement="MODELS"),
+        site(3, ties={"B"}, requirement="MODELS", rewrite=False),  # no rewrite: keeps B on FSDP1
+        site(4, requirement="RUN"),
+        site(5, requirement="ALWAYS"),
+        site(6, ties={"A"}, requirement="MODELS", groups={"g"}),
+        site(7, requirement="NEVER", groups={"g"}),  # fails its group
+    ]
+    decisions = decide([plan])
+    assert decisions.migrating == set(), "A is blocked through the group, B by its site"
+    assert not decisions.run_migrates
+    assert decisions.rewritten == {("p.py", 5)}
+    plan.sites = plan.sites[:3] + plan.sites[4:6]
+    plan.sites[0].constructor, plan.sites[1].constructor = "A", "B"
+    decisions = decide([plan])
+    assert decisions.migrating == {"A", "B"} and decisions.run_migrates
+    assert decisions.rewritten == {("p.py", i) for i in (0, 1, 2, 4, 5)}
+
+
+def test_ties_follow_tuple_unpacking_of_a_builder():
+    source = (
+        "def build(n):\n    model = FSDP(n)\n    return model, make_optimizer(model)\n\n"
+        "def train(n):\n    model, optimizer = build(n)\n    return model\n"
+    )
+    assert ties_of(source, "model")[0] == {"m.py:3:13"}
+    assert ties_of(source, "optimizer")[0] == set()

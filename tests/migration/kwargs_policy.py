@@ -1,0 +1,60 @@
+"""FSDP1 arguments in a kwargs dict with a policy chosen at run time, a frozen module kept out
+of sharding with ``ignored_modules``, and the wrapped module reached through ``.module``.
+
+    torchrun --nproc-per-node 2 kwargs_policy.py --steps 4
+"""
+
+import argparse
+import functools
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import ShardingStrategy
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
+
+from common import Block, Net, batch, report
+
+
+def fsdp_kwargs(args, frozen):
+    kwargs = dict(
+        device_id=torch.device("cpu"),
+        sharding_strategy=ShardingStrategy.FULL_SHARD,
+        use_orig_params=True,
+    )
+    if args.size_policy:
+        kwargs["auto_wrap_policy"] = functools.partial(size_based_auto_wrap_policy, min_num_params=500)
+    else:
+        kwargs["auto_wrap_policy"] = ModuleWrapPolicy({Block})
+    kwargs["ignored_modules"] = [frozen]
+    return kwargs
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--size-policy", action="store_true")
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    net = Net()
+    net.embed.requires_grad_(False)  # a frozen, pretrained embedding
+    model = FSDP(net, **fsdp_kwargs(args, net.embed))
+    head = model.module.head
+    optimizer = torch.optim.AdamW((p for p in model.parameters() if p.requires_grad), lr=1e-2)
+    for step in range(args.steps):
+        tokens, targets = batch(step, rank, world)
+        logits = model(tokens)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten()) + 1e-3 * head.bias.pow(2).sum()
+        loss.backward()
+        norm = model.clip_grad_norm_(1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        report(rank, step, loss, norm)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
