@@ -149,6 +149,8 @@ class Ties:
                     out |= self._value(binding.value)
                 elif binding.kind == "other":
                     out |= self._unpacked(binding.node)
+                elif binding.kind == "param":
+                    out |= self._passed(binding.node)
             return out
         if isinstance(expr, ast.Attribute):
             key = self._attribute_key(expr)
@@ -162,6 +164,50 @@ class Ties:
         if isinstance(expr, ast.NamedExpr):
             return set(self._value(expr.value))
         return set()
+
+    def _passed(self, parameter: ast.AST) -> set[str]:
+        """What the calls of this file pass for a function's parameter (its callers in other
+        files are not seen)."""
+        function = self.a.names.parent.get(self.a.names.parent.get(parameter))  # arg -> arguments -> def
+        if not isinstance(function, _FUNCTIONS) or not isinstance(parameter, ast.arg):
+            return set()
+        positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+        method = self.a.names.class_of(function) is not None and bool(positional)
+        if method and positional[0] == parameter.arg:
+            return set()  # self
+        out: set[str] = set()
+        for call in self._callers(function, method):
+            offset = 1 if method else 0
+            for index, argument in enumerate(call.args):
+                if isinstance(argument, ast.Starred):
+                    break
+                if index + offset < len(positional) and positional[index + offset] == parameter.arg:
+                    out |= self._value(argument)
+            for keyword in call.keywords:
+                if keyword.arg == parameter.arg:
+                    out |= self._value(keyword.value)
+        return out
+
+    def _callers(self, function: ast.AST, method: bool) -> list[ast.Call]:
+        """Calls of ``function`` in this file: by its name, or ``self.<name>`` in its class."""
+        assert isinstance(function, _FUNCTIONS)
+        found = []
+        owner = self.a.names.class_of(function) if method else None
+        for call in self.a.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            func = call.func
+            if isinstance(func, ast.Name) and func.id == function.name and not method:
+                if any(b.node is function for b in self.a.names.bindings_of(func)):
+                    found.append(call)
+            elif (
+                method
+                and isinstance(func, ast.Attribute)
+                and func.attr == function.name
+                and self._is_self(func.value)
+                and self.a.names.class_of(call) is owner
+            ):
+                found.append(call)
+        return found
 
     def _unpacked(self, target: ast.AST) -> set[str]:
         """``a, b = value``: what element ``target`` takes, when ``value`` is a tuple or a call

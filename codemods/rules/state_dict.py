@@ -109,6 +109,13 @@ _SAFE_METHODS = frozenset(
     }
 )
 _RUNTIME = "its FSDP1 behaviour on FSDP1 and FSDP2 models alike"
+#: DCP functions that read FSDP1's sharded layout (ShardedTensor optimizer state).
+_FSDP1_CHECKPOINT = frozenset(
+    {
+        "torch.distributed.checkpoint.optimizer.load_sharded_optimizer_state_dict",
+        "torch.distributed.checkpoint.load_sharded_optimizer_state_dict",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -203,7 +210,7 @@ class StateDictRule:
         self._runtime_call(call, "state_dict_type", "an FSDP1 state-dict block")
         for node in block_calls:
             if node not in self.handled:
-                self._call(node, None, frozenset(), runtime_only=True)
+                self._call(node, None, frozenset(), runtime_only=True, block=bound["module"].value)
         self.handled.update(block_calls)
 
     def _pure_block(
@@ -322,6 +329,8 @@ class StateDictRule:
     def _safe(self, call: ast.Call) -> bool:
         """A call that cannot be taking the model's state dict under the block's type."""
         names = self.a.names.qualified(call.func)
+        if names & _FSDP1_CHECKPOINT:
+            return False
         if names and all(n.startswith(_SAFE_PREFIXES) for n in names):
             return True
         func = call.func
@@ -350,12 +359,26 @@ class StateDictRule:
         anchor: ast.AST | None = None,
         runtime_only: bool = False,
         model: str | None = None,
+        block: ast.AST | None = None,
     ) -> None:
         """The site for one state-dict call: in a pure block about ``model`` (``options``),
-        inside a runtime block (``runtime_only``), or on its own."""
+        inside a runtime block about ``block`` (``runtime_only``), or on its own."""
         a = self.a
         name = a.fsdp1_name(call.func)
-        if name == _FSDP + "optim_state_dict":
+        if a.names.qualified(call.func) & _FSDP1_CHECKPOINT:
+            self.handled.add(call)
+            ties, deferred = a.ties.of(block) if block is not None else (frozenset(), frozenset())
+            a.add(
+                self.CODE,
+                call,
+                "load_sharded_optimizer_state_dict reads FSDP1's sharded layout (ShardedTensor): "
+                "with FSDP2, dcp.load into get_optimizer_state_dict(model, optim), then "
+                "set_optimizer_state_dict",
+                ties=ties,
+                deferred=deferred,
+                groups=groups,
+            )
+        elif name == _FSDP + "optim_state_dict":
             self.handled.add(call)
             self._optim(call, options, groups, anchor)
         elif name == _FSDP + "optim_state_dict_to_load":

@@ -187,3 +187,16 @@ def test_ties_follow_tuple_unpacking_of_a_builder():
     )
     assert ties_of(source, "model")[0] == {"m.py:3:13"}
     assert ties_of(source, "optimizer")[0] == set()
+
+
+def test_ties_follow_what_this_file_passes_to_a_helper():
+    source = (
+        "def clip(model, max_norm):\n    return model.clip_grad_norm_(max_norm)\n\n"
+        "def train(n):\n    model = FSDP(n)\n    clip(model, 1.0)\n    return clip\n"
+    )
+    assert ties_of(source, "model", 0)[0] == {"m.py:6:13"}
+    method = (
+        "class T:\n    def step(self, model):\n        return model\n"
+        "    def run(self, n):\n        return self.step(FSDP(n))\n"
+    )
+    assert ties_of(method, "model")[0] == {"m.py:6:26"}
