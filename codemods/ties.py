@@ -168,7 +168,8 @@ class Ties:
     def _passed(self, parameter: ast.AST) -> set[str]:
         """What the calls of this file pass for a function's parameter (its callers in other
         files are not seen)."""
-        function = self.a.names.parent.get(self.a.names.parent.get(parameter))  # arg -> arguments -> def
+        arguments = self.a.names.parent.get(parameter)
+        function = self.a.names.parent.get(arguments) if arguments is not None else None
         if not isinstance(function, _FUNCTIONS) or not isinstance(parameter, ast.arg):
             return set()
         positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
