@@ -11,7 +11,6 @@ import torch.distributed as dist
 from torch import nn
 
 from compat.fsdp1_layout import copies_in, refuse_dtensors, shard_groups
-from fsdp2_port.grad_norm import NonFinitePolicy
 from fsdp2_port.master_weights import MasterWeightOptimizer
 
 
@@ -23,34 +22,12 @@ class BF16Optimizer(MasterWeightOptimizer):
     An FSDP2 model (DTensor parameters) is refused: ``fsdp2_port.BF16Optimizer`` is for it.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        lr: float,
-        weight_decay: float = 0.0,
-        max_grad_norm: float = 0.5,
-        total_steps: int = 800_000,
-        warmup_ratio: float = 0.015,
-        lr_scheduler: str = "cosine",
-        offload_master: bool = False,
-        *,
-        nonfinite: NonFinitePolicy = "skip",
-    ) -> None:
+    def _trainable(self, model: nn.Module, offload_master: bool) -> list[tuple[str, nn.Parameter]]:
         self.model = model
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         refuse_dtensors((p for _, p in named), "compat.BF16Optimizer", "fsdp2_port.BF16Optimizer")
         self._shard_groups = shard_groups(model, [p for _, p in named])
-        super().__init__(
-            named,
-            lr,
-            weight_decay,
-            max_grad_norm,
-            total_steps,
-            warmup_ratio,
-            lr_scheduler,
-            offload_master,
-            nonfinite=nonfinite,
-        )
+        return named
 
     def _norm_copies(self, group: dist.ProcessGroup) -> list[int]:
         return [copies_in(group, s) for s in self._shard_groups]

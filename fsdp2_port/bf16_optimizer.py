@@ -8,7 +8,7 @@ Checkpoints key everything by parameter name, never by position.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -34,28 +34,14 @@ def _named_trainable(model_or_params: nn.Module | Iterable[Any]) -> list[tuple[s
 class BF16Optimizer(MasterWeightOptimizer):
     """fp32 DTensor masters, one global norm, AdamW (or ``optimizer_cls``), bf16 write-back.
 
-    ``model_or_params``: a module (names from ``named_parameters``), parameters, or
-    ``(name, parameter)`` pairs. Same constructor, attributes and methods as
-    ``compat.BF16Optimizer``: migrating is an import change. Parameters of an FSDP1 model
-    are refused (TypeError naming ``compat.BF16Optimizer``).
+    ``model``: a module (names from ``named_parameters``), parameters, or ``(name, parameter)``
+    pairs. Same constructor, attributes and methods as ``compat.BF16Optimizer``: migrating is
+    an import change. Parameters of an FSDP1 model are refused (TypeError naming
+    ``compat.BF16Optimizer``).
     """
 
-    def __init__(
-        self,
-        model_or_params: nn.Module | Iterable[Any],
-        lr: float,
-        weight_decay: float = 0.0,
-        max_grad_norm: float = 0.5,
-        total_steps: int = 800_000,
-        warmup_ratio: float = 0.015,
-        lr_scheduler: str = "cosine",
-        offload_master: bool = False,
-        *,
-        nonfinite: grad_norm.NonFinitePolicy = "skip",
-        optimizer_cls: Callable[..., torch.optim.Optimizer] = torch.optim.AdamW,
-        optimizer_kwargs: Mapping[str, Any] | None = None,
-    ) -> None:
-        named = _named_trainable(model_or_params)
+    def _trainable(self, model: Any, offload_master: bool) -> list[tuple[str, nn.Parameter]]:
+        named = _named_trainable(model)
         refuse_fsdp1_tensors(
             (p for _, p in named), "fsdp2_port.BF16Optimizer", "compat.BF16Optimizer"
         )
@@ -66,19 +52,7 @@ class BF16Optimizer(MasterWeightOptimizer):
                 "offload_master=True with accelerator DTensor parameters: use FSDP2's "
                 "CPUOffloadPolicy, which keeps the sharded parameters (the masters) on the CPU"
             )
-        super().__init__(
-            named,
-            lr,
-            weight_decay,
-            max_grad_norm,
-            total_steps,
-            warmup_ratio,
-            lr_scheduler,
-            offload_master,
-            nonfinite=nonfinite,
-            optimizer_cls=optimizer_cls,
-            optimizer_kwargs=optimizer_kwargs,
-        )
+        return named
 
     def _norm_copies(self, group: dist.ProcessGroup) -> list[int]:
         members = set(dist.get_process_group_ranks(group))

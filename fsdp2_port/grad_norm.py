@@ -246,7 +246,7 @@ def norm_and_coefficient(
     The coefficient is None when the non-finite policy skips the step (every rank agrees).
     """
     norm = total_norm(tensors, copies, norm_type, group=group, foreach=foreach)
-    if not is_finite(norm, nonfinite):
+    if not apply_nonfinite_policy(norm, nonfinite):
         return norm, None
     return norm, clip_coefficient(norm, max_norm)
 
@@ -275,11 +275,14 @@ def clip_(
     return norm, True
 
 
-def is_finite(norm: Tensor, policy: NonFinitePolicy, what: str = "gradient norm") -> bool:
-    """Apply the non-finite policy to a global norm; every rank reaches the same verdict.
+def apply_nonfinite_policy(
+    norm: Tensor, policy: NonFinitePolicy, what: str = "gradient norm"
+) -> bool:
+    """Apply the non-finite policy to a global norm: whether the step goes on (every rank
+    reaches the same verdict).
 
-    ``"ignore"`` returns True without looking (no host sync). ``"raise"`` raises on a
-    non-finite norm; ``"skip"`` warns and returns False, and the caller updates nothing.
+    ``"ignore"`` goes on without looking (no host sync). ``"raise"`` raises on a non-finite
+    norm; ``"skip"`` warns and returns False, and the caller updates nothing.
     """
     if policy == "ignore":
         return True

@@ -76,7 +76,8 @@ def supports(
     return all(len(optimizer.state.get(m, ())) > 0 for m in masters)
 
 
-def _local(t: Tensor) -> Tensor:
+def local(t: Tensor) -> Tensor:
+    """A tensor's rank-local storage (the tensor itself unless it is a DTensor)."""
     return t.to_local() if isinstance(t, DTensor) else t
 
 
@@ -95,11 +96,11 @@ def blocks(
         ks = [position.pop(id(p)) for p in group["params"] if id(p) in position]
         if not ks:
             continue
-        budget = BLOCK_BYTES.get(_local(masters[ks[0]]).device.type, DEFAULT_BLOCK_BYTES)
+        budget = BLOCK_BYTES.get(local(masters[ks[0]]).device.type, DEFAULT_BLOCK_BYTES)
         block: list[int] = []
         size = 0
         for k in ks:
-            nbytes = 4 * _local(masters[k]).numel()
+            nbytes = 4 * local(masters[k]).numel()
             if block and size + nbytes > budget:
                 out.append((group, block))
                 block, size = [], 0
@@ -117,15 +118,15 @@ def step(
 ) -> None:
     """One AdamW step of ``masters`` (a block of ``group``) with local gradients ``grads``."""
     states = [optimizer.state[m] for m in masters]
-    params = [_local(m) for m in masters]
+    params = [local(m) for m in masters]
     impl = kernel(group, params[0].device)
     beta1, beta2 = group["betas"]
     adamw(
         params,
         list(grads),
-        [_local(s["exp_avg"]) for s in states],
-        [_local(s["exp_avg_sq"]) for s in states],
-        [_local(s["max_exp_avg_sq"]) for s in states] if group["amsgrad"] else [],
+        [local(s["exp_avg"]) for s in states],
+        [local(s["exp_avg_sq"]) for s in states],
+        [local(s["max_exp_avg_sq"]) for s in states] if group["amsgrad"] else [],
         [s["step"] for s in states],
         foreach=impl == "foreach",
         fused=impl == "fused",

@@ -1,8 +1,10 @@
 """The BF16 master-weight optimizer both packages share: fp32 masters, one norm, AdamW.
 
-A subclass says only where its gradients live: for each trainable parameter, how many ranks
-of the reduction group hold the same gradient piece (``_norm_copies``). Everything else — the
-step, the schedule, the non-finite policy, the state dict — is here, once.
+A subclass says only which parameters it takes from what it is given (``_trainable``, where
+it also refuses what it cannot handle) and where their gradients live: for each one, how many
+ranks of the reduction group hold the same gradient piece (``_norm_copies``). Everything else —
+the constructor's signature (SpecForge's), the step, the schedule, the non-finite policy, the
+state dict — is here, once.
 
 Invariants after every ``step()``:
 - each low-precision parameter equals ``master.to(param.dtype)`` bit for bit;
@@ -26,11 +28,17 @@ from fsdp2_port.lr_schedules import build_scheduler
 
 
 class MasterWeightOptimizer:
-    """AdamW on fp32 masters of (usually bf16) parameters, clipped by the global norm."""
+    """AdamW on fp32 masters of (usually bf16) parameters, clipped by the global norm.
+
+    ``BF16Optimizer(model, lr, weight_decay=0.0, max_grad_norm=0.5, total_steps=800_000,
+    warmup_ratio=0.015, lr_scheduler="cosine", offload_master=False, *, nonfinite="skip",
+    optimizer_cls=torch.optim.AdamW, optimizer_kwargs=None)``: SpecForge's constructor, plus
+    the non-finite policy and the inner optimizer by keyword.
+    """
 
     def __init__(
         self,
-        named_params: Sequence[tuple[str, nn.Parameter]],
+        model: Any,
         lr: float,
         weight_decay: float = 0.0,
         max_grad_norm: float = 0.5,
@@ -43,6 +51,7 @@ class MasterWeightOptimizer:
         optimizer_cls: Callable[..., torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
+        named_params = self._trainable(model, offload_master)
         if not named_params:
             raise ValueError("no trainable parameters: every parameter has requires_grad=False")
         self.nonfinite = grad_norm.check_nonfinite_policy(nonfinite)
@@ -60,7 +69,11 @@ class MasterWeightOptimizer:
         self.skipped_steps = 0
         self.configure_grad_norm_reduction()
 
-    # -- where gradients live: the one thing a subclass decides ------------------------------
+    # -- what a subclass decides: its parameters, and where their gradients live -------------
+
+    def _trainable(self, model: Any, offload_master: bool) -> list[tuple[str, nn.Parameter]]:
+        """The ``(name, parameter)`` pairs to optimise, from what the constructor was given."""
+        raise NotImplementedError
 
     def _norm_copies(self, group: dist.ProcessGroup) -> list[int]:
         """For each master, how many ranks of ``group`` hold the same gradient piece."""
@@ -143,7 +156,7 @@ class MasterWeightOptimizer:
             if self.fp32_params[i] is self.model_params[i]:
                 grads.append(src)
             else:
-                dst = torch.empty_like(_local(self.fp32_params[i]))
+                dst = torch.empty_like(local_adamw.local(self.fp32_params[i]))
                 srcs.append(src)
                 dsts.append(dst)
                 grads.append(dst)
@@ -180,7 +193,9 @@ class MasterWeightOptimizer:
         pairs = [(self.model_params[i], self.fp32_params[i]) for i in indices]
         pairs = [(p, m) for p, m in pairs if m is not p]
         if pairs:
-            torch._foreach_copy_([_local(p) for p, _ in pairs], [_local(m) for _, m in pairs])
+            torch._foreach_copy_(
+                [local_adamw.local(p) for p, _ in pairs], [local_adamw.local(m) for _, m in pairs]
+            )
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients of the model parameters and of the masters."""
@@ -261,8 +276,3 @@ class MasterWeightOptimizer:
                 f"checkpoint uses lr_scheduler={kind!r}, this optimizer "
                 f"{self.lr_scheduler_type!r}; construct it with the checkpoint's schedule"
             )
-
-
-def _local(t: Tensor) -> Tensor:
-    """A tensor's rank-local storage (the tensor itself unless it is a DTensor)."""
-    return t.to_local() if isinstance(t, DTensor) else t

@@ -93,14 +93,14 @@ def test_copies_without_a_group_are_refused():
 
 def test_nonfinite_policies():
     bad = torch.tensor(float("inf"))
-    assert grad_norm.is_finite(bad, "ignore")
+    assert grad_norm.apply_nonfinite_policy(bad, "ignore")
     with pytest.raises(RuntimeError, match="nonfinite='raise'"):
-        grad_norm.is_finite(bad, "raise")
+        grad_norm.apply_nonfinite_policy(bad, "raise")
     with pytest.warns(UserWarning, match="skipping"):
-        assert not grad_norm.is_finite(bad, "skip")
+        assert not grad_norm.apply_nonfinite_policy(bad, "skip")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert grad_norm.is_finite(torch.tensor(3.0), "skip")
+        assert grad_norm.apply_nonfinite_policy(torch.tensor(3.0), "skip")
     with pytest.raises(ValueError, match="nonfinite"):
         grad_norm.check_nonfinite_policy("drop")
 

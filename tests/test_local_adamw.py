@@ -24,10 +24,6 @@ class TorchStepAdamW(torch.optim.AdamW):
     """AdamW that the master optimizer must step through ``optimizer.step()``."""
 
 
-def _local(t):
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
 def _train(make, kwargs, optimizer_cls, rank=0, world=1, steps=3):
     model = make()
     opt = fsdp2_port.BF16Optimizer(
@@ -42,13 +38,13 @@ def _train(make, kwargs, optimizer_cls, rank=0, world=1, steps=3):
 
 def _assert_same_state(a, b):
     for ma, mb in zip(a.fp32_params, b.fp32_params):
-        assert torch.equal(_local(ma), _local(mb))
+        assert torch.equal(local_adamw.local(ma), local_adamw.local(mb))
         sa, sb = a.optimizer.state[ma], b.optimizer.state[mb]
         assert sa.keys() == sb.keys()
         for key in sa:
-            assert torch.equal(_local(sa[key]), _local(sb[key])), key
+            assert torch.equal(local_adamw.local(sa[key]), local_adamw.local(sb[key])), key
     for pa, pb in zip(a.model_params, b.model_params):
-        assert torch.equal(_local(pa), _local(pb))
+        assert torch.equal(local_adamw.local(pa), local_adamw.local(pb))
 
 
 @pytest.mark.parametrize("block_bytes", [0, 1000, 1 << 30], ids=["tensor", "some", "group"])
