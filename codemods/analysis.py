@@ -161,12 +161,19 @@ class FileAnalysis:
         known: bool = True,
         groups: frozenset[str] = frozenset(),
         quiet: bool = False,
+        unknown: str | None = None,
     ) -> Site | None:
         """A site about the model ``receiver`` holds: tied to its constructors when they are
         known, following the run when it is only known to be FSDP1; None when ``receiver``
         is not known to be an FSDP module at all and ``known`` is required. ``quiet``: the
-        original is right under FSDP1, so it needs no marker when its models stay FSDP1."""
+        original is right under FSDP1, so it needs no marker when its models stay FSDP1.
+
+        When all that is known is that ``receiver`` comes from calls into other files, the
+        site waits for the run: if those calls build no FSDP1 model, it becomes a marker with
+        ``unknown`` (or nothing at all, without one).
+        """
         ties, deferred = self.ties.of(receiver)
+        speculative = known and not ties and bool(deferred) and not self.ties.known_fsdp1(receiver)
         if ties or deferred:
             requirement: Requirement = "MODELS"
         elif known and not self.ties.known_fsdp1(receiver):
@@ -184,6 +191,8 @@ class FileAnalysis:
             groups=groups,
         )
         site.quiet = quiet
+        if speculative:
+            site.unknown = unknown or ""
         return site
 
     def site_id(self, node: ast.AST) -> str:

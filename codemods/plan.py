@@ -81,6 +81,9 @@ class Site:
     constructor: str | None = None
     #: Neither a finding nor a marker (a line under ``# fsdp2-port: ignore``).
     silent: bool = False
+    #: Set when only calls into other files may make this site's receiver a model: if the run
+    #: ties it to none, the site is this marker instead ("": nothing at all).
+    unknown: str | None = None
     #: Applied instead of ``rewrite`` when that is not allowed: a form right under FSDP1.
     fallback: Rewrite | None = None
     #: The original is right under FSDP1: when it stays only because its models stay FSDP1,
@@ -150,7 +153,10 @@ def resolve_ties(plans: Sequence[FilePlan]) -> None:
                     found |= constructors_of(ref, frozenset())
                 site.ties = site.ties | found
                 site.deferred = frozenset()
-            if site.requirement == "MODELS" and not site.ties:
+            if site.unknown is not None and not site.ties:
+                site.rewrite, site.fallback, site.requirement = None, None, "NEVER"
+                site.keep_message, site.silent = site.unknown, not site.unknown
+            elif site.requirement == "MODELS" and not site.ties:
                 site.requirement = "RUN"  # nothing it depends on was found: any model may come
 
 

@@ -48,13 +48,15 @@ class ClipGradRule:
         receiver = a.source(func.value)
         keep = f"kept: {receiver}.clip_grad_norm_ of an FSDP1 model"
         rewrite = self._rewrite(a, call, func, receiver)
-        if a.add_tied(self.CODE, call, func.value, keep, rewrite, quiet=True) is None:
-            a.add(
-                self.CODE,
-                call,
-                f"{receiver} is not known to be an FSDP1 module: if it is, use fsdp2_port."
-                f"clip_grad_norm_({receiver}.parameters(), ...) with the model's migration",
-            )
+        unknown = (
+            f"{receiver} is not known to be an FSDP1 module: if it is, use fsdp2_port."
+            f"clip_grad_norm_({receiver}.parameters(), ...) with the model's migration"
+        )
+        if (
+            a.add_tied(self.CODE, call, func.value, keep, rewrite, quiet=True, unknown=unknown)
+            is None
+        ):
+            a.add(self.CODE, call, unknown)
 
     def _rewrite(
         self, a: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str

@@ -134,38 +134,36 @@ class InternalsRule:
             a.add(self.CODE, node, _STATIC[api])
 
     def _dot_module(self, a: FileAnalysis, node: ast.Attribute) -> None:
+        """``m.module``: ``m`` for a model built here; ``fsdp2_port.unwrapped(m)`` for one that
+        may also be another wrapper (DDP) or is only known to be FSDP1."""
         receiver = node.value
         ties, deferred = a.ties.of(receiver)
         text = a.source(receiver)
+        keep = f"kept: {text}.module of an FSDP1 model"
         if ties and not deferred:
-            rewrite = Rewrite(
-                [a.replace(node, text)], f"{text}.module -> {text}: FSDP2 does not wrap the module"
-            )
+            message = f"{text}.module -> {text}: FSDP2 does not wrap the module"
             site = a.add(
                 self.CODE,
                 node,
-                f"kept: {text}.module of an FSDP1 model",
-                rewrite,
+                keep,
+                Rewrite([a.replace(node, text)], message),
                 "MODELS",
                 ties=ties,
             )
             site.quiet = True
-        elif (ties or deferred or a.ties.known_fsdp1(receiver)) and a.options.runtime_dependency:
+        elif a.options.runtime_dependency:
             rewrite = Rewrite(
                 [a.replace(node, f"fsdp2_port.unwrapped({text})")],
                 f"{text}.module -> fsdp2_port.unwrapped({text}): the wrapped module of FSDP1 and "
                 "DDP, the module itself under FSDP2",
                 [a.module_import("fsdp2_port")],
             )
-            a.add(self.CODE, node, f"kept: {text}.module", rewrite, "ALWAYS")
-        elif ties or deferred or a.ties.known_fsdp1(receiver):
-            a.add_tied(
-                self.CODE,
-                node,
-                receiver,
-                f"{text}.module: FSDP2 does not wrap; use {text} itself once it is an FSDP2 module",
-                None,
-            )
+            added = a.add_tied(self.CODE, node, receiver, keep, rewrite, quiet=True)
+            if added is not None:
+                added.requirement = "ALWAYS"
+        else:
+            keep = f"{text}.module: FSDP2 does not wrap; use {text} itself once it is FSDP2"
+            a.add_tied(self.CODE, node, receiver, keep, None, quiet=True)
 
 
 def _is_docstring(a: FileAnalysis, node: ast.Constant) -> bool:

@@ -38,38 +38,44 @@ class NoSyncRule:
         text = a.source(receiver)
         node = call or attribute
         keep = f"kept: {text}.no_sync() of an FSDP1 model"
+        unknown = (
+            f"{text} is not known to be an FSDP1 module: if it is, turn gradient sync off with "
+            f"{text}.set_requires_gradient_sync(False) (and back on) with the model's migration"
+        )
         ties, deferred = a.ties.of(receiver)
         statement = _sole_with_item(a, call) if call is not None else None
-        if (statement is not None and ties and not deferred) or (
-            statement is not None and not a.options.runtime_dependency
-        ):
+        if statement is not None and (not a.options.runtime_dependency or (ties and not deferred)):
             rewrite = _try_finally(a, statement, text)
-            if a.add_tied(self.CODE, call, receiver, keep, rewrite, quiet=True) is not None:  # type: ignore[arg-type]
-                return
-        elif a.options.runtime_dependency and (ties or deferred or a.ties.known_fsdp1(receiver)):
-            if call is not None:
-                edits = [a.replace(call, f"fsdp2_port.no_sync({text})")]
-            else:
-                edits = [a.replace(attribute, f"functools.partial(fsdp2_port.no_sync, {text})")]
-            imports = [a.module_import("fsdp2_port")]
-            if call is None:
-                imports.append(a.module_import("functools"))
-            rewrite = Rewrite(
-                edits,
-                "no_sync() -> fsdp2_port.no_sync(...): right for FSDP1, FSDP2 and DDP",
-                imports,
+            site = a.add_tied(self.CODE, node, receiver, keep, rewrite, quiet=True, unknown=unknown)
+        elif a.options.runtime_dependency:
+            site = a.add_tied(
+                self.CODE,
+                node,
+                receiver,
+                keep,
+                _helper(a, attribute, call, text),
+                quiet=True,
+                unknown=unknown,
             )
-            a.add(self.CODE, node, keep, rewrite, "ALWAYS")
-            return
-        elif ties or deferred or a.ties.known_fsdp1(receiver):
-            a.add_tied(self.CODE, node, receiver, keep + " (use set_requires_gradient_sync)", None)
-            return
-        a.add(
-            self.CODE,
-            node,
-            f"{text} is not known to be an FSDP1 module: if it is, turn gradient sync off with "
-            f"{text}.set_requires_gradient_sync(False) (and back on) with the model's migration",
-        )
+            if site is not None:
+                site.requirement = "ALWAYS"  # right for FSDP1, FSDP2 and DDP alike
+        else:
+            keep += " (use set_requires_gradient_sync)"
+            site = a.add_tied(self.CODE, node, receiver, keep, None, quiet=True, unknown=unknown)
+        if site is None:
+            a.add(self.CODE, node, unknown)
+
+
+def _helper(a: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None, text: str) -> Rewrite:
+    """``fsdp2_port.no_sync(m)`` for the call, ``functools.partial(...)`` for a bound method."""
+    imports = [a.module_import("fsdp2_port")]
+    if call is not None:
+        edits = [a.replace(call, f"fsdp2_port.no_sync({text})")]
+    else:
+        edits = [a.replace(attribute, f"functools.partial(fsdp2_port.no_sync, {text})")]
+        imports.append(a.module_import("functools"))
+    message = "no_sync() -> fsdp2_port.no_sync(...): right for FSDP1, FSDP2 and DDP"
+    return Rewrite(edits, message, imports)
 
 
 def _sole_with_item(a: FileAnalysis, call: ast.Call) -> ast.With | None:

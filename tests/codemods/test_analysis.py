@@ -200,3 +200,24 @@ def test_ties_follow_what_this_file_passes_to_a_helper():
         "    def run(self, n):\n        return self.step(FSDP(n))\n"
     )
     assert ties_of(method, "model")[0] == {"m.py:6:26"}
+
+
+def test_a_receiver_from_another_files_call_waits_for_the_run():
+    """Only the run knows whether ``build`` builds a model: if no file of it does, the
+    receiver is not one, and an FSDP1-looking attribute on it is nobody's business."""
+    from codemods import engine, registry
+
+    source = (
+        "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+        "from configs import build\n\n"
+        "def f():\n    cfg = build()\n    return cfg.sharding_strategy, cfg.clip_grad_norm_(1.0)\n"
+    )
+    _, findings = engine.migrate_text(source, "m.py", registry.select(), Options())
+    assert [(f.code, f.line, f.message.split(":")[0]) for f in findings] == [
+        (
+            "F2P001",
+            1,
+            "unused FSDP1 import torch.distributed.fsdp.FullyShardedDataParallel removed",
+        ),
+        ("F2P006", 6, "cfg is not known to be an FSDP1 module"),
+    ], "no F2P010 for cfg.sharding_strategy: cfg is no model"
