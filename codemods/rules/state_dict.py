@@ -448,13 +448,18 @@ class StateDictRule:
                     groups=groups,
                 )
                 return
-            text = f"fsdp2_port.optim_state_dict_to_load({model}, {optim}, {state})"
+            in_order = call.keywords or (call.args and call.args[0] is parts[0])
+            if in_order:  # torch >= 2.1's order, or keywords: only the function changes
+                edit = a.replace(call.func, "fsdp2_port.optim_state_dict_to_load")
+            else:
+                text = f"fsdp2_port.optim_state_dict_to_load({model}, {optim}, {state})"
+                edit = a.replace(call, text)
             a.add(
                 self.CODE,
                 call,
                 "kept: FSDP.optim_state_dict_to_load(...)",
                 Rewrite(
-                    [a.replace(call, text)],
+                    [edit],
                     "FSDP.optim_state_dict_to_load -> fsdp2_port.optim_state_dict_to_load: "
                     + _RUNTIME,
                     [a.module_import("fsdp2_port")],
