@@ -15,6 +15,14 @@ _LAZY = {
     "clip_grad_norm_": "fsdp2_port.clip",
     "fully_shard_like_fsdp1": "fsdp2_port.like_fsdp1",
     "global_grad_norm": "fsdp2_port.clip",
+    # FSDP1's module APIs, right on FSDP1, FSDP2 and DDP alike (the codemod's runtime target)
+    "get_state_dict_type": "fsdp2_port.fsdp1_api",
+    "no_sync": "fsdp2_port.fsdp1_api",
+    "optim_state_dict": "fsdp2_port.fsdp1_api",
+    "optim_state_dict_to_load": "fsdp2_port.fsdp1_api",
+    "set_state_dict_type": "fsdp2_port.fsdp1_api",
+    "state_dict_type": "fsdp2_port.fsdp1_api",
+    "unwrapped": "fsdp2_port.fsdp1_api",
 }
 __all__ = sorted(_LAZY)
 

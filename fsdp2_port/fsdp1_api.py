@@ -1,0 +1,606 @@
+"""FSDP1's module-level APIs, right on FSDP1, FSDP2 and DDP modules alike.
+
+The codemod emits these where an FSDP1 call cannot become pure torch: a state-dict context
+returned from a helper or chosen at run time, ``set_state_dict_type`` followed by plain
+``model.state_dict()`` calls in other functions, ``no_sync`` or ``.module`` on a receiver that
+may be DDP. Each function takes ``FullyShardedDataParallel``'s arguments in its order.
+
+- A model holding FSDP1 instances gets FSDP1's own function, unchanged.
+- Any other model (FSDP2: ``fully_shard`` at the root or only inside; DDP; a plain module)
+  gets what FSDP1 promises, through torch's public ``torch.distributed.checkpoint.state_dict``
+  functions: while a state-dict type is set, the model's own ``state_dict`` and
+  ``load_state_dict`` are instance attributes that call them (so code the block calls is
+  covered too), removed when it is unset. Keys are the parameters' names, without DDP's
+  ``module.`` prefix, as FSDP1 writes them. (FSDP1's own context fails on a model without FSDP1
+  instances: it cannot restore the settings it found, None.)
+- What cannot be honoured raises ValueError naming the argument; nothing silently changes.
+
+By design, SHARDED_STATE_DICT on FSDP2 gives DTensors, FSDP2's sharded form (FSDP1 gives
+ShardedTensor); both save and load with ``torch.distributed.checkpoint``, which reshards, so
+either loads the other's checkpoint. LOCAL_STATE_DICT (FSDP1's flat shards) has no FSDP2 form.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import (
+        OptimStateDictConfig,
+        StateDictConfig,
+        StateDictSettings,
+        StateDictType,
+    )
+
+__all__ = [
+    "get_state_dict_type",
+    "no_sync",
+    "optim_state_dict",
+    "optim_state_dict_to_load",
+    "set_state_dict_type",
+    "state_dict_type",
+    "unwrapped",
+]
+
+
+# -- gradient sync and the wrapped module --------------------------------------------------------
+
+#: How many ``no_sync`` blocks are open on each FSDP2 module: only the outermost turns sync
+#: back on, as FSDP1 and DDP restore the flag they found.
+_NO_SYNC_DEPTH: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+
+
+def no_sync(module: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """``module.no_sync()``: gradients accumulate locally, unreduced, inside the block.
+
+    FSDP2: ``set_requires_gradient_sync(False)`` on the module and its FSDP submodules, set
+    back to True when the outermost block exits, also by an exception. FSDP1, DDP and
+    anything else with a ``no_sync()``: that context manager itself.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(module, FSDPModule):
+        return _fsdp2_no_sync(module)
+    method = getattr(module, "no_sync", None)
+    if callable(method):
+        return method()
+    raise TypeError(
+        f"no_sync: {type(module).__name__} is neither an FSDP2 module (fully_shard) nor a "
+        "wrapper with no_sync() (FullyShardedDataParallel, DistributedDataParallel)"
+    )
+
+
+@contextlib.contextmanager
+def _fsdp2_no_sync(module: Any) -> Iterator[None]:
+    depth = _NO_SYNC_DEPTH.get(module, 0)
+    _NO_SYNC_DEPTH[module] = depth + 1
+    module.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        if depth == 0:
+            del _NO_SYNC_DEPTH[module]
+            module.set_requires_gradient_sync(True)
+        else:
+            _NO_SYNC_DEPTH[module] = depth
+
+
+def unwrapped(module: nn.Module) -> nn.Module:
+    """``module.module`` for the wrappers that have one (DDP, DataParallel, FSDP1), else itself.
+
+    FSDP2 does not wrap: ``fully_shard`` changes the module's class in place, so the model is
+    the module. FSDP1's ``.module`` skips an activation-checkpoint wrapper, as it always did.
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+    if isinstance(module, (DistributedDataParallel, DataParallel, FullyShardedDataParallel)):
+        return module.module
+    return module
+
+
+# -- which implementation a model gets ------------------------------------------------------------
+
+
+def _is_fsdp1(module: nn.Module) -> bool:
+    """Whether ``module`` holds FSDP1 instances; a mix with FSDP2 modules is refused."""
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+
+    if not FullyShardedDataParallel.fsdp_modules(module):
+        return False
+    if any(isinstance(m, FSDPModule) for m in module.modules()):
+        raise ValueError(
+            f"module: {type(module).__name__} holds both FSDP1 and FSDP2 (fully_shard) modules; "
+            "migrate the whole model to one of them"
+        )
+    return True
+
+
+# -- state-dict settings of models without FSDP1 --------------------------------------------------
+
+
+@dataclass
+class _Route:
+    """A state-dict type set on a model without FSDP1, and its instance attributes before."""
+
+    settings: StateDictSettings
+    saved: dict[str, Any]
+    busy: bool = False  # inside our own call: torch's functions call module.state_dict() too
+
+
+_ROUTES: weakref.WeakKeyDictionary[nn.Module, _Route] = weakref.WeakKeyDictionary()
+_ROUTED = ("state_dict", "load_state_dict")
+_ABSENT = object()
+
+
+def _fsdp1_default() -> StateDictSettings:
+    """What FSDP1 reports for a module nobody set a type on."""
+    from torch.distributed.fsdp import (
+        FullOptimStateDictConfig,
+        FullStateDictConfig,
+        StateDictSettings,
+        StateDictType,
+    )
+
+    return StateDictSettings(
+        StateDictType.FULL_STATE_DICT, FullStateDictConfig(), FullOptimStateDictConfig()
+    )
+
+
+def _current(module: nn.Module) -> StateDictSettings:
+    route = _ROUTES.get(module)
+    return _fsdp1_default() if route is None else route.settings
+
+
+def _validated(
+    state_dict_type: StateDictType,
+    state_dict_config: StateDictConfig | None,
+    optim_state_dict_config: OptimStateDictConfig | None,
+) -> StateDictSettings:
+    """FSDP1's settings, its default config filled in; refuses what cannot be honoured."""
+    from torch.distributed.fsdp import (
+        FullOptimStateDictConfig,
+        FullStateDictConfig,
+        ShardedOptimStateDictConfig,
+        ShardedStateDictConfig,
+        StateDictSettings,
+        StateDictType,
+    )
+
+    if state_dict_type == StateDictType.LOCAL_STATE_DICT:
+        raise ValueError(
+            "state_dict_type=LOCAL_STATE_DICT has no FSDP2 equivalent (it holds FSDP1's "
+            "flattened shards): use StateDictType.SHARDED_STATE_DICT and save and load it with "
+            "torch.distributed.checkpoint (dcp.save / dcp.load), which reshards"
+        )
+    configs: dict[Any, tuple[type, type]] = {
+        StateDictType.FULL_STATE_DICT: (FullStateDictConfig, FullOptimStateDictConfig),
+        StateDictType.SHARDED_STATE_DICT: (ShardedStateDictConfig, ShardedOptimStateDictConfig),
+    }
+    if state_dict_type not in configs:
+        raise ValueError(f"state_dict_type: expected a StateDictType, got {state_dict_type!r}")
+    model_type, optim_type = configs[state_dict_type]
+    model_config = model_type() if state_dict_config is None else state_dict_config
+    optim_config = optim_type() if optim_state_dict_config is None else optim_state_dict_config
+    for name, want, got in (
+        ("state_dict_config", model_type, model_config),
+        ("optim_state_dict_config", optim_type, optim_config),
+    ):
+        if type(got) is not want:  # FSDP1 checks the exact type as well
+            raise ValueError(
+                f"{name}: {state_dict_type.name} takes a {want.__name__}, got {type(got).__name__}"
+            )
+    return StateDictSettings(state_dict_type, model_config, optim_config)
+
+
+def _set(module: nn.Module, settings: StateDictSettings | None) -> None:
+    """Route ``module``'s state_dict/load_state_dict by ``settings``; None: its own again."""
+    route = _ROUTES.get(module)
+    if settings is None:
+        if route is not None:
+            del _ROUTES[module]
+            for name, saved in route.saved.items():
+                if saved is _ABSENT:
+                    del module.__dict__[name]
+                else:
+                    module.__dict__[name] = saved
+        return
+    if route is not None:
+        route.settings = settings
+        return
+    saved = {name: module.__dict__.get(name, _ABSENT) for name in _ROUTED}
+    _ROUTES[module] = _Route(settings, saved)
+    # Bound methods, not closures: a deepcopy of the module binds them to the copy, which
+    # has no route and so behaves as the module's class does.
+    module.__dict__["state_dict"] = types.MethodType(_routed_state_dict, module)
+    module.__dict__["load_state_dict"] = types.MethodType(_routed_load_state_dict, module)
+
+
+def _native(module: nn.Module, name: str) -> Callable[..., Any]:
+    return getattr(type(module), name).__get__(module)
+
+
+def _state_dict_args(
+    destination: dict[str, Any] | None = None, prefix: str = "", keep_vars: bool = False
+) -> tuple[dict[str, Any] | None, str, bool]:
+    return destination, prefix, keep_vars
+
+
+def _routed_state_dict(module: nn.Module, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``module.state_dict()`` under the type set on it, as FSDP1 returns it."""
+    route = _ROUTES.get(module)
+    if route is None or route.busy:
+        return _native(module, "state_dict")(*args, **kwargs)
+    destination, prefix, keep_vars = _state_dict_args(*args, **kwargs)
+    if keep_vars:
+        raise ValueError(
+            "keep_vars=True: under a FULL or SHARDED state-dict type the model returns gathered "
+            "or copied tensors, not its parameters (as FSDP1 does); call it without keep_vars"
+        )
+    route.busy = True
+    try:
+        result = _model_state_dict(module, route.settings)
+    finally:
+        route.busy = False
+    if prefix:
+        result = {prefix + key: value for key, value in result.items()}
+    if destination is None:
+        return result
+    destination.update(result)
+    return destination
+
+
+def _routed_load_state_dict(
+    module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+) -> Any:
+    """``module.load_state_dict(sd)`` under the type set on it, as FSDP1 loads it."""
+    route = _ROUTES.get(module)
+    if route is None or route.busy:
+        return _native(module, "load_state_dict")(state_dict, strict=strict, assign=assign)
+    if assign:
+        raise ValueError(
+            "assign=True: under a FULL or SHARDED state-dict type the model copies the values "
+            "into its (sharded) parameters, as FSDP1 does; call it without assign"
+        )
+    route.busy = True
+    try:
+        return _load_model_state_dict(module, state_dict, strict, route.settings)
+    finally:
+        route.busy = False
+
+
+def _model_state_dict(module: nn.Module, settings: StateDictSettings) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import StateDictType
+
+    config: Any = settings.state_dict_config
+    if settings.state_dict_type != StateDictType.FULL_STATE_DICT:
+        return get_model_state_dict(
+            module, options=StateDictOptions(cpu_offload=config.offload_to_cpu)
+        )
+    return _full(
+        lambda options: get_model_state_dict(module, options=options),
+        offload=config.offload_to_cpu,
+        rank0_only=config.rank0_only,
+    )
+
+
+def _load_model_state_dict(
+    module: nn.Module, state_dict: Mapping[str, Any], strict: bool, settings: StateDictSettings
+) -> Any:
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        set_model_state_dict,
+    )
+    from torch.distributed.fsdp import StateDictType
+
+    given = dict(state_dict)  # torch writes the sharded tensors into the dict it is given
+    if settings.state_dict_type != StateDictType.FULL_STATE_DICT:
+        return set_model_state_dict(module, given, options=StateDictOptions(strict=strict))
+    # torch's full load fills the keys a dict lacks with the model's current values, so it
+    # never reports them missing: find them here, as nn.Module (and FSDP1) would.
+    missing = [key for key in get_model_state_dict(module) if key not in given]
+    if strict and missing:
+        raise RuntimeError(
+            f"Error(s) in loading state_dict for {type(module).__name__}:\n\t"
+            f"Missing key(s) in state_dict: {', '.join(repr(k) for k in missing)}."
+        )
+    # Every rank passes the full tensors, as FSDP1 requires; torch scatters rank 0's.
+    options = StateDictOptions(full_state_dict=True, strict=strict)
+    result = set_model_state_dict(module, given, options=options)
+    return type(result)(missing + list(result.missing_keys), list(result.unexpected_keys))
+
+
+def _full(
+    get: Callable[[Any], dict[str, Any]], *, offload: bool, rank0_only: bool
+) -> dict[str, Any]:
+    """A full state dict from torch's ``get(options)`` with FSDP1's two separate switches.
+
+    torch ties them (``cpu_offload=True`` with ``full_state_dict=True`` also means rank 0
+    only); the two mixed cases take torch's sharded dict and gather it one tensor at a time,
+    every rank joining each gather, so no rank holds more than FSDP1 would.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.distributed.tensor import DTensor
+
+    if offload == rank0_only:
+        return get(StateDictOptions(full_state_dict=True, cpu_offload=offload))
+    keep = not rank0_only or not dist.is_initialized() or dist.get_rank() == 0
+
+    def gather(value: torch.Tensor) -> torch.Tensor | None:
+        if isinstance(value, DTensor):
+            mesh_device = value.device_mesh.device_type
+            if value.device.type != mesh_device:  # shards FSDP2 offloads: gather on the mesh
+                value = cast(DTensor, value.to(mesh_device))
+            value = value.full_tensor()
+        if not keep:
+            return None
+        return value.cpu() if offload else value
+
+    result = _map_tensors(get(StateDictOptions()), gather)
+    return result if keep else {}
+
+
+def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """``obj`` with ``fn`` applied to every tensor in it, in order, through dicts and lists."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {key: _map_tensors(value, fn) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_tensors(value, fn) for value in obj)
+    return obj
+
+
+# -- the state-dict type APIs ---------------------------------------------------------------------
+
+
+def state_dict_type(
+    module: nn.Module,
+    state_dict_type: StateDictType,
+    state_dict_config: StateDictConfig | None = None,
+    optim_state_dict_config: OptimStateDictConfig | None = None,
+) -> contextlib.AbstractContextManager[None]:
+    """``FSDP.state_dict_type(...)``: inside the block, ``module.state_dict()`` and
+    ``module.load_state_dict()`` (wherever they are called) and the optimizer functions below
+    follow that type and those configs.
+
+    FSDP1 models: FSDP1's context manager. Others (FSDP2, DDP, plain): what was set before (a
+    type, or nothing) is restored on exit, also by an exception.
+    """
+    if _is_fsdp1(module):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.state_dict_type(
+            module, state_dict_type, state_dict_config, optim_state_dict_config
+        )
+    return _fsdp2_state_dict_type(
+        module, _validated(state_dict_type, state_dict_config, optim_state_dict_config)
+    )
+
+
+@contextlib.contextmanager
+def _fsdp2_state_dict_type(module: nn.Module, settings: StateDictSettings) -> Iterator[None]:
+    route = _ROUTES.get(module)
+    before = None if route is None else route.settings
+    _set(module, settings)
+    try:
+        yield
+    finally:
+        _set(module, before)
+
+
+def set_state_dict_type(
+    module: nn.Module,
+    state_dict_type: StateDictType,
+    state_dict_config: StateDictConfig | None = None,
+    optim_state_dict_config: OptimStateDictConfig | None = None,
+) -> StateDictSettings:
+    """``FSDP.set_state_dict_type(...)``: as ``state_dict_type``, until changed; returns the
+    previous settings.
+
+    A model without FSDP1 that nobody set a type on reports FSDP1's default (FULL, default
+    configs): the optimizer functions follow it. Its own ``state_dict()`` is its class's until a
+    type is set (DTensors on FSDP2); setting FULL explicitly gives FSDP1's default there too.
+    """
+    if _is_fsdp1(module):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.set_state_dict_type(
+            module, state_dict_type, state_dict_config, optim_state_dict_config
+        )
+    settings = _validated(state_dict_type, state_dict_config, optim_state_dict_config)
+    previous = _current(module)
+    _set(module, settings)
+    return previous
+
+
+def get_state_dict_type(module: nn.Module) -> StateDictSettings:
+    """``FSDP.get_state_dict_type(module)``: the settings the functions here follow."""
+    if _is_fsdp1(module):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.get_state_dict_type(module)
+    return _current(module)
+
+
+# -- optimizer state ------------------------------------------------------------------------------
+
+
+def optim_state_dict(
+    model: nn.Module,
+    optim: torch.optim.Optimizer,
+    optim_state_dict: dict[str, Any] | None = None,
+    group: dist.ProcessGroup | None = None,
+) -> dict[str, Any]:
+    """``FSDP.optim_state_dict(...)``: the optimizer state keyed by parameter name, in the form
+    the model's state-dict type asks for (FSDP1's default FULL when none is set).
+
+    FULL: full tensors (``FullOptimStateDictConfig``: on the CPU when offloading, an empty dict
+    off rank 0 with ``rank0_only``). SHARDED: DTensors (FSDP1: ShardedTensor).
+    FSDP2, DDP and plain modules: ``torch.distributed.checkpoint.state_dict``'s
+    ``get_optimizer_state_dict``.
+    """
+    if _is_fsdp1(model):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.optim_state_dict(model, optim, optim_state_dict, group)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    from torch.distributed.fsdp import StateDictType
+
+    _check_fsdp2_group(model, group)
+    settings = _current(model)
+    config: Any = settings.optim_state_dict_config
+    # torch first gives an optimizer without state one with a zero-lr step (step 1, zero
+    # moments) and keeps it: the next real step would then be step 2. Put it back as it was.
+    before = None if optim.state else optim.state_dict()
+    try:
+        with _optimizer_state_from(optim, optim_state_dict):
+            if settings.state_dict_type != StateDictType.FULL_STATE_DICT:
+                options = StateDictOptions(cpu_offload=config.offload_to_cpu)
+                result = get_optimizer_state_dict(model, optim, options=options)
+            else:
+                result = _full(
+                    lambda options: get_optimizer_state_dict(model, optim, options=options),
+                    offload=config.offload_to_cpu,
+                    rank0_only=config.rank0_only,
+                )
+    finally:
+        if before is not None:
+            optim.load_state_dict(before)
+    source = before if optim_state_dict is None else optim_state_dict
+    if result and source is not None and not source.get("state"):
+        result["state"] = {}  # FSDP1: no state before the first step
+    return result
+
+
+def optim_state_dict_to_load(
+    model: nn.Module,
+    optim: torch.optim.Optimizer,
+    optim_state_dict: dict[str, Any],
+    is_named_optimizer: bool = False,
+    load_directly: bool = False,
+    group: dist.ProcessGroup | None = None,
+) -> dict[str, Any]:
+    """``FSDP.optim_state_dict_to_load(...)``: the dict to pass to ``optim.load_state_dict``
+    for a name-keyed ``optim_state_dict``, read in the model's state-dict type; loaded into
+    ``optim`` as well with ``load_directly=True``.
+
+    FSDP2, DDP and plain modules: torch's ``set_optimizer_state_dict`` loads it (FULL with
+    ``rank0_only``: rank 0's dict, broadcast), the result is ``optim.state_dict()`` then, and
+    without ``load_directly`` the optimizer's previous state is put back before returning.
+    """
+    if _is_fsdp1(model):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.optim_state_dict_to_load(
+            model, optim, optim_state_dict, is_named_optimizer, load_directly, group
+        )
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    from torch.distributed.fsdp import StateDictType
+
+    if is_named_optimizer:
+        raise ValueError(
+            "is_named_optimizer=True: an FSDP2 model's optimizer is a torch.optim.Optimizer "
+            "(NamedOptimizer/KeyedOptimizer are FSDP1-only here); pass is_named_optimizer=False"
+        )
+    _check_fsdp2_group(model, group)
+    settings = _current(model)
+    full = settings.state_dict_type == StateDictType.FULL_STATE_DICT
+    rank0_only = full and bool(getattr(settings.optim_state_dict_config, "rank0_only", False))
+    # strict=False: a parameter without state in the dict gets none, as with FSDP1 (torch's
+    # strict SHARDED load refuses such a dict).
+    options = StateDictOptions(full_state_dict=full, broadcast_from_rank0=rank0_only, strict=False)
+    before = None if load_directly else optim.state_dict()
+    tuples = [
+        {key for key, value in param_group.items() if isinstance(value, tuple)}
+        for param_group in optim.param_groups
+    ]
+    try:
+        set_optimizer_state_dict(model, optim, _structure_copy(optim_state_dict), options=options)
+        _drop_state_not_loaded(model, optim, optim_state_dict, rank0_only)
+        # torch's full load flattens the dict, which turns tuples (AdamW's betas) into lists;
+        # FSDP1 keeps them, and code compares them to its configuration: make them tuples again.
+        for param_group, keys in zip(optim.param_groups, tuples):
+            for key in keys:
+                if isinstance(param_group[key], list):
+                    param_group[key] = tuple(param_group[key])
+        return optim.state_dict()
+    finally:
+        if before is not None:
+            optim.load_state_dict(before)
+
+
+def _drop_state_not_loaded(
+    model: nn.Module, optim: torch.optim.Optimizer, given: dict[str, Any], rank0_only: bool
+) -> None:
+    """Leave state only for the parameters ``given`` has state for, as FSDP1's result does.
+
+    torch's full load keeps the optimizer's own state for the others: for an optimizer
+    without state, the zero-lr step it takes first (step 1, zero moments).
+    """
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    loaded = [set(given.get("state", {}))]
+    if rank0_only:  # only rank 0's dict counts: every rank needs its names
+        dist.broadcast_object_list(loaded, src=0)
+    if not optim.state:
+        return
+    # torch names each parameter group's parameters in the optimizer's order.
+    named_groups: Any = get_optimizer_state_dict(model, optim)["param_groups"]
+    for param_group, named in zip(optim.param_groups, named_groups):
+        for param, name in zip(param_group["params"], named["params"]):
+            if name not in loaded[0]:
+                optim.state.pop(param, None)
+
+
+def _check_fsdp2_group(model: nn.Module, group: dist.ProcessGroup | None) -> None:
+    """FSDP2 takes each parameter's group from its mesh: ``group`` may only name that group."""
+    if group is None:
+        return
+    from torch.distributed.tensor import DTensor
+
+    meshes = {p.device_mesh for p in model.parameters() if isinstance(p, DTensor)}
+    if any(mesh.ndim != 1 or mesh.get_group() != group for mesh in meshes):
+        raise ValueError(
+            "group: FSDP2 shards each parameter over its device mesh, and this group is not "
+            "the (1-D) mesh of every sharded parameter; pass group=None"
+        )
+
+
+@contextlib.contextmanager
+def _optimizer_state_from(
+    optim: torch.optim.Optimizer, given: dict[str, Any] | None
+) -> Iterator[None]:
+    """While open, ``optim.state_dict()`` returns ``given`` (FSDP1's ``optim_state_dict=``)."""
+    if given is None:
+        yield
+        return
+    saved = optim.__dict__.get("state_dict", _ABSENT)
+    optim.__dict__["state_dict"] = lambda: _structure_copy(given)
+    try:
+        yield
+    finally:
+        if saved is _ABSENT:
+            del optim.__dict__["state_dict"]
+        else:
+            optim.__dict__["state_dict"] = saved
+
+
+def _structure_copy(obj: Any) -> Any:
+    """New dicts and lists around the same tensors: torch re-keys the dicts it is given."""
+    if isinstance(obj, dict):
+        return {key: _structure_copy(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [_structure_copy(value) for value in obj]
+    return obj
