@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
-from codemods.plan import NeededImport, Rewrite
+from codemods.plan import NeededImport, Requirement, Rewrite
 from codemods.text import Edit
 
 MODULE = "torch.distributed.checkpoint.state_dict"
@@ -498,7 +498,8 @@ class StateDictRule:
         self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
     ) -> None:
         """``m.state_dict()`` / ``m.load_state_dict(sd)``: in a pure block, or on a model
-        built here (FSDP1's FULL default, spelled out when the model migrates)."""
+        built here or known to be FSDP1 (FSDP1's FULL default, spelled out when the model
+        migrates: FSDP2's own default is sharded)."""
         a = self.a
         func = call.func
         assert isinstance(func, ast.Attribute)
@@ -506,7 +507,7 @@ class StateDictRule:
         plain = options is None
         if plain:
             ties, deferred = a.ties.of(receiver)
-            if not ties or deferred:
+            if deferred or not (ties or a.ties.known_fsdp1(receiver)):
                 return
             if self.persistent:
                 self.handled.add(call)
@@ -632,17 +633,20 @@ class StateDictRule:
             [a.replace(call, new.text)], message, self._imports(anchor or call.func, new)
         )
         ties, deferred = a.ties.of(model)
+        requirement: Requirement = "ALWAYS"
+        if plain:  # FSDP1's default spelled out: only once the model is FSDP2
+            requirement = "MODELS" if ties else "RUN"
         site = a.add(
             self.CODE,
             call,
             "kept: an FSDP1 state-dict call",
             rewrite,
-            "MODELS" if plain else "ALWAYS",
+            requirement,
             ties=ties,
             deferred=deferred,
             groups=groups,
         )
-        site.quiet = plain
+        site.quiet = plain and bool(ties)
 
     def _imports(self, anchor: ast.AST, new: _New) -> list[NeededImport]:
         a = self.a
