@@ -8,7 +8,7 @@ is reported then, in one line (``versions.require_torch``).
 from importlib import import_module
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "BF16Optimizer": "fsdp2_port.bf16_optimizer",
