@@ -1,8 +1,18 @@
-"""The ``fsdp2-port`` command: one subcommand per job, each imported only when it runs."""
+"""The ``fsdp2-port`` command: one subcommand per job, each imported only when it runs.
+
+``compare`` exits 0 (the same), 1 (different), 2 (bad request, or a run failed); with
+``--format json`` it prints exactly one JSON object on standard output for every outcome,
+errors included.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import math
 import sys
+from pathlib import Path
+from typing import Any, NoReturn
 
 _USAGE = """\
 usage: fsdp2-port COMMAND [ARGS...]
@@ -12,11 +22,61 @@ Move PyTorch training code from FSDP1 to FSDP2 without changing what it computes
 commands:
   migrate   rewrite FSDP1 call sites into FSDP2 and mark what needs review
             (libcst codemods; run `fsdp2-port migrate --help`)
-  verify    train a model under FSDP1 + compat and FSDP2 + fsdp2_port on N local
-            ranks and check both match a single-process reference
+  compare   run your FSDP1 script and its migration the same way (torchrun) and
+            check that they log the same losses and grad norms, step by step
+  verify    train a model under FSDP1 + compat and FSDP2 + fsdp2_port on N ranks
+            and check both match a single-process reference
 
 Run `fsdp2-port COMMAND --help` for a command's options.
 """
+
+
+class _UsageError(Exception):
+    """argparse's complaint, raised instead of exiting so ``--format json`` can report it."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """``--format json`` anywhere before ``--``: read before parsing, for usage errors."""
+    head = argv[: argv.index("--")] if "--" in argv else argv
+    pairs = zip(head, [*head[1:], ""])
+    return "--format=json" in head or ("--format", "json") in pairs
+
+
+def _dumps(obj: Any) -> str:
+    """Strict JSON (no NaN/Infinity tokens): a non-finite float becomes "nan"/"inf"/"-inf"."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return str(x)
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(obj), indent=2, allow_nan=False)
+
+
+def _write_html(path: Path | None, page: str) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+
+
+def _error_page(command: str, message: str, details: str) -> str:
+    from fsdp2_port import report_html
+
+    return report_html.render(
+        title=f"fsdp2-port {command}",
+        verdict=f"ERROR: {message}",
+        outcome="error",
+        details=details.splitlines(),
+    )
 
 
 def _migrate(argv: list[str]) -> int:
@@ -26,9 +86,6 @@ def _migrate(argv: list[str]) -> int:
 
 
 def _verify(argv: list[str]) -> int:
-    import argparse
-    import json
-
     from fsdp2_port import verify as v
     from fsdp2_port.launch import RankFailure, RankTimeout
 
@@ -95,7 +152,121 @@ def _verify(argv: list[str]) -> int:
     return 0 if report.ok else 1
 
 
-_COMMANDS = {"migrate": _migrate, "verify": _verify}
+# -- compare ----------------------------------------------------------------------------------
+
+
+def _key_value(kind: type):
+    def parse(text: str) -> tuple[str, Any]:
+        name, sep, value = text.partition("=")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+        try:
+            return name, kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: not a number: {value!r}") from None
+
+    return parse
+
+
+def _compare_parser() -> argparse.ArgumentParser:
+    from fsdp2_port import compare as c
+
+    d = c.Config()
+    parser = _Parser(
+        prog="fsdp2-port compare",
+        usage="fsdp2-port compare OLD NEW [options] -- SCRIPT_ARGS...",
+        description="Run OLD, then NEW, with the same SCRIPT_ARGS (through torchrun, or "
+        "directly with --launcher none), read the per-step metrics each prints on its "
+        "standard output (`step N ... loss X ... grad_norm Y`), and judge NEW against OLD. "
+        "`{run}` in SCRIPT_ARGS becomes `old` or `new` (e.g. --save ckpt_{run}.pt). "
+        "Exit 0: the same; 1: different; 2: a run failed or logged no comparable steps.",
+    )
+    parser.add_argument("old", metavar="OLD", help="the original script (e.g. FSDP1)")
+    parser.add_argument("new", metavar="NEW", help="its migration (e.g. FSDP2)")
+    parser.add_argument("--launcher", choices=c.LAUNCHERS, default=d.launcher)
+    run = parser.add_argument_group("torchrun (with --launcher torchrun)")
+    run.add_argument("--nproc-per-node", type=int, default=d.nproc_per_node, help="default 2")
+    run.add_argument("--nnodes", default=d.nnodes, help="default 1 (--standalone)")
+    run.add_argument("--node-rank", type=int, default=d.node_rank)
+    run.add_argument("--rdzv-endpoint", default=d.rdzv_endpoint, metavar="HOST:PORT")
+    run.add_argument("--rdzv-id", default=d.rdzv_id)
+    parser.add_argument(
+        "--metric",
+        action="append",
+        type=_key_value(str),
+        default=[],
+        metavar="NAME=REGEX",
+        help="another metric to read, or a new pattern for loss, grad_norm or step; "
+        "the regex's first group is the number",
+    )
+    parser.add_argument(
+        "--rtol",
+        action="append",
+        type=_key_value(float),
+        default=[],
+        metavar="NAME=X",
+        help="a metric's relative tolerance instead of --dtype's",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(c.TOLERANCE),
+        default=d.dtype,
+        help=f"what the runs compute in: tolerance fp32 {c.TOLERANCE['fp32']:g}, "
+        f"bf16 {c.TOLERANCE['bf16']:g} (default {d.dtype})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=d.timeout,
+        help="seconds each run may take (default %(default)g)",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--html", type=Path, metavar="PATH", help="also write an HTML report")
+    return parser
+
+
+def _compare(argv: list[str]) -> int:
+    from fsdp2_port import compare as c
+
+    as_json = _wants_json(argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    html: Path | None = None
+    try:
+        args = _compare_parser().parse_args(argv[:split])
+        html = args.html
+        config = c.Config(
+            old=args.old,
+            new=args.new,
+            script_args=tuple(argv[split + 1 :]),
+            launcher=args.launcher,
+            nproc_per_node=args.nproc_per_node,
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            rdzv_endpoint=args.rdzv_endpoint,
+            rdzv_id=args.rdzv_id,
+            metrics=dict(args.metric),
+            rtol=dict(args.rtol),
+            dtype=args.dtype,
+            timeout=args.timeout,
+        )
+        result = c.compare(config)
+    except (_UsageError, c.CompareError) as e:
+        if as_json:
+            print(_dumps({"verdict": "error", "exit_code": 2, "error": str(e)}))
+        print(f"fsdp2-port compare: error: {e}", file=sys.stderr)
+        _write_html(html, _error_page("compare", f"error: {e}", ""))
+        return 2
+    if as_json:
+        print(_dumps(c.as_json(result)))
+    elif result.verdict != "error":
+        print(c.format_text(result))
+    if result.verdict == "error":
+        print(c.format_error(result), file=sys.stderr)
+    _write_html(html, c.html_report(result))
+    return result.exit_code
+
+
+_COMMANDS = {"migrate": _migrate, "compare": _compare, "verify": _verify}
 
 
 def main(argv: list[str] | None = None) -> int:

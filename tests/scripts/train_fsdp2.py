@@ -1,0 +1,26 @@
+"""train_fsdp1.py migrated by hand: fully_shard + fsdp2_port.BF16Optimizer (see _tiny.py)."""
+
+import argparse
+
+import _tiny
+from torch.distributed.fsdp import fully_shard
+
+from fsdp2_port import BF16Optimizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    model = _tiny.model()
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    optimizer = BF16Optimizer(
+        model, lr=_tiny.LR, max_grad_norm=_tiny.MAX_GRAD_NORM, total_steps=100, warmup_ratio=0.0
+    )
+    _tiny.train(model, optimizer, args.steps)
+
+
+if __name__ == "__main__":
+    _tiny.launch(main)

@@ -1,0 +1,31 @@
+"""A wrong migration: train_fsdp2.py with the old rank-local clip brought back.
+
+Each rank clips its own shard by its own shard's norm (no all-reduce), so every rank scales
+its gradients by a different coefficient, and the norm it returns is its shard's.
+"""
+
+import argparse
+
+import _tiny
+from torch.distributed.fsdp import fully_shard
+
+from fsdp2_port import BF16Optimizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    model = _tiny.model()
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    optimizer = BF16Optimizer(
+        model, lr=_tiny.LR, max_grad_norm=_tiny.MAX_GRAD_NORM, total_steps=100, warmup_ratio=0.0
+    )
+    optimizer.configure_grad_norm_reduction(enabled=False)  # the bug: a rank-local norm
+    _tiny.train(model, optimizer, args.steps)
+
+
+if __name__ == "__main__":
+    _tiny.launch(main)

@@ -1,0 +1,179 @@
+"""`fsdp2-port compare`: reading logs, judging, exit codes, and real runs of tests/scripts/.
+
+The scripts: train_fsdp1.py (FSDP1 + compat.BF16Optimizer), train_fsdp2.py (its migration by
+hand) and train_fsdp2_local_clip.py (the migration with the rank-local clip brought back).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fsdp2_port.compare import judge, parse_log, patterns, relative_difference
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+def _compare(*args, timeout=240):
+    return subprocess.run(
+        [sys.executable, "-m", "fsdp2_port", "compare", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _script(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+LOG = "print('step 0 loss 2.0 grad_norm 0.5'); print('step 1 loss 1.5 grad_norm 0.4')"
+
+
+# -- reading and judging (no runs) ------------------------------------------------------------
+
+
+def test_default_patterns_read_the_usual_log_lines():
+    step, metrics = patterns({})
+    text = "\n".join(
+        [
+            "step 0 loss 2.5 grad_norm 0.5",
+            "Step 1/100 | Loss: 2.25 | grad norm: 4e-1",
+            "[rank0] step=2 loss=2.0 gnorm=0.3 lr=1e-3",
+            "step 3, loss 1.9, norm 0.2",
+            "loss 9.9 grad_norm 9.9",  # no step on the line: not read
+            "saving a checkpoint at step 4",  # a step with no metric: not a logged step
+            "step 3 loss 1.8",  # the last value of a step wins, the others stay
+            "epoch 0 step 5 train_loss 7.0 loss nan",
+        ]
+    )
+    assert parse_log(text, step, metrics) == {
+        0: {"loss": 2.5, "grad_norm": 0.5},
+        1: {"loss": 2.25, "grad_norm": 0.4},
+        2: {"loss": 2.0, "grad_norm": 0.3},
+        3: {"loss": 1.8, "grad_norm": 0.2},
+        5: {"loss": pytest.approx(float("nan"), nan_ok=True)},
+    }
+
+
+def test_metric_patterns_add_and_replace():
+    step, metrics = patterns({"ppl": r"ppl=(\S+)", "step": r"it (\d+)"})
+    assert parse_log("it 7 loss 1.0 ppl=2.7", step, metrics) == {7: {"loss": 1.0, "ppl": 2.7}}
+
+
+def test_judge_names_every_departure():
+    old = {0: {"loss": 2.0, "grad_norm": 0.5}, 1: {"loss": 1.5, "grad_norm": 0.4}, 2: {"loss": 1}}
+    new = {0: {"loss": 2.0 * (1 + 1e-3), "grad_norm": 0.5}, 1: {"loss": 1.5}}
+    tol = {"loss": 2e-3, "grad_norm": 2e-3}
+    assert judge(old, new, tol) == [
+        "steps logged by old only: 2",
+        "step 1: grad_norm logged by old only",
+    ]
+    new[0]["grad_norm"] = 0.5 * (1 + 3e-3)
+    assert judge(old, new, tol)[1] == (
+        "step 0: grad_norm 0.5015 vs 0.5, relative difference 3.00e-03 > 0.002"
+    )
+    assert relative_difference(0.0, 0.0) == 0 and relative_difference(0.0, 1e-9) == float("inf")
+    nan = float("nan")
+    assert relative_difference(nan, nan) == 0 and relative_difference(1.0, nan) == float("inf")
+
+
+# -- exit codes, on scripts that import nothing -----------------------------------------------
+
+
+def test_a_crashing_new_run_exits_2_with_its_status_and_output(tmp_path):
+    old = _script(tmp_path, "old.py", LOG)
+    new = _script(tmp_path, "new.py", "print('step 0 loss 2.0')\nraise SystemExit(3)")
+    run = _compare(old, new, "--launcher", "none")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "new (" in run.stderr and "failed: exit 3" in run.stderr
+    assert "step 0 loss 2.0" in run.stderr  # the tail of its output
+    report = json.loads(_compare(old, new, "--launcher", "none", "--format", "json").stdout)
+    assert report["verdict"] == "error" and report["runs"]["new"]["returncode"] == 3
+
+
+def test_a_run_that_logs_no_steps_exits_2(tmp_path):
+    old = _script(tmp_path, "old.py", LOG)
+    new = _script(tmp_path, "new.py", "print('training done')")
+    run = _compare(old, new, "--launcher", "none", "--format", "json")
+    assert run.returncode == 2
+    report = json.loads(run.stdout)
+    assert report["error"] == "new logged no step with a metric"
+    assert "training done" in report["runs"]["new"]["stdout_tail"]
+
+
+def test_json_for_every_outcome_and_no_torch_in_the_parent(tmp_path):
+    old = _script(tmp_path, "old.py", LOG)
+    new = _script(tmp_path, "new.py", LOG.replace("1.5", "1.6"))
+    for args, code in [
+        ((old, old), 0),
+        ((old, new), 1),
+        ((old, new, "--rtol", "loss=0.1"), 0),
+        ((old, new, "--rtol", "lr=0.1"), 2),  # no such metric
+        ((old, new, "--metric", "x=no group"), 2),
+        ((old, new, "--nproc-per-node", "2"), 2),  # torchrun's, with --launcher none
+        ((old, tmp_path / "missing.py"), 2),
+        ((old,), 2),  # argparse's own error
+    ]:
+        run = _compare(*args, "--launcher", "none", "--format", "json")
+        report = json.loads(run.stdout)
+        assert (run.returncode, report["exit_code"]) == (code, code), (args, run.stderr)
+    probe = (
+        "import sys; from fsdp2_port.cli import main; "
+        f"code = main(['compare', {str(old)!r}, {str(new)!r}, '--launcher', 'none']); "
+        "assert 'torch' not in sys.modules, 'compare imported torch'; sys.exit(code)"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1, run.stderr
+    assert "step 1: loss 1.6 vs 1.5" in run.stdout
+
+
+# -- real runs: 2 gloo ranks ------------------------------------------------------------------
+
+
+def test_a_correct_migration_is_the_same_under_torchrun(tmp_path):
+    run = _compare(
+        SCRIPTS / "train_fsdp1.py",
+        SCRIPTS / "train_fsdp2.py",
+        "--nproc-per-node",
+        "2",
+        "--format",
+        "json",
+        "--timeout",
+        "180",
+        "--",
+        "--steps",
+        "3",
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    assert report["verdict"] == "same" and report["tolerance"] == {"loss": 2e-3, "grad_norm": 2e-3}
+    assert [s["step"] for s in report["steps"]] == [0, 1, 2]
+    assert "torch.distributed.run" in report["runs"]["new"]["command"]
+
+
+def test_the_rank_local_clip_is_different_with_ranks_the_scripts_spawn():
+    run = _compare(
+        SCRIPTS / "train_fsdp1.py",
+        SCRIPTS / "train_fsdp2_local_clip.py",
+        "--launcher",
+        "none",
+        "--format",
+        "json",
+        "--timeout",
+        "180",
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    assert report["runs"]["new"]["command"][1].endswith("train_fsdp2_local_clip.py")
+    steps = report["steps"]
+    assert len(steps) == 3 and steps[0]["rel_diff"]["loss"] == 0  # same start, same batch
+    # rank 0's shard norm: well below the global one, and judged so at every step
+    assert steps[0]["new"]["grad_norm"] < 0.9 * steps[0]["old"]["grad_norm"]
+    assert [f.split(":")[0] for f in report["failures"]][:3] == ["step 0", "step 1", "step 2"]
