@@ -1,8 +1,8 @@
 """The ``fsdp2-port`` command: one subcommand per job, each imported only when it runs.
 
-``compare`` exits 0 (the same), 1 (different), 2 (bad request, or a run failed); with
-``--format json`` it prints exactly one JSON object on standard output for every outcome,
-errors included.
+``verify`` and ``compare`` exit 0 (equivalent / the same), 1 (not), 2 (bad request, or a run
+or rank failed); with ``--format json`` each prints exactly one JSON object on standard
+output for every outcome, errors included.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -85,41 +87,83 @@ def _migrate(argv: list[str]) -> int:
     return migrate_main(argv)
 
 
-def _verify(argv: list[str]) -> int:
-    from fsdp2_port import verify as v
-    from fsdp2_port.launch import RankFailure, RankTimeout
+# -- verify -----------------------------------------------------------------------------------
 
-    parser = argparse.ArgumentParser(
+
+def _verify_parser() -> argparse.ArgumentParser:
+    from fsdp2_port.verify import LOCAL_WORLD_SIZE, STRATEGIES, Config
+
+    d = Config()  # the defaults live there, once
+    parser = _Parser(
         prog="fsdp2-port verify",
         description="Train one model from one seed in four arms (single-process reference, "
         "FSDP1 + compat.BF16Optimizer, FSDP2 + fsdp2_port.BF16Optimizer, FSDP1 with the old "
-        "rank-local clip) and check the sharded arms match the reference. "
-        "Exit 0: equivalent; 1: not; 2: bad request or a rank failed.",
+        "rank-local clip) and check the sharded arms match the reference. Started by "
+        "torchrun, it runs on the job's ranks (any number of nodes); otherwise it spawns "
+        "its own. Exit 0: equivalent; 1: not; 2: bad request or a rank failed.",
     )
     parser.add_argument(
         "--model",
-        default=v.DEFAULT_MODEL,
+        default=d.model,
         metavar="MODULE:FACTORY",
         help="returns a model, (model, batch_fn) or (model, batch_fn, loss_fn); "
         "default: the bundled tiny transformer",
     )
-    parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--strategy", choices=v.STRATEGIES, default="full_shard")
-    parser.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
-    parser.add_argument("--max-grad-norm", type=float, default=0.5)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=d.world_size,
+        help=f"ranks to spawn (default {LOCAL_WORLD_SIZE}); under torchrun, the job's",
+    )
+    parser.add_argument("--steps", type=int, default=d.steps)
+    parser.add_argument("--strategy", choices=STRATEGIES, default=d.strategy)
+    parser.add_argument("--dtype", choices=("bf16", "fp32"), default=d.dtype)
+    parser.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm)
+    parser.add_argument("--lr", type=float, default=d.lr)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=d.device)
     parser.add_argument(
         "--judge-old-clip",
         action="store_true",
+        default=d.judge_old_clip,
         help="hold the old rank-local clip to the tolerances too (it should fail)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=600.0, help="seconds before hung ranks are killed"
+        "--timeout",
+        type=float,
+        default=d.timeout,
+        help="seconds before hung ranks are killed (under torchrun: a collective fails)",
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    args = parser.parse_args(argv)
+    parser.add_argument("--html", type=Path, metavar="PATH", help="also write an HTML report")
+    return parser
+
+
+def _verify(argv: list[str]) -> int:
+    from fsdp2_port import verify as v
+    from fsdp2_port.launch import RankFailure, RankTimeout
+
+    as_json = _wants_json(argv)
+    # Under torchrun every rank runs this; rank 0 speaks for the job. The verdict is the same
+    # on every rank (rank 0's figures are broadcast), so every rank exits with its code.
+    speaks = not v.under_torchrun() or os.environ.get("RANK") == "0"
+    html: Path | None = None
+
+    def error(message: str, details: str = "", this_rank_only: bool = False) -> int:
+        """Exit 2; ``details`` (a traceback, the usage) above a last line naming the failure."""
+        if speaks:
+            if as_json:
+                out = {"verdict": "error", "ok": False, "exit_code": 2, "error": message}
+                print(_dumps({**out, "details": details}))
+            _write_html(html, _error_page("verify", message, details))
+        if speaks or this_rank_only:
+            print(f"{details.rstrip()}\nfsdp2-port verify: {message}".lstrip(), file=sys.stderr)
+        return 2
+
+    try:
+        args = _verify_parser().parse_args(argv)
+    except _UsageError as e:
+        return error(f"error: {e}", _verify_parser().format_usage())
+    html = args.html
     config = v.Config(
         model=args.model,
         world_size=args.world_size,
@@ -132,23 +176,33 @@ def _verify(argv: list[str]) -> int:
         judge_old_clip=args.judge_old_clip,
         timeout=args.timeout,
     )
-    print(
-        f"fsdp2-port verify: training 4 arms for {args.steps} steps on {args.world_size} "
-        f"{'gloo' if args.device == 'cpu' else 'nccl'} ranks...",
-        file=sys.stderr,
-    )
     try:
+        config = v.resolved(config)
+        if speaks:
+            ranks = f"torchrun's {config.world_size}" if v.under_torchrun() else config.world_size
+            backend = "gloo" if args.device == "cpu" else "nccl"
+            print(
+                f"fsdp2-port verify: training 4 arms for {args.steps} steps on {ranks} "
+                f"{backend} ranks...",
+                file=sys.stderr,
+            )
         report = v.verify(config)
     except v.VerifyError as e:
-        print(f"fsdp2-port verify: error: {e}", file=sys.stderr)
-        return 2
+        return error(str(e), e.user_traceback)
     except (RankFailure, RankTimeout) as e:
-        print(f"fsdp2-port verify: a rank failed:\n{e}", file=sys.stderr)
-        return 2
-    if args.format == "json":
-        print(json.dumps({**v.asdict(report), "ok": report.ok}, indent=2))
-    else:
-        print(v.format_text(report))
+        return error(f"a rank failed: {type(e).__name__} (tracebacks above)", str(e))
+    except Exception as e:
+        if not v.under_torchrun():
+            raise
+        # this process is one rank of torchrun's job: its failure, its traceback
+        message = f"rank {os.environ['RANK']} failed: {type(e).__name__}: {e}"
+        return error(message, traceback.format_exc(), this_rank_only=True)
+    if speaks:
+        if as_json:
+            print(_dumps({**v.asdict(report), "ok": report.ok, "verdict": report.verdict}))
+        else:
+            print(v.format_text(report))
+        _write_html(html, v.html_report(report))
     return 0 if report.ok else 1
 
 

@@ -17,14 +17,15 @@ from fsdp2_port.verify import DEFAULT_MODEL, Config, Report, format_text, verify
 def assert_equivalent(
     factory: str | Callable[[], Any] = DEFAULT_MODEL,
     *,
-    world_size: int = 2,
+    world_size: int | None = None,
     steps: int = 3,
     **options: Any,
 ) -> Report:
     """Run ``fsdp2-port verify`` in-process; raise AssertionError with its table if not equal.
 
     ``factory`` is ``"module:function"`` or a module-level callable returning a model,
-    ``(model, batch_fn)`` or ``(model, batch_fn, loss_fn)``. ``options`` are the other
+    ``(model, batch_fn)`` or ``(model, batch_fn, loss_fn)``. ``world_size``: ranks to spawn
+    (default 2); under torchrun, the job's ranks are used. ``options`` are the other
     fields of ``fsdp2_port.verify.Config`` (``strategy``, ``dtype``, ``max_grad_norm``, ...).
     """
     report = verify(Config(model=factory, world_size=world_size, steps=steps, **options))

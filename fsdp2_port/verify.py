@@ -10,6 +10,10 @@ Four arms train one model from one seed on the same global batches:
 The sharded arms must match the reference per step (loss, grad norm) and in the final
 parameters within tolerances derived from the dtype; ``old_clip`` is shown, and judged
 only when asked (it is expected to fail, which proves the harness can say no).
+
+Ranks: spawned here (``config.world_size`` local processes), or, when this process was
+started by torchrun (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` set), the job's own ranks on
+however many nodes, with gloo on the CPU and NCCL on GPUs.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ import math
 import os
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,22 +36,36 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from fsdp2_port import versions
+from fsdp2_port import report_html, versions
+from fsdp2_port.compare import relative_difference
 from fsdp2_port.launch import run_ranks
 
 DEFAULT_MODEL = "fsdp2_port.tiny_transformer:tiny_transformer"
 ARMS = ("reference", "fsdp1", "fsdp2", "old_clip")
 STRATEGIES = ("full_shard", "shard_grad_op", "hybrid")
+EQUIVALENT = "EQUIVALENT: FSDP1 + compat and FSDP2 + fsdp2_port match the reference"
+LOCAL_WORLD_SIZE = 2  # ranks spawned when neither torchrun nor the caller says
+SEQ = 16  # tokens per sequence in the default batch of a model that starts with nn.Embedding
+# Frames a user's traceback leaves out: this package's and the import system's.
+_NOT_THE_USERS = (Path(__file__).resolve().parent, Path(importlib.__file__).resolve().parent)
 
 
 class VerifyError(ValueError):
-    """A bad request (model, strategy, world size, torch version): one line, no traceback."""
+    """A bad request (model, strategy, world size, torch version), said in one line.
+
+    ``user_traceback``: when the user's code raised (their factory, their module), the
+    frames of the traceback from their code on; empty otherwise.
+    """
+
+    def __init__(self, message: str, user_traceback: str = "") -> None:
+        super().__init__(message)
+        self.user_traceback = user_traceback
 
 
 @dataclass(frozen=True)
 class Config:
     model: str | Callable[[], Any] = DEFAULT_MODEL
-    world_size: int = 2
+    world_size: int | None = None  # None: torchrun's WORLD_SIZE, or LOCAL_WORLD_SIZE
     steps: int = 3
     strategy: str = "full_shard"
     dtype: str = "bf16"
@@ -69,6 +90,10 @@ class Report:
     def ok(self) -> bool:
         return not self.failures
 
+    @property
+    def verdict(self) -> str:
+        return "equivalent" if self.ok else "not-equivalent"
+
 
 def tolerances(dtype: str) -> dict[str, float]:
     """Relative tolerances. fp32: only summation order differs between world sizes. bf16:
@@ -92,7 +117,7 @@ def load_factory(spec: str | Callable[[], Any]) -> Callable[[], Any]:
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # an ImportError, or whatever the module raised on import
-        raise VerifyError(f"cannot import {module_name!r}: {type(e).__name__}: {e}") from None
+        raise _users_error(f"cannot import {module_name!r}", e) from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise VerifyError(f"{module_name!r} has no callable {attr!r}")
@@ -101,30 +126,62 @@ def load_factory(spec: str | Callable[[], Any]) -> Callable[[], Any]:
 
 def build(factory: Callable[[], Any]) -> tuple[nn.Module, Callable, Callable]:
     """Call the factory from a fixed seed: (model, batch(step, size), loss(output, target))."""
+    name = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', factory)}"
     torch.manual_seed(0)
-    made = factory()
+    try:
+        made = factory()
+    except Exception as e:
+        raise _users_error(f"calling {name}()", e) from None
     parts = made if isinstance(made, tuple) else (made,)
     if not parts or not isinstance(parts[0], nn.Module) or len(parts) > 3:
         raise VerifyError(
-            "the factory must return a module, (module, batch_fn) or (module, batch_fn, loss_fn); "
-            f"got {type(made).__name__}"
+            f"{name}() returned {type(made).__name__}: the factory must return a module, "
+            "(module, batch_fn) or (module, batch_fn, loss_fn)"
         )
     model = parts[0]
-    batch_fn = parts[1] if len(parts) > 1 else _regression_batch(model)
+    batch_fn = parts[1] if len(parts) > 1 else _default_batch(model)
     loss_fn = parts[2] if len(parts) > 2 else _default_loss
     return model, batch_fn, loss_fn
 
 
-def _regression_batch(model: nn.Module) -> Callable:
-    first = next((m for m in model.modules() if isinstance(m, nn.Linear)), None)
+def _users_error(what: str, e: BaseException) -> VerifyError:
+    """``what: ExceptionType: message``, with the traceback from the user's first frame on
+    (the harness's and the import system's frames dropped)."""
+    frames = [
+        f
+        for f in traceback.extract_tb(e.__traceback__)
+        if not f.filename.startswith("<frozen ")
+        and not any(d in Path(f.filename).resolve().parents for d in _NOT_THE_USERS)
+    ]
+    shown = "".join(["Traceback (most recent call last):\n", *traceback.format_list(frames)])
+    return VerifyError(f"{what}: {type(e).__name__}: {e}", shown if frames else "")
+
+
+def _default_batch(model: nn.Module) -> Callable:
+    """From the model's first nn.Embedding or nn.Linear: token ids below ``num_embeddings``
+    with next-token targets (SEQ long), or ``in_features`` random floats with no target."""
+    first = next((m for m in model.modules() if isinstance(m, (nn.Embedding, nn.Linear))), None)
     if first is None:
-        raise VerifyError("no batch function given and the model has no nn.Linear to size one")
+        raise VerifyError(
+            "no batch function given and the model has no nn.Embedding or nn.Linear to size one"
+        )
 
-    def batch(step: int, size: int):
+    if isinstance(first, nn.Embedding):
+        vocab = first.num_embeddings
+
+        def tokens(step: int, size: int):
+            g = torch.Generator().manual_seed(10_000 + step)
+            ids = torch.randint(0, vocab, (size, SEQ + 1), generator=g)
+            return ids[:, :-1], ids[:, 1:]
+
+        return tokens
+    features = first.in_features
+
+    def floats(step: int, size: int):
         g = torch.Generator().manual_seed(10_000 + step)
-        return torch.randn(size, first.in_features, generator=g), None
+        return torch.randn(size, features, generator=g), None
 
-    return batch
+    return floats
 
 
 def _default_loss(output: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
@@ -137,8 +194,27 @@ def _default_loss(output: torch.Tensor, target: torch.Tensor | None) -> torch.Te
     return F.mse_loss(output, target.float())
 
 
+def under_torchrun() -> bool:
+    """Whether this process is one rank of a job torchrun (or a launcher like it) started."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+
+
+def resolved(config: Config) -> Config:
+    """``config`` with its world size: torchrun's under torchrun, else the one asked for."""
+    if under_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if config.world_size not in (None, world):
+            raise VerifyError(
+                f"--world-size {config.world_size}, but torchrun started {world} ranks: "
+                "under torchrun the job's ranks are the world"
+            )
+        return replace(config, world_size=world)
+    return replace(config, world_size=config.world_size or LOCAL_WORLD_SIZE)
+
+
 def check(config: Config) -> None:
-    """Refuse, in one line, what cannot be verified here."""
+    """Refuse, in one line, what cannot be verified here (``config`` resolved)."""
+    assert config.world_size is not None
     if config.strategy not in STRATEGIES:
         raise VerifyError(f"--strategy must be one of {STRATEGIES}")
     if config.dtype not in ("bf16", "fp32"):
@@ -152,9 +228,10 @@ def check(config: Config) -> None:
             f"torch {versions.installed_torch()} scales FSDP2 gradients by the world size on "
             f"gloo; verify on the CPU needs torch >= {versions.FSDP2_GLOO_CORRECT}"
         )
-    if config.device == "cuda" and torch.cuda.device_count() < config.world_size:
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if under_torchrun() else config.world_size
+    if config.device == "cuda" and torch.cuda.device_count() < local:
         raise VerifyError(
-            f"--device cuda needs {config.world_size} GPUs, found {torch.cuda.device_count()}"
+            f"--device cuda needs {local} GPUs on this node, found {torch.cuda.device_count()}"
         )
     build(load_factory(config.model))
 
@@ -202,6 +279,7 @@ def _fsdp2(model: nn.Module, config: Config, device: torch.device) -> nn.Module:
 def _mesh(config: Config):
     from torch.distributed.device_mesh import init_device_mesh
 
+    assert config.world_size is not None
     if config.strategy == "hybrid":
         shape = (2, config.world_size // 2)
         return init_device_mesh(config.device, shape, mesh_dim_names=("replicate", "shard"))
@@ -275,30 +353,37 @@ def _relative_l2(params: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) 
     return math.sqrt(diff / sum(p.pow(2).sum() for p in ref.values()))
 
 
-def _worker(rank: int, world: int, config: Config, out_path: str) -> None:
-    device = torch.device(config.device, rank) if config.device == "cuda" else torch.device("cpu")
+def _arms(config: Config, device: torch.device) -> dict[str, Any] | None:
+    """Train every arm on this rank; rank 0 returns each arm's figures, the others None."""
     factory = load_factory(config.model)
     results = {arm: _train(arm, config, factory, device) for arm in ARMS}
-    if rank == 0:
-        ref = results["reference"]["params"]
-        out = {
-            arm: {
-                "losses": r["losses"],
-                "norms": r["norms"],
-                "param_diff": _relative_l2(r["params"], ref),
-            }
-            for arm, r in results.items()
+    if dist.get_rank() != 0:
+        return None
+    ref = results["reference"]["params"]
+    return {
+        arm: {
+            "losses": r["losses"],
+            "norms": r["norms"],
+            "param_diff": _relative_l2(r["params"], ref),
         }
+        for arm, r in results.items()
+    }
+
+
+def _device(config: Config, local_rank: int) -> torch.device:
+    return torch.device("cuda", local_rank) if config.device == "cuda" else torch.device("cpu")
+
+
+def _worker(rank: int, world: int, config: Config, out_path: str) -> None:
+    """A spawned rank; rank 0 writes the figures to ``out_path``."""
+    out = _arms(config, _device(config, rank))
+    if out is not None:
         with open(out_path, "w") as f:
             json.dump(out, f)
 
 
-# -- run and judge ----------------------------------------------------------------------------
-
-
-def verify(config: Config) -> Report:
-    """Train the four arms on ``config.world_size`` local ranks and judge them."""
-    check(config)
+def _spawned(config: Config) -> dict[str, Any]:
+    assert config.world_size is not None
     backend = "nccl" if config.device == "cuda" else "gloo"
     with tempfile.TemporaryDirectory() as tmp:
         out_path = os.path.join(tmp, "arms.json")
@@ -306,12 +391,45 @@ def verify(config: Config) -> Report:
             _worker, config.world_size, config, out_path, timeout=config.timeout, backend=backend
         )
         with open(out_path) as f:
-            arms = json.load(f)
+            return json.load(f)
+
+
+def _in_this_job(config: Config) -> dict[str, Any]:
+    """This process is one rank of torchrun's job: join its process group (unless joined
+    already), train, and give every rank rank 0's figures so that all judge alike."""
+    device = _device(config, int(os.environ.get("LOCAL_RANK", 0)))
+    joined = dist.is_initialized()
+    if not joined:
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=config.timeout))
+    try:
+        figures: list[Any] = [_arms(config, device)]
+        dist.broadcast_object_list(figures, src=0)
+        return figures[0]
+    finally:
+        if not joined:
+            dist.destroy_process_group()
+
+
+# -- run and judge ----------------------------------------------------------------------------
+
+
+def verify(config: Config) -> Report:
+    """Train the four arms on this job's ranks under torchrun, else on ``config.world_size``
+    spawned local ranks, and judge them (the same report on every rank)."""
+    config = resolved(config)
+    check(config)
+    arms = _in_this_job(config) if under_torchrun() else _spawned(config)
     tol = tolerances(config.dtype)
     report = Report(
         config={
-            k: (v if isinstance(v, (str, int, float, bool)) else repr(v))
-            for k, v in asdict(config).items()
+            **{
+                k: (v if isinstance(v, (str, int, float, bool)) else repr(v))
+                for k, v in asdict(config).items()
+            },
+            "ranks": "torchrun" if under_torchrun() else "spawned",
         },
         tolerance=tol,
         losses={a: arms[a]["losses"] for a in ARMS},
@@ -322,12 +440,12 @@ def verify(config: Config) -> Report:
     ref_losses, ref_norms = report.losses["reference"], report.norms["reference"]
     for arm in judged:
         for step, (loss, want) in enumerate(zip(report.losses[arm], ref_losses)):
-            if not math.isclose(loss, want, rel_tol=tol["loss"]):
+            if not relative_difference(want, loss) <= tol["loss"]:
                 report.failures.append(
                     f"{arm}: step {step} loss {loss:.6g} vs reference {want:.6g}"
                 )
         for step, (norm, want) in enumerate(zip(report.norms[arm], ref_norms)):
-            if not math.isclose(norm, want, rel_tol=tol["norm"]):
+            if not relative_difference(want, norm) <= tol["norm"]:
                 report.failures.append(
                     f"{arm}: step {step} grad norm {norm:.6g} vs reference {want:.6g}"
                 )
@@ -342,7 +460,8 @@ def verify(config: Config) -> Report:
 def format_text(report: Report) -> str:
     c, tol = report.config, report.tolerance
     lines = [
-        f"model {c['model']}  world size {c['world_size']}  strategy {c['strategy']}  "
+        f"model {c['model']}  world size {c['world_size']} ({c['ranks']})  "
+        f"strategy {c['strategy']}  "
         f"dtype {c['dtype']}  max_grad_norm {c['max_grad_norm']}  device {c['device']}",
         "",
         f"{'step':>4} | {'loss: ' + ' / '.join(ARMS):<44} | grad norm: {' / '.join(ARMS)}",
@@ -362,8 +481,36 @@ def format_text(report: Report) -> str:
     )
     lines.append("")
     if report.ok:
-        lines.append("EQUIVALENT: FSDP1 + compat and FSDP2 + fsdp2_port match the reference")
+        lines.append(EQUIVALENT)
     else:
         lines.append("NOT EQUIVALENT:")
         lines.extend(f"  {f}" for f in report.failures)
     return "\n".join(lines)
+
+
+def html_report(report: Report) -> str:
+    """The report as one self-contained page (``fsdp2-port verify --html``)."""
+    c, steps = report.config, list(range(len(report.losses["reference"])))
+    judged = ["fsdp1", "fsdp2"] + (["old_clip"] if c["judge_old_clip"] else [])
+
+    def rel(values: dict[str, list[float]]) -> dict[str, list[float | None]]:
+        ref = values["reference"]
+        return {a: [relative_difference(r, x) for x, r in zip(values[a], ref)] for a in ARMS[1:]}
+
+    params = [
+        f"parameters after the last step, ||{a} - reference|| / ||reference|| = {d:.3g}"
+        + ("" if a in judged else " (shown, not judged)")
+        for a, d in report.param_diff.items()
+    ]
+    return report_html.render(
+        title=f"fsdp2-port verify: {c['model']}",
+        verdict=EQUIVALENT if report.ok else "NOT EQUIVALENT",
+        outcome="pass" if report.ok else "fail",
+        details=[*report.failures, *params],
+        steps=steps,
+        curves={"loss": report.losses, "grad norm": report.norms},
+        rel_diffs={"loss": rel(report.losses), "grad norm": rel(report.norms)},
+        tolerance={"loss": report.tolerance["loss"], "grad norm": report.tolerance["norm"]},
+        baseline="reference",
+        settings={**c, "tolerance": ", ".join(f"{k} {v:g}" for k, v in report.tolerance.items())},
+    )

@@ -1,12 +1,14 @@
 """`fsdp2-port verify` and fsdp2_port.testing: its verdicts, its exit codes, and its refusals."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fsdp2_port.cli import main
 from fsdp2_port.testing import assert_equivalent
 from fsdp2_port.verify import Config, VerifyError, verify
 
@@ -21,6 +23,13 @@ def _cli(*args, timeout=300):
         text=True,
         timeout=timeout,
     )
+
+
+def _in_process(capsys, *args):
+    """``fsdp2-port verify ARGS`` in this process (for requests refused before any rank)."""
+    code = main(["verify", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def test_default_model_bf16_two_ranks_is_equivalent_text():
@@ -67,21 +76,109 @@ def test_a_users_factory_by_module_path():
     assert report.losses["reference"][0] > 0
 
 
+def test_a_token_lm_needs_no_batch_function(tmp_path):
+    """First module an nn.Embedding: token batches; bf16 here, fp32 in the torchrun test."""
+    html = tmp_path / "verify.html"
+    run = _cli(
+        "--model",
+        "tests.verify_factories:token_lm",
+        "--steps",
+        "2",
+        "--format",
+        "json",
+        "--html",
+        html,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    assert report["verdict"] == "equivalent" and report["config"]["dtype"] == "bf16"
+    # cross-entropy over 50 tokens from a fresh model: about ln(50), not a regression loss
+    assert abs(report["losses"]["reference"][0] - math.log(50)) < 0.5
+    page = html.read_text()
+    assert "EQUIVALENT" in page and page.count("<polyline") >= 8
+
+
+def test_torchrun_started_verify_uses_the_jobs_ranks():
+    """The same request, spawned and under torchrun: the same verdict and figures."""
+    args = ["--model", "tests.verify_factories:token_lm", "--dtype", "fp32", "--steps", "2"]
+    spawned = verify(Config(model=args[1], dtype="fp32", steps=2))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "fsdp2_port",
+            "verify",
+            *args,
+            "--format",
+            "json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)  # rank 0 alone prints: one object
+    assert report["config"]["ranks"] == "torchrun" and spawned.config["ranks"] == "spawned"
+    assert report["verdict"] == spawned.verdict == "equivalent"
+    for arm in ("reference", "fsdp1", "fsdp2", "old_clip"):
+        assert report["losses"][arm] == pytest.approx(spawned.losses[arm], rel=1e-5)
+        assert report["norms"][arm] == pytest.approx(spawned.norms[arm], rel=1e-5)
+
+
 @pytest.mark.parametrize(
     "model,message",
     [
-        ("tests.no_such_module:f", "cannot import 'tests.no_such_module'"),
+        ("tests.no_such_module:f", "cannot import 'tests.no_such_module': ModuleNotFoundError"),
         ("tests.verify_factories:missing", "has no callable 'missing'"),
-        ("tests.verify_factories:not_a_model", "must return a module"),
+        ("tests.verify_factories:not_a_model", "not_a_model() returned int: the factory must"),
         ("no_colon", "MODULE:FACTORY"),
     ],
 )
-def test_bad_factories_are_one_line_errors(model, message):
-    run = _cli("--model", model, timeout=60)
-    assert run.returncode == 2
-    errors = [line for line in run.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and message in errors[0], run.stderr
-    assert "Traceback" not in run.stderr
+def test_bad_factories_say_what_failed_in_the_last_line(model, message, capsys):
+    code, _, err = _in_process(capsys, "--model", model)
+    assert code == 2
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("fsdp2-port verify: ") and message in last, err
+    assert "Traceback" not in err  # nothing of the user's raised
+
+
+@pytest.mark.parametrize(
+    "model,frame,last",
+    [
+        (
+            "tests.verify_factories:raises",
+            "in _load_weights",
+            "calling tests.verify_factories:raises(): "
+            "FileNotFoundError: no weights at /nonexistent/weights.pt",
+        ),
+        (
+            "tests.verify_broken:f",
+            'verify_broken.py", line 3, in <module>',
+            "cannot import 'tests.verify_broken': RuntimeError: config.yaml not found",
+        ),
+    ],
+)
+def test_a_factory_that_raises_shows_the_users_frames(model, frame, last, capsys):
+    code, _, err = _in_process(capsys, "--model", model)
+    assert code == 2
+    assert err.strip().splitlines()[-1] == f"fsdp2-port verify: {last}", err
+    assert "Traceback (most recent call last):" in err and frame in err
+    assert "fsdp2_port" not in err and "importlib" not in err  # not our frames
+    code, out, _ = _in_process(capsys, "--model", model, "--format", "json")
+    report = json.loads(out)
+    assert code == 2 and report["verdict"] == "error" and report["error"] == last
+    assert frame in report["details"]
+
+
+def test_json_for_a_usage_error(capsys):
+    code, out, _ = _in_process(capsys, "--steps", "many", "--format", "json")
+    assert code == 2 and json.loads(out)["verdict"] == "error"
 
 
 def test_bad_requests_are_refused_before_any_rank_starts():

@@ -31,3 +31,41 @@ def stack():
 
 def not_a_model():
     return 42
+
+
+class TokenLM(nn.Module):
+    """Embedding first: verify feeds it token ids below 50 and next-token targets."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.layers = nn.ModuleList(Block16() for _ in range(2))
+        self.head = nn.Linear(16, 50)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+class Block16(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return x + self.linear(x).tanh()
+
+
+def token_lm():
+    """Only a model, and a token one: no batch function."""
+    return TokenLM()
+
+
+def raises():
+    return _load_weights("/nonexistent/weights.pt")
+
+
+def _load_weights(path):
+    raise FileNotFoundError(f"no weights at {path}")

@@ -1,0 +1,3 @@
+"""A factory module that fails at import, as a user's module can."""
+
+raise RuntimeError("config.yaml not found")
