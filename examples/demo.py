@@ -4,52 +4,31 @@
 
 1. copies examples/train_fsdp1.py to OUT/train_fsdp2.py and runs `fsdp2-port migrate` on it
    (the diff and the report are shown, then the rewrite is written);
-2. runs the original and the migrated script on 2 CPU ranks (torchrun, gloo);
-3. prints their losses and grad norms side by side, and the verdict.
+2. runs `fsdp2-port compare` on the original and the migration: both train on 2 CPU ranks
+   (torchrun, gloo), their losses and grad norms side by side, a verdict, and an HTML report
+   in OUT/compare.html;
+3. compares the full state dicts both saved at the end.
 
-Exit 0 when every step agrees within the stated tolerance, 1 otherwise.
+Exit 0 when compare says "same" and the final weights agree, 1 otherwise.
 """
 
 import argparse
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# Both scripts compute in bf16 from the same fp32 weights and reduce in fp32; what differs is
-# the order of the fp32 sums, which bf16 activations amplify to ~1e-4 relative. Weights drift
-# further: Adam moves an element whose true gradient is ~0 (attention key biases) by +-lr
-# whichever way rounding tips it, ~1e-3 of the weights' norm after a few steps.
-LOSS_RTOL, NORM_RTOL, WEIGHT_RTOL = 1e-3, 2e-3, 5e-3
-LINE = re.compile(r"^step (\d+) loss (\S+) grad_norm (\S+)$")
+# Both scripts compute in bf16 from the same fp32 weights and reduce in fp32. Weights drift
+# further than the per-step figures: Adam moves an element whose true gradient is ~0
+# (attention key biases) by +-lr whichever way rounding tips it, ~1e-3 of the weights' norm
+# after a few steps.
+WEIGHT_RTOL = 5e-3
 
 
 def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     print(f"$ {' '.join(cmd)}", flush=True)
     return subprocess.run(cmd, text=True, **kwargs)
-
-
-def train(script: Path, steps: int, save: Path) -> list[tuple[float, float]]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(script),
-        "--steps",
-        str(steps),
-        "--save",
-        str(save),
-    ]
-    done = run(cmd, capture_output=True, timeout=600)
-    if done.returncode != 0:
-        sys.exit(f"{script.name} failed:\n{done.stdout}\n{done.stderr}")
-    rows = [LINE.match(line) for line in done.stdout.splitlines()]
-    return [(float(m[2]), float(m[3])) for m in rows if m]
 
 
 def weight_difference(a: Path, b: Path) -> float:
@@ -78,36 +57,44 @@ def main() -> int:
     if run(["fsdp2-port", "migrate", "--check", str(migrated)], capture_output=True).returncode:
         sys.exit("the migrated script would change again: the codemods are not idempotent")
 
-    print(f"\n== 2. train both on 2 CPU ranks for {args.steps} steps", flush=True)
-    before = train(original, args.steps, args.out / "fsdp1_full_state.pt")
-    after = train(migrated, args.steps, args.out / "fsdp2_full_state.pt")
+    print(f"\n== 2. compare: train both on 2 CPU ranks for {args.steps} steps", flush=True)
+    compared = run(
+        [
+            "fsdp2-port",
+            "compare",
+            str(original),
+            str(migrated),
+            "--nproc-per-node",
+            "2",
+            "--html",
+            str(args.out / "compare.html"),
+            "--",
+            "--steps",
+            str(args.steps),
+            "--save",
+            str(args.out / "{run}_full_state.pt"),
+        ]
+    )
+    if compared.returncode == 2:
+        return 1  # a run failed: compare said which, with its output
 
-    print("\n== 3. side by side")
+    print("\n== 3. the weights at the end")
+    weights = weight_difference(args.out / "old_full_state.pt", args.out / "new_full_state.pt")
     print(
-        f"{'step':>4}  {'loss FSDP1':>11} {'loss FSDP2':>11} {'rel diff':>9}   "
-        f"{'norm FSDP1':>10} {'norm FSDP2':>10} {'rel diff':>9}"
+        f"final full state dicts: ||FSDP2 - FSDP1|| / ||FSDP1|| = {weights:.1e} "
+        f"(tolerance {WEIGHT_RTOL:g})"
     )
-    bad = len(before) != args.steps or len(after) != args.steps
-    for step, ((l1, n1), (l2, n2)) in enumerate(zip(before, after)):
-        dl, dn = abs(l1 - l2) / abs(l1), abs(n1 - n2) / abs(n1)
-        bad |= dl > LOSS_RTOL or dn > NORM_RTOL
-        print(f"{step:>4}  {l1:>11.6f} {l2:>11.6f} {dl:>9.1e}   {n1:>10.6f} {n2:>10.6f} {dn:>9.1e}")
-    weights = weight_difference(args.out / "fsdp1_full_state.pt", args.out / "fsdp2_full_state.pt")
-    bad |= weights > WEIGHT_RTOL
-    print(f"final full state dicts: ||FSDP2 - FSDP1|| / ||FSDP1|| = {weights:.1e}")
+    print(f"HTML report: {args.out / 'compare.html'}")
+    same = compared.returncode == 0 and weights <= WEIGHT_RTOL
     print(
-        f"tolerance: loss rtol {LOSS_RTOL:g}, grad norm rtol {NORM_RTOL:g}, "
-        f"weights {WEIGHT_RTOL:g} (bf16 compute, fp32 reduce)"
-    )
-    print(
-        "VERDICT: "
+        "DEMO: "
         + (
-            "the migrated FSDP2 script does NOT train the same"
-            if bad
-            else "the migrated FSDP2 script trains the same as the FSDP1 original"
+            "the migrated FSDP2 script trains the same as the FSDP1 original"
+            if same
+            else "the migrated FSDP2 script does NOT train the same"
         )
     )
-    return 1 if bad else 0
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
