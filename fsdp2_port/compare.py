@@ -269,8 +269,7 @@ def judge(
             diff = relative_difference(a, b)
             if not diff <= rtol:
                 failures.append(
-                    f"step {s}: {name} {b:.7g} vs {a:.7g}, relative difference {diff:.2e} "
-                    f"> {rtol:g}"
+                    f"step {s}: {name} {b!r} vs {a!r}, relative difference {diff:.2e} > {rtol:g}"
                 )
     return failures
 
@@ -418,7 +417,7 @@ def format_text(result: Result) -> str:
 
 
 def _cell(value: float | None, width: int) -> str:
-    return " " * width if value is None else f"{value:>{width}.7g}"
+    return " " * width if value is None else f"{value!r:>{width}}"  # the digits as logged
 
 
 def as_json(result: Result) -> dict[str, Any]:

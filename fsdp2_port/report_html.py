@@ -98,7 +98,7 @@ def _figures(
     curves: Mapping[str, Mapping[str, Values]],
     rel_diffs: Mapping[str, Mapping[str, Values]],
 ) -> str:
-    columns = [(f"{m} {s}", v, ".7g") for m, ser in curves.items() for s, v in ser.items()]
+    columns = [(f"{m} {s}", v, "") for m, ser in curves.items() for s, v in ser.items()]
     columns += [
         (f"{m} rel diff {s}", v, ".1e") for m, ser in rel_diffs.items() for s, v in ser.items()
     ]
