@@ -49,7 +49,7 @@ DEFAULT_METRICS = {
 TOLERANCE = {"fp32": 1e-5, "bf16": 2e-3}
 LAUNCHERS = ("torchrun", "none")
 RUNS = ("old", "new")
-TAIL_LINES = 20
+TAIL_LINES = 40  # torchrun alone prints ~25 lines after a worker's own error
 
 
 class CompareError(ValueError):
