@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from fsdp2_port.compare import judge, parse_log, patterns, relative_difference
+from fsdp2_port.compare import (
+    RUNS,
+    Config,
+    Run,
+    judge,
+    judge_runs,
+    parse_log,
+    patterns,
+    relative_difference,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -82,6 +91,20 @@ def test_judge_names_every_departure():
     assert relative_difference(0.0, 0.0) == 0 and relative_difference(0.0, 1e-9) == float("inf")
     nan = float("nan")
     assert relative_difference(nan, nan) == 0 and relative_difference(1.0, nan) == float("inf")
+
+
+def test_on_a_node_without_rank_0_silence_is_not_a_failure():
+    """Several nodes: where both runs succeeded and neither printed a step, rank 0's node
+    judges; on one node the same silence is an error."""
+    runs = {label: Run(f"{label}.py", [], returncode=0, stdout="loading\n") for label in RUNS}
+    elsewhere = judge_runs(Config(nnodes="2", rdzv_endpoint="head:29500"), runs)
+    assert (elsewhere.verdict, elsewhere.exit_code) == ("elsewhere", 0)
+    alone = judge_runs(Config(), runs)
+    assert (alone.verdict, alone.exit_code, alone.error) == (
+        "error",
+        2,
+        "old and new logged no step with a metric",
+    )
 
 
 # -- exit codes, on scripts that import nothing -----------------------------------------------
