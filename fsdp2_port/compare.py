@@ -186,7 +186,8 @@ def check(config: Config) -> None:
 
 
 def run_script(script: str, command: list[str], timeout: float) -> Run:
-    """Run ``command`` to completion in its own process group; kill the group at ``timeout``.
+    """Run ``command`` to completion in its own process group; at ``timeout``, or when this
+    process is interrupted (Ctrl-C), stop the whole group: no rank outlives compare.
 
     Standard output unbuffered, so a run killed at the deadline still shows its last lines.
     """
@@ -199,20 +200,28 @@ def run_script(script: str, command: list[str], timeout: float) -> Run:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        start_new_session=True,
+        start_new_session=True,  # its own group: torchrun and every worker, killed together
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
         returncode: int | None = proc.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)  # torchrun stops its workers on SIGTERM
-        try:
-            stdout, stderr = proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, stderr = proc.communicate()
+        stdout, stderr = _stop(proc)
         returncode = None
+    except BaseException:
+        _stop(proc)
+        raise
     return Run(script, command, returncode, time.monotonic() - start, stdout, stderr)
+
+
+def _stop(proc: subprocess.Popen) -> tuple[str, str]:
+    """SIGTERM to the run's group (torchrun stops its workers), SIGKILL 15 s later."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.communicate()
 
 
 # -- reading and judging ----------------------------------------------------------------------

@@ -5,8 +5,11 @@ hand) and train_fsdp2_local_clip.py (the migration with the rank-local clip brou
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +158,47 @@ def test_json_for_every_outcome_and_no_torch_in_the_parent(tmp_path):
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1, run.stderr
     assert "step 1: loss 1.6 vs 1.5" in run.stdout
+
+
+def test_a_run_past_its_timeout_or_interrupted_leaves_no_process(tmp_path):
+    """Both stop the run's whole process group (here a script and the child it started)."""
+    pids = tmp_path / "pids"
+    sleeper = _script(
+        tmp_path,
+        "sleeper.py",
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}} {{child.pid}}\\n')\n"
+        "print('step 0 loss 1.0', flush=True)\n"
+        "time.sleep(60)\n",
+    )
+    run = _compare(sleeper, sleeper, "--launcher", "none", "--timeout", "2", "--format", "json")
+    report = json.loads(run.stdout)
+    assert run.returncode == 2 and report["runs"]["old"]["returncode"] is None
+    assert "timed out" in report["error"] and "step 0 loss 1.0" in run.stderr
+    interrupted = subprocess.Popen(
+        [sys.executable, "-m", "fsdp2_port", "compare", sleeper, sleeper, "--launcher", "none"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while len(pids.read_text().splitlines()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    interrupted.send_signal(signal.SIGINT)
+    interrupted.communicate(timeout=30)
+    time.sleep(0.5)
+    for pid in map(int, pids.read_text().split()):
+        assert not _alive(pid), f"process {pid} outlived compare"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead, only not yet reaped
+        return f.read().split(") ")[-1][0] != "Z"
 
 
 # -- real runs: 2 gloo ranks ------------------------------------------------------------------
