@@ -123,7 +123,9 @@ def patterns(extra: Mapping[str, str]) -> tuple[re.Pattern[str], dict[str, re.Pa
     return step, compiled
 
 
-def tolerances(dtype: str, metrics: Sequence[str], overrides: Mapping[str, float]):
+def tolerances(
+    dtype: str, metrics: Sequence[str], overrides: Mapping[str, float]
+) -> dict[str, float]:
     """One relative tolerance per metric: ``TOLERANCE[dtype]`` unless overridden."""
     if dtype not in TOLERANCE:
         raise CompareError(f"--dtype must be one of {sorted(TOLERANCE)}")
@@ -173,8 +175,9 @@ def check(config: Config) -> None:
     given = [name for name, value in torchrun_only.items() if value is not None]
     if config.launcher == "none" and given:
         raise CompareError(f"{', '.join(given)}: only with --launcher torchrun")
-    if config.nnodes not in (None, "1") and config.rdzv_endpoint is None:
-        raise CompareError("--nnodes other than 1 needs --rdzv-endpoint HOST:PORT")
+    several = config.nnodes not in (None, "1") or config.node_rank is not None or config.rdzv_id
+    if several and config.rdzv_endpoint is None:
+        raise CompareError("--nnodes, --node-rank and --rdzv-id need --rdzv-endpoint HOST:PORT")
     for script in (config.old, config.new):
         if not os.path.isfile(script):
             raise CompareError(f"no such script: {script}")

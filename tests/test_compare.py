@@ -144,12 +144,15 @@ def test_json_for_every_outcome_and_no_torch_in_the_parent(tmp_path):
         ((old, new, "--rtol", "lr=0.1"), 2),  # no such metric
         ((old, new, "--metric", "x=no group"), 2),
         ((old, new, "--nproc-per-node", "2"), 2),  # torchrun's, with --launcher none
+        ((old, new, "--launcher", "torchrun", "--node-rank", "1"), 2),  # no rendezvous
         ((old, tmp_path / "missing.py"), 2),
         ((old,), 2),  # argparse's own error
     ]:
-        run = _compare(*args, "--launcher", "none", "--format", "json")
+        run = _compare("--launcher", "none", "--format", "json", *args)
         report = json.loads(run.stdout)
         assert (run.returncode, report["exit_code"]) == (code, code), (args, run.stderr)
+        if "--node-rank" in args:
+            assert "need --rdzv-endpoint" in report["error"]
     probe = (
         "import sys; from fsdp2_port.cli import main; "
         f"code = main(['compare', {str(old)!r}, {str(new)!r}, '--launcher', 'none']); "
