@@ -17,6 +17,7 @@ from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
 import compat
+from fsdp2_port.launch import exit_now
 
 LR, MAX_NORM, STEPS = 1e-2, 1.0, 3
 
@@ -69,6 +70,7 @@ def worker(rank: int, port: int) -> None:
                 )
             dist.barrier()
     dist.destroy_process_group()
+    exit_now()  # torch 2.13 + gloo can abort in the interpreter's shutdown: see its docstring
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
 from compat import BF16Optimizer
+from fsdp2_port.launch import exit_now
 
 VOCAB, DIM, HEADS, LAYERS, SEQ = 128, 64, 4, 3, 32
 
@@ -133,3 +134,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_now()  # torch 2.13 + gloo can abort in the interpreter's shutdown: see its docstring

@@ -203,6 +203,10 @@ def _verify(argv: list[str]) -> int:
         else:
             print(v.format_text(report))
         _write_html(html, v.html_report(report))
+    if v.under_torchrun():  # a rank of torchrun's job: see launch.exit_now
+        from fsdp2_port.launch import exit_now
+
+        exit_now(0 if report.ok else 1)
     return 0 if report.ok else 1
 
 

@@ -13,6 +13,8 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+from fsdp2_port.launch import exit_now
+
 from common import Block, Net, batch, report
 from compat import BF16Optimizer
 
@@ -53,3 +55,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    exit_now()

@@ -13,6 +13,8 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+from fsdp2_port.launch import exit_now
+
 from common import Block, Net, batch, report
 
 
@@ -47,3 +49,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    exit_now()

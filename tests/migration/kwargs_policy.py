@@ -14,6 +14,8 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
 
+from fsdp2_port.launch import exit_now
+
 from common import Block, Net, batch, report
 
 
@@ -58,3 +60,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    exit_now()

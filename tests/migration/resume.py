@@ -19,6 +19,8 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import ShardingStrategy, StateDictType
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 
+from fsdp2_port.launch import exit_now
+
 from common import Net, batch, report
 
 
@@ -79,3 +81,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    exit_now()

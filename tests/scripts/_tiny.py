@@ -14,6 +14,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from fsdp2_port.launch import exit_now
+
 DIM, ROWS_PER_RANK, MAX_GRAD_NORM, LR = 16, 4, 0.1, 1e-2
 
 
@@ -79,3 +81,4 @@ def _rank(rank: int, main: Callable[[], None], port: int | None) -> None:
         main()
     finally:
         dist.destroy_process_group()
+    exit_now()  # torch 2.13 + gloo can abort in the interpreter's shutdown: see its docstring
