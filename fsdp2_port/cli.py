@@ -23,7 +23,7 @@ Move PyTorch training code from FSDP1 to FSDP2 without changing what it computes
 
 commands:
   migrate   rewrite FSDP1 call sites into FSDP2 and mark what needs review
-            (libcst codemods; run `fsdp2-port migrate --help`)
+            (codemods, no torch needed; run `fsdp2-port migrate --help`)
   compare   run your FSDP1 script and its migration the same way (torchrun) and
             check that they log the same losses and grad norms, step by step
   verify    train a model under FSDP1 + compat and FSDP2 + fsdp2_port on N ranks
