@@ -1,0 +1,139 @@
+"""The corpus benchmark's own tools: ``benchmarks/corpus.py`` counts what it should and fails
+when it should, ``benchmarks/fetch_corpus.py`` fetches by commit and checks every hash.
+
+The real corpus is third-party code and not shipped; these run on corpora made here.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A model held on FSDP1 by LOCAL_STATE_DICT: its constructor must stay, with a marker.
+HELD = """\
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+
+
+def build(net):
+    model = FSDP(net, use_orig_params=True)
+    with FSDP.state_dict_type(model, StateDictType.LOCAL_STATE_DICT):
+        torch.save(model.state_dict(), "local.pt")
+    return model
+"""
+
+
+def _corpus(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "corpus.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_corpus_counts_a_repository_that_migrates_whole(tmp_path):
+    shutil.copytree(ROOT / "tests" / "migration", tmp_path / "corpus" / "ours+migration")
+    before = {p: p.read_bytes() for p in (tmp_path / "corpus").rglob("*.py")}
+    done = _corpus(str(tmp_path / "corpus"), "--json", str(tmp_path / "out.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    totals = json.loads((tmp_path / "out.json").read_text())["totals"]
+    # One FSDP(...) per script, four scripts.
+    assert totals["constructors_before"] == 4 and totals["constructors_after"] == 0
+    assert "4 of 4 FSDP1 constructors migrated (100%)" in done.stdout
+    # The corpus itself is never written: the runs work on copies.
+    assert {p: p.read_bytes() for p in (tmp_path / "corpus").rglob("*.py")} == before
+
+
+def test_corpus_fails_under_80_percent(tmp_path):
+    repository = tmp_path / "corpus" / "someone+held"
+    repository.mkdir(parents=True)
+    (repository / "train.py").write_text(HELD)
+    done = _corpus(str(tmp_path / "corpus"), "--json", str(tmp_path / "out.json"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    totals = json.loads((tmp_path / "out.json").read_text())["totals"]
+    assert totals["constructors_before"] == totals["constructors_after"] == 1
+    assert totals["half_migrated"] == totals["unmarked"] == 0
+    assert "0 of 1 FSDP1 constructors migrated (0%)" in done.stdout
+
+
+@pytest.fixture
+def server(tmp_path):
+    """An HTTP server over tmp_path/served, laid out as raw.githubusercontent.com is."""
+    served = tmp_path / "served"
+    served.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(served))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield served, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _fetch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fetch_corpus.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_fetch_corpus_takes_the_named_commit_and_checks_hashes(tmp_path, server):
+    served, url = server
+    commit = "a" * 40
+    good, tampered = b"from torch.distributed.fsdp import FSDP\n", b"x = 1\n"
+    entries = [
+        ("org/one", "src/train.py", good, good),
+        ("org/two", "fsdp.py", b"expected\n", tampered),
+        ("org/three", "gone.py", b"never served\n", None),
+    ]
+    manifest = {"files": []}
+    for repo, path, expected, content in entries:
+        manifest["files"].append(
+            {
+                "repo": repo,
+                "commit": commit,
+                "path": path,
+                "sha256": hashlib.sha256(expected).hexdigest(),
+            }
+        )
+        if content is not None:
+            (served / repo / commit / path).parent.mkdir(parents=True, exist_ok=True)
+            (served / repo / commit / path).write_bytes(content)
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    corpus = tmp_path / "corpus"
+    args = [str(corpus), "--base-url", url, "--manifest", str(tmp_path / "manifest.json")]
+
+    done = _fetch(*args)
+    assert done.returncode == 1
+    assert (corpus / "org+one" / "src" / "train.py").read_bytes() == good
+    assert not (corpus / "org+two" / "fsdp.py").exists()  # a wrong hash is never written
+    assert "2 of 3 files not fetched" in done.stderr
+    assert "org/two/" + commit + "/fsdp.py: sha256 differs" in done.stderr
+    assert "org/three/" + commit + "/gone.py: HTTP Error 404" in done.stderr
+
+    (served / "org/two" / commit / "fsdp.py").write_bytes(b"expected\n")
+    (served / "org/three" / commit).mkdir(parents=True)
+    (served / "org/three" / commit / "gone.py").write_bytes(b"never served\n")
+    done = _fetch(*args)
+    assert done.returncode == 0, done.stderr
+    assert "[1/3] org/one/src/train.py: already there" in done.stderr
+    assert (corpus / "org+three" / "gone.py").read_bytes() == b"never served\n"
