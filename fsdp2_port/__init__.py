@@ -17,6 +17,8 @@ _LAZY = {
     "global_grad_norm": "fsdp2_port.clip",
     # FSDP1's module APIs, right on FSDP1, FSDP2 and DDP alike (the codemod's runtime target)
     "get_state_dict_type": "fsdp2_port.fsdp1_api",
+    "load_module_state_dict": "fsdp2_port.fsdp1_api",
+    "module_state_dict": "fsdp2_port.fsdp1_api",
     "no_sync": "fsdp2_port.fsdp1_api",
     "optim_state_dict": "fsdp2_port.fsdp1_api",
     "optim_state_dict_to_load": "fsdp2_port.fsdp1_api",

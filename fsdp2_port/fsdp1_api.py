@@ -434,6 +434,38 @@ def get_state_dict_type(module: nn.Module) -> StateDictSettings:
     return _current(module)
 
 
+def module_state_dict(module: nn.Module, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """FSDP1's plain ``module.state_dict(...)``, on any model.
+
+    A model with FSDP2 modules and no state-dict type set gets FSDP1's default, the full state
+    dict (FSDP2's own is sharded DTensors). Any other model answers itself: FSDP1 under its
+    type, FSDP2 under the type ``set_state_dict_type`` gave it, DDP and plain modules as always
+    (DDP's keys keep their ``module.`` prefix).
+    """
+    if module in _ROUTES or not _has_fsdp2(module):
+        return module.state_dict(*args, **kwargs)
+    with _fsdp2_state_dict_type(module, _fsdp1_default()):
+        return module.state_dict(*args, **kwargs)
+
+
+def load_module_state_dict(
+    module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+) -> Any:
+    """FSDP1's plain ``module.load_state_dict(...)``, on any model: on FSDP2 with no type set,
+    the full state dict FSDP1 loads by default; any other model as in ``module_state_dict``."""
+    if module in _ROUTES or not _has_fsdp2(module):
+        return module.load_state_dict(state_dict, strict=strict, assign=assign)
+    with _fsdp2_state_dict_type(module, _fsdp1_default()):
+        return module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def _has_fsdp2(module: nn.Module) -> bool:
+    """Whether ``fully_shard`` was applied to ``module`` or inside it (FSDP1 mixed in: refused)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return not _is_fsdp1(module) and any(isinstance(m, FSDPModule) for m in module.modules())
+
+
 # -- optimizer state ------------------------------------------------------------------------------
 
 

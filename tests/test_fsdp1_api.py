@@ -122,6 +122,9 @@ def _model_state_dicts(rank, world, path):
     want, want_rank0 = _fsdp1_full(f1), _fsdp1_full(f1, rank0_only=True)
     with fsdp2_port.state_dict_type(f1, FULL, FullStateDictConfig()):  # FSDP1: FSDP1's own
         _assert_close(f1.state_dict(), want)
+    # module_state_dict: a plain state_dict() as FSDP1 answers it, FULL when nothing is set.
+    _assert_close(fsdp2_port.module_state_dict(f1), want)
+    _assert_close(fsdp2_port.module_state_dict(m2), want, AFTER_STEP)
 
     # FULL, each of FSDP1's (offload_to_cpu, rank0_only): through a helper, plain state_dict()
     with fsdp2_port.state_dict_type(m2, FULL, FullStateDictConfig()):
@@ -162,6 +165,12 @@ def _model_state_dicts(rank, world, path):
         with pytest.raises(RuntimeError, match=r"Missing key.*head\.bias"):
             m2.load_state_dict(partial)
         assert m2.load_state_dict(partial, strict=False).missing_keys == ["head.bias"]
+    _perturb(m2)  # load_module_state_dict: FSDP1's plain load, FULL when nothing is set
+    assert not fsdp2_port.load_module_state_dict(m2, given).missing_keys
+    _assert_close(fsdp2_port.module_state_dict(m2), full)
+    loaded = fsdp2_port.load_module_state_dict(m2, partial, strict=False)
+    assert loaded.missing_keys == ["head.bias"]
+    assert "state_dict" not in vars(m2) and "load_state_dict" not in vars(m2)
 
     # SHARDED: DTensors, saved with DCP and loaded back bitwise (into fresh zeros, so that
     # only load_state_dict can bring the values back).
@@ -200,6 +209,8 @@ def _model_state_dicts(rank, world, path):
     assert previous.state_dict_type == FULL and previous.state_dict_config is rank0
     assert fsdp2_port.get_state_dict_type(m2) == FSDP.get_state_dict_type(f1)
     assert all(isinstance(v, DTensor) for v in _trainer_save(m2).values())
+    # A type that was set is followed, as FSDP1 follows its own.
+    assert all(isinstance(v, DTensor) for v in fsdp2_port.module_state_dict(m2).values())
 
     # What FSDP2 cannot honour.
     with pytest.raises(ValueError, match=r"LOCAL_STATE_DICT.*SHARDED_STATE_DICT.*checkpoint"):
@@ -382,6 +393,8 @@ def _no_sync_and_unwrapped(rank, world):
     with fsdp2_port.state_dict_type(ddp, FULL):
         ddp.load_state_dict(inner.state_dict())
     assert next(iter(ddp.state_dict())) == "module.embed.weight"  # DDP's own again
+    assert list(fsdp2_port.module_state_dict(ddp)) == list(ddp.state_dict())  # DDP: its own
+    fsdp2_port.load_module_state_dict(ddp, ddp.state_dict())
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
     opt.step()
     osd = fsdp2_port.optim_state_dict(ddp, opt)
@@ -423,7 +436,8 @@ def test_signature_is_fsdp1s(name):
 
 
 def test_exported_lazily_from_the_package():
-    for name in [*_FSDP1_STATIC, "no_sync", "unwrapped"]:
+    names = ["no_sync", "unwrapped", "module_state_dict", "load_module_state_dict"]
+    for name in [*_FSDP1_STATIC, *names]:
         assert getattr(fsdp2_port, name) is getattr(fsdp1_api, name)
         assert name in fsdp2_port.__all__
 
@@ -431,5 +445,9 @@ def test_exported_lazily_from_the_package():
 def test_plain_modules():
     plain = torch.nn.Linear(2, 2)
     assert fsdp2_port.unwrapped(plain) is plain
+    state = fsdp2_port.module_state_dict(plain, prefix="p.")
+    assert list(state) == ["p.weight", "p.bias"]
+    with pytest.raises(RuntimeError, match="Missing key"):
+        fsdp2_port.load_module_state_dict(plain, {"weight": state["p.weight"]})
     with pytest.raises(TypeError, match="no_sync: Linear is neither"):
         fsdp2_port.no_sync(plain)
