@@ -26,9 +26,10 @@ HERE = Path(__file__).resolve().parent
 WEIGHT_RTOL = 5e-3
 
 
-def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    print(f"$ {' '.join(cmd)}", flush=True)
-    return subprocess.run(cmd, text=True, **kwargs)
+def fsdp2_port(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """``fsdp2-port ARGS``, shown as typed, run with this interpreter (no PATH needed)."""
+    print(f"$ fsdp2-port {' '.join(args)}", flush=True)
+    return subprocess.run([sys.executable, "-m", "fsdp2_port", *args], text=True, **kwargs)
 
 
 def weight_difference(a: Path, b: Path) -> float:
@@ -52,28 +53,25 @@ def main() -> int:
     shutil.copyfile(original, migrated)
 
     print("== 1. migrate: what would change (diff on stdout, report on stderr)", flush=True)
-    run(["fsdp2-port", "migrate", str(migrated)], check=True)
-    run(["fsdp2-port", "migrate", "--write", str(migrated)], check=True, capture_output=True)
-    if run(["fsdp2-port", "migrate", "--check", str(migrated)], capture_output=True).returncode:
+    fsdp2_port("migrate", str(migrated), check=True)
+    fsdp2_port("migrate", "--write", str(migrated), check=True, capture_output=True)
+    if fsdp2_port("migrate", "--check", str(migrated), capture_output=True).returncode:
         sys.exit("the migrated script would change again: the codemods are not idempotent")
 
     print(f"\n== 2. compare: train both on 2 CPU ranks for {args.steps} steps", flush=True)
-    compared = run(
-        [
-            "fsdp2-port",
-            "compare",
-            str(original),
-            str(migrated),
-            "--nproc-per-node",
-            "2",
-            "--html",
-            str(args.out / "compare.html"),
-            "--",
-            "--steps",
-            str(args.steps),
-            "--save",
-            str(args.out / "{run}_full_state.pt"),
-        ]
+    compared = fsdp2_port(
+        "compare",
+        str(original),
+        str(migrated),
+        "--nproc-per-node",
+        "2",
+        "--html",
+        str(args.out / "compare.html"),
+        "--",
+        "--steps",
+        str(args.steps),
+        "--save",
+        str(args.out / "{run}_full_state.pt"),
     )
     if compared.returncode == 2:
         return 1  # a run failed: compare said which, with its output
