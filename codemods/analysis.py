@@ -63,6 +63,8 @@ class FileAnalysis:
                     site.ties, site.deferred, site.groups = frozenset(), frozenset(), frozenset()
                     site.keep_message = f"{site.keep_message}; {why}"
         self.plan.exports = self.ties.exports()
+        self.plan.signatures = self.ties.signatures()
+        self.plan.passes = self.ties.passes()
         return self.plan
 
     # -- names ---------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 1. *Analyse* (in parallel with ``jobs > 1``): read, skip files with no FSDP1 text, decode,
    parse, and let the rules add sites to the file's plan. A file that cannot be read,
-   decoded or parsed yields an error and is left untouched; the others go on.
+   decoded or parsed yields an error and is left untouched; the others go on. Skipped files
+   whose functions the analysed ones pass models to (a checkpoint helper, a trainer class)
+   are analysed next, until no new one is reached: what they do with the model is FSDP code.
 2. *Decide* (``plan.decide``): one plan for the run, whole models or nothing, with models
    followed across files through the functions each file exports.
 3. *Apply* (in parallel): every decided rewrite and marker, then the imports. Results come
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from codemods import fsdp1, sources
 from codemods.findings import Finding
 from codemods.options import Options
-from codemods.plan import Decisions, FilePlan, decide
+from codemods.plan import Decisions, FilePlan, Resolver, decide
 from codemods.text import split_lines
 
 Progress = Callable[[str, int, int, str], None]
@@ -96,11 +98,12 @@ def migrate_text(
     return applied.text, applied.findings
 
 
-def _analyse(path: str, codes: Sequence[str], options: Options) -> _Analysed:
+def _analyse(path: str, codes: Sequence[str], options: Options, every: bool = False) -> _Analysed:
+    """``every``: also a file with no FSDP1 text (one the run passes models to)."""
     result = _Analysed(path)
     try:
         data = sources.read_bytes(path)
-        if not fsdp1.might_need_migration(data):
+        if not every and not fsdp1.might_need_migration(data):
             return result
         source = sources.decode(data)
     except sources.UnreadableSource as error:
@@ -165,6 +168,7 @@ def migrate_files(
         analysed = _map(
             pool, _analyse, [(p, list(codes), options) for p in paths], progress, "analysing"
         )
+        _analyse_receivers(analysed, pool, codes, options, progress)
         plans = [a.plan for a in analysed if a.plan is not None]
         decisions = decide(plans)
         work = [a for a in analysed if a.plan is not None and a.error is None]
@@ -188,6 +192,45 @@ def migrate_files(
     finally:
         if pool is not None:
             pool.shutdown()
+
+
+def _analyse_receivers(
+    analysed: list[_Analysed],
+    pool: Executor | None,
+    codes: Sequence[str],
+    options: Options,
+    progress: Progress | None,
+) -> None:
+    """Analyse, in place, the skipped files of the run that the analysed ones pass FSDP1
+    models to (``save(model)`` of a module the text filter skipped), then those the new ones
+    pass them to, and so on."""
+    skipped = {a.path: i for i, a in enumerate(analysed) if a.plan is None and a.error is None}
+    modules: dict[str, str] | None = None
+    while skipped:
+        plans = [a.plan for a in analysed if a.plan is not None]
+        resolver = Resolver(plans)
+        callees = {
+            callee
+            for plan in plans
+            for callee, _, refs in plan.passes
+            if resolver.constructors(refs)
+        }
+        if modules is None and callees:
+            modules = {path: module_name(path)[0] for path in skipped}
+        owners = {owner for callee in callees for owner in _owners(callee)}
+        wanted = [path for path in skipped if modules and modules[path] in owners]
+        if not wanted:
+            return
+        arguments = [(path, list(codes), options, True) for path in wanted]
+        for path, result in zip(wanted, _map(pool, _analyse, arguments, progress, "analysing")):
+            analysed[skipped.pop(path)] = result
+
+
+def _owners(callee: str) -> tuple[str, str]:
+    """The modules that may define ``callee``: ``m.f``/``m.Class`` in ``m``, ``m.Class.f`` in
+    ``m``."""
+    parts = callee.split(".")
+    return ".".join(parts[:-1]), ".".join(parts[:-2])
 
 
 def _for(decisions: Decisions, path: str) -> Decisions:

@@ -27,6 +27,9 @@ from typing import Literal
 
 from codemods.text import Edit
 
+#: A deferred ref to what other files pass for a parameter: ``param:<function>:<parameter>``.
+PARAM = "param:"
+
 Requirement = Literal["ALWAYS", "MODELS", "RUN", "NEVER"]
 
 
@@ -74,7 +77,8 @@ class Site:
     requirement: Requirement = "NEVER"
     #: Ids of the constructors whose models reach this site (resolved across files).
     ties: frozenset[str] = frozenset()
-    #: Calls to functions of other files whose results reach this site (resolved by the run).
+    #: Calls to functions of other files whose results reach this site, and parameters other
+    #: files may pass models to (``call:``/``param:`` refs, resolved by the run).
     deferred: frozenset[str] = frozenset()
     groups: frozenset[str] = frozenset()
     #: For a constructor site: its id (``path:line:column``).
@@ -106,8 +110,12 @@ class Site:
 class FilePlan:
     path: str
     sites: list[Site] = field(default_factory=list)
-    #: Qualified names of this file's functions -> constructor ids (and deferred calls) they return.
+    #: Qualified names of this file's functions -> constructor ids (and deferred refs) they return.
     exports: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Qualified names of this file's functions -> their positional parameters, as called.
+    signatures: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: ``(callee, position or keyword, refs)``: models this file passes to other files' functions.
+    passes: list[tuple[str, int | str, frozenset[str]]] = field(default_factory=list)
 
     @property
     def constructors(self) -> list[Site]:
@@ -128,30 +136,55 @@ class Decisions:
         return site.key in self.rewritten
 
 
-def resolve_ties(plans: Sequence[FilePlan]) -> None:
-    """Turn every site's deferred calls into constructor ids, through the run's exports."""
-    exports: dict[str, frozenset[str]] = {}
-    for plan in plans:
-        exports.update(plan.exports)
+class Resolver:
+    """What deferred refs stand for in a run: ``call:f`` for what the run's ``f`` returns,
+    ``param:f:x`` for what the run's files pass to ``f`` for ``x``."""
 
-    def constructors_of(ref: str, seen: frozenset[str]) -> set[str]:
-        if ref in seen:
-            return set()
+    def __init__(self, plans: Sequence[FilePlan]) -> None:
+        self.exports: dict[str, frozenset[str]] = {}
+        self.signatures: dict[str, tuple[str, ...]] = {}
+        self.passed: dict[str, list[tuple[int | str, frozenset[str]]]] = {}
+        for plan in plans:
+            self.exports.update(plan.exports)
+            self.signatures.update(plan.signatures)
+            for callee, slot, refs in plan.passes:
+                self.passed.setdefault(callee, []).append((slot, refs))
+
+    def constructors(self, refs: Iterable[str], seen: frozenset[str] = frozenset()) -> set[str]:
+        """The constructor ids among ``refs`` and behind their deferred ones."""
         out: set[str] = set()
-        for target in exports.get(ref.removeprefix("call:"), ()):
-            if target.startswith("call:"):
-                out |= constructors_of(target, seen | {ref})
-            else:
-                out.add(target)
+        for ref in refs:
+            if not ref.startswith(("call:", PARAM)):
+                out.add(ref)
+            elif ref not in seen:
+                out |= self.constructors(self._targets(ref), seen | {ref})
         return out
 
+    def _targets(self, ref: str) -> Iterable[str]:
+        if not ref.startswith(PARAM):
+            return self.exports.get(ref.removeprefix("call:"), ())
+        function, _, parameter = ref.removeprefix(PARAM).rpartition(":")
+        positional = self.signatures.get(function, ())
+        callees = [function]
+        if function.endswith(".__init__"):
+            callees.append(function.removesuffix(".__init__"))  # Trainer(model)
+        targets: set[str] = set()
+        for callee in callees:
+            for slot, refs in self.passed.get(callee, ()):
+                if isinstance(slot, int):
+                    slot = positional[slot] if slot < len(positional) else ""
+                if slot == parameter:
+                    targets |= refs
+        return targets
+
+
+def resolve_ties(plans: Sequence[FilePlan]) -> None:
+    """Turn every site's deferred refs into constructor ids (``Resolver``)."""
+    resolver = Resolver(plans)
     for plan in plans:
         for site in plan.sites:
             if site.deferred:
-                found: set[str] = set()
-                for ref in site.deferred:
-                    found |= constructors_of(ref, frozenset())
-                site.ties = site.ties | found
+                site.ties = site.ties | resolver.constructors(site.deferred)
                 site.deferred = frozenset()
             if site.unknown is not None and not site.ties:
                 site.rewrite, site.fallback, site.requirement = None, None, "NEVER"

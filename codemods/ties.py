@@ -12,8 +12,9 @@ file, through:
 - conditional expressions, ``or``/``and``, walrus, and module methods that return the module
   itself (``.to(...)``, ``.cuda()``, ``.train()``...).
 
-A call of a function imported from elsewhere is recorded as ``call:<qualified name>``; the run
-resolves those against the functions every file exports (``plan.resolve_ties``).
+A call of a function imported from elsewhere is recorded as ``call:<qualified name>``, and a
+parameter of a function other files may call as ``param:<qualified name>:<parameter>``; the run
+resolves both against what every file exports and passes (``plan.resolve_ties``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
+
+from codemods.plan import PARAM
 
 if TYPE_CHECKING:
     from codemods.analysis import FileAnalysis
@@ -32,6 +36,7 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _PARTIAL = "functools.partial"
 _FACTORY = "factory:"
 _CALL = "call:"
+_DEFERRED = (_CALL, PARAM)
 
 
 class Ties:
@@ -70,36 +75,54 @@ class Ties:
             if node.value is not None and function is not None:
                 self._returns[function].append(node.value)
         self._memo: dict[ast.AST, frozenset[str]] = {}
+        self._exported_memo: dict[str, ast.AST] | None = None
 
     # -- queries ---------------------------------------------------------------------------------
     def of(self, expr: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
         """``(constructor ids, deferred calls)`` whose models may be what ``expr`` holds."""
-        refs = self._value(expr)
-        ids = frozenset(r for r in refs if not r.startswith((_CALL, _FACTORY)))
-        return ids, frozenset(r for r in refs if r.startswith(_CALL))
+        return _split(self._value(expr))
 
     def returned_by(self, function: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
         """``(constructor ids, deferred calls)`` whose models ``function`` returns."""
-        refs = self._returned(function)
-        ids = frozenset(r for r in refs if not r.startswith((_CALL, _FACTORY)))
-        return ids, frozenset(r for r in refs if r.startswith(_CALL))
+        return _split(self._returned(function))
 
     def exports(self) -> dict[str, frozenset[str]]:
         """Qualified names of this file's functions and methods -> what their calls return."""
-        module = self.a.module_name
-        if not module:
-            return {}
-        out = {}
-        for statement in self.a.tree.body:
-            if isinstance(statement, _FUNCTIONS):
-                out[f"{module}.{statement.name}"] = self._returned(statement)
-            elif isinstance(statement, ast.ClassDef):
-                for item in statement.body:
-                    if isinstance(item, _FUNCTIONS):
-                        out[f"{module}.{statement.name}.{item.name}"] = self._returned(item)
+        out = {name: self._returned(function) for name, function in self._exported().items()}
         return {
             k: frozenset(r for r in v if not r.startswith(_FACTORY)) for k, v in out.items() if v
         }
+
+    def signatures(self) -> dict[str, tuple[str, ...]]:
+        """Qualified names of this file's functions and methods -> the names their positional
+        arguments bind to, as other files call them (``self`` left out)."""
+        return {
+            name: tuple(_positional(function)[1 if self._takes_self(function) else 0 :])
+            for name, function in self._exported().items()
+        }
+
+    def passes(self) -> list[tuple[str, int | str, frozenset[str]]]:
+        """``(callee, position or keyword, refs)`` for each model this file passes to a
+        function of another file (``save(model)``, ``Trainer(model=model)``)."""
+        out: list[tuple[str, int | str, frozenset[str]]] = []
+        for call in self.a.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if call in self.constructors or not (call.args or call.keywords):
+                continue
+            callees = self.a.names.qualified(call.func)
+            if not callees or any(c.startswith("builtins.") for c in callees):
+                continue
+            slots: list[tuple[int | str, ast.AST]] = []
+            for index, argument in enumerate(call.args):
+                if isinstance(argument, ast.Starred):
+                    break
+                slots.append((index, argument))
+            slots += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+            for slot, value in slots:
+                refs = frozenset(r for r in self._value(value) if not r.startswith(_FACTORY))
+                if refs:
+                    out += [(callee, slot, refs) for callee in callees]
+        return out
 
     def assigned(self, attribute: ast.Attribute) -> list[ast.expr]:
         """The values assigned to an attribute chain (``self.x`` anywhere in its class)."""
@@ -166,17 +189,20 @@ class Ties:
         return set()
 
     def _passed(self, parameter: ast.AST) -> set[str]:
-        """What the calls of this file pass for a function's parameter (its callers in other
-        files are not seen)."""
+        """What the calls of this file pass for a function's parameter, and what the run's
+        other files may pass (``param:``, when the function is one they can call)."""
         arguments = self.a.names.parent.get(parameter)
         function = self.a.names.parent.get(arguments) if arguments is not None else None
         if not isinstance(function, _FUNCTIONS) or not isinstance(parameter, ast.arg):
             return set()
-        positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
-        method = self.a.names.class_of(function) is not None and bool(positional)
+        positional = _positional(function)
+        method = self._takes_self(function)
         if method and positional[0] == parameter.arg:
             return set()  # self
         out: set[str] = set()
+        exported = self._exported_name(function)
+        if exported is not None:
+            out.add(f"{PARAM}{exported}:{parameter.arg}")
         for call in self._callers(function, method):
             offset = 1 if method else 0
             for index, argument in enumerate(call.args):
@@ -190,7 +216,8 @@ class Ties:
         return out
 
     def _callers(self, function: ast.AST, method: bool) -> list[ast.Call]:
-        """Calls of ``function`` in this file: by its name, or ``self.<name>`` in its class."""
+        """Calls of ``function`` in this file: by its name, ``self.<name>`` in its class, or
+        the class itself for ``__init__``."""
         assert isinstance(function, _FUNCTIONS)
         found = []
         owner = self.a.names.class_of(function) if method else None
@@ -199,6 +226,9 @@ class Ties:
             func = call.func
             if isinstance(func, ast.Name) and func.id == function.name and not method:
                 if any(b.node is function for b in self.a.names.bindings_of(func)):
+                    found.append(call)
+            elif method and function.name == "__init__" and isinstance(func, ast.Name):
+                if any(b.node is owner for b in self.a.names.bindings_of(func)):
                     found.append(call)
             elif (
                 method
@@ -284,10 +314,42 @@ class Ties:
         return {r for value in self._returns.get(function, ()) for r in self._value(value)}
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _exported(self) -> dict[str, ast.AST]:
+        """This file's module-level functions and methods of module-level classes, by the
+        qualified names other files import them by."""
+        if self._exported_memo is not None:
+            return self._exported_memo
+        module = self.a.module_name
+        out: dict[str, ast.AST] = {}
+        self._exported_memo = out
+        if not module:
+            return out
+        for statement in self.a.tree.body:
+            if isinstance(statement, _FUNCTIONS):
+                out[f"{module}.{statement.name}"] = statement
+            elif isinstance(statement, ast.ClassDef):
+                for item in statement.body:
+                    if isinstance(item, _FUNCTIONS):
+                        out[f"{module}.{statement.name}.{item.name}"] = item
+        return out
+
+    def _exported_name(self, function: ast.AST) -> str | None:
+        return next((k for k, v in self._exported().items() if v is function), None)
+
+    def _takes_self(self, function: ast.AST) -> bool:
+        """A method called on an instance or a class (its first parameter is not passed)."""
+        assert isinstance(function, _FUNCTIONS)
+        if self.a.names.class_of(function) is None or not _positional(function):
+            return False
+        return not any(
+            self.a.resolves_to(d, "builtins.staticmethod") for d in function.decorator_list
+        )
+
     def _may_reach(self, target: ast.AST, use: ast.AST) -> bool:
         """Whether the assignment to ``target`` can be what ``use`` reads, by position alone:
-        not in the other branch of an ``if`` that holds both, and not after the use unless a
-        loop around both can bring it back. (Names bound in another scope always may.)"""
+        not in the other branch of an ``if`` that holds both, and not after the use (nor in the
+        statement that reads it: ``x = f(x)``) unless a loop around both can bring it back.
+        (Names bound in another scope always may.)"""
         names = self.a.names
         if names.function_of(target) is not names.function_of(use):
             return True
@@ -302,7 +364,12 @@ class Ties:
                 if mine and theirs and mine != theirs and not isinstance(ancestor, ast.Try):
                     return False
             break
-        if self.a.lines.start(target) <= self.a.lines.start(use):
+        assigned_by = next(
+            (n for n in target_path if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))),
+            None,
+        )
+        inside = assigned_by is not None and id(assigned_by) in use_path  # x = f(x)
+        if not inside and self.a.lines.start(target) <= self.a.lines.start(use):
             return True
         return any(
             isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and id(n) in use_path
@@ -330,13 +397,9 @@ class Ties:
         if not isinstance(node, ast.Name):
             return False
         function = self.a.names.function_of(node)
-        if not isinstance(function, _FUNCTIONS):
+        if not isinstance(function, _FUNCTIONS) or not self._takes_self(function):
             return False
-        if self.a.names.class_of(function) is None or not function.args.args:
-            return False
-        if any(self.a.resolves_to(d, "builtins.staticmethod") for d in function.decorator_list):
-            return False
-        return function.args.args[0].arg == node.id
+        return _positional(function)[0] == node.id
 
     def _mentions_fsdp1(self, annotation: ast.AST) -> bool:
         return any(
@@ -356,6 +419,17 @@ class Ties:
             ):
                 return True
         return False
+
+
+def _split(refs: AbstractSet[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """``(constructor ids, deferred refs)`` of a value's refs (factories dropped)."""
+    ids = frozenset(r for r in refs if not r.startswith((*_DEFERRED, _FACTORY)))
+    return ids, frozenset(r for r in refs if r.startswith(_DEFERRED))
+
+
+def _positional(function: ast.AST) -> list[str]:
+    assert isinstance(function, _FUNCTIONS)
+    return [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
 
 
 def _branch(statement: ast.AST, child: ast.AST) -> str | None:

@@ -497,9 +497,10 @@ class StateDictRule:
     def _module_call(
         self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
     ) -> None:
-        """``m.state_dict()`` / ``m.load_state_dict(sd)``: in a pure block, or on a model
-        built here or known to be FSDP1 (FSDP1's FULL default, spelled out when the model
-        migrates: FSDP2's own default is sharded)."""
+        """``m.state_dict()`` / ``m.load_state_dict(sd)``: in a pure block, or on a model that
+        is, or may turn out to be, built by an FSDP1 constructor of the run, or that is known to
+        be FSDP1 (FSDP1's FULL default, spelled out when the model migrates: FSDP2's own default
+        is sharded). Receivers the run ties to no model are left alone, silently."""
         a = self.a
         func = call.func
         assert isinstance(func, ast.Attribute)
@@ -507,19 +508,11 @@ class StateDictRule:
         plain = options is None
         if plain:
             ties, deferred = a.ties.of(receiver)
-            if deferred or not (ties or a.ties.known_fsdp1(receiver)):
+            if not (ties or deferred or a.ties.known_fsdp1(receiver)):
                 return
-            if self.persistent:
+            if deferred or self.persistent:
                 self.handled.add(call)
-                a.add_tied(
-                    self.CODE,
-                    call,
-                    receiver,
-                    f"{func.attr}() on a model whose FSDP1 state-dict type may be set elsewhere "
-                    "in this file: use get_/set_model_state_dict with explicit StateDictOptions",
-                    None,
-                    groups=groups,
-                )
+                self._module_runtime_call(call, receiver, groups)
                 return
             options = DEFAULT
         assert options is not None
@@ -533,7 +526,7 @@ class StateDictRule:
                     receiver,
                     "state_dict(...) with arguments: use get_model_state_dict by hand",
                     None,
-                    known=False,
+                    known=plain,
                     groups=groups,
                 )
                 return
@@ -556,7 +549,7 @@ class StateDictRule:
                 receiver,
                 "load_state_dict(...) with unusual arguments: use set_model_state_dict by hand",
                 None,
-                known=False,
+                known=plain,
                 groups=groups,
             )
             return
@@ -574,6 +567,52 @@ class StateDictRule:
             anchor,
             plain,
         )
+
+    def _module_runtime_call(
+        self, call: ast.Call, receiver: ast.expr, groups: frozenset[str]
+    ) -> None:
+        """A plain ``m.state_dict(...)``/``m.load_state_dict(...)`` whose receiver may hold
+        other modules as well (a parameter, a DDP branch) or follow a type set elsewhere: ->
+        ``fsdp2_port.module_state_dict(m, ...)``/``load_module_state_dict(m, ...)``, FSDP1's
+        answer on FSDP2 and each module's own on anything else. Rewritten when the models it
+        may hold migrate; nothing at all when the run ties it to no FSDP1 model."""
+        a = self.a
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        if not a.options.runtime_dependency:
+            a.add_tied(
+                self.CODE,
+                call,
+                receiver,
+                f"{func.attr}() of a model that may be FSDP1 or not, or whose FSDP1 state-dict "
+                "type may be set elsewhere: FSDP2's own is sharded; use get_/set_model_state_dict "
+                "with StateDictOptions where the model is FSDP",
+                None,
+                groups=groups,
+            )
+            return
+        function = "module_state_dict" if func.attr == "state_dict" else "load_module_state_dict"
+        opening = a.text.index("(", a.lines.end(func))
+        rest = ", " if call.args or call.keywords else ""
+        rewrite = Rewrite(
+            [
+                a.replace(func, f"fsdp2_port.{function}"),
+                Edit(opening + 1, opening + 1, a.source(receiver) + rest),
+            ],
+            f"{func.attr}() -> fsdp2_port.{function}(...): FSDP1's answer on FSDP2 models "
+            "(full by default), each module's own on any other",
+            [a.module_import("fsdp2_port")],
+        )
+        site = a.add_tied(
+            self.CODE,
+            call,
+            receiver,
+            f"kept: {func.attr}() of a model that may be FSDP1",
+            rewrite,
+            groups=groups,
+            quiet=True,
+        )
+        assert site is not None  # the receiver is tied, deferred or known to be FSDP1
 
     def _paired_load(self, assign: ast.Assign) -> tuple[ast.Assign, ast.stmt] | None:
         """``osd = FSDP.optim_state_dict_to_load(...)`` directly followed by the statement
@@ -635,7 +674,7 @@ class StateDictRule:
         ties, deferred = a.ties.of(model)
         requirement: Requirement = "ALWAYS"
         if plain:  # FSDP1's default spelled out: only once the model is FSDP2
-            requirement = "MODELS" if ties else "RUN"
+            requirement = "MODELS" if ties or deferred else "RUN"
         site = a.add(
             self.CODE,
             call,
@@ -646,7 +685,9 @@ class StateDictRule:
             deferred=deferred,
             groups=groups,
         )
-        site.quiet = plain and bool(ties)
+        site.quiet = plain and bool(ties or deferred)
+        if plain and not ties and deferred and not a.ties.known_fsdp1(model):
+            site.unknown = ""  # no model of the run reaches it: a plain module's state dict
 
     def _imports(self, anchor: ast.AST, new: _New) -> list[NeededImport]:
         a = self.a
