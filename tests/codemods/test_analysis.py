@@ -136,6 +136,38 @@ def test_an_assignment_in_the_other_branch_does_not_reach():
     assert ties_of(source, "m", -1)[0] == {"m.py:4:13"}, "after the if, both may"
 
 
+def test_an_assignment_does_not_reach_its_own_value():
+    g = "\ndef g(x):\n    return FSDP(x)\n"
+    source = "def f(n):\n    m = wrap(n)\n    m = g(m)\n    return m\n" + g
+    assert ties_of(source, "m", 2)[0] == set(), "g(m) reads the m of the line before"
+    assert ties_of(source, "m", -1)[0] == {"m.py:8:12"}
+    loop = "def f(n):\n    m = n\n    for _ in range(2):\n        m = g(m)\n" + g
+    assert ties_of(loop, "m", 2)[0] == {"m.py:8:12"}, "the loop brings it back"
+
+
+def test_parameters_other_files_may_pass_wait_for_the_run():
+    from codemods.plan import Resolver
+
+    helper = analysis(
+        "class Trainer:\n    def __init__(self, model, opt):\n        self.model = model\n"
+        "    def save(self):\n        return self.model\n\ndef save(m, path=None):\n    return m\n",
+        "pkg.helper",
+    )
+    caller = analysis(
+        FSDP + "from pkg.helper import Trainer, save\n\ndef main(n, other):\n"
+        "    model = FSDP(n)\n    Trainer(model, None)\n    save(path=1, m=other)\n"
+        "    save(model)\n",
+        "pkg.main",
+    )
+    ids, deferred = helper.ties.of(_attribute(helper, "self.model", -1))
+    assert not ids and deferred == {"param:pkg.helper.Trainer.__init__:model"}
+    plans = [helper.finish(), caller.finish()]
+    resolver = Resolver(plans)
+    assert resolver.constructors(deferred) == {"m.py:5:13"}
+    assert resolver.constructors({"param:pkg.helper.save:m"}) == {"m.py:5:13"}
+    assert resolver.constructors({"param:pkg.helper.Trainer.__init__:opt"}) == set()
+
+
 # -- the decision -------------------------------------------------------------------------------
 def site(index: int, *, constructor=None, ties=(), requirement="NEVER", rewrite=True, groups=()):
     return Site(
