@@ -37,8 +37,12 @@ class BF16Optimizer(MasterWeightOptimizer):
     ``model``: a module (names from ``named_parameters``), parameters, or ``(name, parameter)``
     pairs. Same constructor, attributes and methods as ``compat.BF16Optimizer``: migrating is
     an import change. Parameters of an FSDP1 model are refused (TypeError naming
-    ``compat.BF16Optimizer``).
+    ``compat.BF16Optimizer``). AdamW is fused by default where torch has the kernel
+    (``FUSED_BY_DEFAULT``; torchtitan's default): last-bit differences from torch's default
+    AdamW; ``optimizer_kwargs={"foreach": False}`` restores those bits on the CPU.
     """
+
+    FUSED_BY_DEFAULT = True
 
     def _trainable(self, model: Any, offload_master: bool) -> list[tuple[str, nn.Parameter]]:
         named = _named_trainable(model)

@@ -19,15 +19,13 @@ from fsdp2_port.torch_internals import refuse_fsdp1_tensors
 
 def _pieces(
     grads: list[Tensor], process_group: dist.ProcessGroup | None
-) -> tuple[list[Tensor], list[int] | None, dist.ProcessGroup | None]:
+) -> tuple[list[Tensor], list[int], dist.ProcessGroup | None]:
     """Local pieces, their copy counts and the group; plain tensors alone reduce nowhere."""
     group = process_group
     if group is None and any(isinstance(g, DTensor) for g in grads):
         group = grad_norm.default_group()
-    pieces = [grad_norm.local_piece(g) for g in grads]
-    if group is None:
-        return pieces, None, None
-    return pieces, grad_norm.copies_of_each(grads, group), group
+    pieces, copies = grad_norm.local_pieces(grads, group)
+    return pieces, copies, group
 
 
 @torch.no_grad()
@@ -71,7 +69,7 @@ def clip_grad_norm_(
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     refuse_fsdp1_tensors(params, "fsdp2_port.clip_grad_norm_", "compat.clip_grad_norm_")
     policy = nonfinite or ("raise" if error_if_nonfinite else "ignore")
-    grads = [p.grad for p in params if p.grad is not None]
+    grads = [g for p in params if (g := p.grad) is not None]
     pieces, copies, group = _pieces(grads, process_group)
     norm, _ = grad_norm.clip_(
         pieces,

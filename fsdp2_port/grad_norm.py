@@ -14,6 +14,13 @@ shard). Then:
 
 Clipping multiplies every local piece by one device-tensor coefficient,
 ``clamp(max_norm / (norm + 1e-6), max=1)``, with no host synchronisation.
+
+Cost. On the CPU a norm costs more per tensor (a few microseconds a call) than per byte, and a
+low-precision tensor's fp32 norm copies it whole first. So with a group, CPU pieces are read in
+fp32 chunks of ``CPU_CHUNK`` elements (``_cpu_chunks``): small pieces cast together into one
+reused buffer, a large fp32 piece where it lies, a large low-precision one cast a slice at a
+time; each chunk adds its ``sum(|g|^p)`` (one ``dot`` for p = 2). Without a group the
+per-tensor norms stay torch's, for its bits.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal, cast
 
 import torch
@@ -69,14 +76,34 @@ def copies_of(t: Tensor, group: dist.ProcessGroup) -> int:
 
 def copies_of_each(tensors: Sequence[Tensor], group: dist.ProcessGroup) -> list[int]:
     """``copies_of`` for every tensor, worked out once per (mesh, placements)."""
-    known: dict[object, int] = {}
-    out = []
+    return local_pieces(tensors, group)[1]
+
+
+def local_pieces(
+    tensors: Sequence[Tensor], group: dist.ProcessGroup | None
+) -> tuple[list[Tensor], list[int]]:
+    """``local_piece`` of every tensor and its ``copies_of`` in ``group`` (1 without a group).
+
+    One pass; the copies and the ``Partial`` check are worked out once per (mesh, placements):
+    with thousands of gradients, what costs is per-tensor Python, not bytes.
+    """
+    pieces: list[Tensor] = []
+    copies: list[int] = []
+    known: dict[tuple[int, tuple], int] = {}  # the mesh by id: every tensor's lives meanwhile
+    world = dist.get_world_size(group) if group is not None else 1
     for t in tensors:
-        key = (t.device_mesh, t.placements) if isinstance(t, DTensor) else None
-        if key not in known:
-            known[key] = copies_of(t, group)
-        out.append(known[key])
-    return out
+        if not isinstance(t, DTensor):
+            pieces.append(t)
+            copies.append(world)
+            continue
+        key = (id(t.device_mesh), t.placements)
+        c = known.get(key)
+        if c is None:
+            local_piece(t)  # refuses Partial
+            c = known[key] = copies_of(t, group) if group is not None else 1
+        pieces.append(t.to_local())
+        copies.append(c)
+    return pieces, copies
 
 
 def _root_mesh(mesh: DeviceMesh) -> DeviceMesh:
@@ -183,14 +210,11 @@ def total_norm(
     device = collective_device(group)
     local = torch.zeros((), dtype=torch.float32, device=device)
     for c, pieces in by_copies.items():
-        norms = local_norms(pieces, p, foreach)
-        if not norms:
+        term = _power_sum(pieces, p, foreach, device)
+        if term is None:
             continue
-        stacked = torch.stack([n.to(device) for n in norms])
-        if p == math.inf:
-            local = torch.maximum(local, stacked.max().float())
-        else:
-            local = local + (stacked.pow(p).sum() / c).float()
+        term = term.float() if p == math.inf else (term / c).float()
+        local = torch.maximum(local, term) if p == math.inf else local + term
     if p == math.inf:
         # A MAX reduction may drop a NaN on some ranks; inf keeps every rank's verdict equal.
         local = local.nan_to_num(nan=math.inf)
@@ -198,6 +222,87 @@ def total_norm(
         return local
     dist.all_reduce(local, op=dist.ReduceOp.SUM, group=group)
     return local.pow(1.0 / p)
+
+
+#: How many fp32 elements a CPU norm reads per call (1 MiB: within a core's L2 cache).
+CPU_CHUNK = 1 << 18
+#: The dtypes whose norms accumulate in fp32: those the CPU reads in fp32 chunks.
+_CHUNKED = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _power_sum(
+    pieces: Sequence[Tensor], p: float, foreach: bool | None, device: torch.device
+) -> Tensor | None:
+    """``sum(|g|^p)`` over every element of ``pieces`` (``max |g|`` for inf), in fp32 or wider,
+    on ``device``; None when they hold no element.
+
+    CPU pieces of ``_CHUNKED`` dtypes are read in ``_cpu_chunks``, the rest as per-tensor norms.
+    """
+    if not pieces:
+        return None
+    terms: list[Tensor] = []
+    rest: list[Tensor] = []
+    for piece_device, dtype, same in _by_device_and_dtype(pieces):
+        if piece_device.type == "cpu" and dtype in _CHUNKED:
+            terms.extend(_chunk_power(chunk, p).to(device) for chunk in _cpu_chunks(same))
+        else:
+            rest.extend(same)
+    norms = local_norms(rest, p, foreach)
+    if norms:
+        stacked = torch.stack([n.to(device) for n in norms])
+        terms.append(stacked.max() if p == math.inf else stacked.pow(p).sum())
+    if not terms:
+        return None
+    stacked = torch.stack(terms)
+    return stacked.max() if p == math.inf else stacked.sum()
+
+
+def _cpu_chunks(tensors: Sequence[Tensor]) -> Iterator[Tensor]:
+    """Every element of CPU ``tensors`` exactly once, in non-empty 1-D fp32 chunks.
+
+    An fp32 tensor of at least ``CPU_CHUNK`` elements is read where it lies; everything else is
+    cast (or copied) into one reused buffer of ``CPU_CHUNK`` elements, small tensors together in
+    one ``cat``, large ones a slice at a time. A chunk in the buffer holds until the next one is
+    drawn. Memory: the buffer, never a copy of all gradients.
+    """
+    buffer = torch.empty(CPU_CHUNK)
+    pending: list[Tensor] = []
+    filled = 0
+    for part in _flat_parts(tensors):
+        n = part.numel()
+        if n >= CPU_CHUNK and part.dtype == torch.float32:
+            yield part
+            continue
+        if filled + n > CPU_CHUNK:
+            yield torch.cat(pending, out=buffer[:filled])
+            pending, filled = [], 0
+        pending.append(part)
+        filled += n
+    if pending:
+        yield torch.cat(pending, out=buffer[:filled])
+
+
+def _flat_parts(tensors: Sequence[Tensor]) -> Iterator[Tensor]:
+    """The non-empty ``tensors`` as 1-D views (a copy if one is not contiguous); low-precision
+    ones over ``CPU_CHUNK`` elements in slices of at most that many."""
+    for t in tensors:
+        n = t.numel()
+        if not n:
+            continue
+        flat = t if t.dim() == 1 else t.reshape(-1)
+        if n <= CPU_CHUNK or t.dtype == torch.float32:
+            yield flat
+        else:
+            yield from flat.split(CPU_CHUNK)
+
+
+def _chunk_power(chunk: Tensor, p: float) -> Tensor:
+    """``sum(|x|^p)`` of a 1-D fp32 chunk (``max |x|`` for inf); p = 2 is one ``dot``."""
+    if p == 2.0:
+        return torch.dot(chunk, chunk)
+    if p == math.inf:
+        return torch.linalg.vector_norm(chunk, p)
+    return torch.linalg.vector_norm(chunk, p).pow(p)
 
 
 def _unreduced_norm(tensors: Sequence[Tensor], p: float, foreach: bool | None) -> Tensor:

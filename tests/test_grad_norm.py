@@ -140,3 +140,33 @@ def test_public_clip_nonfinite_options():
     assert q.grad[0] == 1.0
     fsdp2_port.clip_grad_norm_([q], 1.0)  # torch's behaviour: scaled by a zero coefficient
     assert q.grad[0] == 0.0
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.5, math.inf])
+def test_cpu_chunks_count_every_element_once_in_fp32(p, monkeypatch):
+    """The group path's chunked read: small pieces flattened together, large fp32 ones as
+    they are, large low-precision ones cast slice by slice, empty ones skipped; fp32 sums
+    within 1e-6 of the fp64 truth."""
+    monkeypatch.setattr(grad_norm, "CPU_CHUNK", 64)
+    g = torch.Generator().manual_seed(0)
+    shapes = [(5, 3), (0,), (200,), (7, 30), (64,), (3,), (2, 2), (0, 4)]
+    pieces = []
+    for i, shape in enumerate(shapes):
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            pieces.append((torch.randn(shape, generator=g) * 10 ** (i % 3 - 1)).to(dtype))
+    pieces.append(torch.randn(50, 3, generator=g).t())  # not contiguous
+    pieces.append(torch.randn(9, generator=g, dtype=torch.float64))  # per-tensor norm
+    chunks = [
+        c
+        for _, dtype, same in grad_norm._by_device_and_dtype(pieces)
+        if dtype != torch.float64
+        for c in grad_norm._cpu_chunks(same)
+    ]
+    assert all(c.dtype == torch.float32 and c.dim() == 1 and c.numel() > 0 for c in chunks)
+    assert sum(c.numel() for c in chunks) == sum(t.numel() for t in pieces[:-1])
+    got = grad_norm._power_sum(pieces, p, None, torch.device("cpu"))
+    flat = torch.cat([t.double().flatten() for t in pieces])
+    want = flat.abs().max() if p == math.inf else flat.abs().pow(p).sum()
+    assert got.dtype in (torch.float32, torch.float64)
+    assert abs(got.double() - want) / want < 1e-6, (got, want)
+    assert grad_norm._power_sum([torch.zeros(0)], p, None, torch.device("cpu")) is None

@@ -15,16 +15,28 @@ from fsdp2_port import torch_internals
 from fsdp2_port.torch_internals import ENTRY_POINTS
 
 
+def _parameters(fn) -> list[tuple[str, bool]]:
+    """``(name, has a default)`` of a Python function or of a torch operator's schema."""
+    try:
+        return [
+            (p.name, p.default is not inspect.Parameter.empty)
+            for p in inspect.signature(fn).parameters.values()
+        ]
+    except ValueError:  # a builtin: torch.<op> is aten::<op>
+        schema = getattr(torch.ops.aten, fn.__name__).default._schema
+        return [(a.name, a.has_default_value()) for a in schema.arguments]
+
+
 @pytest.mark.parametrize("key", sorted(ENTRY_POINTS))
 def test_entry_point_exists_with_our_parameters(key):
     entry = ENTRY_POINTS[key]
-    fn = torch_internals.load(key)
-    names = list(inspect.signature(fn).parameters)
+    params = _parameters(torch_internals.load(key))
+    names = [name for name, _ in params]
     assert names[: len(entry.params)] == list(entry.params), (
         f"{entry.module}.{entry.name} now takes {names}, fsdp2-port passes {entry.params}"
     )
-    rest = list(inspect.signature(fn).parameters.values())[len(entry.params) :]
-    assert all(p.default is not inspect.Parameter.empty for p in rest), (
+    rest = params[len(entry.params) :]
+    assert all(has_default for _, has_default in rest), (
         f"{entry.module}.{entry.name} has new required parameters {rest}"
     )
 
