@@ -139,7 +139,7 @@ class MasterWeightOptimizer:
         """
         held = [(i, p.grad) for i, p in enumerate(self.model_params) if p.grad is not None]
         live = [i for i, _ in held]
-        pieces = [grad_norm.local_piece(g) for _, g in held]
+        pieces, _ = grad_norm.local_pieces([g for _, g in held], None)  # copies: self._copies
         norm, coefficient = grad_norm.norm_and_coefficient(
             pieces,
             [self._copies[i] for i in live],

@@ -14,34 +14,12 @@ import ast
 from codemods import fsdp1
 from codemods.analysis import FileAnalysis
 
-CONFIGURATION = frozenset(
-    {
-        "ShardingStrategy",
-        "MixedPrecision",
-        "CPUOffload",
-        "BackwardPrefetch",
-        "transformer_auto_wrap_policy",
-        "size_based_auto_wrap_policy",
-        "lambda_auto_wrap_policy",
-        "always_wrap_policy",
-        "ModuleWrapPolicy",
-        "CustomPolicy",
-        "_or_policy",
-        "_module_wrap_policy",
-        "StateDictType",
-        "StateDictConfig",
-        "FullStateDictConfig",
-        "ShardedStateDictConfig",
-        "LocalStateDictConfig",
-        "OptimStateDictConfig",
-        "FullOptimStateDictConfig",
-        "ShardedOptimStateDictConfig",
-        "LocalOptimStateDictConfig",
-        "StateDictSettings",
-        "OptimStateKeyType",
-    }
-)
 _POLICIES = frozenset({"enable_wrap", "wrap"})
+#: FSDP1's configuration values: every public name but the wrapper, its flat parameter, the
+#: grad scaler and the wrap functions, plus the private policy combinators users import.
+CONFIGURATION = (
+    fsdp1.PUBLIC - {"FullyShardedDataParallel", "FlatParameter", "ShardedGradScaler", *_POLICIES}
+) | {"_or_policy", "_module_wrap_policy"}
 
 
 class LeftoversRule:
