@@ -26,6 +26,7 @@ per-tensor norms stay torch's, for its bits.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -121,6 +122,32 @@ def check_norm_type(norm_type: float) -> float:
     if not p > 0:
         raise ValueError(f"norm_type must be > 0 or inf, got {norm_type!r}")
     return p
+
+
+def check_max_norm(max_norm: object, name: str = "max_grad_norm") -> float | None:
+    """The clip threshold as a float, or None for "no clipping" (``None`` or ``inf``).
+
+    Anything else must be a real number, finite and > 0: a negative threshold turns descent
+    into ascent, 0 zeroes every gradient, NaN poisons the weights. ValueError otherwise.
+    """
+    if max_norm is None:
+        return None
+    value = _real(max_norm)
+    if value == math.inf:
+        return None
+    if value is None or not (value > 0 and math.isfinite(value)):
+        raise ValueError(
+            f"{name} must be a finite number > 0, got {max_norm!r} "
+            f"({name}=None or inf disables clipping)"
+        )
+    return value
+
+
+def _real(value: object) -> float | None:
+    """``value`` as a float if it is a real number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
 
 
 def check_nonfinite_policy(policy: str) -> NonFinitePolicy:

@@ -15,6 +15,8 @@ Invariants after every ``step()``:
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -34,6 +36,12 @@ class MasterWeightOptimizer:
     warmup_ratio=0.015, lr_scheduler="cosine", offload_master=False, *, nonfinite="skip",
     optimizer_cls=torch.optim.AdamW, optimizer_kwargs=None)``: SpecForge's constructor, plus
     the non-finite policy and the inner optimizer by keyword.
+
+    ``max_grad_norm``: a finite number > 0 clips by the global norm; ``None`` or
+    ``float("inf")`` disables clipping (the norm is still computed and returned, the
+    gradients are used as they are). ``lr`` must be finite and >= 0, ``weight_decay`` >= 0,
+    ``total_steps`` an integer >= 1, ``warmup_ratio`` in [0, 1]; anything else (0, negative,
+    NaN, a non-number) is a ValueError naming the argument, before anything is allocated.
     """
 
     #: Whether ``torch.optim.AdamW`` runs its fused kernel unless ``optimizer_kwargs`` name a
@@ -57,6 +65,8 @@ class MasterWeightOptimizer:
         optimizer_cls: Callable[..., torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
+        self._clip_at = grad_norm.check_max_norm(max_grad_norm)
+        _check_options(lr, weight_decay, total_steps, warmup_ratio)
         named_params = self._trainable(model, offload_master)
         if not named_params:
             raise ValueError("no trainable parameters: every parameter has requires_grad=False")
@@ -143,10 +153,12 @@ class MasterWeightOptimizer:
         norm, coefficient = grad_norm.norm_and_coefficient(
             pieces,
             [self._copies[i] for i in live],
-            self.max_grad_norm,
+            math.inf if self._clip_at is None else self._clip_at,
             group=self._norm_group,
             nonfinite=self.nonfinite,
         )
+        if coefficient is not None and self._clip_at is None:
+            coefficient = torch.ones_like(coefficient)  # x * 1.0 is x: no clipping, bitwise
         self.last_grad_norm = norm
         if coefficient is None:
             self.skipped_steps += 1
@@ -300,7 +312,7 @@ class MasterWeightOptimizer:
         if missing:
             raise KeyError(f"not a BF16Optimizer checkpoint: missing {', '.join(missing)}")
         saved = state_dict.get("max_grad_norm", self.max_grad_norm)
-        if saved != self.max_grad_norm:
+        if saved != self.max_grad_norm and not (_no_clip(saved) and self._clip_at is None):
             raise ValueError(
                 f"checkpoint was trained with max_grad_norm={saved}, this optimizer has "
                 f"{self.max_grad_norm}; construct it with the checkpoint's value"
@@ -311,3 +323,27 @@ class MasterWeightOptimizer:
                 f"checkpoint uses lr_scheduler={kind!r}, this optimizer "
                 f"{self.lr_scheduler_type!r}; construct it with the checkpoint's schedule"
             )
+
+
+def _no_clip(max_grad_norm: object) -> bool:
+    """Whether a saved ``max_grad_norm`` means "no clipping" (None or inf)."""
+    return max_grad_norm is None or max_grad_norm == math.inf
+
+
+def _check_options(lr: object, weight_decay: object, total_steps: object, warmup: object) -> None:
+    """ValueError naming the first constructor number out of its range (see the class)."""
+    rules = (
+        ("lr", lr, numbers.Real, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+        (
+            "weight_decay",
+            weight_decay,
+            numbers.Real,
+            lambda v: 0 <= v < math.inf,
+            "a finite number >= 0",
+        ),
+        ("total_steps", total_steps, numbers.Integral, lambda v: v >= 1, "an integer >= 1"),
+        ("warmup_ratio", warmup, numbers.Real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    )
+    for name, value, kind, ok, rule in rules:
+        if isinstance(value, bool) or not isinstance(value, kind) or not ok(value):
+            raise ValueError(f"{name} must be {rule}, got {value!r}")
