@@ -164,21 +164,32 @@ class FileAnalysis:
         groups: frozenset[str] = frozenset(),
         quiet: bool = False,
         unknown: str | None = None,
+        either: Rewrite | None = None,
     ) -> Site | None:
-        """A site about the model ``receiver`` holds: tied to its constructors when they are
-        known, following the run when it is only known to be FSDP1; None when ``receiver``
-        is not known to be an FSDP module at all and ``known`` is required. ``quiet``: the
-        original is right under FSDP1, so it needs no marker when its models stay FSDP1.
+        """A site about the model ``receiver`` holds.
 
-        When all that is known is that ``receiver`` comes from calls into other files, the
-        site waits for the run: if those calls build no FSDP1 model, it becomes a marker with
-        ``unknown`` (or nothing at all, without one).
+        - Tied to constructors (or to calls and parameters the run resolves): ``MODELS``.
+        - Tied to none, with ``either`` (a form right whatever ``receiver`` holds): that form,
+          whenever the run migrates a model (``ANY``).
+        - Known to be FSDP1 without knowing which, or ``known=False``: follows the run
+          (``RUN``), and holds it when kept, unless an FSDP1 type test guards it (no FSDP2
+          model gets there while the test stays).
+        - Otherwise None: the rule decides what an unknown receiver needs.
+
+        ``quiet``: the original is right under FSDP1, so it needs no marker when its models
+        stay FSDP1. When all that is known is that ``receiver`` comes from calls into other
+        files, the site waits for the run: tied to nothing, it takes ``either``, else becomes
+        a marker with ``unknown`` (or nothing at all, without one).
         """
         ties, deferred = self.ties.of(receiver)
-        speculative = known and not ties and bool(deferred) and not self.ties.known_fsdp1(receiver)
+        fsdp1 = self.ties.known_fsdp1(receiver)
+        speculative = known and not ties and bool(deferred) and not fsdp1
+        requirement: Requirement
         if ties or deferred:
-            requirement: Requirement = "MODELS"
-        elif known and not self.ties.known_fsdp1(receiver):
+            requirement = "MODELS"
+        elif either is not None:
+            rewrite, requirement = either, "ANY"
+        elif known and not fsdp1:
             return None
         else:
             requirement = "RUN"
@@ -192,10 +203,16 @@ class FileAnalysis:
             deferred=deferred,
             groups=groups,
         )
-        site.quiet = quiet
+        site.quiet, site.either = quiet, either
+        site.holds = not self.ties.guarded_fsdp1(receiver)
         if speculative:
             site.unknown = unknown or ""
         return site
+
+    def hold(self, code: str, node: ast.AST, message: str) -> Site:
+        """FSDP1 code on a receiver the run cannot tie, with no form right for every model:
+        kept, it keeps every constructor of the run on FSDP1, and says so."""
+        return self.add(code, node, message, None, "RUN")
 
     def site_id(self, node: ast.AST) -> str:
         start = self.lines.start(node)

@@ -14,11 +14,8 @@ from dataclasses import dataclass
 from codemods import imports, markers
 from codemods.findings import Action, Finding, Severity
 from codemods.names import Names
-from codemods.plan import Decisions, FilePlan, NeededImport, Rewrite, Site
+from codemods.plan import MODEL_STAYS, Decisions, FilePlan, NeededImport, Rewrite, Site
 from codemods.text import Edit, LineIndex, OverlappingEdits, apply, apply_tracked, back, forward
-
-#: How ``plan.decide`` says that a site stays only because its models stay FSDP1.
-MODEL_STAYS = "its model stays FSDP1"
 
 
 class InternalError(RuntimeError):

@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{result.path}: error: {result.error}", file=sys.stderr)
             if args.format == "github":
                 print(f"::error file={_escape(result.path, True)}::{_escape(result.error)}")
-        changed += result.changed
+        changed += result.changed and not result.error
         total += len(result.findings)
         review += sum(f.severity == "review" for f in result.findings)
         if args.format == "text":

@@ -2,13 +2,16 @@
 
 1. *Analyse* (in parallel with ``jobs > 1``): read, skip files with no FSDP1 text, decode,
    parse, and let the rules add sites to the file's plan. A file that cannot be read,
-   decoded or parsed yields an error and is left untouched; the others go on. Skipped files
-   whose functions the analysed ones pass models to (a checkpoint helper, a trainer class)
-   are analysed next, until no new one is reached: what they do with the model is FSDP code.
+   decoded or parsed yields an error and is left untouched; the others go on. When the run
+   builds FSDP1 models, skipped files that call FSDP1's module APIs on anything (a base class,
+   a helper library: a model may reach them unseen) are analysed too, and so are those whose
+   functions the analysed ones pass models to, until no new one is reached.
 2. *Decide* (``plan.decide``): one plan for the run, whole models or nothing, with models
    followed across files through the functions each file exports.
 3. *Apply* (in parallel): every decided rewrite and marker, then the imports. Results come
    back in the order of the paths given.
+4. *Write* (``write=True``): all changed files or none; an internal error in one file leaves
+   every file of the run as it was.
 """
 
 from __future__ import annotations
@@ -122,7 +125,10 @@ def _analyse(path: str, codes: Sequence[str], options: Options, every: bool = Fa
     return result
 
 
-def _apply(item: _Analysed, decisions: Decisions, write: bool, codes: Sequence[str]) -> FileResult:
+def _apply(
+    item: _Analysed, decisions: Decisions, codes: Sequence[str]
+) -> tuple[FileResult, str | None]:
+    """The file's result and its new text (None when unchanged or on an internal error)."""
     from codemods.apply import InternalError, apply_plan
 
     assert item.plan is not None
@@ -137,18 +143,14 @@ def _apply(item: _Analysed, decisions: Decisions, write: bool, codes: Sequence[s
             removes_imports="F2P001" in codes,
         )
     except InternalError as error:
-        result.error = f"internal error: {error}; left untouched (please report)"
-        return result
+        result.error = f"internal error: {error} (please report)"
+        return result, None
     result.findings = applied.findings
     result.changed = applied.text != item.text
-    if result.changed:
-        result.diff = unified_diff(item.text, applied.text, item.path)
-        if write:
-            try:
-                sources.write_atomic(item.path, applied.text, item.encoding)
-            except OSError as error:
-                result.error = f"cannot write: {error}"
-    return result
+    if not result.changed:
+        return result, None
+    result.diff = unified_diff(item.text, applied.text, item.path)
+    return result, applied.text
 
 
 def migrate_files(
@@ -160,7 +162,11 @@ def migrate_files(
     jobs: int = 1,
     progress: Progress | None = None,
 ) -> Iterator[FileResult]:
-    """Results in the order of ``paths``, whatever ``jobs`` is."""
+    """Results in the order of ``paths``, whatever ``jobs`` is.
+
+    With ``write``, the run is one transaction: when a file of it cannot be migrated (an
+    internal error) or written, no file is changed, and every changed file's result says why.
+    """
     pool: Executor | None = (
         ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
     )
@@ -172,26 +178,40 @@ def migrate_files(
         plans = [a.plan for a in analysed if a.plan is not None]
         decisions = decide(plans)
         work = [a for a in analysed if a.plan is not None and a.error is None]
-        applied = iter(
-            _map(
-                pool,
-                _apply,
-                [(a, _for(decisions, a.path), write, list(codes)) for a in work],
-                progress,
-                "applying",
-            )
+        outcomes = _map(
+            pool,
+            _apply,
+            [(a, _for(decisions, a.path), list(codes)) for a in work],
+            progress,
+            "applying",
         )
-        by_path = {}
-        for item in analysed:
-            if item.plan is None or item.error is not None:
-                yield FileResult(item.path, parsed=item.plan is not None, error=item.error)
-                continue
-            if item.path not in by_path:
-                by_path[item.path] = next(applied)
-            yield by_path[item.path]
     finally:
         if pool is not None:
             pool.shutdown()
+    by_path = {item.path: outcome for item, outcome in zip(work, outcomes)}
+    if write:
+        _write(work, by_path)
+    for item in analysed:
+        if item.plan is None or item.error is not None:
+            yield FileResult(item.path, parsed=item.plan is not None, error=item.error)
+        else:
+            yield by_path[item.path][0]
+
+
+def _write(work: list[_Analysed], outcomes: dict[str, tuple[FileResult, str | None]]) -> None:
+    """Write every changed file of the run, or none (each changed result says why not)."""
+    failed = [path for path, (result, _) in outcomes.items() if result.error]
+    changed = [(a, *outcomes[a.path]) for a in work if outcomes[a.path][1] is not None]
+    problem: str | None = None
+    if failed:
+        problem = f"{failed[0]} could not be migrated" + (
+            f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        )
+    else:
+        problem = sources.write_all([(a.path, text or "", a.encoding) for a, _, text in changed])
+    if problem is not None:
+        for _, result, _ in changed:
+            result.error = f"not written: {problem}; a run is written whole or not at all"
 
 
 def _analyse_receivers(
@@ -205,6 +225,11 @@ def _analyse_receivers(
     models to (``save(model)`` of a module the text filter skipped), then those the new ones
     pass them to, and so on."""
     skipped = {a.path: i for i, a in enumerate(analysed) if a.plan is None and a.error is None}
+    if skipped and any(a.plan.constructors for a in analysed if a.plan is not None):
+        acting = [path for path in skipped if _acts_on_a_model(path)]
+        arguments = [(path, list(codes), options, True) for path in acting]
+        for path, result in zip(acting, _map(pool, _analyse, arguments, progress, "analysing")):
+            analysed[skipped.pop(path)] = result
     modules: dict[str, str] | None = None
     while skipped:
         plans = [a.plan for a in analysed if a.plan is not None]
@@ -224,6 +249,13 @@ def _analyse_receivers(
         arguments = [(path, list(codes), options, True) for path in wanted]
         for path, result in zip(wanted, _map(pool, _analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
+
+
+def _acts_on_a_model(path: str) -> bool:
+    try:
+        return fsdp1.might_act_on_a_model(sources.read_bytes(path))
+    except sources.UnreadableSource:
+        return True  # analysed, it reports the error
 
 
 def _owners(callee: str) -> tuple[str, str]:

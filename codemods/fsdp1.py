@@ -100,6 +100,20 @@ def might_need_migration(data: bytes) -> bool:
     return b"BF16Optimizer" in data or (b"fsdp" in data and _FSDP1_TEXT.search(data) is not None)
 
 
+_ACTS_ON_A_MODEL = re.compile(
+    rb"\.(?:no_sync|clip_grad_norm_|summon_full_params|check_is_root|_handle|_flat_param"
+    rb"|flat_param|_fsdp_wrapped_module|sharding_strategy|mixed_precision)\b"
+    rb"|(?i:model|module|net|policy|actor|critic|wrapped)\w*\.module\b"
+)
+
+
+def might_act_on_a_model(data: bytes) -> bool:
+    """Text that calls FSDP1's module APIs on some receiver: in a run that builds FSDP1 models,
+    such a file is analysed even without an FSDP1 name (a base class, a helper library), since
+    one of the run's models may reach it by a path the analysis cannot see."""
+    return _ACTS_ON_A_MODEL.search(data) is not None
+
+
 _FSDP2_MODULES = (
     "torch.distributed.fsdp.",
     "torch.distributed._composable.fsdp.",

@@ -10,6 +10,9 @@ the whole run at once, whole models or nothing:
 - a site whose rewrite is right under FSDP1 and FSDP2 alike is always rewritten (``ALWAYS``);
 - a site that cannot be tied to any model follows the run (``RUN``): rewritten only when every
   FSDP1 constructor of the run migrates (and there is one), since its model may come from any;
+  kept, it holds every constructor of the run (``holds``): none may migrate under it;
+- a site with a form right whatever its receiver turns out to be (FSDP1, FSDP2, DDP, a plain
+  module) takes it when any constructor of the run migrates (``ANY``), tied or not;
 - ``NEVER``: no rewrite exists; the site gets a marker;
 - sites of one group (a state-dict block and its calls, a type check and the FSDP1 code it
   guards, an import shared by optimizers) are rewritten together or not at all.
@@ -30,7 +33,15 @@ from codemods.text import Edit
 #: A deferred ref to what other files pass for a parameter: ``param:<function>:<parameter>``.
 PARAM = "param:"
 
-Requirement = Literal["ALWAYS", "MODELS", "RUN", "NEVER"]
+#: How a reason starts when a site stays only because its models stay FSDP1 (a quiet site then
+#: needs no marker: the constructor's says why).
+MODEL_STAYS = "its model stays FSDP1"
+_NO_CONSTRUCTOR = (
+    "no FSDP1 constructor in this run says where its model comes from: "
+    "migrate it together with the code that builds the model"
+)
+
+Requirement = Literal["ALWAYS", "MODELS", "ANY", "RUN", "NEVER"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,13 @@ class Site:
     #: The original is right under FSDP1: when it stays only because its models stay FSDP1,
     #: it needs no marker of its own (the constructor's says why).
     quiet: bool = False
+    #: A form right whatever the receiver holds, taken (``ANY``) when the run ties the site
+    #: to no model.
+    either: Rewrite | None = None
+    #: FSDP1 code that breaks on an FSDP2 model: kept while untied (``RUN``), it keeps every
+    #: constructor of the run on FSDP1. False for code that only switches behaviour (a type
+    #: test, an annotation), which is marked instead.
+    holds: bool = True
 
     #: Its position in its file's plan: ``(path, index)`` names it across processes.
     index: int = 0
@@ -186,10 +204,16 @@ def resolve_ties(plans: Sequence[FilePlan]) -> None:
             if site.deferred:
                 site.ties = site.ties | resolver.constructors(site.deferred)
                 site.deferred = frozenset()
-            if site.unknown is not None and not site.ties:
+            if site.ties:
+                continue
+            if site.either is not None:
+                if site.requirement in ("MODELS", "RUN"):
+                    site.rewrite, site.requirement = site.either, "ANY"
+                site.keep_message = site.unknown or site.keep_message
+            elif site.unknown is not None:
                 site.rewrite, site.fallback, site.requirement = None, None, "NEVER"
                 site.keep_message, site.silent = site.unknown, not site.unknown
-            elif site.requirement == "MODELS" and not site.ties:
+            elif site.requirement == "MODELS":
                 site.requirement = "RUN"  # nothing it depends on was found: any model may come
 
 
@@ -214,7 +238,10 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
                 if any(m.key in ok for m in members) and not all(m.key in ok for m in members):
                     ok -= {m.key for m in members}
                     changed = True
-        blocked = {c for s in sites if s.constructor is None and s.key not in ok for c in s.ties}
+        kept = [s for s in sites if s.constructor is None and s.key not in ok]
+        blocked = {c for s in kept for c in s.ties}
+        if any(_holds_run(s) for s in kept):
+            blocked |= migrating
         still = migrating - blocked
         if still == migrating:
             break
@@ -226,11 +253,18 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
     )
 
 
+def _holds_run(site: Site) -> bool:
+    """A kept site that may act on any model of the run and breaks on an FSDP2 one."""
+    return site.holds and site.requirement == "RUN" and not site.ties
+
+
 def _allowed(site: Site, migrating: set[str], run: bool) -> bool:
     if site.rewrite is None or site.requirement == "NEVER":
         return False
     if site.requirement == "ALWAYS":
         return True
+    if site.requirement == "ANY":
+        return bool(migrating)
     if site.requirement == "RUN":
         return run
     return bool(site.ties) and site.ties <= migrating
@@ -255,13 +289,23 @@ def _reason(
         blockers = [
             s
             for s in sites
-            if site.constructor in s.ties and s.key not in ok and not _allowed(s, with_it, run)
+            if (site.constructor in s.ties or _holds_run(s))
+            and s.key not in ok
+            and not _allowed(s, with_it, run)
         ]
-        return "its model stays FSDP1 because of " + _list(
-            f"{b.code} at {_at(site, b)}" for b in blockers
+        return (
+            MODEL_STAYS
+            + " because of "
+            + _list(
+                f"{b.code} at {_at(site, b)}"
+                + (" (it may act on any model here)" if not b.ties else "")
+                for b in blockers
+            )
         )
     if site.key in ok:
         return ""
+    if _holds_run(site) and site.rewrite is None and any(c.rewrite for c in constructors):
+        return "it may act on any model of this run: they all stay FSDP1 until it is ported"
     if site.rewrite is None or site.requirement == "NEVER":
         return ""
     if _allowed(site, migrating, run):
@@ -276,20 +320,27 @@ def _reason(
         return "it goes with FSDP1 code that stays: " + _list(
             f"{p.code} at {_at(site, p)}" for p in partners
         )
+    if site.requirement == "ANY":
+        if not constructors:
+            return _NO_CONSTRUCTOR
+        return MODEL_STAYS + ": every FSDP1 model of this run does"
     staying = [by_id[c] for c in sorted(site.ties) if c not in migrating and c in by_id]
     if site.requirement == "MODELS" and staying:
-        return "its model stays FSDP1: " + _list(f"FSDP(...) at {_at(site, c)}" for c in staying)
+        return MODEL_STAYS + ": " + _list(f"FSDP(...) at {_at(site, c)}" for c in staying)
     if site.requirement == "RUN":
         if not constructors:
-            return (
-                "no FSDP1 constructor in this run says where its model comes from: "
-                "migrate it together with the code that builds the model"
-            )
-        kept = [c for c in constructors if c.constructor not in migrating]
+            return _NO_CONSTRUCTOR
+        # Name what holds the run, not the constructors this site holds itself.
+        held = [c for c in constructors if c.constructor not in migrating]
+        causes = [c for c in held if c.rewrite is None or _held_by_ties(c, sites, ok)]
         return "FSDP1 models remain in this run, and this one may be any of them: " + _list(
-            f"FSDP(...) at {_at(site, c)}" for c in kept
+            f"FSDP(...) at {_at(site, c)}" for c in (causes or held)
         )
     return "rewritten only together with the rest of its block, which stays"
+
+
+def _held_by_ties(constructor: Site, sites: Sequence[Site], ok: set[tuple[str, int]]) -> bool:
+    return any(constructor.constructor in s.ties and s.key not in ok for s in sites)
 
 
 def _at(here: Site, there: Site) -> str:

@@ -93,9 +93,25 @@ def read_bytes(path: str) -> bytes:
         raise UnreadableSource(f"cannot read: {error.strerror or error}") from error
 
 
-def write_atomic(path: str, text: str, encoding: str) -> None:
-    """Replace ``path`` with ``text`` in ``encoding``, keeping its mode; all or nothing."""
-    data = text.encode(encoding)
+def write_all(outputs: list[tuple[str, str, str]]) -> str | None:
+    """Replace each ``(path, text, encoding)``, keeping modes: every new file is written and
+    synced beside its original first, then all are renamed over them. A failure while staging
+    replaces nothing (its message is returned); no temporary file outlives the call."""
+    staged: list[tuple[str, str]] = []
+    try:
+        for path, text, encoding in outputs:
+            staged.append((_stage(path, text.encode(encoding)), path))
+    except OSError as error:
+        for temporary, _ in staged:
+            os.unlink(temporary)
+        return f"cannot write {error.filename or ''}: {error.strerror or error}".replace("  ", " ")
+    for temporary, path in staged:
+        os.replace(temporary, path)
+    return None
+
+
+def _stage(path: str, data: bytes) -> str:
+    """A synced copy of ``data`` next to ``path``, with its mode: the temporary's path."""
     mode = stat.S_IMODE(os.stat(path).st_mode)
     directory, name = os.path.split(os.path.abspath(path))
     fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".fsdp2-port.tmp", dir=directory)
@@ -105,8 +121,7 @@ def write_atomic(path: str, text: str, encoding: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, mode)
-        os.replace(temporary, path)
     except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        os.unlink(temporary)
         raise
+    return temporary

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 #: Module methods that return the module they are called on.
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_", "to_empty"})
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _PARTIAL = "functools.partial"
 _FACTORY = "factory:"
 _CALL = "call:"
@@ -109,7 +110,7 @@ class Ties:
             assert isinstance(call, ast.Call)
             if call in self.constructors or not (call.args or call.keywords):
                 continue
-            callees = self.a.names.qualified(call.func)
+            callees = self.a.names.qualified(_unsubscripted(call.func))
             if not callees or any(c.startswith("builtins.") for c in callees):
                 continue
             slots: list[tuple[int | str, ast.AST]] = []
@@ -130,26 +131,47 @@ class Ties:
         return list(self._attributes.get(key, ())) if key else []
 
     def known_fsdp1(self, expr: ast.AST) -> bool:
-        """Known to be an FSDP1 module without knowing which: annotated so, or guarded by
-        ``isinstance(expr, FSDP)`` in an enclosing ``if``."""
-        text = self.a.source(expr)
+        """Known to be an FSDP1 module without knowing which: annotated so, or guarded by an
+        FSDP1 type test (``guarded_fsdp1``)."""
         if isinstance(expr, ast.Name):
             for binding in self.a.names.bindings_of(expr):
                 annotation = getattr(binding.node, "annotation", None)
                 if annotation is not None and self._mentions_fsdp1(annotation):
                     return True
+        return self.guarded_fsdp1(expr)
+
+    def guarded_fsdp1(self, expr: ast.AST) -> bool:
+        """Reached only when ``isinstance(expr, FSDP)`` holds: in the body of an ``if`` (or
+        conditional expression) whose test asserts it, in the ``else`` of one that denies it,
+        or after ``if not isinstance(expr, FSDP): return`` (any jump) in the same block. An
+        FSDP2 model never gets there while the test names FSDP1."""
+        text = self.a.source(expr)
         child: ast.AST = expr
         for ancestor in self.a.names.ancestors(expr):
-            if isinstance(ancestor, ast.If) and child in ancestor.body:
-                if self._tests_fsdp1(ancestor.test, text):
+            if isinstance(ancestor, (ast.If, ast.IfExp)):
+                body = ancestor.body if isinstance(ancestor, ast.If) else [ancestor.body]
+                orelse = ancestor.orelse if isinstance(ancestor, ast.If) else [ancestor.orelse]
+                if child in body and self._tests_fsdp1(ancestor.test, text, True):
                     return True
-            if isinstance(ancestor, ast.IfExp) and child is ancestor.body:
-                if self._tests_fsdp1(ancestor.test, text):
+                if child in orelse and self._tests_fsdp1(ancestor.test, text, False):
+                    return True
+            for block in _blocks(ancestor):
+                if child in block and any(
+                    self._denies_then_jumps(s, text) for s in block[: block.index(child)]
+                ):
                     return True
             if isinstance(ancestor, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
                 break
             child = ancestor
         return False
+
+    def _denies_then_jumps(self, statement: ast.stmt, text: str) -> bool:
+        return (
+            isinstance(statement, ast.If)
+            and not statement.orelse
+            and isinstance(statement.body[-1], _JUMPS)
+            and self._tests_fsdp1(statement.test, text, False)
+        )
 
     # -- values ----------------------------------------------------------------------------------
     def _value(self, expr: ast.AST) -> frozenset[str]:
@@ -223,7 +245,7 @@ class Ties:
         owner = self.a.names.class_of(function) if method else None
         for call in self.a.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
-            func = call.func
+            func = _unsubscripted(call.func)  # Trainer[Batch](model) calls Trainer
             if isinstance(func, ast.Name) and func.id == function.name and not method:
                 if any(b.node is function for b in self.a.names.bindings_of(func)):
                     found.append(call)
@@ -407,24 +429,49 @@ class Ties:
             for n in ast.walk(annotation)
         )
 
-    def _tests_fsdp1(self, test: ast.AST, text: str) -> bool:
-        for node in ast.walk(test):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id == "isinstance"
-                and len(node.args) == 2
-                and self.a.source(node.args[0]) == text
-                and self._mentions_fsdp1(node.args[1])
-            ):
-                return True
-        return False
+    def _tests_fsdp1(self, test: ast.AST, text: str, holds: bool) -> bool:
+        """Whether ``test`` being ``holds`` implies ``isinstance(<text>, FSDP)`` (``holds``
+        True) or its negation (False): through ``not``, and ``and`` (``or``) for True (False)."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self._tests_fsdp1(test.operand, text, not holds)
+        if isinstance(test, ast.BoolOp):
+            wanted = ast.And if holds else ast.Or
+            return isinstance(test.op, wanted) and any(
+                self._tests_fsdp1(v, text, holds) for v in test.values
+            )
+        return (
+            holds
+            and isinstance(test, ast.Call)
+            and isinstance(test.func, ast.Name)
+            and test.func.id == "isinstance"
+            and len(test.args) == 2
+            and self.a.source(test.args[0]) == text
+            and self._mentions_fsdp1(test.args[1])
+        )
 
 
 def _split(refs: AbstractSet[str]) -> tuple[frozenset[str], frozenset[str]]:
     """``(constructor ids, deferred refs)`` of a value's refs (factories dropped)."""
     ids = frozenset(r for r in refs if not r.startswith((*_DEFERRED, _FACTORY)))
     return ids, frozenset(r for r in refs if r.startswith(_DEFERRED))
+
+
+def _unsubscripted(func: ast.expr) -> ast.expr:
+    """``Trainer`` of a generic class's call ``Trainer[Batch](...)``."""
+    while isinstance(func, ast.Subscript):
+        func = func.value
+    return func
+
+
+def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
+    """The statement lists directly under ``node``."""
+    return [
+        part
+        for name in ("body", "orelse", "finalbody")
+        if isinstance(part := getattr(node, name, None), list)
+        and part
+        and isinstance(part[0], ast.stmt)
+    ]
 
 
 def _positional(function: ast.AST) -> list[str]:

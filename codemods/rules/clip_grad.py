@@ -3,8 +3,9 @@
 FSDP1's method clipped by, and returned, the plain global norm. The rewrite calls
 ``fsdp2_port.clip_grad_norm_(m.parameters(), ...)``, which does the same on DTensor gradients
 with one collective (and refuses FSDP1 parameters, so it is tied to the model migrating).
-A receiver not known to be an FSDP1 module (``accelerator``, a plain module with a clip of its
-own...) is marked, not rewritten.
+A receiver the run cannot tie to a model becomes ``fsdp2_port.module_clip_grad_norm_(m, ...)``,
+right on any model, whenever a model of the run migrates. A first argument that is parameters
+(``accelerator.clip_grad_norm_(model.parameters(), 1.0)``) is not FSDP1's signature: left alone.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class ClipGradRule:
                 q.startswith(("torch.", "fsdp2_port.", "compat.")) for q in a.names.qualified(func)
             ):
                 continue
-            if a.is_ignored(call):
+            if a.is_ignored(call) or _takes_parameters(call):
                 continue
             self._clip(a, call, func)
 
@@ -48,15 +49,35 @@ class ClipGradRule:
         receiver = a.source(func.value)
         keep = f"kept: {receiver}.clip_grad_norm_ of an FSDP1 model"
         rewrite = self._rewrite(a, call, func, receiver)
+        either = self._either(a, call, func, receiver)
         unknown = (
             f"{receiver} is not known to be an FSDP1 module: if it is, use fsdp2_port."
             f"clip_grad_norm_({receiver}.parameters(), ...) with the model's migration"
         )
-        if (
-            a.add_tied(self.CODE, call, func.value, keep, rewrite, quiet=True, unknown=unknown)
-            is None
-        ):
-            a.add(self.CODE, call, unknown)
+        site = a.add_tied(
+            self.CODE, call, func.value, keep, rewrite, quiet=True, unknown=unknown, either=either
+        )
+        if site is None:
+            a.hold(self.CODE, call, unknown)
+
+    def _either(
+        self, a: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str
+    ) -> Rewrite | None:
+        """``fsdp2_port.module_clip_grad_norm_(m, ...)``: FSDP1's method on FSDP1, the global
+        norm on FSDP2, torch's on DDP and plain modules, the object's own method otherwise."""
+        if not a.options.runtime_dependency or calls.bind(call, ("max_norm", "norm_type")) is None:
+            return None
+        opening = a.text.index("(", a.lines.end(func))
+        first = receiver + (", " if call.args or call.keywords else "")
+        return Rewrite(
+            [
+                a.replace(func, "fsdp2_port.module_clip_grad_norm_"),
+                Edit(opening + 1, opening + 1, first),
+            ],
+            "clip_grad_norm_ -> fsdp2_port.module_clip_grad_norm_: FSDP1's clip on any model "
+            "(the global norm on FSDP2)",
+            [a.module_import("fsdp2_port")],
+        )
 
     def _rewrite(
         self, a: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str
@@ -82,3 +103,18 @@ class ClipGradRule:
             Edit(end, end, ".full_tensor()"),
         ]
         return Rewrite(edits, _TORCH_ONLY, [a.module_import("torch")], review=True)
+
+
+def _takes_parameters(call: ast.Call) -> bool:
+    """A clip whose first argument is parameters (``accelerator.clip_grad_norm_(ps, 1.0)``,
+    torch's signature) is not FSDP1's ``clip_grad_norm_(max_norm, norm_type)``."""
+    first = call.args[0] if call.args else None
+    for keyword in call.keywords:
+        if keyword.arg == "parameters":
+            return True
+    if first is None or isinstance(first, ast.Constant):
+        return False
+    if isinstance(first, (ast.List, ast.ListComp, ast.GeneratorExp, ast.Tuple)):
+        return True
+    text = ast.unparse(first).lower()
+    return "param" in text

@@ -38,8 +38,20 @@ _STATIC = {
     "rekey_optim_state_dict": "rekey_optim_state_dict: FSDP2 optimizer state is keyed by "
     "parameter name in get_/set_optimizer_state_dict",
 }
-#: Attributes that only an FSDP1 instance has (flat parameters, handles, its own state).
-_FSDP1_ATTRIBUTES = frozenset(
+#: The static APIs ``fsdp2_port`` gives with FSDP1's signature, right on any model.
+_EITHER = frozenset(
+    {
+        "summon_full_params",
+        "fsdp_modules",
+        "full_optim_state_dict",
+        "sharded_optim_state_dict",
+        "scatter_full_optim_state_dict",
+        "shard_full_optim_state_dict",
+    }
+)
+#: Attributes that only an FSDP1 instance has (flat parameters, handles, its own state): on a
+#: receiver the run cannot tie they still hold its models.
+_FSDP1_ONLY = frozenset(
     {
         "_handle",
         "_handles",
@@ -47,30 +59,38 @@ _FSDP1_ATTRIBUTES = frozenset(
         "_fsdp_handles",
         "check_is_root",
         "_is_root",
-        "_lazy_init",
-        "process_group",
         "sharding_strategy",
-        "_sync_gradients",
-        "params",
-        "_reshard",
-        "_unshard",
-        "training_state",
         "_use_orig_params",
         "_fsdp_use_orig_params",
         "_exec_order_data",
-        "compute_device",
-        "mixed_precision",
-        "cpu_offload",
+        "training_state",
         "flat_param",
         "summon_full_params",
         "_fsdp_wrapped_module",
         "_flat_param",
+    }
+)
+#: FSDP1 attributes whose names other objects have too (a config's ``mixed_precision``, a
+#: DDP model's ``process_group``): on an untied receiver, only one named like a model holds.
+_FSDP1_SHARED = frozenset(
+    {
+        "_sync_gradients",
+        "process_group",
+        "params",
+        "_reshard",
+        "_unshard",
+        "_lazy_init",
+        "compute_device",
+        "mixed_precision",
+        "cpu_offload",
         "register_comm_hook",
         "_has_params",
         "rank",
         "world_size",
     }
 )
+_FSDP1_ATTRIBUTES = _FSDP1_ONLY | _FSDP1_SHARED
+_MODEL_WORDS = ("model", "module", "fsdp", "policy", "actor", "critic", "wrapped", "net")
 _ANYWHERE = ("_fsdp_wrapped_module", "_flat_param")
 _INTERNAL = (
     "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters "
@@ -124,18 +144,29 @@ class InternalsRule:
             self._dot_module(a, node)
         elif node.attr in _FSDP1_ATTRIBUTES:
             what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
-            a.add_tied(self.CODE, node, receiver, what, None, quiet=True)
+            site = a.add_tied(self.CODE, node, receiver, what, None, quiet=True)
+            if site is None and _may_be_model(a, node):
+                a.hold(self.CODE, node, what)
 
     def _static(self, a: FileAnalysis, node: ast.Attribute, api: str) -> None:
         call = a.names.parent.get(node)
-        if isinstance(call, ast.Call) and call.func is node and call.args:
-            a.add_tied(self.CODE, call, call.args[0], _STATIC[api], None, known=False)
+        if not (isinstance(call, ast.Call) and call.func is node and call.args):
+            a.hold(self.CODE, node, _STATIC[api])
+        elif api in _EITHER and a.options.runtime_dependency:
+            rewrite = Rewrite(
+                [a.replace(node, f"fsdp2_port.{api}")],
+                f"FSDP.{api} -> fsdp2_port.{api}: FSDP1's on FSDP1 models, the same meaning "
+                "on FSDP2, DDP and plain ones",
+                [a.module_import("fsdp2_port")],
+            )
+            a.add(self.CODE, call, _STATIC[api], rewrite, "ALWAYS")
         else:
-            a.add(self.CODE, node, _STATIC[api])
+            a.add_tied(self.CODE, call, call.args[0], _STATIC[api], None, known=False)
 
     def _dot_module(self, a: FileAnalysis, node: ast.Attribute) -> None:
         """``m.module``: ``m`` for a model built here; ``fsdp2_port.unwrapped(m)`` for one that
-        may also be another wrapper (DDP) or is only known to be FSDP1."""
+        may also be another wrapper (DDP), is only known to be FSDP1, or cannot be tied (not
+        ``self.module``, an object's own attribute, nor a Python module's)."""
         receiver = node.value
         ties, deferred = a.ties.of(receiver)
         text = a.source(receiver)
@@ -158,12 +189,47 @@ class InternalsRule:
                 "DDP, the module itself under FSDP2",
                 [a.module_import("fsdp2_port")],
             )
-            added = a.add_tied(self.CODE, node, receiver, keep, rewrite, quiet=True)
-            if added is not None:
+            untied = _may_be_model(a, node) and not a.names.qualified(receiver)
+            added = a.add_tied(
+                self.CODE,
+                node,
+                receiver,
+                keep,
+                rewrite,
+                quiet=True,
+                either=rewrite if untied else None,
+            )
+            if added is not None and added.requirement == "MODELS":
                 added.requirement = "ALWAYS"
         else:
             keep = f"{text}.module: FSDP2 does not wrap; use {text} itself once it is FSDP2"
-            a.add_tied(self.CODE, node, receiver, keep, None, quiet=True)
+            if a.add_tied(self.CODE, node, receiver, keep, None, quiet=True) is None:
+                if _may_be_model(a, node):
+                    a.hold(self.CODE, node, keep)
+
+
+def _may_be_model(a: FileAnalysis, node: ast.Attribute) -> bool:
+    """Whether an untied receiver may be an FSDP1 model: never ``self`` (an object's own
+    attribute); for names other objects share too, only a receiver named like a model."""
+    receiver = node.value
+    if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+        return False
+    if a.names.qualified(receiver):  # an imported module or class
+        return False
+    if _reads_fsdp1_attribute(a, receiver):  # m._handle.flat_param: m._handle says it all
+        return False
+    if node.attr in _FSDP1_ONLY:
+        return True
+    last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+    return any(word in last.lower() for word in _MODEL_WORDS)
+
+
+def _reads_fsdp1_attribute(a: FileAnalysis, receiver: ast.expr) -> bool:
+    """``m._handle`` itself, or a name bound only to it (``handle = m._handle``)."""
+    if isinstance(receiver, ast.Name):
+        binding = a.sole_binding(receiver)
+        receiver = binding.value if binding is not None else receiver  # type: ignore[assignment]
+    return isinstance(receiver, ast.Attribute) and receiver.attr in _FSDP1_ATTRIBUTES
 
 
 def _is_docstring(a: FileAnalysis, node: ast.Constant) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from codemods.analysis import FileAnalysis
-from codemods.plan import Requirement, Rewrite
+from codemods.plan import Requirement, Rewrite, Site
 from codemods.text import Edit
 
 _CHECKS = ("builtins.isinstance", "builtins.issubclass")
@@ -55,6 +55,8 @@ class IsinstanceRule:
         site = a.add_tied(
             self.CODE, call, call.args[0], message, rewrite, known=False, groups=groups
         )
+        if site is not None:
+            site.holds = False  # kept, an FSDP2 model fails the test: marked, not broken
         if site is not None and guarded:
             a.guards.append((guarded, f"guard:{a.site_id(call)}"))
 
@@ -64,8 +66,9 @@ class IsinstanceRule:
             return
         rewrite = _to_fsdp_module(a, annotation, refs, "FSDP annotation -> FSDPModule")
         parent = a.names.parent.get(annotation)
+        site: Site | None
         if isinstance(parent, ast.AnnAssign) and parent.value is not None:
-            a.add_tied(
+            site = a.add_tied(
                 self.CODE, annotation, parent.value, "kept: FSDP1 annotation", rewrite, known=False
             )
         elif (
@@ -74,7 +77,7 @@ class IsinstanceRule:
         ):
             ties = a.ties.returned_by(parent)
             requirement: Requirement = "MODELS" if ties[0] or ties[1] else "RUN"
-            a.add(
+            site = a.add(
                 self.CODE,
                 annotation,
                 "kept: FSDP1 annotation",
@@ -84,7 +87,9 @@ class IsinstanceRule:
                 deferred=ties[1],
             )
         else:
-            a.add(self.CODE, annotation, "kept: FSDP1 annotation", rewrite, "RUN")
+            site = a.add(self.CODE, annotation, "kept: FSDP1 annotation", rewrite, "RUN")
+        if site is not None:
+            site.holds = False  # an annotation changes nothing at run time
 
 
 def _fsdp_refs(a: FileAnalysis, node: ast.AST) -> list[ast.expr]:

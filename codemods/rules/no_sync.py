@@ -6,7 +6,8 @@
 - Any other use (a receiver that may also hold a DDP model, ``with`` among other context
   managers, ``m.no_sync`` kept as a bound method): ``fsdp2_port.no_sync(m)``, a context manager
   right for FSDP1, FSDP2 and DDP alike, so it needs no model to migrate.
-A receiver not known to be FSDP (DDP has ``no_sync`` too) is marked.
+A receiver the run cannot tie to a model gets ``fsdp2_port.no_sync(m)`` too, whenever a model
+of the run migrates (it may be one of them); without the runtime dependency it holds the run.
 """
 
 from __future__ import annotations
@@ -44,26 +45,21 @@ class NoSyncRule:
         )
         ties, deferred = a.ties.of(receiver)
         statement = _sole_with_item(a, call) if call is not None else None
-        if statement is not None and (not a.options.runtime_dependency or (ties and not deferred)):
+        either = _helper(a, attribute, call, text) if a.options.runtime_dependency else None
+        rewrite: Rewrite | None
+        if statement is not None and (either is None or (ties and not deferred)):
             rewrite = _try_finally(a, statement, text)
-            site = a.add_tied(self.CODE, node, receiver, keep, rewrite, quiet=True, unknown=unknown)
-        elif a.options.runtime_dependency:
-            site = a.add_tied(
-                self.CODE,
-                node,
-                receiver,
-                keep,
-                _helper(a, attribute, call, text),
-                quiet=True,
-                unknown=unknown,
-            )
-            if site is not None:
-                site.requirement = "ALWAYS"  # right for FSDP1, FSDP2 and DDP alike
         else:
-            keep += " (use set_requires_gradient_sync)"
-            site = a.add_tied(self.CODE, node, receiver, keep, None, quiet=True, unknown=unknown)
+            rewrite = either
+            if either is None:
+                keep += " (use set_requires_gradient_sync)"
+        site = a.add_tied(
+            self.CODE, node, receiver, keep, rewrite, quiet=True, unknown=unknown, either=either
+        )
         if site is None:
-            a.add(self.CODE, node, unknown)
+            a.hold(self.CODE, node, unknown)
+        elif rewrite is either and site.requirement == "MODELS":
+            site.requirement = "ALWAYS"  # right for FSDP1, FSDP2 and DDP alike
 
 
 def _helper(a: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None, text: str) -> Rewrite:

@@ -89,7 +89,10 @@ def test_json_is_one_array_even_with_no_findings_or_many_files(tmp_path, capsys)
 def test_github_annotations(tmp_path, capsys):
     target = write(
         tmp_path / "train.py",
-        FSDP1_SOURCE + "\n\ndef local(m):\n    with FSDP.summon_full_params(m):\n        pass\n",
+        FSDP1_SOURCE
+        + "\n\ndef scaler():\n"
+        + "    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n\n"
+        + "    return ShardedGradScaler()\n",
     )
     assert main(["--format", "github", str(target)]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -99,7 +102,7 @@ def test_github_annotations(tmp_path, capsys):
     )
     warning = next(line for line in out if line.startswith("::warning"))
     assert warning.startswith(
-        f"::warning file={target},line=11,col=10,title=F2P010::F2P010 summon_full_params"
+        f"::warning file={target},line=13,col=12,title=F2P010::F2P010 ShardedGradScaler"
     )
 
 
@@ -138,16 +141,41 @@ def test_write_keeps_encoding_newlines_and_mode(tmp_path, capsys):
 
 
 def test_write_is_all_or_nothing(tmp_path, monkeypatch):
-    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    first = write(tmp_path / "a.py", FSDP1_SOURCE)
+    second = write(tmp_path / "b.py", FSDP1_SOURCE)
 
-    def fail(src, dst):
-        raise OSError("disk full")
+    def stage_or_fail(path, data, real=sources._stage):
+        if path == str(second):
+            raise OSError(28, "No space left on device", path)
+        return real(path, data)
 
-    monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError):
-        sources.write_atomic(str(target), FSDP2_SOURCE, "utf-8")
-    assert target.read_text() == FSDP1_SOURCE
-    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+    monkeypatch.setattr(sources, "_stage", stage_or_fail)
+    outputs = [(str(first), FSDP2_SOURCE, "utf-8"), (str(second), FSDP2_SOURCE, "utf-8")]
+    problem = sources.write_all(outputs)
+    assert problem is not None and "No space left on device" in problem
+    assert first.read_text() == FSDP1_SOURCE and second.read_text() == FSDP1_SOURCE
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "b.py"], "no temporaries"
+
+
+def test_an_internal_error_in_one_file_writes_no_file_of_the_run(tmp_path, capsys, monkeypatch):
+    from codemods import apply
+
+    first = write(tmp_path / "a.py", FSDP1_SOURCE)
+    second = write(tmp_path / "b.py", FSDP1_SOURCE)
+    real = apply.apply_plan
+
+    def collide(text, plan, *args, **kwargs):
+        if plan.path == str(second):
+            raise apply.InternalError("two rewrites touch the same code (test)")
+        return real(text, plan, *args, **kwargs)
+
+    monkeypatch.setattr(apply, "apply_plan", collide)
+    assert main(["--write", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{second}: error: internal error" in err
+    assert f"{first}: error: not written: {second} could not be migrated" in err
+    assert "0 changed" in err
+    assert first.read_text() == FSDP1_SOURCE and second.read_text() == FSDP1_SOURCE
 
 
 def test_bad_files_are_reported_untouched_and_the_run_goes_on(tmp_path, capsys):

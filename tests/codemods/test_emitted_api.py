@@ -38,6 +38,13 @@ APIS = {
     "fsdp2_port.optim_state_dict_to_load": "fsdp2_port:optim_state_dict_to_load",
     "fsdp2_port.module_state_dict": "fsdp2_port:module_state_dict",
     "fsdp2_port.load_module_state_dict": "fsdp2_port:load_module_state_dict",
+    "fsdp2_port.module_clip_grad_norm_": "fsdp2_port:module_clip_grad_norm_",
+    "fsdp2_port.summon_full_params": "fsdp2_port:summon_full_params",
+    "fsdp2_port.fsdp_modules": "fsdp2_port:fsdp_modules",
+    "fsdp2_port.full_optim_state_dict": "fsdp2_port:full_optim_state_dict",
+    "fsdp2_port.sharded_optim_state_dict": "fsdp2_port:sharded_optim_state_dict",
+    "fsdp2_port.scatter_full_optim_state_dict": "fsdp2_port:scatter_full_optim_state_dict",
+    "fsdp2_port.shard_full_optim_state_dict": "fsdp2_port:shard_full_optim_state_dict",
 }
 
 
