@@ -8,7 +8,9 @@ Checkpoints key everything by parameter name, never by position.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
+from types import FrameType
 from typing import Any
 
 import torch
@@ -19,6 +21,10 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from fsdp2_port import grad_norm
 from fsdp2_port.master_weights import MasterWeightOptimizer
 from fsdp2_port.torch_internals import refuse_fsdp1_tensors
+
+# Where torch's ``dcp.load`` lives; it calls ``state_dict()`` on a Stateful, fills the result
+# in place, then passes it to ``load_state_dict()``.
+_DCP_LOADER = "torch.distributed.checkpoint.state_dict_loader"
 
 
 def _named_trainable(model_or_params: nn.Module | Iterable[Any]) -> list[tuple[str, nn.Parameter]]:
@@ -75,9 +81,13 @@ class BF16Optimizer(MasterWeightOptimizer):
 
         Optimizer state is allocated first if no step has run, so that a DCP load into this
         state dict has tensors to fill (an unallocated moment would be silently dropped).
+        Asked by ``dcp.load``, which writes in place, every tensor is a fresh staging copy
+        (same shape, dtype and layout, contents undefined): the live state changes only when
+        ``load_state_dict`` has checked all of it and commits.
         """
         self._materialize_state()
-        return super().state_dict()
+        state = super().state_dict()
+        return _staging(state) if _asked_by_dcp_load() else state
 
     @torch.no_grad()
     def _materialize_state(self) -> None:
@@ -134,6 +144,26 @@ class BF16Optimizer(MasterWeightOptimizer):
         groups = [{**optim["param_groups"][0], "params": list(range(len(names)))}]
         masters = [_placed_like(masters[n], m) for n, m in zip(names, self.fp32_params)]
         return masters, {"state": state, "param_groups": groups}
+
+
+def _asked_by_dcp_load() -> bool:
+    """Whether the first caller outside this package is ``dcp.load`` (which fills the tensors
+    of the state dict it is given in place; ``dcp.save`` only reads them)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("fsdp2_port"):
+        frame = frame.f_back
+    return frame is not None and frame.f_globals.get("__name__") == _DCP_LOADER
+
+
+def _staging(state: Any) -> Any:
+    """``state`` with every tensor replaced by an uninitialised one like it (DTensors too)."""
+    if isinstance(state, Tensor):
+        return torch.empty_like(state)
+    if isinstance(state, dict):
+        return {k: _staging(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_staging(v) for v in state]
+    return state
 
 
 def _placed_like(value: Any, master: Tensor) -> Any:

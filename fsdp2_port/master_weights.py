@@ -262,20 +262,46 @@ class MasterWeightOptimizer:
 
     @torch.no_grad()
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore masters, moments and schedule exactly; keys other than ours are ignored."""
+        """Restore masters, moments and schedule exactly; keys other than ours are ignored.
+
+        All or nothing: the whole state (keys, shapes, dtypes, layouts, optimizer groups, the
+        schedule) is checked before the first write, so a refused state changes no master,
+        moment, step, lr or parameter.
+        """
         self._check_compatible(state_dict)
         masters, optim = self._unpack(state_dict["fp32_params"], state_dict["optimizer_state_dict"])
+        schedule = state_dict["scheduler_state_dict"]
         for name, saved, m in zip(self.param_names, masters, self.fp32_params):
-            if tuple(saved.shape) != tuple(m.shape):
-                raise ValueError(
-                    f"master of {name!r}: checkpoint shape {tuple(saved.shape)}, "
-                    f"expected {tuple(m.shape)}: saved for another model"
-                )
+            _check_tensor_like(f"master of {name!r}", saved, m)
+        self._check_optimizer_state(optim)
+        _check_same_form("scheduler state", schedule, self.scheduler.state_dict())
+        for saved, m in zip(masters, self.fp32_params):
             if saved is not m:
                 m.copy_(saved)
         self.optimizer.load_state_dict(self._with_own_kernels(optim))
-        self.scheduler.load_state_dict(state_dict["scheduler_state_dict"])
+        self.scheduler.load_state_dict(dict(schedule))
         self._write_back()
+
+    def _check_optimizer_state(self, optim: Mapping[str, Any]) -> None:
+        """ValueError unless ``optim`` (torch's form, by position) fits this optimizer: the same
+        group sizes, every position once, per-element state shaped and typed like its master."""
+        groups, ours = optim["param_groups"], self.optimizer.param_groups
+        sizes = [len(g["params"]) for g in groups]
+        if sizes != [len(g["params"]) for g in ours]:
+            raise ValueError(
+                f"checkpoint optimizer state has param groups of sizes {sizes}, this optimizer "
+                f"{[len(g['params']) for g in ours]}: saved for another model"
+            )
+        n = len(self.fp32_params)
+        if sorted(i for g in groups for i in g["params"]) != list(range(n)):
+            raise ValueError("checkpoint optimizer groups do not name each parameter once")
+        for i, state in optim["state"].items():
+            if i not in range(n):
+                raise ValueError(f"checkpoint optimizer state for unknown parameter {i!r}")
+            for key, value in state.items():
+                what = f"optimizer state {key!r} of {self.param_names[i]!r}"
+                if isinstance(value, Tensor) and value.dim() > 0:
+                    _check_tensor_like(what, value, self.fp32_params[i])
 
     def _with_own_kernels(self, optim: dict[str, Any]) -> dict[str, Any]:
         """A saved optimizer state whose groups keep this optimizer's kernel (``fused``,
@@ -347,3 +373,45 @@ def _check_options(lr: object, weight_decay: object, total_steps: object, warmup
     for name, value, kind, ok, rule in rules:
         if isinstance(value, bool) or not isinstance(value, kind) or not ok(value):
             raise ValueError(f"{name} must be {rule}, got {value!r}")
+
+
+def _check_tensor_like(what: str, saved: object, like: Tensor) -> None:
+    """ValueError unless ``saved`` can be copied into ``like`` exactly: a tensor of its
+    shape and dtype, a DTensor on its mesh with its placements where ``like`` is one."""
+    if not isinstance(saved, Tensor):
+        raise ValueError(f"{what}: checkpoint holds {type(saved).__name__}, expected a tensor")
+    if tuple(saved.shape) != tuple(like.shape):
+        raise ValueError(
+            f"{what}: checkpoint shape {tuple(saved.shape)}, expected {tuple(like.shape)}: "
+            "saved for another model"
+        )
+    if saved.dtype != like.dtype:
+        raise ValueError(f"{what}: checkpoint dtype {saved.dtype}, expected {like.dtype}")
+    layout = [
+        (t.device_mesh, t.placements) if isinstance(t, DTensor) else None for t in (saved, like)
+    ]
+    if layout[0] != layout[1]:
+        raise ValueError(f"{what}: checkpoint layout {layout[0]}, expected {layout[1]}")
+
+
+def _check_same_form(what: str, saved: object, own: object) -> None:
+    """ValueError unless ``saved`` has the form of ``own``: mappings with the same keys,
+    sequences of the same length, numbers of the same kind (bool, integer, real), None for
+    None, else the same type; recursively."""
+    kinds: tuple[type, ...] = (bool, numbers.Integral, numbers.Real, Mapping, list, tuple)
+    kind = next((k for k in kinds if isinstance(own, k)), type(own))
+    fits = isinstance(saved, kind) and (kind is bool or not isinstance(saved, bool))
+    if not fits:
+        raise ValueError(f"{what}: checkpoint holds {saved!r}, expected a {kind.__name__}")
+    if isinstance(own, Mapping):
+        assert isinstance(saved, Mapping)
+        if set(saved) != set(own):
+            raise ValueError(f"{what}: checkpoint keys {sorted(saved)}, expected {sorted(own)}")
+        for key in own:
+            _check_same_form(f"{what} {key!r}", saved[key], own[key])
+    elif isinstance(own, (list, tuple)):
+        assert isinstance(saved, (list, tuple))
+        if len(saved) != len(own):
+            raise ValueError(f"{what}: checkpoint length {len(saved)}, expected {len(own)}")
+        for i, (a, b) in enumerate(zip(saved, own)):
+            _check_same_form(f"{what}[{i}]", a, b)
