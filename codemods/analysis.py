@@ -234,15 +234,48 @@ class FileAnalysis:
         head = replaced
         while isinstance(head, ast.Attribute):
             head = head.value
-        statement = None
+        statements = []
         if isinstance(head, ast.Name):
-            for binding in self.names.bindings_of(head):
-                if binding.kind == "import" and binding.statement is not None:
-                    statement = binding.statement
-                    break
-        if statement is None:
+            statements = [
+                b.statement
+                for b in self.names.bindings_of(head)
+                if b.kind == "import" and b.statement is not None
+            ]
+        if not statements:
             return self._after_leading_imports(module, name)
-        return self.import_after(statement, module, name)
+        if len(statements) == 1 and self._dominates(statements[0], replaced):
+            return self.import_after(statements[0], module, name)
+        return self._import_before(replaced, module, name)  # imported in a sibling branch
+
+    def _dominates(self, statement: ast.stmt, node: ast.AST) -> bool:
+        """Whether ``statement`` runs before ``node`` on every path that reaches it: at module
+        level, or earlier in a block that holds ``node``."""
+        owner = self.names.parent.get(statement)
+        if isinstance(owner, ast.Module):
+            return True
+        for ancestor in self.names.ancestors(node):
+            if self.names.parent.get(ancestor) is owner:
+                for block in ("body", "orelse", "finalbody", "handlers"):
+                    part = getattr(owner, block, None)
+                    if isinstance(part, list) and statement in part and ancestor in part:
+                        return part.index(statement) < part.index(ancestor)
+                return False
+        return False
+
+    def _import_before(self, node: ast.AST, module: str, name: str | None) -> NeededImport:
+        """An import on its own line right before the statement that uses ``node`` (before
+        the whole ``if`` for an ``elif`` test)."""
+        statement = self.names.statement(node)
+        parent = self.names.parent.get(statement)
+        while isinstance(parent, ast.If) and parent.orelse == [statement]:
+            if self.lines.line_of(self.lines.start(statement)) == statement.lineno and (
+                self.text[self.lines.line_start(self.lines.start(statement)) :].lstrip()
+            ).startswith("elif"):
+                statement, parent = parent, self.names.parent.get(parent)
+            else:
+                break
+        anchor = self.statement_start(statement)
+        return NeededImport(module, name, anchor, self.lines.indent_at(anchor))
 
     def import_after(
         self, statement: ast.stmt, module: str, name: str | None, asname: str | None = None

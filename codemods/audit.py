@@ -91,7 +91,7 @@ def audit(path: str, text: str, module_name: str = "", is_package: bool = False)
         name = a.fsdp1_name(node)
         if name is None or name.split(".", 1)[0] in CONFIGURATION or a.is_ignored(node):
             continue
-        if not _marked(a, node):
+        if not _marked(a, node) and not _tested_with_fsdp2(a, node):
             report.unmarked.append(f"{path}:{node.lineno}: FSDP1 name {name} without a marker")  # type: ignore[attr-defined]
     return report
 
@@ -139,6 +139,17 @@ def _receiver(a: FileAnalysis, node: ast.Call) -> tuple[ast.AST | None, bool]:
     ):
         return func.value, False
     return None, False
+
+
+def _tested_with_fsdp2(a: FileAnalysis, node: ast.AST) -> bool:
+    """``FSDP`` in ``isinstance(m, (FSDP, FSDPModule))``: true for both kinds of model."""
+    kinds = a.names.parent.get(node)
+    call = a.names.parent.get(kinds) if isinstance(kinds, ast.Tuple) else None
+    return (
+        isinstance(call, ast.Call)
+        and a.resolves_to(call.func, "builtins.isinstance", "builtins.issubclass")
+        and any(a.fsdp2_name(e) == "FSDPModule" for e in kinds.elts)  # type: ignore[union-attr]
+    )
 
 
 def _marked(a: FileAnalysis, node: ast.AST) -> bool:

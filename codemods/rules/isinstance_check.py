@@ -48,6 +48,13 @@ class IsinstanceRule:
             a.add(self.CODE, call, message)
             a.dead_branches.append((dispatch, message))
             return
+        if isinstance(kinds, ast.Tuple) and any(
+            a.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
+        ):
+            # Already true for FSDP1 and FSDP2 models alike: nothing to change or mark.
+            both = a.add(self.CODE, call, "", None, "NEVER")
+            both.silent, both.holds = True, False
+            return
         rewrite = _to_fsdp_module(a, kinds, refs, "FSDP class test -> FSDPModule")
         guarded = _guarded_span(a, call)
         groups = frozenset({f"guard:{a.site_id(call)}"}) if guarded else frozenset()
@@ -57,8 +64,8 @@ class IsinstanceRule:
         )
         if site is not None:
             site.holds = False  # kept, an FSDP2 model fails the test: marked, not broken
-        if site is not None and guarded:
-            a.guards.append((guarded, f"guard:{a.site_id(call)}"))
+            if guarded:
+                a.guards.append((guarded, f"guard:{a.site_id(call)}"))
 
     def _annotation(self, a: FileAnalysis, annotation: ast.expr) -> None:
         refs = _fsdp_refs(a, annotation)
@@ -158,23 +165,51 @@ def _dispatch_branch(a: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
 
 
 def _guarded_span(a: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
-    """The code that runs only when the check holds: the rest of an ``and``, the ``if`` body."""
+    """The code that runs only when the check holds: the rest of an ``and``, the ``if`` body;
+    for a negated check (``not``, ``or``), the ``else`` and, after ``if not ...: return``
+    (any jump), the rest of the block."""
     spans: list[tuple[int, int]] = []
     child: ast.AST = call
+    negated = False
     for ancestor in a.names.ancestors(call):
-        if isinstance(ancestor, ast.BoolOp) and isinstance(ancestor.op, ast.And):
-            later = ancestor.values[ancestor.values.index(child) + 1 :]  # type: ignore[arg-type]
-            if later:
-                spans.append((a.lines.start(later[0]), a.lines.end(later[-1])))
+        if isinstance(ancestor, ast.UnaryOp) and isinstance(ancestor.op, ast.Not):
+            negated = not negated
+        elif isinstance(ancestor, ast.BoolOp):
+            if isinstance(ancestor.op, ast.And if not negated else ast.Or):
+                later = ancestor.values[ancestor.values.index(child) + 1 :]  # type: ignore[arg-type]
+                if later:
+                    spans.append((a.lines.start(later[0]), a.lines.end(later[-1])))
         elif isinstance(ancestor, (ast.If, ast.While)) and child is ancestor.test:
-            spans.append((a.lines.start(ancestor.body[0]), a.lines.end(ancestor.body[-1])))
+            if not negated:
+                spans.append((a.lines.start(ancestor.body[0]), a.lines.end(ancestor.body[-1])))
+            else:
+                spans += _denied_spans(a, ancestor)
             break
         elif isinstance(ancestor, ast.IfExp) and child is ancestor.test:
-            spans.append(a.span(ancestor.body))
+            spans.append(a.span(ancestor.orelse if negated else ancestor.body))
             break
-        elif not isinstance(ancestor, (ast.BoolOp, ast.UnaryOp)):
+        else:
             break
         child = ancestor
     if not spans:
         return None
     return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+def _denied_spans(a: FileAnalysis, statement: ast.If | ast.While) -> list[tuple[int, int]]:
+    """What runs only when the test of ``statement`` is false: its ``else``, and the rest of
+    its block when its body always jumps away."""
+    spans = []
+    if statement.orelse:
+        spans.append((a.lines.start(statement.orelse[0]), a.lines.end(statement.orelse[-1])))
+    if isinstance(statement, ast.If) and isinstance(
+        statement.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)
+    ):
+        owner = a.names.parent.get(statement)
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(owner, name, None)
+            if isinstance(block, list) and statement in block:
+                rest = block[block.index(statement) + 1 :]
+                if rest:
+                    spans.append((a.lines.start(rest[0]), a.lines.end(rest[-1])))
+    return spans
