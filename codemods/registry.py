@@ -19,6 +19,7 @@ from codemods.rules.isinstance_check import IsinstanceRule
 from codemods.rules.leftovers import LeftoversRule
 from codemods.rules.no_sync import NoSyncRule
 from codemods.rules.optimizer import OptimizerRule
+from codemods.rules.param_shapes import ParamShapesRule
 from codemods.rules.state_dict import StateDictRule
 
 
@@ -37,6 +38,7 @@ RULES: tuple[type[Rule], ...] = (
     NoSyncRule,
     InternalsRule,
     IsinstanceRule,
+    ParamShapesRule,
     LeftoversRule,
 )
 #: Every code a finding can carry, with what it means (``--list-rules``).
@@ -53,6 +55,7 @@ CODES = {
     "F2P008": StateDictRule.SUMMARY,
     "F2P009": OptimizerRule.SUMMARY,
     "F2P010": InternalsRule.SUMMARY,
+    "F2P011": ParamShapesRule.SUMMARY,
     "F2P099": LeftoversRule.SUMMARY,
 }
 #: The codes each rule's sites carry (the constructor rule has three).

@@ -1,0 +1,86 @@
+"""F2P011: parameter shapes read from a wrapped model change meaning under FSDP2.
+
+After ``FSDP(m)`` the model's parameters are FSDP1's flat views: 1-D shards (with
+``use_orig_params=True``, views into them; without it, one ``FlatParameter`` per unit), so
+``p.ndim``, ``p.shape``, ``p.dim()``, ``p.size()`` and ``p.numel()`` read from
+``model.parameters()`` / ``named_parameters()`` describe shards. FSDP2 keeps each parameter's
+logical shape (a DTensor): the same code now sees matrices. A weight-decay split by
+``p.ndim > 1`` decayed nothing before and decays every matrix after, with no error. Marked at
+the line when the model migrates; nothing when it stays FSDP1 (nothing changes then).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from codemods.analysis import FileAnalysis
+from codemods.plan import Rewrite
+
+_SHAPES = frozenset({"ndim", "shape", "dim", "size", "numel"})
+_ITERATORS = frozenset({"parameters", "named_parameters"})
+
+
+class ParamShapesRule:
+    CODE = "F2P011"
+    SUMMARY = "mark parameter shapes read from a wrapped model (FSDP1 flat shards, FSDP2 full)"
+
+    def analyze(self, a: FileAnalysis) -> None:
+        for node in ast.walk(a.tree):
+            if isinstance(node, (ast.For, ast.comprehension)):
+                self._loop(a, node.iter, node.target, node)
+
+    def _loop(self, a: FileAnalysis, iterator: ast.expr, target: ast.expr, loop: ast.AST) -> None:
+        if not (
+            isinstance(iterator, ast.Call)
+            and isinstance(iterator.func, ast.Attribute)
+            and iterator.func.attr in _ITERATORS
+        ):
+            return
+        model = iterator.func.value
+        ties, deferred = a.ties.of(model)
+        if not (ties or deferred) or a.is_ignored(iterator):
+            return
+        parameter = _parameter_name(target, iterator.func.attr)
+        owner = a.names.parent.get(loop) if isinstance(loop, ast.comprehension) else loop
+        read = next(
+            (
+                n
+                for n in ast.walk(owner)  # type: ignore[arg-type]
+                if isinstance(n, ast.Attribute)
+                and n.attr in _SHAPES
+                and isinstance(n.value, ast.Name)
+                and n.value.id == parameter
+            ),
+            None,
+        )
+        if read is None:
+            return
+        text = a.source(model)
+        message = (
+            f"{parameter}.{read.attr} of {text}'s parameters: FSDP1 gave flat 1-D shards here, "
+            "FSDP2 gives each parameter's full shape; check what this selects (e.g. weight "
+            "decay by ndim) and read the shapes from the unwrapped module if FSDP1's answer was "
+            "intended"
+        )
+        site = a.add(
+            self.CODE,
+            read,
+            message,
+            Rewrite([], message, review=True),
+            "MODELS",
+            ties=ties,
+            deferred=deferred,
+        )
+        site.quiet = True  # only a model that migrates changes meaning
+        if not ties:
+            site.unknown = ""  # what the run may pass: nothing at all if no model comes
+
+
+def _parameter_name(target: ast.expr, iterator: str) -> str | None:
+    """The loop variable that holds each parameter (``p``, or ``p`` of ``name, p``)."""
+    if iterator == "parameters" and isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+        second = target.elts[1]
+        return second.id if isinstance(second, ast.Name) else None
+    return None
