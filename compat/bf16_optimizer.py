@@ -19,8 +19,17 @@ class BF16Optimizer(MasterWeightOptimizer):
 
     ``model`` is the FSDP1 root or an inner module whose parameters are FSDP1 views; its
     trainable parameters get fp32 masters. ``step()`` returns the pre-clip global norm.
-    An FSDP2 model (DTensor parameters) is refused: ``fsdp2_port.BF16Optimizer`` is for it.
+    On an FSDP2 model (DTensor parameters) it *is* ``fsdp2_port.BF16Optimizer`` (same
+    constructor and API): right whichever the model turns out to be, which is what the codemod
+    needs where it cannot tell (an optimizer built on an inner module of a wrapped model).
     """
+
+    def __new__(cls, model: object = None, *args: object, **kwargs: object) -> BF16Optimizer:
+        if cls is BF16Optimizer and _has_dtensors(model):
+            from fsdp2_port.bf16_optimizer import BF16Optimizer as OnDTensors
+
+            return OnDTensors(model, *args, **kwargs)  # type: ignore[arg-type,return-value]
+        return super().__new__(cls)
 
     def _trainable(self, model: nn.Module, offload_master: bool) -> list[tuple[str, nn.Parameter]]:
         self.model = model
@@ -31,3 +40,10 @@ class BF16Optimizer(MasterWeightOptimizer):
 
     def _norm_copies(self, group: dist.ProcessGroup) -> list[int]:
         return [copies_in(group, s) for s in self._shard_groups]
+
+
+def _has_dtensors(model: object) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    parameters = model.parameters() if isinstance(model, nn.Module) else ()
+    return any(isinstance(p, DTensor) for p in parameters)

@@ -17,6 +17,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+import compat
 import fsdp2_port
 from fsdp2_port.launch import run_ranks
 from tests.models import global_batch, local_rows, loss_fn, make_model
@@ -123,9 +124,9 @@ def test_clip_is_one_collective_and_matches_the_replica(layout):
 
 def _optimizer_trains_like_replica(rank, world, layout):
     model, data, sync = _build(layout)
-    opt = fsdp2_port.BF16Optimizer(
-        model, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0
-    )
+    # compat's optimizer on an FSDP2 model is this one (the codemod's form for untied models)
+    opt = compat.BF16Optimizer(model, LR, max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.0)
+    assert type(opt) is fsdp2_port.BF16Optimizer
     replica = _replica(layout)
     ref = SpecForgeLoop(replica.parameters(), LR, MAX_NORM)
     for step in range(4):

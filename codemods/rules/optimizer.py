@@ -3,7 +3,8 @@
 - ``BF16Optimizer`` imported from ``specforge.optimizer`` or ``compat``: from ``fsdp2_port`` when
   every optimizer built through that import is built on a migrating model (the DTensor-native
   optimizer refuses FSDP1 models); otherwise SpecForge's becomes ``compat``'s, which is right on
-  FSDP1 (it clips by the true global norm), and a model it is built on stays FSDP1.
+  FSDP1 (it clips by the true global norm) and is ``fsdp2_port``'s on FSDP2. An optimizer the
+  run cannot tie to a model (built on an inner module of a wrapped one) therefore holds nothing.
 - Its ``step()`` returns the *global* norm. A caller-side SUM all-reduce of that norm (or of its
   square, before a square root), anywhere later in the function, would multiply it by the world
   size (or its square root): the ``all_reduce`` goes. An all-reduce followed by a division (an
@@ -107,6 +108,9 @@ class OptimizerRule:
                 "the true global norm (SpecForge's clipped each rank's shard by its own)",
             )
         site.quiet = not statement.module.startswith("specforge")  # type: ignore[union-attr]
+        # What stays is compat's optimizer, which is fsdp2_port's on an FSDP2 model: right
+        # whichever model an untied call builds it on (an inner module of a wrapped model).
+        site.holds = False
         return True
 
     # -- the caller-side reduction -------------------------------------------------------------
