@@ -314,13 +314,20 @@ def _compare(argv: list[str]) -> int:
         print(f"fsdp2-port compare: error: {e}", file=sys.stderr)
         _write_html(html, _error_page("compare", f"error: {e}", ""))
         return 2
+    except c.Interrupted as e:
+        if as_json:
+            print(_dumps({"verdict": "error", "exit_code": e.exit_code, "error": str(e)}))
+        print(f"fsdp2-port compare: {e}", file=sys.stderr)
+        _write_html(html, _error_page("compare", str(e), ""))
+        return e.exit_code
     if as_json:
         print(_dumps(c.as_json(result)))
     elif result.verdict != "error":
         print(c.format_text(result))
     if result.verdict == "error":
         print(c.format_error(result), file=sys.stderr)
-    _write_html(html, c.html_report(result))
+    if html is not None:
+        _write_html(html, c.html_report(result))
     return result.exit_code
 
 

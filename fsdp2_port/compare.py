@@ -7,10 +7,13 @@ one relative tolerance per metric. Invariants:
 
 - a metric belongs to the step named on the same line (``step N``); lines without a step
   are not read; for each step and metric the last value logged wins;
-- a step logged by one run only, a metric one run logs at a step and the other does not, or
-  a relative difference beyond the tolerance (NaN included) makes the runs *different*;
+- a step logged by one run only, a metric one run logs at a step and the other does not, a
+  relative difference beyond the tolerance, or a NaN (in NEW where OLD is a number, in OLD,
+  or in both: NaN against NaN is not comparable, never "same") makes the runs *different*;
 - a run that fails, times out, or logs no step both runs can be compared at is an *error*,
-  reported with that run's exit status and the tail of its output.
+  reported with that run's exit status and the tail of its output;
+- nothing of a run outlives it: at its end, its timeout, or a signal to compare, every
+  process that inherited its run id is ended (SIGTERM, SIGKILL ``GRACE_S`` later).
 
 Imports no torch: it launches the runs and reads their output.
 """
@@ -23,10 +26,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from fsdp2_port import report_html
 
@@ -50,6 +56,13 @@ TOLERANCE = {"fp32": 1e-5, "bf16": 2e-3}
 LAUNCHERS = ("torchrun", "none")
 RUNS = ("old", "new")
 TAIL_LINES = 40  # torchrun alone prints ~25 lines after a worker's own error
+# Owning the processes of a run: every one inherits RUN_ID_VAR; ending a run sends SIGTERM,
+# then SIGKILL to what is left after GRACE_S (time for torchrun to stop its workers and for a
+# worker's own SIGTERM handler); KILL_WAIT_S bounds the wait after the SIGKILL, READ_WAIT_S
+# the wait for the end of the run's output.
+RUN_ID_VAR = "FSDP2_PORT_COMPARE_RUN"
+SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+GRACE_S, KILL_WAIT_S, READ_WAIT_S, POLL_S = 5.0, 2.0, 2.0, 0.05
 
 
 class CompareError(ValueError):
@@ -132,6 +145,9 @@ def tolerances(
     unknown = sorted(set(overrides) - set(metrics))
     if unknown:
         raise CompareError(f"--rtol names no metric: {unknown}; metrics: {list(metrics)}")
+    bad = {name: x for name, x in overrides.items() if not 0 <= x < math.inf}
+    if bad:
+        raise CompareError(f"--rtol must be a finite number >= 0, got {bad}")
     return {name: float(overrides.get(name, TOLERANCE[dtype])) for name in metrics}
 
 
@@ -172,6 +188,14 @@ def check(config: Config) -> None:
         "--rdzv-endpoint": config.rdzv_endpoint,
         "--rdzv-id": config.rdzv_id,
     }
+    if config.nproc_per_node is not None and config.nproc_per_node < 1:
+        raise CompareError(f"--nproc-per-node must be >= 1, got {config.nproc_per_node}")
+    if config.node_rank is not None and config.node_rank < 0:
+        raise CompareError(f"--node-rank must be >= 0, got {config.node_rank}")
+    if not 0 < config.timeout < math.inf:
+        raise CompareError(
+            f"--timeout must be a finite number of seconds > 0, got {config.timeout}"
+        )
     given = [name for name, value in torchrun_only.items() if value is not None]
     if config.launcher == "none" and given:
         raise CompareError(f"{', '.join(given)}: only with --launcher torchrun")
@@ -189,12 +213,17 @@ def check(config: Config) -> None:
 
 
 def run_script(script: str, command: list[str], timeout: float) -> Run:
-    """Run ``command`` to completion in its own process group; at ``timeout``, or when this
-    process is interrupted (Ctrl-C), stop the whole group: no rank outlives compare.
+    """Run ``command`` to completion and leave nothing of it running.
 
-    Standard output unbuffered, so a run killed at the deadline still shows its last lines.
+    The run gets its own session and ``RUN_ID_VAR`` set to a value unique to it, which every
+    process it starts inherits, also one that starts a session of its own. When the launcher
+    exits, at ``timeout``, and on any exception (``Interrupted``, Ctrl-C), ``end_run`` ends
+    every process of the run. Standard output unbuffered, so a run killed at the deadline
+    still shows its last lines.
     """
+    run_id = uuid.uuid4().hex
     env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
+    env[RUN_ID_VAR] = run_id
     start = time.monotonic()
     proc = subprocess.Popen(
         command,
@@ -203,28 +232,125 @@ def run_script(script: str, command: list[str], timeout: float) -> Run:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        start_new_session=True,  # its own group: torchrun and every worker, killed together
+        start_new_session=True,  # no terminal signal reaches it: compare decides
     )
+    outputs = [_reader(proc.stdout), _reader(proc.stderr)]
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        returncode: int | None = proc.returncode
+        returncode: int | None = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        stdout, stderr = _stop(proc)
         returncode = None
-    except BaseException:
-        _stop(proc)
-        raise
+    finally:
+        end_run(proc, run_id)
+    stdout, stderr = (read() for read in outputs)
     return Run(script, command, returncode, time.monotonic() - start, stdout, stderr)
 
 
-def _stop(proc: subprocess.Popen) -> tuple[str, str]:
-    """SIGTERM to the run's group (torchrun stops its workers), SIGKILL 15 s later."""
-    os.killpg(proc.pid, signal.SIGTERM)
+def _reader(stream: IO[str] | None) -> Callable[[], str]:
+    """Read ``stream`` to its end in a thread; the function returned gives what was read,
+    waiting at most ``READ_WAIT_S`` for the end (a pipe some stray process still holds)."""
+    lines: list[str] = []
+    thread = threading.Thread(target=lambda: lines.extend(stream or ()), daemon=True)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:  # the thread inherits the mask: compare's signals reach the main thread only
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    def result() -> str:
+        thread.join(READ_WAIT_S)
+        return "".join(list(lines))
+
+    return result
+
+
+def end_run(proc: subprocess.Popen, run_id: str, grace: float | None = None) -> None:
+    """SIGTERM to the run's process group and to every process carrying its run id, SIGKILL
+    to whatever is left ``grace`` seconds later (``GRACE_S``); returns when nothing of the
+    run is left, or ``KILL_WAIT_S`` after the SIGKILL. Signals to compare wait meanwhile."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     try:
-        return proc.communicate(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        return proc.communicate()
+        _signal_run(proc, run_id, signal.SIGTERM)
+        if _gone(proc, run_id, GRACE_S if grace is None else grace):
+            return
+        deadline = time.monotonic() + KILL_WAIT_S
+        while time.monotonic() < deadline:
+            _signal_run(proc, run_id, signal.SIGKILL)
+            if _gone(proc, run_id, POLL_S):
+                return
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _signal_run(proc: subprocess.Popen, run_id: str, sig: int) -> None:
+    targets = [(os.killpg, proc.pid)] + [(os.kill, pid) for pid in run_pids(run_id)]
+    for send, pid in targets:
+        with suppress(ProcessLookupError, PermissionError):
+            send(pid, sig)
+
+
+def _gone(proc: subprocess.Popen, run_id: str, seconds: float) -> bool:
+    """Whether the launcher has exited and no process carries the run id, within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.poll() is not None and not run_pids(run_id):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def run_pids(run_id: str) -> list[int]:
+    """Live processes (not zombies) whose environment holds ``RUN_ID_VAR=run_id``.
+
+    Read from ``/proc/PID/environ``, the environment each process was started with: an
+    inherited variable is found whatever its session or group. Empty where there is no /proc.
+    """
+    needle = f"{RUN_ID_VAR}={run_id}".encode()
+    found = []
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):  # a zombie's reads empty
+                    found.append(int(entry.name))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return found
+
+
+class Interrupted(Exception):
+    """compare received SIGTERM, SIGHUP or SIGINT; the runs have been ended."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}: the runs were stopped")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """Inside, the first of ``SIGNALS`` raises ``Interrupted`` (later ones are ignored); the
+    handlers are restored on the way out. Only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if not received:
+            received.append(signum)
+            raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 # -- reading and judging ----------------------------------------------------------------------
@@ -251,8 +377,8 @@ def parse_log(
 
 
 def relative_difference(old: float, new: float) -> float:
-    """|new - old| / |old|: 0 when equal (NaN equals NaN), inf against a zero or one NaN."""
-    if old == new or (math.isnan(old) and math.isnan(new)):
+    """|new - old| / |old|: 0 when equal, inf against a zero or a NaN in either run."""
+    if old == new:
         return 0.0
     if old == 0 or math.isnan(old) or math.isnan(new):
         return math.inf
@@ -279,7 +405,9 @@ def judge(
                 failures.append(f"step {s}: {name} logged by {'old' if b is None else 'new'} only")
                 continue
             diff = relative_difference(a, b)
-            if not diff <= rtol:
+            if math.isnan(a) and math.isnan(b):
+                failures.append(f"step {s}: {name} is NaN in both runs: not comparable")
+            elif not diff <= rtol:
                 failures.append(
                     f"step {s}: {name} {b!r} vs {a!r}, relative difference {diff:.2e} > {rtol:g}"
                 )
@@ -349,14 +477,19 @@ def judge_runs(config: Config, runs: dict[str, Run]) -> Result:
 
 
 def compare(config: Config) -> Result:
-    """Run OLD, then NEW (not when OLD failed), and judge them."""
+    """Run OLD, then NEW (not when OLD failed), and judge them.
+
+    SIGTERM, SIGHUP or SIGINT end the run in progress and raise ``Interrupted``.
+    """
     check(config)
     runs = {}
-    for label, script in zip(RUNS, (config.old, config.new)):
-        print(f"fsdp2-port compare: running {label}: {script}", file=sys.stderr, flush=True)
-        runs[label] = run_script(script, launch_command(config, script, label), config.timeout)
-        if not runs[label].ok:
-            break
+    with _signals_interrupt():
+        for label, script in zip(RUNS, (config.old, config.new)):
+            print(f"fsdp2-port compare: running {label}: {script}", file=sys.stderr, flush=True)
+            command = launch_command(config, script, label)
+            runs[label] = run_script(script, command, config.timeout)
+            if not runs[label].ok:
+                break
     return judge_runs(config, runs)
 
 
