@@ -16,14 +16,21 @@ _LAZY = {
     "fully_shard_like_fsdp1": "fsdp2_port.like_fsdp1",
     "global_grad_norm": "fsdp2_port.clip",
     # FSDP1's module APIs, right on FSDP1, FSDP2 and DDP alike (the codemod's runtime target)
+    "fsdp_modules": "fsdp2_port.fsdp1_api",
+    "full_optim_state_dict": "fsdp2_port.fsdp1_api",
     "get_state_dict_type": "fsdp2_port.fsdp1_api",
     "load_module_state_dict": "fsdp2_port.fsdp1_api",
+    "module_clip_grad_norm_": "fsdp2_port.fsdp1_api",
     "module_state_dict": "fsdp2_port.fsdp1_api",
     "no_sync": "fsdp2_port.fsdp1_api",
     "optim_state_dict": "fsdp2_port.fsdp1_api",
     "optim_state_dict_to_load": "fsdp2_port.fsdp1_api",
+    "scatter_full_optim_state_dict": "fsdp2_port.fsdp1_api",
     "set_state_dict_type": "fsdp2_port.fsdp1_api",
+    "shard_full_optim_state_dict": "fsdp2_port.fsdp1_api",
+    "sharded_optim_state_dict": "fsdp2_port.fsdp1_api",
     "state_dict_type": "fsdp2_port.fsdp1_api",
+    "summon_full_params": "fsdp2_port.fsdp1_api",
     "unwrapped": "fsdp2_port.fsdp1_api",
 }
 __all__ = sorted(_LAZY)

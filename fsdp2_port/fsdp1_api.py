@@ -42,12 +42,21 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "fsdp_modules",
+    "full_optim_state_dict",
     "get_state_dict_type",
+    "load_module_state_dict",
+    "module_clip_grad_norm_",
+    "module_state_dict",
     "no_sync",
     "optim_state_dict",
     "optim_state_dict_to_load",
+    "scatter_full_optim_state_dict",
     "set_state_dict_type",
+    "shard_full_optim_state_dict",
+    "sharded_optim_state_dict",
     "state_dict_type",
+    "summon_full_params",
     "unwrapped",
 ]
 
@@ -94,18 +103,22 @@ def _fsdp2_no_sync(module: Any) -> Iterator[None]:
             _NO_SYNC_DEPTH[module] = depth
 
 
-def unwrapped(module: nn.Module) -> nn.Module:
-    """``module.module`` for the wrappers that have one (DDP, DataParallel, FSDP1), else itself.
+def unwrapped(module: Any) -> Any:
+    """What ``module.module`` read before the migration, on any receiver.
 
-    FSDP2 does not wrap: ``fully_shard`` changes the module's class in place, so the model is
-    the module. FSDP1's ``.module`` skips an activation-checkpoint wrapper, as it always did.
+    DDP, DataParallel and FSDP1: the wrapped module (FSDP1's skips an activation-checkpoint
+    wrapper, as it always did). An FSDP2 module is itself: ``fully_shard`` changes the class in
+    place and wraps nothing. Any other object: its ``module`` attribute when it has one (another
+    library's wrapper), else the object itself.
     """
-    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
     from torch.nn.parallel import DataParallel, DistributedDataParallel
 
     if isinstance(module, (DistributedDataParallel, DataParallel, FullyShardedDataParallel)):
         return module.module
-    return module
+    if isinstance(module, FSDPModule):
+        return module
+    return getattr(module, "module", module)
 
 
 # -- which implementation a model gets ------------------------------------------------------------
@@ -487,30 +500,54 @@ def optim_state_dict(
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         return FullyShardedDataParallel.optim_state_dict(model, optim, optim_state_dict, group)
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
     from torch.distributed.fsdp import StateDictType
 
     _check_fsdp2_group(model, group)
     settings = _current(model)
     config: Any = settings.optim_state_dict_config
+    full = settings.state_dict_type == StateDictType.FULL_STATE_DICT
+    return _get_optim(
+        model,
+        optim,
+        optim_state_dict,
+        full=full,
+        offload=config.offload_to_cpu,
+        rank0_only=full and config.rank0_only,
+    )
+
+
+def _get_optim(
+    model: nn.Module,
+    optim: torch.optim.Optimizer,
+    given: dict[str, Any] | None,
+    *,
+    full: bool,
+    offload: bool,
+    rank0_only: bool,
+) -> dict[str, Any]:
+    """torch's ``get_optimizer_state_dict`` of ``given`` (else ``optim``'s own state), keyed by
+    name: full tensors (``{}`` off rank 0 with ``rank0_only``) or DTensors; ``optim`` is left
+    as it was."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
     # torch first gives an optimizer without state one with a zero-lr step (step 1, zero
     # moments) and keeps it: the next real step would then be step 2. Put it back as it was.
     before = None if optim.state else optim.state_dict()
     try:
-        with _optimizer_state_from(optim, optim_state_dict):
-            if settings.state_dict_type != StateDictType.FULL_STATE_DICT:
-                options = StateDictOptions(cpu_offload=config.offload_to_cpu)
+        with _optimizer_state_from(optim, given):
+            if not full:
+                options = StateDictOptions(cpu_offload=offload)
                 result = get_optimizer_state_dict(model, optim, options=options)
             else:
                 result = _full(
                     lambda options: get_optimizer_state_dict(model, optim, options=options),
-                    offload=config.offload_to_cpu,
-                    rank0_only=config.rank0_only,
+                    offload=offload,
+                    rank0_only=rank0_only,
                 )
     finally:
         if before is not None:
             optim.load_state_dict(before)
-    source = before if optim_state_dict is None else optim_state_dict
+    source = before if given is None else given
     if result and source is not None and not source.get("state"):
         result["state"] = {}  # FSDP1: no state before the first step
     return result
@@ -538,7 +575,6 @@ def optim_state_dict_to_load(
         return FullyShardedDataParallel.optim_state_dict_to_load(
             model, optim, optim_state_dict, is_named_optimizer, load_directly, group
         )
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
     from torch.distributed.fsdp import StateDictType
 
     if is_named_optimizer:
@@ -550,17 +586,37 @@ def optim_state_dict_to_load(
     settings = _current(model)
     full = settings.state_dict_type == StateDictType.FULL_STATE_DICT
     rank0_only = full and bool(getattr(settings.optim_state_dict_config, "rank0_only", False))
+    return _load_optim(
+        model, optim, optim_state_dict, full=full, rank0_only=rank0_only, keep=load_directly
+    )
+
+
+def _load_optim(
+    model: nn.Module,
+    optim: torch.optim.Optimizer,
+    given: dict[str, Any],
+    *,
+    full: bool,
+    rank0_only: bool,
+    keep: bool,
+) -> dict[str, Any]:
+    """Load the name-keyed ``given`` into ``optim`` with torch's ``set_optimizer_state_dict``
+    (``rank0_only``: rank 0's dict, broadcast) and return ``optim.state_dict()``; without
+    ``keep`` the optimizer's previous state is put back before returning."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
     # strict=False: a parameter without state in the dict gets none, as with FSDP1 (torch's
     # strict SHARDED load refuses such a dict).
     options = StateDictOptions(full_state_dict=full, broadcast_from_rank0=rank0_only, strict=False)
-    before = None if load_directly else optim.state_dict()
+    before = None if keep else optim.state_dict()
     tuples = [
         {key for key, value in param_group.items() if isinstance(value, tuple)}
         for param_group in optim.param_groups
     ]
     try:
-        set_optimizer_state_dict(model, optim, _structure_copy(optim_state_dict), options=options)
-        _drop_state_not_loaded(model, optim, optim_state_dict, rank0_only)
+        with _grads_aside(optim):
+            set_optimizer_state_dict(model, optim, _structure_copy(given), options=options)
+        _drop_state_not_loaded(model, optim, given, rank0_only)
         # torch's full load flattens the dict, which turns tuples (AdamW's betas) into lists;
         # FSDP1 keeps them, and code compares them to its configuration: make them tuples again.
         for param_group, keys in zip(optim.param_groups, tuples):
@@ -571,6 +627,27 @@ def optim_state_dict_to_load(
     finally:
         if before is not None:
             optim.load_state_dict(before)
+
+
+@contextlib.contextmanager
+def _grads_aside(optim: torch.optim.Optimizer) -> Iterator[None]:
+    """An optimizer without state has no gradients while open; they are put back after.
+
+    torch's full load first gives such an optimizer state with a zero-lr step, but skips that
+    step when some parameter has a gradient, and then fails ("Expected device to be set").
+    """
+    if optim.state:
+        yield
+        return
+    params = [p for group in optim.param_groups for p in group["params"]]
+    grads = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    try:
+        yield
+    finally:
+        for p, grad in zip(params, grads):
+            p.grad = grad
 
 
 def _drop_state_not_loaded(
@@ -636,3 +713,353 @@ def _structure_copy(obj: Any) -> Any:
     if isinstance(obj, list):
         return [_structure_copy(value) for value in obj]
     return obj
+
+
+# -- FSDP1's legacy optimizer-state functions ------------------------------------------------------
+
+
+def full_optim_state_dict(
+    model: nn.Module,
+    optim: torch.optim.Optimizer,
+    optim_input: Any = None,
+    rank0_only: bool = True,
+    group: dist.ProcessGroup | None = None,
+) -> dict[str, Any]:
+    """``FSDP.full_optim_state_dict(...)``: the full optimizer state keyed by parameter name,
+    on the CPU, ``{}`` off rank 0 with ``rank0_only``.
+
+    FSDP2, DDP and plain modules: torch's ``get_optimizer_state_dict`` with full tensors, offloaded
+    as FSDP1 offloads them; the optimizer is left as it was. ``optim_input`` (deprecated by
+    FSDP1) is refused: the optimizer names its parameters.
+    """
+    if _is_fsdp1(model):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.full_optim_state_dict(
+            model, optim, optim_input, rank0_only, group
+        )
+    _refuse_optim_input(optim_input)
+    _check_fsdp2_group(model, group)
+    return _get_optim(model, optim, None, full=True, offload=True, rank0_only=rank0_only)
+
+
+def sharded_optim_state_dict(
+    model: nn.Module, optim: torch.optim.Optimizer, group: dist.ProcessGroup | None = None
+) -> dict[str, Any]:
+    """``FSDP.sharded_optim_state_dict(...)``: the optimizer state keyed by parameter name,
+    sharded (FSDP2: DTensors on the parameters' meshes; FSDP1: ShardedTensor, offloaded)."""
+    if _is_fsdp1(model):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.sharded_optim_state_dict(model, optim, group)
+    _check_fsdp2_group(model, group)
+    return _get_optim(model, optim, None, full=False, offload=False, rank0_only=False)
+
+
+def scatter_full_optim_state_dict(
+    full_optim_state_dict: dict[str, Any] | None,
+    model: nn.Module,
+    optim_input: Any = None,
+    optim: torch.optim.Optimizer | None = None,
+    group: Any | None = None,
+) -> dict[str, Any]:
+    """``FSDP.scatter_full_optim_state_dict(...)``: rank 0's full dict (ignored on the others)
+    as this rank's ``optim.load_state_dict`` input; ``optim`` is left as it was.
+
+    FSDP2, DDP and plain modules: torch's ``set_optimizer_state_dict`` with
+    ``broadcast_from_rank0``; ``optim`` is required (FSDP1's deprecated ``optim_input`` is
+    refused). Keys may be names (FSDP1's) or the ids of ``optim.state_dict()``.
+    """
+    if _is_fsdp1(model):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.scatter_full_optim_state_dict(
+            full_optim_state_dict, model, optim_input, optim, group
+        )
+    optim = _required_optim(optim, optim_input)
+    _check_fsdp2_group(model, group)
+    is_source = not dist.is_initialized() or dist.get_rank() == 0
+    given = _by_name(model, optim, full_optim_state_dict or {}) if is_source else {}
+    return _load_optim(model, optim, given, full=True, rank0_only=_is_distributed(), keep=False)
+
+
+def shard_full_optim_state_dict(
+    full_optim_state_dict: dict[str, Any],
+    model: nn.Module,
+    optim_input: Any = None,
+    optim: torch.optim.Optimizer | None = None,
+) -> dict[str, Any]:
+    """``FSDP.shard_full_optim_state_dict(...)``: the full dict every rank holds, as this rank's
+    ``optim.load_state_dict`` input; ``optim`` is left as it was. On FSDP2, DDP and plain
+    modules as ``scatter_full_optim_state_dict``, without the broadcast."""
+    if _is_fsdp1(model):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.shard_full_optim_state_dict(
+            full_optim_state_dict, model, optim_input, optim
+        )
+    optim = _required_optim(optim, optim_input)
+    given = _by_name(model, optim, full_optim_state_dict)
+    return _load_optim(model, optim, given, full=True, rank0_only=False, keep=False)
+
+
+def _is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _refuse_optim_input(optim_input: Any) -> None:
+    if optim_input is not None:
+        raise ValueError(
+            "optim_input: FSDP1 deprecated it and FSDP2 has no equivalent; the optimizer names "
+            "its own parameters: pass optim= (and optim_input=None)"
+        )
+
+
+def _required_optim(optim: torch.optim.Optimizer | None, optim_input: Any) -> torch.optim.Optimizer:
+    _refuse_optim_input(optim_input)
+    if optim is None:
+        raise ValueError(
+            "optim: a model without FSDP1 instances needs the optimizer that will load the "
+            "state (optim=...)"
+        )
+    return optim
+
+
+def _by_name(model: nn.Module, optim: torch.optim.Optimizer, osd: dict[str, Any]) -> dict[str, Any]:
+    """``osd`` with parameter names for keys: ids (``optim.state_dict()``'s, in its
+    param_groups order) become the names torch gives the same parameters; names stay."""
+    groups = osd.get("param_groups", [])
+    ids = [key for key in osd.get("state", {}) if isinstance(key, int)]
+    ids += [p for group in groups for p in group.get("params", []) if isinstance(p, int)]
+    if not ids:
+        return osd
+    named = _get_optim(model, optim, None, full=False, offload=False, rank0_only=False)
+    names = [name for group in named["param_groups"] for name in group["params"]]
+    if max(ids) >= len(names) or min(ids) < 0:
+        raise ValueError(
+            f"full_optim_state_dict: parameter id {max(ids)} is not among the optimizer's "
+            f"{len(names)} parameters"
+        )
+
+    def name(key: Any) -> Any:
+        return names[key] if isinstance(key, int) else key
+
+    state = {name(key): value for key, value in osd.get("state", {}).items()}
+    param_groups = [
+        {**group, "params": [name(p) for p in group.get("params", [])]} for group in groups
+    ]
+    return {**osd, "state": state, "param_groups": param_groups}
+
+
+# -- clipping, full parameters, FSDP instances -----------------------------------------------------
+
+
+def module_clip_grad_norm_(module: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+    """FSDP1's ``module.clip_grad_norm_(max_norm, norm_type)`` on any receiver; returns the
+    pre-clip norm over every gradient of the model, a plain tensor equal on every rank.
+
+    - FSDP1 (the root instance): its own method.
+    - Parameters that are DTensors (FSDP2, at the root or inside): ``fsdp2_port.clip_grad_norm_``,
+      the job-wide norm, each element counted once.
+    - A module with its own ``clip_grad_norm_`` method, or any other object that has one: that
+      method, as the original call ran it.
+    - DDP and plain modules: ``torch.nn.utils.clip_grad_norm_`` (DDP's gradients are already
+      all-reduced, so the local norm is the global one).
+
+    The norm has the promoted dtype of the gradients (fp32 when there are none), as FSDP1's.
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(module, FullyShardedDataParallel):
+        return module.clip_grad_norm_(max_norm, norm_type)
+    method = getattr(module, "clip_grad_norm_", None)
+    if not isinstance(module, nn.Module):
+        if not callable(method):
+            raise TypeError(
+                f"module_clip_grad_norm_: {type(module).__name__} is neither a module nor an "
+                "object with a clip_grad_norm_ method"
+            )
+        return method(max_norm, norm_type)
+    if _is_fsdp1(module) and not callable(method):
+        raise ValueError(
+            f"module: {type(module).__name__} holds FSDP1 instances but is not one; FSDP1's "
+            "clip_grad_norm_ is a method of the root FullyShardedDataParallel instance"
+        )
+    params = list(module.parameters())
+    if any(isinstance(p, DTensor) for p in params):
+        from fsdp2_port.clip import clip_grad_norm_
+
+        norm = clip_grad_norm_(params, max_norm, norm_type)
+    elif callable(method):
+        return method(max_norm, norm_type)
+    else:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+    dtypes = [p.grad.dtype for p in params if p.grad is not None]
+    if not dtypes:
+        return norm.float()
+    return norm.to(_promoted(dtypes))
+
+
+def _promoted(dtypes: list[torch.dtype]) -> torch.dtype:
+    result = dtypes[0]
+    for dtype in dtypes[1:]:
+        result = torch.promote_types(result, dtype)
+    return result
+
+
+def summon_full_params(
+    module: nn.Module,
+    recurse: bool = True,
+    writeback: bool = True,
+    rank0_only: bool = False,
+    offload_to_cpu: bool = False,
+    with_grads: bool = False,
+) -> contextlib.AbstractContextManager[None]:
+    """``FSDP.summon_full_params(...)``: inside the block the model's parameters are full.
+
+    FSDP1 models: FSDP1's context. FSDP2 (any DTensor parameter): each DTensor parameter
+    (``recurse=False``: only those of ``module``'s own ``fully_shard`` unit, none when
+    ``module`` is not one, as FSDP1) is replaced by a Parameter holding its full tensor, in its
+    dtype (on the CPU with ``offload_to_cpu``; with its full gradient with ``with_grads``); on
+    exit, with ``writeback``, each rank copies its own shard of the full tensor (and gradient)
+    back, and the original parameters are registered again, also after an exception.
+    ``rank0_only``: only rank 0 sees full tensors, the others their DTensors. DDP and plain
+    modules: their parameters are already full, nothing changes. Refused as FSDP1 refuses:
+    ``writeback`` with ``rank0_only``, ``with_grads`` with ``offload_to_cpu``.
+    """
+    if _is_fsdp1(module):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.summon_full_params(
+            module, recurse, writeback, rank0_only, offload_to_cpu, with_grads
+        )
+    if writeback and rank0_only:
+        raise ValueError(
+            "rank0_only=True with writeback=True: the other ranks would keep shards that "
+            "rank 0's changes never reach (FSDP1 refuses it too); pass writeback=False"
+        )
+    if with_grads and offload_to_cpu:
+        raise ValueError(
+            "with_grads=True with offload_to_cpu=True is not supported (nor by FSDP1); pass "
+            "offload_to_cpu=False"
+        )
+    return _summon_dtensors(
+        list(_owned_parameters(module, recurse)),
+        writeback=writeback,
+        rank0_only=rank0_only,
+        offload=offload_to_cpu,
+        with_grads=with_grads,
+    )
+
+
+def _owned_parameters(module: nn.Module, recurse: bool) -> Iterator[tuple[nn.Module, str, Any]]:
+    """(owner, name, parameter) for each DTensor parameter to summon, and resharded units.
+
+    ``recurse=False``: only ``module``'s own FSDP2 unit, stopping at nested units.
+    """
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    if not recurse and not isinstance(module, FSDPModule):
+        return
+    stack, seen = [module], set()
+    while stack:
+        owner = stack.pop()
+        if id(owner) in seen:
+            continue
+        seen.add(id(owner))
+        if isinstance(owner, FSDPModule):
+            owner.reshard()  # left unsharded by a forward: its DTensors are the truth again
+        for name, param in owner.named_parameters(recurse=False):
+            if isinstance(param, DTensor):
+                yield owner, name, param
+        stack.extend(
+            child
+            for child in reversed(list(owner.children()))
+            if recurse or not isinstance(child, FSDPModule)
+        )
+
+
+@contextlib.contextmanager
+def _summon_dtensors(
+    owned: list[tuple[nn.Module, str, Any]],
+    *,
+    writeback: bool,
+    rank0_only: bool,
+    offload: bool,
+    with_grads: bool,
+) -> Iterator[None]:
+    visible = not rank0_only or not _is_distributed() or dist.get_rank() == 0
+    full: dict[int, nn.Parameter] = {}  # by id of the DTensor: a shared one stays shared
+    originals: dict[int, Any] = {}
+    with torch.no_grad():
+        for _, _, param in owned:
+            if id(param) in full:
+                continue
+            value = param.full_tensor()  # a collective: every rank joins, also with rank0_only
+            grad = param.grad.full_tensor() if with_grads and param.grad is not None else None
+            if offload:
+                value = value.cpu()
+            new = nn.Parameter(value, requires_grad=param.requires_grad)
+            new.grad = grad
+            full[id(param)], originals[id(param)] = new, param
+    if visible:
+        for owner, name, param in owned:
+            owner.register_parameter(name, full[id(param)])
+    try:
+        yield
+    finally:
+        if visible:
+            for owner, name, param in owned:
+                owner.register_parameter(name, param)
+        if writeback:
+            with torch.no_grad():
+                for key, param in originals.items():
+                    new = full[key]
+                    param.copy_(_local_shard(new.detach(), param))
+                    if with_grads and new.grad is not None:
+                        shard = _local_shard(new.grad, param)
+                        if param.grad is None:
+                            param.grad = shard
+                        else:
+                            param.grad.copy_(shard)
+
+
+def _local_shard(value: torch.Tensor, like: Any) -> Any:
+    """``value`` (a full tensor) as a DTensor placed like ``like``: this rank's own slice of
+    its own ``value``, no communication."""
+    from torch.distributed.tensor import distribute_tensor
+
+    value = value.to(device=like.device, dtype=like.dtype)
+    return distribute_tensor(value, like.device_mesh, like.placements, src_data_rank=None)
+
+
+def fsdp_modules(module: nn.Module, root_only: bool = False) -> list[nn.Module]:
+    """``FSDP.fsdp_modules(module, root_only)``: the FSDP instances in ``module``'s tree,
+    ``module`` included, in ``modules()`` order.
+
+    FSDP1 models: FSDP1's. Others: the FSDP2 modules (``FSDPModule``); ``root_only``: those
+    with no ``FSDPModule`` above them inside ``module``. DDP and plain modules: none.
+    """
+    if _is_fsdp1(module):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return list(FullyShardedDataParallel.fsdp_modules(module, root_only))
+    from torch.distributed.fsdp import FSDPModule
+
+    found: list[nn.Module] = []
+    seen: set[int] = set()
+
+    def walk(node: nn.Module, under_fsdp: bool) -> None:
+        if id(node) in seen:  # modules() lists a shared module once
+            return
+        seen.add(id(node))
+        is_fsdp = isinstance(node, FSDPModule)
+        if is_fsdp and not (root_only and under_fsdp):
+            found.append(node)
+        for child in node.children():
+            walk(child, under_fsdp or is_fsdp)
+
+    walk(module, False)
+    return found
