@@ -204,7 +204,8 @@ class FileAnalysis:
             groups=groups,
         )
         site.quiet, site.either = quiet, either
-        site.holds = not self.ties.guarded_fsdp1(receiver)
+        site.behind_test = self.ties.guarded_fsdp1(receiver)
+        site.holds = not site.behind_test
         if speculative:
             site.unknown = unknown or ""
         return site

@@ -111,6 +111,9 @@ class Site:
     #: constructor of the run on FSDP1. False for code that only switches behaviour (a type
     #: test, an annotation), which is marked instead.
     holds: bool = True
+    #: Reached only while an FSDP1 type test holds: kept, no FSDP2 model gets there, and the
+    #: test (when it is one the rules see) carries the marker.
+    behind_test: bool = False
 
     #: Its position in its file's plan: ``(path, index)`` names it across processes.
     index: int = 0

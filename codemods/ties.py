@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_", "to_empty"})
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+#: Attributes only an FSDP1 instance has: ``hasattr(m, <one>)`` tests for FSDP1.
+_FSDP1_ONLY_ATTRIBUTES = frozenset(
+    {"_fsdp_wrapped_module", "_flat_param", "_handle", "_handles", "_fsdp_handles", "check_is_root"}
+)
 _PARTIAL = "functools.partial"
 _FACTORY = "factory:"
 _CALL = "call:"
@@ -439,15 +443,18 @@ class Ties:
             return isinstance(test.op, wanted) and any(
                 self._tests_fsdp1(v, text, holds) for v in test.values
             )
-        return (
+        if not (
             holds
             and isinstance(test, ast.Call)
             and isinstance(test.func, ast.Name)
-            and test.func.id == "isinstance"
             and len(test.args) == 2
             and self.a.source(test.args[0]) == text
-            and self._mentions_fsdp1(test.args[1])
-        )
+        ):
+            return False
+        if test.func.id == "hasattr":  # hasattr(m, "_fsdp_wrapped_module"): FSDP1 only
+            second = test.args[1]
+            return isinstance(second, ast.Constant) and second.value in _FSDP1_ONLY_ATTRIBUTES
+        return test.func.id == "isinstance" and self._mentions_fsdp1(test.args[1])
 
 
 def _split(refs: AbstractSet[str]) -> tuple[frozenset[str], frozenset[str]]:

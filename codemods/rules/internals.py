@@ -91,6 +91,7 @@ _FSDP1_SHARED = frozenset(
 )
 _FSDP1_ATTRIBUTES = _FSDP1_ONLY | _FSDP1_SHARED
 _MODEL_WORDS = ("model", "module", "fsdp", "policy", "actor", "critic", "wrapped", "net")
+_SETTINGS_WORDS = ("config", "cfg", "conf", "args", "opts", "options", "settings", "kwargs")
 _ANYWHERE = ("_fsdp_wrapped_module", "_flat_param")
 _INTERNAL = (
     "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters "
@@ -136,12 +137,11 @@ class InternalsRule:
             if api in _STATIC:
                 self._static(a, node, api)
             return
-        if node.attr in _ANYWHERE:
-            a.add(self.CODE, node, _INTERNAL.format(node.attr))
-            return
         receiver = node.value
         if node.attr == "module" and isinstance(node.ctx, ast.Load):
             self._dot_module(a, node)
+        elif node.attr in _EITHER and _instance_call(a, node):
+            self._instance_static(a, node)
         elif node.attr in _FSDP1_ATTRIBUTES:
             what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
             site = a.add_tied(self.CODE, node, receiver, what, None, quiet=True)
@@ -162,6 +162,22 @@ class InternalsRule:
             a.add(self.CODE, call, _STATIC[api], rewrite, "ALWAYS")
         else:
             a.add_tied(self.CODE, call, call.args[0], _STATIC[api], None, known=False)
+
+    def _instance_static(self, a: FileAnalysis, node: ast.Attribute) -> None:
+        """``m.summon_full_params(m, ...)``: FSDP1's static method called on an instance."""
+        call = a.names.parent.get(node)
+        assert isinstance(call, ast.Call)
+        what = _STATIC[node.attr]
+        if not a.options.runtime_dependency:
+            a.add_tied(self.CODE, call, node.value, what, None, known=False)
+            return
+        rewrite = Rewrite(
+            [a.replace(node, f"fsdp2_port.{node.attr}")],
+            f"{a.source(node.value)}.{node.attr} -> fsdp2_port.{node.attr}: FSDP1's on FSDP1 "
+            "models, the same meaning on FSDP2, DDP and plain ones",
+            [a.module_import("fsdp2_port")],
+        )
+        a.add(self.CODE, call, what, rewrite, "ALWAYS")
 
     def _dot_module(self, a: FileAnalysis, node: ast.Attribute) -> None:
         """``m.module``: ``m`` for a model built here; ``fsdp2_port.unwrapped(m)`` for one that
@@ -208,6 +224,18 @@ class InternalsRule:
                     a.hold(self.CODE, node, keep)
 
 
+def _instance_call(a: FileAnalysis, node: ast.Attribute) -> bool:
+    """``m.<static FSDP1 API>(m, ...)``: called, with the receiver as its first argument."""
+    call = a.names.parent.get(node)
+    return (
+        isinstance(call, ast.Call)
+        and call.func is node
+        and bool(call.args)
+        and a.source(call.args[0]) == a.source(node.value)
+        and not a.names.qualified(node.value)
+    )
+
+
 def _may_be_model(a: FileAnalysis, node: ast.Attribute) -> bool:
     """Whether an untied receiver may be an FSDP1 model: never ``self`` (an object's own
     attribute); for names other objects share too, only a receiver named like a model."""
@@ -221,7 +249,10 @@ def _may_be_model(a: FileAnalysis, node: ast.Attribute) -> bool:
     if node.attr in _FSDP1_ONLY:
         return True
     last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
-    return any(word in last.lower() for word in _MODEL_WORDS)
+    last = last.lower()
+    if any(word in last for word in _SETTINGS_WORDS):  # fsdp_config.mixed_precision
+        return False
+    return any(word in last for word in _MODEL_WORDS)
 
 
 def _reads_fsdp1_attribute(a: FileAnalysis, receiver: ast.expr) -> bool:

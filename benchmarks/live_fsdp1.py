@@ -1,0 +1,207 @@
+"""An independent reading of migrated code: which FSDP1 calls could still run on a model.
+
+It shares nothing with the codemod (no plan, no ties, no rule code): plain ``ast`` and a
+file-wide table of imported names. A run over a repository is judged as a whole:
+
+- *constructors*: calls of the FSDP1 class (and ``partial(FSDP, ...)``) left, FSDP2 ones
+  (``fully_shard``, ``fully_shard_like_fsdp1``) made;
+- *live FSDP1 calls*: ``FSDP.<api>(...)`` static calls, and FSDP1's module methods and
+  attributes on any receiver but ``self`` (``no_sync()``, ``clip_grad_norm_(max_norm)``,
+  ``summon_full_params``, ``check_is_root``, ``_handle``, ``_fsdp_wrapped_module``,
+  ``_flat_param``, ``sharding_strategy``), marked or not, unless no FSDP2 model can get there:
+  behind ``isinstance(x, FSDP)`` or ``hasattr(x, "_fsdp_wrapped_module")`` (an ``if`` body,
+  the rest of an ``and``, the ``else`` of a negation, or after ``if not ...: return``), or on
+  a name bound to a ``DistributedDataParallel``. A ``clip_grad_norm_`` whose first argument
+  is parameters is torch's signature, not FSDP1's method.
+
+In a run where every constructor migrated, each live call is on a migrated model: a defect.
+Where some stay FSDP1, a live call may be theirs; those are listed for a person to judge.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+_FSDP1_MODULES = (
+    "torch.distributed.fsdp",
+    "torch.distributed.fsdp.fully_sharded_data_parallel",
+    "torch.distributed.fsdp.api",
+)
+_FSDP1_CLASS = {f"{m}.FullyShardedDataParallel" for m in _FSDP1_MODULES}
+_FSDP2_BUILDERS = {
+    "torch.distributed.fsdp.fully_shard",
+    "torch.distributed._composable.fsdp.fully_shard",
+    "fsdp2_port.fully_shard_like_fsdp1",
+}
+_DDP = {
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+}
+_METHODS = {"no_sync", "clip_grad_norm_", "summon_full_params", "check_is_root"}
+_ATTRIBUTES = {"_handle", "_fsdp_wrapped_module", "_flat_param", "sharding_strategy"}
+_JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+@dataclass
+class Reading:
+    fsdp1_constructors: int = 0
+    fsdp2_constructors: int = 0
+    live: list[str] = field(default_factory=list)
+
+
+def read(path: str, text: str) -> Reading:
+    """What one file holds (raises ``SyntaxError`` when it does not parse)."""
+    tree = ast.parse(text)
+    names = _imported(tree)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    reading = Reading()
+    ddp_names = _bound_to(tree, names, _DDP)
+    for node, parent in parents.items():
+        if isinstance(parent, ast.Call) and parent.func is node:
+            node._call = parent  # type: ignore[attr-defined]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            qualified = _qualified(node.func, names)
+            if qualified in _FSDP1_CLASS or (
+                qualified == "functools.partial"
+                and node.args
+                and _qualified(node.args[0], names) in _FSDP1_CLASS
+            ):
+                reading.fsdp1_constructors += 1
+            elif qualified in _FSDP2_BUILDERS:
+                reading.fsdp2_constructors += 1
+        what = _fsdp1_use(node, names)
+        if what is None:
+            continue
+        receiver = node.value if isinstance(node, ast.Attribute) else None
+        if receiver is not None and isinstance(receiver, ast.Name) and receiver.id in ddp_names:
+            continue
+        if not _behind_fsdp1_test(node, parents, names):
+            reading.live.append(f"{path}:{node.lineno}: {what}")  # type: ignore[attr-defined]
+    return reading
+
+
+def _fsdp1_use(node: ast.AST, names: dict[str, str]) -> str | None:
+    """``FSDP.x`` static use, or an FSDP1 method/attribute on a receiver other than self."""
+    if not isinstance(node, ast.Attribute):
+        return None
+    if _qualified(node.value, names) in _FSDP1_CLASS:
+        return f"FSDP.{node.attr}"
+    receiver = node.value
+    if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+        return None
+    if _qualified(receiver, names) is not None:  # a module or class imported here
+        return None
+    if node.attr in _ATTRIBUTES:
+        return f".{node.attr}"
+    if node.attr not in _METHODS:
+        return None
+    if node.attr == "clip_grad_norm_" and _takes_parameters(parents_call(node)):
+        return None  # torch's signature (parameters, max_norm): not FSDP1's method
+    return f".{node.attr}()"
+
+
+def parents_call(node: ast.Attribute) -> ast.Call | None:
+    call = getattr(node, "_call", None)
+    return call if isinstance(call, ast.Call) else None
+
+
+def _takes_parameters(call: ast.Call | None) -> bool:
+    if call is None or not call.args:
+        return any(k.arg == "parameters" for k in call.keywords) if call else False
+    first = call.args[0]
+    if isinstance(first, (ast.List, ast.ListComp, ast.GeneratorExp, ast.Tuple)):
+        return True
+    return not isinstance(first, ast.Constant) and "param" in ast.unparse(first).lower()
+
+
+def _behind_fsdp1_test(
+    node: ast.AST, parents: dict[ast.AST, ast.AST], names: dict[str, str]
+) -> bool:
+    child = node
+    while child in parents:
+        parent = parents[child]
+        if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
+            earlier = parent.values[: parent.values.index(child)]  # type: ignore[arg-type]
+            if any(_asserts(v, names, True) for v in earlier):
+                return True
+        if isinstance(parent, (ast.If, ast.IfExp)) and child is parent.body:
+            if _asserts(parent.test, names, True):
+                return True
+        if isinstance(parent, ast.If):
+            if child in parent.body and _asserts(parent.test, names, True):
+                return True
+            if child in parent.orelse and _asserts(parent.test, names, False):
+                return True
+        for block in (getattr(parent, "body", None), getattr(parent, "orelse", None)):
+            if isinstance(block, list) and child in block:
+                for earlier in block[: block.index(child)]:
+                    if (
+                        isinstance(earlier, ast.If)
+                        and not earlier.orelse
+                        and isinstance(earlier.body[-1], _JUMPS)
+                        and _asserts(earlier.test, names, False)
+                    ):
+                        return True
+        child = parent
+    return False
+
+
+def _asserts(test: ast.AST, names: dict[str, str], holds: bool) -> bool:
+    """``test`` being ``holds`` implies that something is an FSDP1 instance."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _asserts(test.operand, names, not holds)
+    if isinstance(test, ast.BoolOp):
+        wanted = ast.And if holds else ast.Or
+        return isinstance(test.op, wanted) and any(_asserts(v, names, holds) for v in test.values)
+    if not (holds and isinstance(test, ast.Call) and len(test.args) == 2):
+        return False
+    if (
+        isinstance(test.func, ast.Name)
+        and test.func.id == "hasattr"
+        and isinstance(test.args[1], ast.Constant)
+        and test.args[1].value in _ATTRIBUTES | _METHODS
+    ):
+        return True  # hasattr(m, "_fsdp_wrapped_module"): false on FSDP2 models
+    if not (isinstance(test.func, ast.Name) and test.func.id == "isinstance"):
+        return False
+    kinds = test.args[1]
+    elements = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+    return all(_qualified(e, names) in _FSDP1_CLASS for e in elements)
+
+
+def _bound_to(tree: ast.AST, names: dict[str, str], classes: set[str]) -> set[str]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if _qualified(node.value.func, names) in classes:
+                out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return out
+
+
+def _imported(tree: ast.AST) -> dict[str, str]:
+    """Local name -> qualified name, for every import anywhere in the file."""
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    out[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    out[head] = head
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                out[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return out
+
+
+def _qualified(node: ast.AST, names: dict[str, str]) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in names:
+        return None
+    return ".".join([names[node.id], *reversed(parts)])
