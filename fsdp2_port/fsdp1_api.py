@@ -3,7 +3,9 @@
 The codemod emits these where an FSDP1 call cannot become pure torch: a state-dict context
 returned from a helper or chosen at run time, ``set_state_dict_type`` followed by plain
 ``model.state_dict()`` calls in other functions, ``no_sync`` or ``.module`` on a receiver that
-may be DDP. Each function takes ``FullyShardedDataParallel``'s arguments in its order.
+may be DDP, ``clip_grad_norm_``/``summon_full_params``/``fsdp_modules`` and the legacy
+optimizer-state functions on a receiver it cannot tie to one model. Each function takes
+``FullyShardedDataParallel``'s arguments in its order.
 
 - A model holding FSDP1 instances gets FSDP1's own function, unchanged.
 - Any other model (FSDP2: ``fully_shard`` at the root or only inside; DDP; a plain module)
@@ -997,8 +999,11 @@ def _summon_dtensors(
         for _, _, param in owned:
             if id(param) in full:
                 continue
-            value = param.full_tensor()  # a collective: every rank joins, also with rank0_only
-            grad = param.grad.full_tensor() if with_grads and param.grad is not None else None
+            # A collective: every rank joins, also with rank0_only.
+            value = _on_mesh(param).full_tensor().to(param.device)
+            grad = None
+            if with_grads and param.grad is not None:
+                grad = _on_mesh(param.grad).full_tensor().to(param.device)
             if offload:
                 value = value.cpu()
             new = nn.Parameter(value, requires_grad=param.requires_grad)
@@ -1017,13 +1022,19 @@ def _summon_dtensors(
             with torch.no_grad():
                 for key, param in originals.items():
                     new = full[key]
-                    param.copy_(_local_shard(new.detach(), param))
+                    param.to_local().copy_(_local_shard(new.detach(), param).to_local())
                     if with_grads and new.grad is not None:
                         shard = _local_shard(new.grad, param)
                         if param.grad is None:
-                            param.grad = shard
+                            param.grad = shard.to(param.device)
                         else:
-                            param.grad.copy_(shard)
+                            param.grad.to_local().copy_(shard.to_local())
+
+
+def _on_mesh(tensor: Any) -> Any:
+    """A DTensor on its mesh's device (FSDP2 with CPU offload keeps shards on the CPU)."""
+    mesh_device = tensor.device_mesh.device_type
+    return tensor if tensor.device.type == mesh_device else tensor.to(mesh_device)
 
 
 def _local_shard(value: torch.Tensor, like: Any) -> Any:
@@ -1031,7 +1042,7 @@ def _local_shard(value: torch.Tensor, like: Any) -> Any:
     its own ``value``, no communication."""
     from torch.distributed.tensor import distribute_tensor
 
-    value = value.to(device=like.device, dtype=like.dtype)
+    value = value.to(device=like.device_mesh.device_type, dtype=like.dtype)
     return distribute_tensor(value, like.device_mesh, like.placements, src_data_rank=None)
 
 
