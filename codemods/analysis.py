@@ -215,6 +215,21 @@ class FileAnalysis:
         kept, it keeps every constructor of the run on FSDP1, and says so."""
         return self.add(code, node, message, None, "RUN")
 
+    def named_like_model(self, receiver: ast.AST) -> bool:
+        """A receiver the run cannot tie, named like a model (``model``, ``self.policy``,
+        ``actor_module``) and not like settings (``fsdp_config``): where names other objects
+        share are read (``m.mixed_precision``, ``m.state_dict()``), only such a receiver is
+        taken for a model. Never ``self`` itself, nor an imported name."""
+        if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+            return False
+        if self.names.qualified(receiver):
+            return False
+        last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+        last = str(last).lower()
+        if any(word in last for word in _SETTINGS_WORDS):
+            return False
+        return any(word in last for word in _MODEL_WORDS)
+
     def site_id(self, node: ast.AST) -> str:
         start = self.lines.start(node)
         return f"{self.path}:{self.lines.line_of(start)}:{self.lines.column(start)}"
@@ -329,6 +344,8 @@ class FileAnalysis:
 
 
 _WORD = re.compile(r"\w+")
+_MODEL_WORDS = ("model", "module", "fsdp", "policy", "actor", "critic", "wrapped", "net")
+_SETTINGS_WORDS = ("config", "cfg", "conf", "args", "opts", "options", "settings", "kwargs")
 
 
 def calls_named(analysis: FileAnalysis, attribute: str) -> Sequence[ast.Call]:

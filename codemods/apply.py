@@ -148,6 +148,8 @@ def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
     reason = decisions.reasons.get(site.key, "")
     if site.quiet and reason.startswith(MODEL_STAYS):
         return None
+    if site.requirement == "ANY":
+        return None  # a form right on any model, not needed: no model of the run migrates
     if site.behind_test and not site.ties:
         return None  # FSDP1 code behind an FSDP1 type test: no FSDP2 model gets there
     message = site.keep_message + (f" ({reason})" if reason else "")

@@ -323,10 +323,6 @@ def _reason(
         return "it goes with FSDP1 code that stays: " + _list(
             f"{p.code} at {_at(site, p)}" for p in partners
         )
-    if site.requirement == "ANY":
-        if not constructors:
-            return _NO_CONSTRUCTOR
-        return MODEL_STAYS + ": every FSDP1 model of this run does"
     staying = [by_id[c] for c in sorted(site.ties) if c not in migrating and c in by_id]
     if site.requirement == "MODELS" and staying:
         return MODEL_STAYS + ": " + _list(f"FSDP(...) at {_at(site, c)}" for c in staying)

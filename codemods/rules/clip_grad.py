@@ -27,6 +27,9 @@ _TORCH_ONLY = (
 )
 
 
+_TORCH_CLIP = "torch.nn.utils.clip_grad_norm_"
+
+
 class ClipGradRule:
     CODE = "F2P006"
     SUMMARY = "FSDP1 m.clip_grad_norm_(...) -> fsdp2_port.clip_grad_norm_(m.parameters(), ...)"
@@ -37,9 +40,10 @@ class ClipGradRule:
             func = call.func
             if not (isinstance(func, ast.Attribute) and func.attr == "clip_grad_norm_"):
                 continue
-            if any(
-                q.startswith(("torch.", "fsdp2_port.", "compat.")) for q in a.names.qualified(func)
-            ):
+            qualified = a.names.qualified(func)
+            if _TORCH_CLIP in qualified and not a.is_ignored(call):
+                self._torch_clip(a, call)
+            if any(q.startswith(("torch.", "fsdp2_port.", "compat.")) for q in qualified):
                 continue
             if a.is_ignored(call) or _takes_parameters(call):
                 continue
@@ -59,6 +63,37 @@ class ClipGradRule:
         )
         if site is None:
             a.hold(self.CODE, call, unknown)
+
+    def _torch_clip(self, a: FileAnalysis, call: ast.Call) -> None:
+        """``torch.nn.utils.clip_grad_norm_(model.parameters(), c)`` on a model that migrates:
+        FSDP1's flat shards gave each rank its own norm and coefficient, FSDP2's DTensors give
+        the global one. The run changes (for the better): marked, with the model."""
+        first = call.args[0] if call.args else None
+        if not (
+            isinstance(first, ast.Call)
+            and isinstance(first.func, ast.Attribute)
+            and first.func.attr == "parameters"
+        ):
+            return
+        ties, deferred = a.ties.of(first.func.value)
+        if not ties:
+            return
+        message = (
+            f"torch's clip_grad_norm_ on {a.source(first.func.value)}'s parameters: on FSDP1 "
+            "shards it clipped each rank by its own shards' norm (a different coefficient per "
+            "rank); on FSDP2's DTensors the norm is global. The migrated run clips by the true "
+            "norm: expect other grad norms and updates than the FSDP1 run logged"
+        )
+        site = a.add(
+            self.CODE,
+            call,
+            message,
+            Rewrite([], message, review=True),
+            "MODELS",
+            ties=ties,
+            deferred=deferred,
+        )
+        site.quiet = True
 
     def _either(
         self, a: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str

@@ -90,8 +90,26 @@ _FSDP1_SHARED = frozenset(
     }
 )
 _FSDP1_ATTRIBUTES = _FSDP1_ONLY | _FSDP1_SHARED
-_MODEL_WORDS = ("model", "module", "fsdp", "policy", "actor", "critic", "wrapped", "net")
-_SETTINGS_WORDS = ("config", "cfg", "conf", "args", "opts", "options", "settings", "kwargs")
+#: Wrappers whose ``.module`` is theirs, not FSDP1's: a receiver bound only to them is left alone.
+_OTHER_WRAPPERS = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+    }
+)
+#: Library entry points that accept only FSDP1 models, with what to do instead.
+_FSDP1_ONLY_LIBRARIES = {
+    "transformer_engine.pytorch.distributed.prepare_te_modules_for_fsdp": (
+        "TransformerEngine's prepare_te_modules_for_fsdp accepts only FSDP1 models (it reads "
+        "FSDP1's flat parameters); with FSDP2, TransformerEngine's own FSDP2 support applies"
+    ),
+    "transformer_engine.pytorch.prepare_te_modules_for_fsdp": (
+        "TransformerEngine's prepare_te_modules_for_fsdp accepts only FSDP1 models (it reads "
+        "FSDP1's flat parameters); with FSDP2, TransformerEngine's own FSDP2 support applies"
+    ),
+}
 _ANYWHERE = ("_fsdp_wrapped_module", "_flat_param")
 _INTERNAL = (
     "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters "
@@ -110,6 +128,12 @@ class InternalsRule:
             assert isinstance(node, ast.Attribute)
             if not a.is_ignored(node):
                 self._attribute(a, node)
+        for call in a.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            library = next(iter(a.names.qualified(call.func) & _FSDP1_ONLY_LIBRARIES.keys()), None)
+            if library is not None and call.args and not a.is_ignored(call):
+                what = _FSDP1_ONLY_LIBRARIES[library]
+                a.add_tied(self.CODE, call, call.args[0], what, None, known=False)
         for node in a.names.by_type[ast.Name]:
             assert isinstance(node, ast.Name)
             if a.fsdp1_name(node) == "ShardedGradScaler" and not a.is_ignored(node):
@@ -205,7 +229,7 @@ class InternalsRule:
                 "DDP, the module itself under FSDP2",
                 [a.module_import("fsdp2_port")],
             )
-            untied = _may_be_model(a, node) and not a.names.qualified(receiver)
+            untied = _may_be_model(a, node) and not _bound_to(a, receiver, _OTHER_WRAPPERS)
             added = a.add_tied(
                 self.CODE,
                 node,
@@ -224,6 +248,17 @@ class InternalsRule:
                     a.hold(self.CODE, node, keep)
 
 
+def _bound_to(a: FileAnalysis, receiver: ast.expr, classes: frozenset[str]) -> bool:
+    """Every value this file assigns to ``receiver`` is a call of one of ``classes``."""
+    if isinstance(receiver, ast.Name):
+        values = [b.value for b in a.names.bindings_of(receiver)]
+    else:
+        values = list(a.ties.assigned(receiver)) if isinstance(receiver, ast.Attribute) else []
+    return bool(values) and all(
+        isinstance(v, ast.Call) and bool(a.names.qualified(v.func) & classes) for v in values
+    )
+
+
 def _instance_call(a: FileAnalysis, node: ast.Attribute) -> bool:
     """``m.<static FSDP1 API>(m, ...)``: called, with the receiver as its first argument."""
     call = a.names.parent.get(node)
@@ -238,7 +273,8 @@ def _instance_call(a: FileAnalysis, node: ast.Attribute) -> bool:
 
 def _may_be_model(a: FileAnalysis, node: ast.Attribute) -> bool:
     """Whether an untied receiver may be an FSDP1 model: never ``self`` (an object's own
-    attribute); for names other objects share too, only a receiver named like a model."""
+    attribute) nor an imported name; for names other objects share too, only a receiver
+    named like a model."""
     receiver = node.value
     if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
         return False
@@ -246,13 +282,7 @@ def _may_be_model(a: FileAnalysis, node: ast.Attribute) -> bool:
         return False
     if _reads_fsdp1_attribute(a, receiver):  # m._handle.flat_param: m._handle says it all
         return False
-    if node.attr in _FSDP1_ONLY:
-        return True
-    last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
-    last = last.lower()
-    if any(word in last for word in _SETTINGS_WORDS):  # fsdp_config.mixed_precision
-        return False
-    return any(word in last for word in _MODEL_WORDS)
+    return node.attr in _FSDP1_ONLY or a.named_like_model(receiver)
 
 
 def _reads_fsdp1_attribute(a: FileAnalysis, receiver: ast.expr) -> bool:

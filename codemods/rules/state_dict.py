@@ -509,6 +509,9 @@ class StateDictRule:
         if plain:
             ties, deferred = a.ties.of(receiver)
             if not (ties or deferred or a.ties.known_fsdp1(receiver)):
+                if a.options.runtime_dependency and a.named_like_model(receiver):
+                    self.handled.add(call)
+                    self._module_runtime_call(call, receiver, groups)
                 return
             if deferred or self.persistent:
                 self.handled.add(call)
@@ -603,7 +606,7 @@ class StateDictRule:
             "(full by default), each module's own on any other",
             [a.module_import("fsdp2_port")],
         )
-        site = a.add_tied(
+        a.add_tied(
             self.CODE,
             call,
             receiver,
@@ -611,8 +614,9 @@ class StateDictRule:
             rewrite,
             groups=groups,
             quiet=True,
+            # right on any module: also where the run ties no model, if named like one
+            either=rewrite if a.named_like_model(receiver) else None,
         )
-        assert site is not None  # the receiver is tied, deferred or known to be FSDP1
 
     def _paired_load(self, assign: ast.Assign) -> tuple[ast.Assign, ast.stmt] | None:
         """``osd = FSDP.optim_state_dict_to_load(...)`` directly followed by the statement
