@@ -14,9 +14,9 @@ per-tensor norms, the norm of those, squares it and all-reduces; ``fsdp2_port`` 
 per rank and all-reduces. Both sums are blocked (pairwise) in torch's CPU kernels, so each is
 within about log2(N)·u of the exact value (N ≈ 1100 elements, u = 6e-8: 7e-7), plus a handful
 of roundings in the squares, the roots and the cross-rank sum: ``NORM_RTOL`` = 4e-6 bounds
-the two norms' difference and so that of the clip coefficients and clipped gradients. Against
-the single-process model the gradients themselves differ (a mean of 8 rows against the mean of
-two means of 4): ``REF_RTOL`` = 1e-5.
+the two norms' difference and so that of the clip coefficients and clipped gradients
+(observed here: equal bit for bit). Against the single-process model the gradients themselves
+differ (a mean of 8 rows against the mean of two means of 4): ``REF_RTOL`` = 1e-5.
 
 torch 2.13: FSDP1's ``full_optim_state_dict`` (always offloaded) with ``use_orig_params=True``
 returns ``exp_avg`` and ``exp_avg_sq`` as views of one buffer (equal, both wrong): the values
