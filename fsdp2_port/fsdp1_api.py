@@ -956,7 +956,8 @@ def summon_full_params(
 
 
 def _owned_parameters(module: nn.Module, recurse: bool) -> Iterator[tuple[nn.Module, str, Any]]:
-    """(owner, name, parameter) for each DTensor parameter to summon, and resharded units.
+    """(owner, name, parameter) for each DTensor parameter to summon; each FSDP2 unit passed
+    is resharded first, so that its registered parameters are its DTensors.
 
     ``recurse=False``: only ``module``'s own FSDP2 unit, stopping at nested units.
     """
