@@ -239,6 +239,26 @@ class FileAnalysis:
         start, end = self.span(node)
         return Edit(start, end, text)
 
+    def receiver_first(self, call: ast.Call, function: str, suffix: str = "") -> list[Edit]:
+        """``m.f(args)`` -> ``function(m<suffix>, args)`` by edits around the receiver ``m``,
+        whose own text other rewrites may still change (``m.module.f()``)."""
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        receiver = func.value
+        opening = self.text.index("(", self.lines.end(func))
+        separator = ", " if call.args or call.keywords else ""
+        return [
+            Edit(self.lines.start(call), self.lines.start(receiver), f"{function}("),
+            Edit(self.lines.end(receiver), opening + 1, suffix + separator),
+        ]
+
+    def around(self, node: ast.Attribute, before: str, after: str) -> list[Edit]:
+        """``m.attr`` -> ``<before>m<after>`` by edits around the receiver ``m``."""
+        return [
+            Edit(self.lines.start(node), self.lines.start(node.value), before),
+            Edit(self.lines.end(node.value), self.lines.end(node), after),
+        ]
+
     def import_for(self, replaced: ast.AST, module: str, name: str | None) -> NeededImport:
         """The import a rewrite of ``replaced`` needs, placed next to what bound ``replaced``.
 

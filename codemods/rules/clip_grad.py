@@ -102,13 +102,8 @@ class ClipGradRule:
         norm on FSDP2, torch's on DDP and plain modules, the object's own method otherwise."""
         if not a.options.runtime_dependency or calls.bind(call, ("max_norm", "norm_type")) is None:
             return None
-        opening = a.text.index("(", a.lines.end(func))
-        first = receiver + (", " if call.args or call.keywords else "")
         return Rewrite(
-            [
-                a.replace(func, "fsdp2_port.module_clip_grad_norm_"),
-                Edit(opening + 1, opening + 1, first),
-            ],
+            a.receiver_first(call, "fsdp2_port.module_clip_grad_norm_"),
             "clip_grad_norm_ -> fsdp2_port.module_clip_grad_norm_: FSDP1's clip on any model "
             "(the global norm on FSDP2)",
             [a.module_import("fsdp2_port")],
@@ -119,13 +114,8 @@ class ClipGradRule:
     ) -> Rewrite | None:
         if calls.bind(call, ("max_norm", "norm_type")) is None:
             return None
-        opening = a.text.index("(", a.lines.end(func))
-        parameters = f"{receiver}.parameters()" + (", " if call.args or call.keywords else "")
         if a.options.runtime_dependency:
-            edits = [
-                a.replace(func, "fsdp2_port.clip_grad_norm_"),
-                Edit(opening + 1, opening + 1, parameters),
-            ]
+            edits = a.receiver_first(call, "fsdp2_port.clip_grad_norm_", ".parameters()")
             return Rewrite(
                 edits,
                 "clip_grad_norm_ -> fsdp2_port.clip_grad_norm_ (the global norm, one collective)",
@@ -133,8 +123,7 @@ class ClipGradRule:
             )
         end = a.lines.end(call)
         edits = [
-            a.replace(func, "torch.nn.utils.clip_grad_norm_"),
-            Edit(opening + 1, opening + 1, parameters),
+            *a.receiver_first(call, "torch.nn.utils.clip_grad_norm_", ".parameters()"),
             Edit(end, end, ".full_tensor()"),
         ]
         return Rewrite(edits, _TORCH_ONLY, [a.module_import("torch")], review=True)

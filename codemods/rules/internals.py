@@ -217,14 +217,14 @@ class InternalsRule:
                 self.CODE,
                 node,
                 keep,
-                Rewrite([a.replace(node, text)], message),
+                Rewrite(a.around(node, "", ""), message),
                 "MODELS",
                 ties=ties,
             )
             site.quiet = True
         elif a.options.runtime_dependency:
             rewrite = Rewrite(
-                [a.replace(node, f"fsdp2_port.unwrapped({text})")],
+                a.around(node, "fsdp2_port.unwrapped(", ")"),
                 f"{text}.module -> fsdp2_port.unwrapped({text}): the wrapped module of FSDP1 and "
                 "DDP, the module itself under FSDP2",
                 [a.module_import("fsdp2_port")],

@@ -66,7 +66,7 @@ def _helper(a: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None, te
     """``fsdp2_port.no_sync(m)`` for the call, ``functools.partial(...)`` for a bound method."""
     imports = [a.module_import("fsdp2_port")]
     if call is not None:
-        edits = [a.replace(call, f"fsdp2_port.no_sync({text})")]
+        edits = a.receiver_first(call, "fsdp2_port.no_sync")
     else:
         edits = [a.replace(attribute, f"functools.partial(fsdp2_port.no_sync, {text})")]
         imports.append(a.module_import("functools"))

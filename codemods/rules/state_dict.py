@@ -595,13 +595,8 @@ class StateDictRule:
             )
             return
         function = "module_state_dict" if func.attr == "state_dict" else "load_module_state_dict"
-        opening = a.text.index("(", a.lines.end(func))
-        rest = ", " if call.args or call.keywords else ""
         rewrite = Rewrite(
-            [
-                a.replace(func, f"fsdp2_port.{function}"),
-                Edit(opening + 1, opening + 1, a.source(receiver) + rest),
-            ],
+            a.receiver_first(call, f"fsdp2_port.{function}"),
             f"{func.attr}() -> fsdp2_port.{function}(...): FSDP1's answer on FSDP2 models "
             "(full by default), each module's own on any other",
             [a.module_import("fsdp2_port")],
