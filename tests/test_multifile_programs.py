@@ -82,6 +82,8 @@ def _migrate(program: str, base: Path) -> tuple[Path, Path, list[dict]]:
     shutil.copytree(PROGRAMS / program, migrated)
     done = _run("migrate", "--write", "--format", "json", str(migrated))
     assert done.returncode == 0, done.stdout + done.stderr
+    again = _run("migrate", "--check", str(migrated))
+    assert again.returncode == 0, "a second run changes nothing: " + again.stdout + again.stderr
     return original, migrated, json.loads(done.stdout)
 
 
@@ -139,6 +141,7 @@ SPECFORGE_NORM = (
             [],
         ),
     ],
+    ids=lambda value: value if isinstance(value, str) else "",
 )
 def test_the_migrated_program_trains_like_the_original(program, dtype, args, extra, tmp_path):
     original, migrated, findings = _migrate(program, tmp_path)
