@@ -107,9 +107,10 @@ class Site:
     #: A form right whatever the receiver holds, taken (``ANY``) when the run ties the site
     #: to no model.
     either: Rewrite | None = None
-    #: FSDP1 code that breaks on an FSDP2 model: kept while untied (``RUN``), it keeps every
-    #: constructor of the run on FSDP1. False for code that only switches behaviour (a type
-    #: test, an annotation), which is marked instead.
+    #: FSDP1 code that breaks on an FSDP2 model: kept, it keeps its models on FSDP1 (every
+    #: constructor of the run while untied). False for code still right on an FSDP2 model or
+    #: that only switches behaviour (a type test, an annotation, code behind an FSDP1 type
+    #: test, compat's optimizer), which is marked instead.
     holds: bool = True
     #: Reached only while an FSDP1 type test holds: kept, no FSDP2 model gets there, and the
     #: test (when it is one the rules see) carries the marker.
@@ -241,7 +242,7 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
                 if any(m.key in ok for m in members) and not all(m.key in ok for m in members):
                     ok -= {m.key for m in members}
                     changed = True
-        kept = [s for s in sites if s.constructor is None and s.key not in ok]
+        kept = [s for s in sites if s.constructor is None and s.key not in ok and s.holds]
         blocked = {c for s in kept for c in s.ties}
         if any(_holds_run(s) for s in kept):
             blocked |= migrating
@@ -292,7 +293,7 @@ def _reason(
         blockers = [
             s
             for s in sites
-            if (site.constructor in s.ties or _holds_run(s))
+            if (site.constructor in s.ties and s.holds or _holds_run(s))
             and s.key not in ok
             and not _allowed(s, with_it, run)
         ]

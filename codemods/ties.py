@@ -145,13 +145,18 @@ class Ties:
         return self.guarded_fsdp1(expr)
 
     def guarded_fsdp1(self, expr: ast.AST) -> bool:
-        """Reached only when ``isinstance(expr, FSDP)`` holds: in the body of an ``if`` (or
-        conditional expression) whose test asserts it, in the ``else`` of one that denies it,
-        or after ``if not isinstance(expr, FSDP): return`` (any jump) in the same block. An
-        FSDP2 model never gets there while the test names FSDP1."""
+        """Reached only when ``isinstance(expr, FSDP)`` (or ``hasattr(expr, "<FSDP1-only
+        attribute>")``) holds: later in an ``and``, in the body of an ``if`` (or conditional
+        expression) whose test asserts it, in the ``else`` of one that denies it, or after
+        ``if not isinstance(expr, FSDP): return`` (any jump) in the same block. An FSDP2 model
+        never gets there while the test names FSDP1."""
         text = self.a.source(expr)
         child: ast.AST = expr
         for ancestor in self.a.names.ancestors(expr):
+            if isinstance(ancestor, ast.BoolOp) and isinstance(ancestor.op, ast.And):
+                earlier = ancestor.values[: ancestor.values.index(child)]  # type: ignore[arg-type]
+                if any(self._tests_fsdp1(v, text, True) for v in earlier):
+                    return True
             if isinstance(ancestor, (ast.If, ast.IfExp)):
                 body = ancestor.body if isinstance(ancestor, ast.If) else [ancestor.body]
                 orelse = ancestor.orelse if isinstance(ancestor, ast.If) else [ancestor.orelse]

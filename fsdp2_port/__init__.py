@@ -32,6 +32,7 @@ _LAZY = {
     "state_dict_type": "fsdp2_port.fsdp1_api",
     "summon_full_params": "fsdp2_port.fsdp1_api",
     "unwrapped": "fsdp2_port.fsdp1_api",
+    "fsdp_wrapped_module": "fsdp2_port.fsdp1_api",
 }
 __all__ = sorted(_LAZY)
 

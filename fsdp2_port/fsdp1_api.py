@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "fsdp_modules",
+    "fsdp_wrapped_module",
     "full_optim_state_dict",
     "get_state_dict_type",
     "load_module_state_dict",
@@ -121,6 +122,19 @@ def unwrapped(module: Any) -> Any:
     if isinstance(module, FSDPModule):
         return module
     return getattr(module, "module", module)
+
+
+def fsdp_wrapped_module(module: Any) -> Any:
+    """What ``module._fsdp_wrapped_module`` read before the migration, on any receiver.
+
+    FSDP1: the module it wraps (exactly that attribute: an activation-checkpoint wrapper too).
+    An FSDP2 module is itself. Anything else: the attribute, or its AttributeError, as before.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(module, FSDPModule):
+        return module
+    return module._fsdp_wrapped_module
 
 
 # -- which implementation a model gets ------------------------------------------------------------

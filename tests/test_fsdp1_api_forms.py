@@ -239,6 +239,11 @@ def _clip_and_full_params(rank, world):
     fully_shard(holder, mesh=init_device_mesh("cpu", (world,)))
     assert fsdp2_port.unwrapped(holder) is holder
     assert fsdp2_port.unwrapped(ddp) is ddp.module and fsdp2_port.unwrapped(f1) is f1.module
+    # fsdp_wrapped_module: FSDP1's attribute itself; an FSDP2 module is itself.
+    assert fsdp2_port.fsdp_wrapped_module(f1) is f1._fsdp_wrapped_module
+    assert fsdp2_port.fsdp_wrapped_module(holder) is holder
+    with pytest.raises(AttributeError):
+        fsdp2_port.fsdp_wrapped_module(ddp)
 
 
 def test_clip_summon_fsdp_modules_match_fsdp1():

@@ -91,6 +91,8 @@ _FSDP1_SHARED = frozenset(
 )
 _FSDP1_ATTRIBUTES = _FSDP1_ONLY | _FSDP1_SHARED
 #: Wrappers whose ``.module`` is theirs, not FSDP1's: a receiver bound only to them is left alone.
+#: Attributes that read a wrapper's module, and the form right on any receiver.
+_WRAPPED = {"module": "unwrapped", "_fsdp_wrapped_module": "fsdp_wrapped_module"}
 _OTHER_WRAPPERS = frozenset(
     {
         "torch.nn.parallel.DistributedDataParallel",
@@ -146,7 +148,7 @@ class InternalsRule:
         for node in a.names.by_type[ast.Constant]:
             assert isinstance(node, ast.Constant)
             if isinstance(node.value, str) and any(i in node.value for i in _ANYWHERE):
-                if not a.is_ignored(node) and not _is_docstring(a, node):
+                if not (a.is_ignored(node) or _is_docstring(a, node) or _probed(a, node)):
                     a.add(
                         self.CODE,
                         node,
@@ -162,7 +164,7 @@ class InternalsRule:
                 self._static(a, node, api)
             return
         receiver = node.value
-        if node.attr == "module" and isinstance(node.ctx, ast.Load):
+        if node.attr in _WRAPPED and isinstance(node.ctx, ast.Load):
             self._dot_module(a, node)
         elif node.attr in _EITHER and _instance_call(a, node):
             self._instance_static(a, node)
@@ -204,15 +206,17 @@ class InternalsRule:
         a.add(self.CODE, call, what, rewrite, "ALWAYS")
 
     def _dot_module(self, a: FileAnalysis, node: ast.Attribute) -> None:
-        """``m.module``: ``m`` for a model built here; ``fsdp2_port.unwrapped(m)`` for one that
-        may also be another wrapper (DDP), is only known to be FSDP1, or cannot be tied (not
-        ``self.module``, an object's own attribute, nor a Python module's)."""
+        """``m.module`` / ``m._fsdp_wrapped_module``: ``m`` for a model built here; else
+        ``fsdp2_port.unwrapped(m)`` / ``fsdp_wrapped_module(m)`` for one that may also be another
+        wrapper (DDP), is only known to be FSDP1, or cannot be tied (not ``self.module``, an
+        object's own attribute, nor a Python module's)."""
         receiver = node.value
         ties, deferred = a.ties.of(receiver)
         text = a.source(receiver)
-        keep = f"kept: {text}.module of an FSDP1 model"
+        attribute, function = node.attr, _WRAPPED[node.attr]
+        keep = f"kept: {text}.{attribute} of an FSDP1 model"
         if ties and not deferred:
-            message = f"{text}.module -> {text}: FSDP2 does not wrap the module"
+            message = f"{text}.{attribute} -> {text}: FSDP2 does not wrap the module"
             site = a.add(
                 self.CODE,
                 node,
@@ -224,9 +228,9 @@ class InternalsRule:
             site.quiet = True
         elif a.options.runtime_dependency:
             rewrite = Rewrite(
-                a.around(node, "fsdp2_port.unwrapped(", ")"),
-                f"{text}.module -> fsdp2_port.unwrapped({text}): the wrapped module of FSDP1 and "
-                "DDP, the module itself under FSDP2",
+                a.around(node, f"fsdp2_port.{function}(", ")"),
+                f"{text}.{attribute} -> fsdp2_port.{function}({text}): the wrapped module of "
+                "FSDP1 (and DDP), the module itself under FSDP2",
                 [a.module_import("fsdp2_port")],
             )
             untied = _may_be_model(a, node) and not _bound_to(a, receiver, _OTHER_WRAPPERS)
@@ -242,7 +246,7 @@ class InternalsRule:
             if added is not None and added.requirement == "MODELS":
                 added.requirement = "ALWAYS"
         else:
-            keep = f"{text}.module: FSDP2 does not wrap; use {text} itself once it is FSDP2"
+            keep = f"{text}.{attribute}: FSDP2 does not wrap; use {text} itself once it is FSDP2"
             if a.add_tied(self.CODE, node, receiver, keep, None, quiet=True) is None:
                 if _may_be_model(a, node):
                     a.hold(self.CODE, node, keep)
@@ -291,6 +295,17 @@ def _reads_fsdp1_attribute(a: FileAnalysis, receiver: ast.expr) -> bool:
         binding = a.sole_binding(receiver)
         receiver = binding.value if binding is not None else receiver  # type: ignore[assignment]
     return isinstance(receiver, ast.Attribute) and receiver.attr in _FSDP1_ATTRIBUTES
+
+
+def _probed(a: FileAnalysis, node: ast.Constant) -> bool:
+    """``hasattr(m, "_fsdp_wrapped_module")`` or ``getattr(m, "...", default)``: false, or the
+    default, on an FSDP2 model, which is what such code is written for."""
+    call = a.names.parent.get(node)
+    if not (isinstance(call, ast.Call) and len(call.args) >= 2 and call.args[1] is node):
+        return False
+    if a.resolves_to(call.func, "builtins.hasattr"):
+        return True
+    return a.resolves_to(call.func, "builtins.getattr") and len(call.args) == 3
 
 
 def _is_docstring(a: FileAnalysis, node: ast.Constant) -> bool:

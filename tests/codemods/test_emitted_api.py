@@ -33,6 +33,7 @@ APIS = {
     "fsdp2_port.clip_grad_norm_": "fsdp2_port:clip_grad_norm_",
     "fsdp2_port.no_sync": "fsdp2_port:no_sync",
     "fsdp2_port.unwrapped": "fsdp2_port:unwrapped",
+    "fsdp2_port.fsdp_wrapped_module": "fsdp2_port:fsdp_wrapped_module",
     "fsdp2_port.state_dict_type": "fsdp2_port:state_dict_type",
     "fsdp2_port.set_state_dict_type": "fsdp2_port:set_state_dict_type",
     "fsdp2_port.optim_state_dict_to_load": "fsdp2_port:optim_state_dict_to_load",
