@@ -293,7 +293,7 @@ def _reason(
         blockers = [
             s
             for s in sites
-            if (site.constructor in s.ties and s.holds or _holds_run(s))
+            if ((site.constructor in s.ties and s.holds) or _holds_run(s))
             and s.key not in ok
             and not _allowed(s, with_it, run)
         ]
