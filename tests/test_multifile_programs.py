@@ -110,9 +110,9 @@ def _compare(original: Path, migrated: Path, dtype: str, args: list[str], *extra
 
 
 SPECFORGE_NORM = (
-    "codemod: the caller-side all-reduce of the optimizer's norm in a backend class in another "
-    "module (specforge/backend.py) is neither removed nor marked; the migrated run logs "
-    "sqrt(world) times the norm (0.953 vs 0.674 on 2 ranks)"
+    "codemod: the caller-side all-reduce of the optimizer's norm in a backend class that gets "
+    "the optimizer as a constructor argument (specforge/backend.py; also in one file) is neither "
+    "removed nor marked; the migrated run logs sqrt(world) times the norm (0.953 vs 0.674)"
 )
 
 
