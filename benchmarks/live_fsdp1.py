@@ -7,8 +7,8 @@ file-wide table of imported names. A run over a repository is judged as a whole:
   (``fully_shard``, ``fully_shard_like_fsdp1``) made;
 - *live FSDP1 calls*: ``FSDP.<api>(...)`` static calls, and FSDP1's module methods and
   attributes on any receiver but ``self`` (``no_sync()``, ``clip_grad_norm_(max_norm)``,
-  ``summon_full_params``, ``check_is_root``, ``_handle``, ``_fsdp_wrapped_module``,
-  ``_flat_param``, ``sharding_strategy``), marked or not, unless no FSDP2 model can get there:
+  ``summon_full_params``, ``check_is_root``, ``_handle``, ``_all_handles``, ``_is_root``,
+  ``_fsdp_wrapped_module``, ``_flat_param``), marked or not, unless no FSDP2 model can get there:
   behind ``isinstance(x, FSDP)`` or ``hasattr(x, "_fsdp_wrapped_module")`` (an ``if`` body,
   the rest of an ``and``, the ``else`` of a negation, or after ``if not ...: return``), or on
   a name bound to a ``DistributedDataParallel``. A ``clip_grad_norm_`` whose first argument
@@ -39,7 +39,7 @@ _DDP = {
     "torch.nn.parallel.distributed.DistributedDataParallel",
 }
 _METHODS = {"no_sync", "clip_grad_norm_", "summon_full_params", "check_is_root"}
-_ATTRIBUTES = {"_handle", "_fsdp_wrapped_module", "_flat_param", "sharding_strategy"}
+_ATTRIBUTES = {"_handle", "_fsdp_wrapped_module", "_flat_param", "_all_handles", "_is_root"}
 _JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 

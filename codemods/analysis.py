@@ -364,8 +364,19 @@ class FileAnalysis:
 
 
 _WORD = re.compile(r"\w+")
-_MODEL_WORDS = ("model", "module", "fsdp", "policy", "actor", "critic", "wrapped", "net")
-_SETTINGS_WORDS = ("config", "cfg", "conf", "args", "opts", "options", "settings", "kwargs")
+_MODEL_WORDS = ("model", "module", "policy", "actor", "critic", "wrapped", "net")
+_SETTINGS_WORDS = (
+    "config",
+    "cfg",
+    "conf",
+    "args",
+    "opts",
+    "options",
+    "settings",
+    "kwargs",
+    "plugin",
+    "strategy",
+)
 
 
 def calls_named(analysis: FileAnalysis, attribute: str) -> Sequence[ast.Call]:

@@ -59,7 +59,6 @@ _FSDP1_ONLY = frozenset(
         "_fsdp_handles",
         "check_is_root",
         "_is_root",
-        "sharding_strategy",
         "_use_orig_params",
         "_fsdp_use_orig_params",
         "_exec_order_data",
@@ -75,6 +74,7 @@ _FSDP1_ONLY = frozenset(
 _FSDP1_SHARED = frozenset(
     {
         "_sync_gradients",
+        "sharding_strategy",
         "process_group",
         "params",
         "_reshard",
