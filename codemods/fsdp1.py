@@ -103,7 +103,7 @@ def might_need_migration(data: bytes) -> bool:
 _ACTS_ON_A_MODEL = re.compile(
     rb"\.(?:no_sync|clip_grad_norm_|summon_full_params|check_is_root|_handle|_flat_param"
     rb"|flat_param|_fsdp_wrapped_module|sharding_strategy|mixed_precision)\b"
-    rb"|(?i:model|module|net|policy|actor|critic|wrapped)\w*\.module\b"
+    rb"|(?i:model|module|net|policy|actor|critic|wrapped)\w*\.(?:module\b|(?:named_)?parameters\()"
 )
 
 

@@ -32,6 +32,8 @@ from codemods.text import Edit
 
 #: A deferred ref to what other files pass for a parameter: ``param:<function>:<parameter>``.
 PARAM = "param:"
+#: The ref of a BF16 master optimizer built by a call: ``opt:<path:line:column>``.
+OPTIMIZER = "opt:"
 
 #: How a reason starts when a site stays only because its models stay FSDP1 (a quiet site then
 #: needs no marker: the constructor's says why).
@@ -115,6 +117,11 @@ class Site:
     #: Reached only while an FSDP1 type test holds: kept, no FSDP2 model gets there, and the
     #: test (when it is one the rules see) carries the marker.
     behind_test: bool = False
+
+    #: A site about a BF16 master optimizer (F2P009), not a model: the ``opt:`` refs that
+    #: reach it; none after the run resolved it, and it is nothing.
+    about_optimizer: bool = False
+    optimizers: frozenset[str] = frozenset()
 
     #: Its position in its file's plan: ``(path, index)`` names it across processes.
     index: int = 0
@@ -206,8 +213,14 @@ def resolve_ties(plans: Sequence[FilePlan]) -> None:
     for plan in plans:
         for site in plan.sites:
             if site.deferred:
-                site.ties = site.ties | resolver.constructors(site.deferred)
+                found = resolver.constructors(site.deferred)
+                site.ties |= {r for r in found if not r.startswith(OPTIMIZER)}
+                site.optimizers |= {r for r in found if r.startswith(OPTIMIZER)}
                 site.deferred = frozenset()
+            if site.about_optimizer:
+                if not site.optimizers:  # no BF16 optimizer reaches it: not our business
+                    site.rewrite, site.requirement, site.silent = None, "NEVER", True
+                continue
             if site.ties:
                 continue
             if site.either is not None:

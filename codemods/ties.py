@@ -25,7 +25,7 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
-from codemods.plan import PARAM
+from codemods.plan import OPTIMIZER, PARAM
 
 if TYPE_CHECKING:
     from codemods.analysis import FileAnalysis
@@ -33,6 +33,18 @@ if TYPE_CHECKING:
 #: Module methods that return the module they are called on.
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_", "to_empty"})
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+#: The BF16 master-weight optimizers whose ``step()`` returns a norm (F2P009).
+BF16_OPTIMIZERS = frozenset(
+    f"{module}.BF16Optimizer"
+    for module in (
+        "specforge.optimizer",
+        "specforge.optimizer.bf16_optimizer",
+        "compat",
+        "compat.bf16_optimizer",
+        "fsdp2_port",
+        "fsdp2_port.bf16_optimizer",
+    )
+)
 _JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 #: Attributes only an FSDP1 instance has: ``hasattr(m, <one>)`` tests for FSDP1.
 _FSDP1_ONLY_ATTRIBUTES = frozenset(
@@ -62,6 +74,13 @@ class Ties:
             elif call.args and analysis.resolves_to(call.func, _PARTIAL) and wraps(call.args[0]):
                 self.constructors[call] = analysis.site_id(call)
                 self.factories.add(call)
+        #: BF16 master optimizers built here (``BF16Optimizer(...)``): followed like models,
+        #: as ``opt:<id>`` refs, for the caller-side reductions of their norm.
+        self.optimizers: dict[ast.Call, str] = {
+            call: OPTIMIZER + analysis.site_id(call)
+            for call in names.by_type[ast.Call]
+            if isinstance(call, ast.Call) and names.qualified(call.func) & BF16_OPTIMIZERS
+        }
         self._attributes: dict[tuple[ast.AST, str], list[ast.expr]] = defaultdict(list)
         for kind in (ast.Assign, ast.AnnAssign):
             for node in names.by_type[kind]:
@@ -86,6 +105,14 @@ class Ties:
     def of(self, expr: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
         """``(constructor ids, deferred calls)`` whose models may be what ``expr`` holds."""
         return _split(self._value(expr))
+
+    def optimizers_of(self, expr: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+        """``(BF16Optimizer refs, deferred calls)`` of what ``expr`` may hold."""
+        refs = self._value(expr)
+        return (
+            frozenset(r for r in refs if r.startswith(OPTIMIZER)),
+            frozenset(r for r in refs if r.startswith(_DEFERRED)),
+        )
 
     def returned_by(self, function: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
         """``(constructor ids, deferred calls)`` whose models ``function`` returns."""
@@ -297,6 +324,8 @@ class Ties:
         return out
 
     def _call(self, call: ast.Call) -> set[str]:
+        if call in self.optimizers:
+            return {self.optimizers[call]}
         if call in self.constructors:
             ref = self.constructors[call]
             return {_FACTORY + ref} if call in self.factories else {ref}
@@ -463,8 +492,8 @@ class Ties:
 
 
 def _split(refs: AbstractSet[str]) -> tuple[frozenset[str], frozenset[str]]:
-    """``(constructor ids, deferred refs)`` of a value's refs (factories dropped)."""
-    ids = frozenset(r for r in refs if not r.startswith((*_DEFERRED, _FACTORY)))
+    """``(constructor ids, deferred refs)`` of a value's refs (factories, optimizers dropped)."""
+    ids = frozenset(r for r in refs if not r.startswith((*_DEFERRED, _FACTORY, OPTIMIZER)))
     return ids, frozenset(r for r in refs if r.startswith(_DEFERRED))
 
 

@@ -109,13 +109,6 @@ def _compare(original: Path, migrated: Path, dtype: str, args: list[str], *extra
     return result
 
 
-SPECFORGE_NORM = (
-    "codemod: the caller-side all-reduce of the optimizer's norm in a backend class that gets "
-    "the optimizer as a constructor argument (specforge/backend.py; also in one file) is neither "
-    "removed nor marked; the migrated run logs sqrt(world) times the norm (0.953 vs 0.674)"
-)
-
-
 @pytest.mark.parametrize(
     "program,dtype,args,extra",
     [
@@ -127,13 +120,7 @@ SPECFORGE_NORM = (
             [],
         ),
         ("inner_optimizer", "bf16", ["--steps", "3"], []),
-        pytest.param(
-            "specforge_prefix",
-            "bf16",
-            ["--steps", "3"],
-            [],
-            marks=pytest.mark.xfail(strict=True, reason=SPECFORGE_NORM),
-        ),
+        ("specforge_prefix", "bf16", ["--steps", "3"], []),
         (
             "optim_helpers",
             "fp32",

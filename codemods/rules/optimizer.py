@@ -40,20 +40,14 @@ class OptimizerRule:
     )
 
     def analyze(self, a: FileAnalysis) -> None:
-        switched = False
         for node in a.names.by_type[ast.ImportFrom]:
             assert isinstance(node, ast.ImportFrom)
             if node.level or node.module not in _SOURCES:
                 continue
             for alias in node.names:
                 if alias.name == "BF16Optimizer":
-                    switched |= self._import(a, node, alias)
-        has_global_norm = switched or any(
-            b.qualified in _CLASSES and b.qualified.startswith(("compat", "fsdp2_port"))
-            for b in a.names.imports()
-        )
-        if has_global_norm:
-            self._reductions(a)
+                    self._import(a, node, alias)
+        self._reductions(a)
 
     def _import(self, a: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias) -> bool:
         if a.is_ignored(statement):
@@ -121,7 +115,10 @@ class OptimizerRule:
                 isinstance(node.func, ast.Attribute) and node.func.attr == "step" and not node.args
             ):
                 continue
-            if not self._is_bf16_optimizer(a, node.func.value):
+            refs, deferred = a.ties.optimizers_of(node.func.value)
+            if not refs and self._is_bf16_optimizer(a, node.func.value):
+                refs = frozenset({"opt:annotated"})
+            if not (refs or deferred):
                 continue
             target = a.names.parent.get(node)
             if (
@@ -129,7 +126,7 @@ class OptimizerRule:
                 and len(target.targets) == 1
                 and isinstance(target.targets[0], ast.Name)
             ):
-                self._after_step(a, target, target.targets[0].id)
+                self._after_step(a, target, target.targets[0].id, refs, deferred)
 
     def _is_bf16_optimizer(self, a: FileAnalysis, receiver: ast.AST) -> bool:
         """Bound from a ``BF16Optimizer(...)`` call, or a parameter annotated with it."""
@@ -149,7 +146,14 @@ class OptimizerRule:
                 return True
         return False
 
-    def _after_step(self, a: FileAnalysis, assign: ast.Assign, norm: str) -> None:
+    def _after_step(
+        self,
+        a: FileAnalysis,
+        assign: ast.Assign,
+        norm: str,
+        refs: frozenset[str],
+        deferred: frozenset[str],
+    ) -> None:
         """Remove each later SUM all-reduce in the function of ``norm`` or a value made from it."""
         function = a.names.function_of(assign) or a.tree
         derived = {norm}
@@ -180,7 +184,7 @@ class OptimizerRule:
                 continue
             if _divided_later(a, function, reduced, a.lines.end(node)):
                 continue
-            a.add(
+            site = a.add(
                 self.CODE,
                 node,
                 "kept: an all-reduce of BF16Optimizer.step()'s norm",
@@ -190,7 +194,9 @@ class OptimizerRule:
                     "returns the global norm (it was multiplied by the world size)",
                 ),
                 "ALWAYS",
+                deferred=deferred,
             )
+            site.about_optimizer, site.optimizers = True, refs
 
 
 def _from(

@@ -6,7 +6,9 @@ After ``FSDP(m)`` the model's parameters are FSDP1's flat views: 1-D shards (wit
 ``model.parameters()`` / ``named_parameters()`` describe shards. FSDP2 keeps each parameter's
 logical shape (a DTensor): the same code now sees matrices. A weight-decay split by
 ``p.ndim > 1`` decayed nothing before and decays every matrix after, with no error. Marked at
-the line when the model migrates; nothing when it stays FSDP1 (nothing changes then).
+the line when the model migrates (for a receiver the run cannot tie but named like a model,
+such as a base class's ``self.policy``: when any model of the run migrates); nothing when it
+stays FSDP1.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class ParamShapesRule:
             return
         model = iterator.func.value
         ties, deferred = a.ties.of(model)
-        if not (ties or deferred) or a.is_ignored(iterator):
+        untraced = _self_attribute(model) and a.named_like_model(model)
+        if a.is_ignored(iterator) or not (ties or deferred or untraced):
             return
         parameter = _parameter_name(target, iterator.func.attr)
         owner = a.names.parent.get(loop) if isinstance(loop, ast.comprehension) else loop
@@ -62,18 +65,29 @@ class ParamShapesRule:
             "decay by ndim) and read the shapes from the unwrapped module if FSDP1's answer was "
             "intended"
         )
+        marker = Rewrite([], message, review=True)
         site = a.add(
             self.CODE,
             read,
             message,
-            Rewrite([], message, review=True),
-            "MODELS",
+            marker,
+            "MODELS" if ties or deferred else "ANY",
             ties=ties,
             deferred=deferred,
         )
         site.quiet = True  # only a model that migrates changes meaning
-        if not ties:
-            site.unknown = ""  # what the run may pass: nothing at all if no model comes
+        if not ties:  # untied, named like a model (self.policy of a base class): any may come
+            site.either = marker if untraced else None
+            site.unknown = ""  # otherwise nothing at all if the run passes no model
+
+
+def _self_attribute(node: ast.expr) -> bool:
+    """``self.policy``: class state, which a subclass elsewhere may have wrapped unseen."""
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and (node.value.id == "self")
+    )
 
 
 def _parameter_name(target: ast.expr, iterator: str) -> str | None:
