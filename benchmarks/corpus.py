@@ -1,6 +1,6 @@
 """The codemod over real FSDP1 code: how much migrates, and is anything left half-migrated?
 
-    python benchmarks/corpus.py CORPUS_DIR [--json OUT]
+    python benchmarks/corpus.py CORPUS_DIR [--json OUT] [--sample-markers N --seed S]
 
 ``CORPUS_DIR`` holds one folder per repository (``owner+name/<path in repo>``), such as the
 files listed in ``benchmarks/corpus_manifest.json``: public code under its own licenses, not
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 import sys
 import tempfile
@@ -58,6 +59,18 @@ def live_calls(files: list[str]) -> tuple[int, int, list[str]]:
     return fsdp1, fsdp2, live
 
 
+def _marker(directory: Path, finding) -> dict:
+    """A marker with the code it sits on (for people to judge whether it is worth reading)."""
+    lines = Path(finding.path).read_text(encoding="utf-8", errors="replace").splitlines()
+    below = lines[finding.marker_line : finding.marker_line + 3]
+    return {
+        "where": f"{Path(finding.path).relative_to(directory.parent)}:{finding.marker_line}",
+        "code": finding.code,
+        "message": finding.message,
+        "context": below,
+    }
+
+
 def run_repository(directory: Path) -> dict:
     files, _ = sources.discover([str(directory)])
     before = audits(files)
@@ -81,10 +94,11 @@ def run_repository(directory: Path) -> dict:
         "constructors_after": sum(a.constructors for a in after.values()),
         "wrapper_classes": sum(a.wrapper_classes for a in before.values()),
         "half_migrated": audit.run_problems(before, after),
-        "unmarked": [p for a in after.values() for p in a.unmarked],
+        "unmarked": audit.run_unmarked(before, after),
         "unparseable": sorted(set(before) - set(after)),
         "errors": [f"{r.path}: {r.error}" for r in first + second if r.error],
         "not_idempotent": [r.path for r in second if r.changed],
+        "markers": [_marker(directory, f) for r in first for f in r.findings if f.marker_line],
         "findings": dict(Counter(f.code for r in first for f in r.findings)),
         "review": sum(f.severity == "review" for r in first for f in r.findings),
     }
@@ -94,6 +108,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", type=Path, help="one folder per repository")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--sample-markers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print N markers drawn with --seed, with the code under each, to be judged",
+    )
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if not args.corpus.is_dir():
         parser.error(f"{args.corpus}: not a directory")
@@ -147,6 +169,14 @@ def main() -> int:
         f"{totals['errors']} errors; {totals['not_idempotent']} files a second run changes; "
         f"{totals['review']} findings to review"
     )
+    if args.sample_markers:
+        every = [m for report in reports.values() for m in report["markers"]]
+        drawn = random.Random(args.seed).sample(every, min(args.sample_markers, len(every)))
+        print(f"\n{len(drawn)} of {len(every)} markers, drawn with seed {args.seed}:")
+        for number, marker in enumerate(drawn, start=1):
+            print(f"[{number}] {marker['where']} {marker['code']} {marker['message']}")
+            for line in marker["context"]:
+                print(f"      | {line}")
     if args.json:
         args.json.write_text(json.dumps({"totals": totals, "repositories": reports}, indent=1))
     bad = any(totals[key] for key in lists)

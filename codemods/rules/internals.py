@@ -112,6 +112,7 @@ _FSDP1_ONLY_LIBRARIES = {
         "FSDP1's flat parameters); with FSDP2, TransformerEngine's own FSDP2 support applies"
     ),
 }
+_STRING_EDITS = frozenset({"replace", "removeprefix", "startswith", "split", "lstrip"})
 _ANYWHERE = ("_fsdp_wrapped_module", "_flat_param")
 _INTERNAL = (
     "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters "
@@ -136,8 +137,10 @@ class InternalsRule:
             if library is not None and call.args and not a.is_ignored(call):
                 what = _FSDP1_ONLY_LIBRARIES[library]
                 a.add_tied(self.CODE, call, call.args[0], what, None, known=False)
-        for node in a.names.by_type[ast.Name]:
-            assert isinstance(node, ast.Name)
+        for node in [*a.names.by_type[ast.Name], *a.names.by_type[ast.Attribute]]:
+            parent = a.names.parent.get(node)
+            if isinstance(parent, ast.Attribute) and a.fsdp1_name(parent) is not None:
+                continue  # the longer chain is the reference
             if a.fsdp1_name(node) == "ShardedGradScaler" and not a.is_ignored(node):
                 a.add(
                     self.CODE,
@@ -290,17 +293,43 @@ def _may_be_model(a: FileAnalysis, node: ast.Attribute) -> bool:
 
 
 def _reads_fsdp1_attribute(a: FileAnalysis, receiver: ast.expr) -> bool:
-    """``m._handle`` itself, or a name bound only to it (``handle = m._handle``)."""
+    """``m._handle`` itself, a name bound only to it (``handle = m._handle``), or a loop
+    variable over FSDP1 internals (``for handle in m._all_handles`` or a private FSDP1 call):
+    the site there already says it."""
+    value: ast.AST = receiver
     if isinstance(receiver, ast.Name):
         binding = a.sole_binding(receiver)
-        receiver = binding.value if binding is not None else receiver  # type: ignore[assignment]
-    return isinstance(receiver, ast.Attribute) and receiver.attr in _FSDP1_ATTRIBUTES
+        if binding is not None and binding.value is not None:
+            value = binding.value
+        else:
+            loops = [
+                loop
+                for b in a.names.bindings_of(receiver)
+                if isinstance(loop := a.names.parent.get(b.node), (ast.For, ast.AsyncFor))
+                and loop.target is b.node
+            ]
+            if len(loops) == 1:
+                value = loops[0].iter
+    if isinstance(value, ast.Call):
+        value = value.func
+        if a.fsdp1_name(value) is not None:
+            return True
+    return isinstance(value, ast.Attribute) and value.attr in _FSDP1_ATTRIBUTES
 
 
 def _probed(a: FileAnalysis, node: ast.Constant) -> bool:
-    """``hasattr(m, "_fsdp_wrapped_module")`` or ``getattr(m, "...", default)``: false, or the
-    default, on an FSDP2 model, which is what such code is written for."""
+    """``hasattr(m, "_fsdp_wrapped_module")``, ``getattr(m, "...", default)`` or
+    ``name.replace("_fsdp_wrapped_module.", "")``: false, the default or a no-op on an FSDP2
+    model, which is what such code is written for."""
     call = a.names.parent.get(node)
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in _STRING_EDITS
+        and call.args
+        and call.args[0] is node
+    ):
+        return True  # name.replace("_fsdp_wrapped_module.", ""): a no-op on FSDP2 names
     if not (isinstance(call, ast.Call) and len(call.args) >= 2 and call.args[1] is node):
         return False
     if a.resolves_to(call.func, "builtins.hasattr"):
