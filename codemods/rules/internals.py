@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 
+from codemods import fsdp1
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
 
@@ -312,7 +313,8 @@ def _reads_fsdp1_attribute(a: FileAnalysis, receiver: ast.expr) -> bool:
                 value = loops[0].iter
     if isinstance(value, ast.Call):
         value = value.func
-        if a.fsdp1_name(value) is not None:
+        name = a.fsdp1_name(value)
+        if name is not None and fsdp1.is_private(name):  # not FSDP.fsdp_modules: it migrates
             return True
     return isinstance(value, ast.Attribute) and value.attr in _FSDP1_ATTRIBUTES
 
