@@ -15,7 +15,16 @@ from codemods import imports, markers
 from codemods.findings import Action, Finding, Severity
 from codemods.names import Names
 from codemods.plan import MODEL_STAYS, Decisions, FilePlan, NeededImport, Rewrite, Site
-from codemods.text import Edit, LineIndex, OverlappingEdits, apply, apply_tracked, back, forward
+from codemods.text import (
+    Edit,
+    LineIndex,
+    OverlappingEdits,
+    apply,
+    apply_tracked,
+    back,
+    forward,
+    without_subsumed,
+)
 
 
 class InternalError(RuntimeError):
@@ -66,13 +75,13 @@ def apply_plan(
                 entries.append((site.code, site.indent, outcome.message))
 
     import_edits = imports.additions(needed, Names(ast.parse(text), module_name), lines)
-    marker_edits, marker_codes = _marker_edits(marks, lines)
+    marker_edits, marker_codes = _marker_edits(_dedented(marks, edits, lines), lines)
     existing = {
         (anchor, code): offset
         for anchor in marks
         for code, offset in markers.existing_above(lines, anchor).items()
     }
-    round1 = [*import_edits, *marker_edits, *edits]
+    round1 = [*import_edits, *marker_edits, *without_subsumed(edits)]
     try:
         first, starts = apply_tracked(text, round1)
         tree = ast.parse(first)
@@ -156,6 +165,21 @@ def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
         return None  # FSDP1 code behind an FSDP1 type test: no FSDP2 model gets there
     message = site.keep_message + (f" ({reason})" if reason else "")
     return _Outcome(site, "review", "flagged", message, True)
+
+
+def _dedented(
+    marks: dict[int, list[tuple[str, str, str]]], edits: list[Edit], lines: LineIndex
+) -> dict[int, list[tuple[str, str, str]]]:
+    """Markers whose line a rewrite dedents (the body of a removed ``with``) go out with it."""
+    removed = {
+        e.start: e.end - e.start
+        for e in edits
+        if e.replacement == "" and lines.text[e.start : e.end].strip(" \t") == ""
+    }
+    return {
+        anchor: [(c, indent[: len(indent) - removed.get(anchor, 0)], m) for c, indent, m in entries]
+        for anchor, entries in marks.items()
+    }
 
 
 def _marker_edits(

@@ -99,6 +99,21 @@ class OverlappingEdits(ValueError):
     """Two edits touch the same characters: a bug in the rules, never silently resolved."""
 
 
+def without_subsumed(edits: Sequence[Edit]) -> list[Edit]:
+    """``edits`` less the deletions that fall inside another edit's replaced span (a block's
+    dedent of a line inside a call that another rewrite replaces whole): their text is gone
+    either way. Everything else is kept, so real collisions still raise."""
+    spans = sorted((e.start, e.end) for e in edits if e.end > e.start)
+    kept = []
+    for edit in edits:
+        inside = edit.replacement == "" and any(
+            s <= edit.start and edit.end <= e and (s, e) != (edit.start, edit.end) for s, e in spans
+        )
+        if not inside:
+            kept.append(edit)
+    return kept
+
+
 def apply(text: str, edits: Iterable[Edit]) -> str:
     """``text`` with every edit made. Insertions at one offset keep the order given."""
     return apply_tracked(text, list(edits))[0]

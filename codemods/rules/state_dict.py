@@ -37,6 +37,11 @@ MODULE = "torch.distributed.checkpoint.state_dict"
 _FSDP = "FullyShardedDataParallel."
 _CONTEXT = ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config")
 _TO_LOAD = ("model", "optim", "optim_state_dict")
+_DCP_LOADS = (
+    "torch.distributed.checkpoint.load",
+    "torch.distributed.checkpoint.load_state_dict",
+    "torch.distributed.checkpoint.state_dict_loader.load",
+)
 _SAFE_PREFIXES = (
     "builtins.",
     "torch.",
@@ -412,6 +417,43 @@ class StateDictRule:
             groups,
             anchor,
         )
+        self._dcp_resume(call, bound["model"].value)
+
+    def _dcp_resume(self, call: ast.Call, model: ast.expr) -> None:
+        """``FSDP.optim_state_dict(m, o)`` filled by a DCP load in the same function: FSDP1's
+        dict of an optimizer that has not stepped holds no state, so the load restored no
+        moments; ``get_optimizer_state_dict`` holds it (lr 0 step), so the migration restores
+        them. Marked, with the model."""
+        a = self.a
+        function = a.names.function_of(call) or a.tree
+        statement = a.names.statement(call)
+        names = {t.id for t in getattr(statement, "targets", []) if isinstance(t, ast.Name)}
+        for node in ast.walk(function):
+            if not (isinstance(node, ast.Call) and a.resolves_to(node.func, *_DCP_LOADS)):
+                continue
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            if names & used or any(n is call for n in ast.walk(node)):
+                break
+        else:
+            return
+        ties, deferred = a.ties.of(model)
+        message = (
+            "a DCP resume through FSDP.optim_state_dict: on FSDP1 an optimizer that has not "
+            "stepped gives no state, so this load restored no Adam moments; "
+            "get_optimizer_state_dict gives its state, so the migrated run restores them and "
+            "differs from the FSDP1 one from the first step after the resume (check which you "
+            "want)"
+        )
+        site = a.add(
+            self.CODE,
+            call,
+            message,
+            Rewrite([], message, review=True),
+            "MODELS" if ties or deferred else "RUN",
+            ties=ties,
+            deferred=deferred,
+        )
+        site.quiet, site.holds = True, False
 
     def _to_load(
         self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
