@@ -417,15 +417,17 @@ class StateDictRule:
             groups,
             anchor,
         )
-        self._dcp_resume(call, bound["model"].value)
+        self._dcp_resume(call, bound["model"].value, bound["optim"].value)
 
-    def _dcp_resume(self, call: ast.Call, model: ast.expr) -> None:
+    def _dcp_resume(self, call: ast.Call, model: ast.expr, optim: ast.expr) -> None:
         """``FSDP.optim_state_dict(m, o)`` filled by a DCP load in the same function: FSDP1's
         dict of an optimizer that has not stepped holds no state, so the load restored no
         moments; ``get_optimizer_state_dict`` holds it (lr 0 step), so the migration restores
         them. Marked, with the model."""
         a = self.a
         function = a.names.function_of(call) or a.tree
+        if not _fresh(a, optim, call):
+            return
         statement = a.names.statement(call)
         names = {t.id for t in getattr(statement, "targets", []) if isinstance(t, ast.Name)}
         for node in ast.walk(function):
@@ -828,6 +830,28 @@ def _to_load_parts(a: FileAnalysis, call: ast.Call) -> tuple[ast.expr, ast.expr,
     if a.ties.of(second)[0] or a.ties.known_fsdp1(second):
         return second, third, first
     return None
+
+
+def _fresh(a: FileAnalysis, optim: ast.expr, use: ast.AST) -> bool:
+    """``optim`` is built in this function (``optimizer = AdamW(...)``) and not stepped before
+    ``use``: it has no state yet."""
+    if not isinstance(optim, ast.Name):
+        return False
+    binding = a.sole_binding(optim)
+    if binding is None or not isinstance(binding.value, ast.Call):
+        return False
+    if a.names.function_of(binding.node) is not a.names.function_of(use):
+        return False
+    before = a.lines.start(use)
+    return not any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "step"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == optim.id
+        and a.lines.start(node) < before
+        for node in a.names.by_type[ast.Call]
+    )
 
 
 def _unwrap(a: FileAnalysis, statement: ast.With) -> list[Edit]:
