@@ -283,7 +283,7 @@ def _pure(a: FileAnalysis, call: ast.Call) -> _Pure:
     )
     if needs_simple and not calls.is_simple(bound["module"].value):
         pure.blockers.append("the module expression is used twice: assign it to a name first")
-    if device is not None and not calls.is_simple(device.value):
+    if device is not None and not (calls.is_simple(device.value) or _device_call(a, device.value)):
         pure.blockers.append("device_id is an expression")
     return pure
 
@@ -299,15 +299,40 @@ def _value(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure, what: str) 
             pure.blockers.append(f"{what} is not written at the call")
             return None
         statement = a.names.statement(binding.node)
-        if not isinstance(statement, ast.Assign) or a.names.scope_of(
-            statement
-        ) is not a.names.scope_of(value):
+        same_scope = a.names.scope_of(statement) is a.names.scope_of(value)
+        if not isinstance(statement, ast.Assign) or not (
+            same_scope or _private_constant(a, statement, value.id)
+        ):
             pure.blockers.append(f"{what} is not written at the call")
             return None
         pure.bindings.append((what, statement))
         assert binding.value is not None
         return binding.value
     return value
+
+
+def _private_constant(a: FileAnalysis, statement: ast.stmt, name: str) -> bool:
+    """A module-level constant no other module can import: ``_NAME``, or any name of a script
+    (a file that runs ``if __name__ == "__main__"``). Inlining it and removing it is safe."""
+    if not isinstance(a.names.parent.get(statement), ast.Module):
+        return False
+    return name.startswith("_") or any(
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+        for node in a.tree.body
+    )
+
+
+def _device_call(a: FileAnalysis, node: ast.expr) -> bool:
+    """``torch.device("cuda", 0)``: a value with no side effect, safe to evaluate earlier."""
+    return (
+        isinstance(node, ast.Call)
+        and a.resolves_to(node.func, "torch.device")
+        and all(calls.is_simple(x) for x in node.args)
+        and not node.keywords
+    )
 
 
 def _mixed_precision(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> None:
