@@ -42,10 +42,10 @@ def audits(files: list[str]) -> dict[str, audit.Audit]:
     return out
 
 
-def live_calls(files: list[str]) -> tuple[int, int, list[str]]:
-    """``(FSDP1 constructors, FSDP2 constructors, live FSDP1 calls)`` of a run's output, read
-    independently of the codemod (``benchmarks/live_fsdp1.py``)."""
-    fsdp1 = fsdp2 = 0
+def live_calls(files: list[str]) -> tuple[int, int, list[str], int]:
+    """``(FSDP1 constructors, FSDP2 constructors, live FSDP1 calls, bridge calls)`` of a run's
+    output, read independently of the codemod (``benchmarks/live_fsdp1.py``)."""
+    fsdp1 = fsdp2 = bridges = 0
     live: list[str] = []
     for path in files:
         text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
@@ -55,8 +55,9 @@ def live_calls(files: list[str]) -> tuple[int, int, list[str]]:
             continue
         fsdp1 += reading.fsdp1_constructors
         fsdp2 += reading.fsdp2_constructors
+        bridges += reading.bridges
         live += reading.live
-    return fsdp1, fsdp2, live
+    return fsdp1, fsdp2, live, bridges
 
 
 def _marker(directory: Path, finding) -> dict:
@@ -80,10 +81,11 @@ def run_repository(directory: Path) -> dict:
     seconds = time.perf_counter() - start
     second = list(engine.migrate_files(files, codes, Options()))
     after = audits(files)
-    fsdp1_left, fsdp2_made, live = live_calls(files)
+    fsdp1_left, fsdp2_made, live, bridges = live_calls(files)
     moved = sum(a.constructors for a in before.values()) > 0 and fsdp2_made > 0
     all_moved = moved and fsdp1_left == 0
     return {
+        "bridges": bridges,
         # every constructor moved: an FSDP1 call that can still run is on a migrated model
         "live_on_migrated": live if all_moved else [],
         # some stay FSDP1: a live call may be theirs (listed for a person to judge)
@@ -137,6 +139,7 @@ def main() -> int:
             reports[repository.name] = report
             for key in (
                 "files",
+                "bridges",
                 "constructors_before",
                 "constructors_after",
                 "wrapper_classes",
@@ -158,9 +161,12 @@ def main() -> int:
             totals["live_to_judge"] += len(report["live_to_judge"])
     migrated = totals["constructors_before"] - totals["constructors_after"]
     share = migrated / max(totals["constructors_before"], 1)
+    plain = migrated - totals["bridges"]
     print(
         f"\n{len(reports)} repositories, {totals['files']} files: {migrated} of "
-        f"{totals['constructors_before']} FSDP1 constructors migrated ({share:.0%}); "
+        f"{totals['constructors_before']} FSDP1 constructors migrated ({share:.0%}), "
+        f"{plain} of them to plain fully_shard code and {totals['bridges']} to "
+        "fully_shard_like_fsdp1; "
         f"{totals['wrapper_classes']} FSDP1 subclasses / wrapper_cls=FSDP (marked); "
         f"{totals['live_on_migrated']} FSDP1 calls live on migrated models; "
         f"{totals['live_to_judge']} live FSDP1 calls in runs that keep FSDP1 models (to judge); "

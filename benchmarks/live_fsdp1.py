@@ -34,6 +34,7 @@ _FSDP2_BUILDERS = {
     "torch.distributed._composable.fsdp.fully_shard",
     "fsdp2_port.fully_shard_like_fsdp1",
 }
+_BRIDGE = {"fsdp2_port.fully_shard_like_fsdp1", "fsdp2_port.like_fsdp1.fully_shard_like_fsdp1"}
 _DDP = {
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel",
@@ -47,6 +48,8 @@ _JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 class Reading:
     fsdp1_constructors: int = 0
     fsdp2_constructors: int = 0
+    #: calls of the bridge (``fully_shard_like_fsdp1``, or a ``partial`` of it)
+    bridges: int = 0
     live: list[str] = field(default_factory=list)
 
 
@@ -71,6 +74,12 @@ def read(path: str, text: str) -> Reading:
                 reading.fsdp1_constructors += 1
             elif qualified in _FSDP2_BUILDERS:
                 reading.fsdp2_constructors += 1
+            if qualified in _BRIDGE or (
+                qualified == "functools.partial"
+                and node.args
+                and _qualified(node.args[0], names) in _BRIDGE
+            ):
+                reading.bridges += 1
         what = _fsdp1_use(node, names)
         if what is None:
             continue
