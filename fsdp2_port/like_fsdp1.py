@@ -38,6 +38,7 @@ from torch.distributed.fsdp import (
     CPUOffload,
     CPUOffloadPolicy,
     FSDPModule,
+    FullyShardedDataParallel,
     MixedPrecision,
     MixedPrecisionPolicy,
     OffloadPolicy,
@@ -106,6 +107,12 @@ def fully_shard_like_fsdp1(
         "device_mesh": device_mesh,
     }
     _check_arguments(kwargs)
+    wrapped = [m for m in module.modules() if isinstance(m, (FullyShardedDataParallel, FSDPModule))]
+    if wrapped:
+        raise ValueError(
+            f"module: {type(module).__name__} already holds {type(wrapped[0]).__name__} "
+            "modules (FSDP1 or fully_shard): shard a module once, with one of them"
+        )
     if not dist.is_initialized():
         raise ValueError(
             "fully_shard_like_fsdp1 needs an initialised process group, as FSDP1 does: call "
@@ -421,7 +428,12 @@ def _check_arguments(kw: dict[str, Any]) -> None:
 
 
 def _as_device(device_id: int | torch.device) -> torch.device:
-    return device_id if isinstance(device_id, torch.device) else torch.device(device_id)
+    """FSDP1's ``device_id``: a device, or the index of one on this machine's accelerator."""
+    if isinstance(device_id, torch.device):
+        return device_id
+    if isinstance(device_id, int) and not torch.accelerator.is_available():
+        raise ValueError(f"device_id={device_id}: an accelerator index, but this machine has none")
+    return torch.device(device_id)
 
 
 def _device_type(module: nn.Module, device_id: Any, device_mesh: DeviceMesh | None) -> str:

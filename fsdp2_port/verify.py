@@ -139,6 +139,11 @@ def build(factory: Callable[[], Any]) -> tuple[nn.Module, Callable, Callable]:
             "(module, batch_fn) or (module, batch_fn, loss_fn)"
         )
     model = parts[0]
+    if not any(p.requires_grad for p in model.parameters()):
+        raise VerifyError(
+            f"{name}() returned {type(model).__name__} with no trainable parameter "
+            "(requires_grad=True): there is nothing to train or compare"
+        )
     batch_fn = parts[1] if len(parts) > 1 else _default_batch(model)
     loss_fn = parts[2] if len(parts) > 2 else _default_loss
     return model, batch_fn, loss_fn

@@ -49,6 +49,7 @@ from torch.distributed.fsdp import (
     FSDPModule,
     MixedPrecision,
     ShardingStrategy,
+    fully_shard,
 )
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import (
@@ -619,6 +620,12 @@ def test_refuses_a_device_this_process_lacks():
         fully_shard_like_fsdp1(nn.Linear(2, 2), device_id=torch.device("cuda", 0))
 
 
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="needs a machine without one")
+def test_refuses_an_accelerator_index_on_a_machine_without_one():
+    with pytest.raises(ValueError, match=r"device_id=1: an accelerator index, but this machine"):
+        fully_shard_like_fsdp1(nn.Linear(2, 2), device_id=1)
+
+
 def test_refuses_full_precision_eval_switch():
     env = mock.patch.dict(os.environ, {"FSDP_USE_FULL_PREC_IN_EVAL": "1"})
     with env, pytest.raises(ValueError, match=r"FSDP_USE_FULL_PREC_IN_EVAL=1.*Unset it"):
@@ -639,6 +646,11 @@ def _like_fsdp1_refusals() -> None:
         ValueError, match=r"never reduces gradients across .*=ShardingStrategy\.NO_SHARD"
     ):
         fully_shard_like_fsdp1(Net(), sharding_strategy=S.HYBRID_SHARD, device_id=CPU)
+    # A module FSDP1 (or fully_shard) already wraps: sharding it twice fails at forward.
+    with pytest.raises(ValueError, match=r"already holds FullyShardedDataParallel modules"):
+        fully_shard_like_fsdp1(FSDP(Net(), device_id=CPU))
+    with pytest.raises(ValueError, match=r"already holds .* \(FSDP1 or fully_shard\)"):
+        fully_shard_like_fsdp1(fully_shard(Net()))
     with pytest.raises(ValueError, match=r"hybrid sharding_strategy takes process_group=\("):
         fully_shard_like_fsdp1(
             Net(), sharding_strategy=S.HYBRID_SHARD, process_group=dist.group.WORLD

@@ -137,6 +137,7 @@ def test_torchrun_started_verify_uses_the_jobs_ranks():
         ("tests.no_such_module:f", "cannot import 'tests.no_such_module': ModuleNotFoundError"),
         ("tests.verify_factories:missing", "has no callable 'missing'"),
         ("tests.verify_factories:not_a_model", "not_a_model() returned int: the factory must"),
+        ("tests.verify_factories:frozen", "frozen() returned Linear with no trainable parameter"),
         ("no_colon", "MODULE:FACTORY"),
     ],
 )

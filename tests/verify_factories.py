@@ -69,3 +69,10 @@ def raises():
 
 def _load_weights(path):
     raise FileNotFoundError(f"no weights at {path}")
+
+
+def frozen():
+    """A model with no trainable parameter: nothing to train or compare."""
+    model = nn.Linear(4, 4)
+    model.requires_grad_(False)
+    return model
