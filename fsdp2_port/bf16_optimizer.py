@@ -20,11 +20,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from fsdp2_port import grad_norm
 from fsdp2_port.master_weights import MasterWeightOptimizer
-from fsdp2_port.torch_internals import refuse_fsdp1_tensors
-
-# Where torch's ``dcp.load`` lives; it calls ``state_dict()`` on a Stateful, fills the result
-# in place, then passes it to ``load_state_dict()``.
-_DCP_LOADER = "torch.distributed.checkpoint.state_dict_loader"
+from fsdp2_port.torch_internals import DCP_LOADER_MODULE, refuse_fsdp1_tensors
 
 
 def _named_trainable(model_or_params: nn.Module | Iterable[Any]) -> list[tuple[str, nn.Parameter]]:
@@ -152,7 +148,7 @@ def _asked_by_dcp_load() -> bool:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__", "").startswith("fsdp2_port"):
         frame = frame.f_back
-    return frame is not None and frame.f_globals.get("__name__") == _DCP_LOADER
+    return frame is not None and frame.f_globals.get("__name__") == DCP_LOADER_MODULE
 
 
 def _staging(state: Any) -> Any:

@@ -25,6 +25,12 @@ from typing import Any
 FSDP1_FLATTENED = "_fsdp_flattened"
 
 
+#: The module whose ``load`` (``torch.distributed.checkpoint.load``) fills the tensors of the
+#: state dict it is given in place (``state_dict_loader``, torch >= 2.2):
+#: ``fsdp2_port.BF16Optimizer.state_dict`` hands it staging copies when it is the caller.
+DCP_LOADER_MODULE = "torch.distributed.checkpoint.state_dict_loader"
+
+
 def is_fsdp1_flattened(tensor: object) -> bool:
     """Whether ``tensor`` is an FSDP1 flat parameter or a view FSDP1 registered into one."""
     return bool(getattr(tensor, FSDP1_FLATTENED, False))

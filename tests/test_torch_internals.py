@@ -59,6 +59,12 @@ def test_fsdp1_flattened_marker_is_fsdp1s():
     assert torch_internals.is_fsdp1_flattened(t)
 
 
+def test_dcp_load_lives_where_the_optimizer_looks_for_it():
+    import torch.distributed.checkpoint as dcp
+
+    assert dcp.load.__module__ == torch_internals.DCP_LOADER_MODULE
+
+
 def test_what_the_entry_points_return():
     """The results we read: ignored-state attributes, the materialise flags."""
     model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
