@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="change nothing; exit 1 if anything would change"
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --write, also rewrite read-only files (otherwise an error)",
+    )
+    parser.add_argument(
         "--format",
         choices=FORMATS,
         default="text",
@@ -85,9 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(leaving.code or 0)
 
     from codemods import registry
-    from codemods.engine import migrate_files
     from codemods.options import Options
-    from codemods.sources import discover
+    from codemods.sources import Leftovers, discover, recover
 
     if args.list_rules:
         for code, summary in registry.CODES.items():
@@ -106,14 +110,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("fsdp2-port migrate: error: --jobs must be >= 1", file=sys.stderr)
         return 2
 
-    files, problems = discover(args.paths)
+    leftovers = Leftovers()
+    files, problems = discover(args.paths, leftovers)
+    notes, unfinished = recover(leftovers)
+    for note in notes:
+        print(f"fsdp2-port migrate: {note}", file=sys.stderr)
+    problems += unfinished
     for problem in problems:
         print(f"fsdp2-port migrate: error: {problem}", file=sys.stderr)
+    if unfinished:  # an interrupted run's tree is not read until it is repaired
+        files = []
+    try:
+        return _run(args, files, problems, codes, options)
+    except KeyboardInterrupt:
+        print("fsdp2-port migrate: interrupted (no file half-written)", file=sys.stderr)
+        return 130
+
+
+def _run(args, files: list[str], problems: list[str], codes, options) -> int:
+    """Migrate ``files`` as one run and report; the exit code."""
+    from codemods.engine import migrate_files
+
+    everything: list[dict] = []
+    for problem in problems:
+        path, _, message = problem.partition(": ")
+        _error_record(args.format, path, message, everything)
     progress = _Progress() if sys.stderr.isatty() and len(files) > 20 else None
     changed = errors = parsed = review = total = 0
-    everything = []
     for result in migrate_files(
-        files, codes, options, write=args.write, jobs=args.jobs, progress=progress
+        files,
+        codes,
+        options,
+        write=args.write,
+        force=args.force,
+        jobs=args.jobs,
+        progress=progress,
     ):
         if progress:
             progress.clear()
@@ -121,8 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if result.error:
             errors += 1
             print(f"{result.path}: error: {result.error}", file=sys.stderr)
-            if args.format == "github":
-                print(f"::error file={_escape(result.path, True)}::{_escape(result.error)}")
+            _error_record(args.format, result.path, result.error, everything)
         changed += result.changed and not result.error
         total += len(result.findings)
         review += sum(f.severity == "review" for f in result.findings)
@@ -149,6 +179,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if errors or problems:
         return 2
     return 1 if args.check and changed else 0
+
+
+def _error_record(fmt: str, path: str, message: str, everything: list[dict]) -> None:
+    """A failed path on stdout: ``{"path", "error"}`` in json/jsonl, ``::error`` in github."""
+    if fmt == "github":
+        print(f"::error file={_escape(path, True)}::{_escape(message)}")
+    elif fmt == "jsonl":
+        sys.stdout.write(json.dumps({"path": path, "error": message}) + "\n")
+    elif fmt == "json":
+        everything.append({"path": path, "error": message})
 
 
 def _annotation(finding) -> str:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -119,10 +121,40 @@ def _analyse(path: str, codes: Sequence[str], options: Options, every: bool = Fa
             source.text, path, codes, options, result.module_name, result.package_init
         )
     except SyntaxError as error:
-        result.error = f"cannot parse: {error.msg} (line {error.lineno}, column {error.offset})"
+        result.error = _syntax_error(error, source.text)
     except (ValueError, RecursionError) as error:
         result.error = f"cannot parse: {error}"
     return result
+
+
+_NEWER_SYNTAX = re.compile(
+    r"^[ \t]*type[ \t]+\w+[ \t]*(\[[^\]\n]*\])?[ \t]*="  # PEP 695 type alias (3.12)
+    r"|^[ \t]*(async[ \t]+)?def[ \t]+\w+[ \t]*\["  # PEP 695 generic function (3.12)
+    r"|^[ \t]*class[ \t]+\w+[ \t]*\["  # PEP 695 generic class (3.12)
+    r"|\bexcept[ \t]*\w[^:\n]*,[^:\n]*:[ \t]*$",  # PEP 758 unparenthesized except (3.14)
+    re.MULTILINE,
+)
+
+
+def _syntax_error(error: SyntaxError, text: str) -> str:
+    """``cannot parse: ...`` with a real position (a NUL byte has none from ``ast``) and a
+    hint when the text uses syntax newer than this interpreter (best effort)."""
+    line, column = error.lineno, error.offset
+    if line is None and "\0" in text:
+        at = text.index("\0")
+        line = text.count("\n", 0, at) + 1
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        return f"cannot parse: a NUL byte (line {line}, column {column})"
+    message = f"cannot parse: {error.msg} (line {line}, column {column})"
+    if _NEWER_SYNTAX.search(text) or _nested_fstring_quotes(text):
+        version = ".".join(map(str, sys.version_info[:2]))
+        message += f"; needs a newer Python than {version}? (this one runs the codemod)"
+    return message
+
+
+def _nested_fstring_quotes(text: str) -> bool:
+    """A PEP 701 f-string reusing its own quote inside a replacement field (3.12)."""
+    return bool(re.search(r"""\bf(["'])[^"'\n]*\{[^}\n]*\1[^\n]*\1[^}\n]*\}""", text))
 
 
 def _apply(
@@ -159,13 +191,15 @@ def migrate_files(
     options: Options,
     *,
     write: bool = False,
+    force: bool = False,
     jobs: int = 1,
     progress: Progress | None = None,
 ) -> Iterator[FileResult]:
     """Results in the order of ``paths``, whatever ``jobs`` is.
 
     With ``write``, the run is one transaction: when a file of it cannot be migrated (an
-    internal error) or written, no file is changed, and every changed file's result says why.
+    internal error) or written, or is read-only (without ``force``), no file is changed,
+    every changed file's result says why and none is ``changed``.
     """
     pool: Executor | None = (
         ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
@@ -190,7 +224,7 @@ def migrate_files(
             pool.shutdown()
     by_path = {item.path: outcome for item, outcome in zip(work, outcomes)}
     if write:
-        _write(work, by_path)
+        _write(work, by_path, force)
     for item in analysed:
         if item.plan is None or item.error is not None:
             yield FileResult(item.path, parsed=item.plan is not None, error=item.error)
@@ -198,12 +232,22 @@ def migrate_files(
             yield by_path[item.path][0]
 
 
-def _write(work: list[_Analysed], outcomes: dict[str, tuple[FileResult, str | None]]) -> None:
-    """Write every changed file of the run, or none (each changed result says why not)."""
-    failed = [path for path, (result, _) in outcomes.items() if result.error]
+def _write(
+    work: list[_Analysed], outcomes: dict[str, tuple[FileResult, str | None]], force: bool
+) -> None:
+    """Write every changed file of the run, or none (each changed result says why not, and
+    is no longer ``changed``)."""
     changed = [(a, *outcomes[a.path]) for a in work if outcomes[a.path][1] is not None]
+    locked = [] if force else [r for _, r, _ in changed if sources.read_only(r.path)]
+    for result in locked:
+        result.error = "read-only: not rewritten (--force rewrites it)"
+    failed = [path for path, (result, _) in outcomes.items() if result.error]
     problem: str | None = None
-    if failed:
+    if locked and len(locked) == len(failed):
+        problem = f"{locked[0].path} is read-only" + (
+            f" (and {len(locked) - 1} more)" if len(locked) > 1 else ""
+        )
+    elif failed:
         problem = f"{failed[0]} could not be migrated" + (
             f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         )
@@ -211,7 +255,9 @@ def _write(work: list[_Analysed], outcomes: dict[str, tuple[FileResult, str | No
         problem = sources.write_all([(a.path, text or "", a.encoding) for a, _, text in changed])
     if problem is not None:
         for _, result, _ in changed:
-            result.error = f"not written: {problem}; a run is written whole or not at all"
+            result.changed = False
+            if result.error is None:
+                result.error = f"not written: {problem}; a run is written whole or not at all"
 
 
 def _analyse_receivers(
