@@ -94,6 +94,14 @@ class ConstructorRule:
 
     # -- FSDP(...) ---------------------------------------------------------------------------
     def _constructor(self, a: FileAnalysis, call: ast.Call, cid: str) -> None:
+        owner = _fsdp1_subclass_around(a, call)
+        if owner is not None:
+            message = (
+                f"FSDP(...) inside class {owner.name}(FSDP): its units stay FSDP1 with the "
+                "subclass (FSDP2 units cannot live inside an FSDP1 model)"
+            )
+            a.add(self.CODE, call, message, constructor=cid)
+            return
         pure = _pure(a, call)
         device = _bound(call).get("device_id")
         needs_lines = pure.classes is not None or (
@@ -200,6 +208,14 @@ class ConstructorRule:
                     "fully_shard on each module the wrap() calls select, children first",
                     constructor=a.site_id(node.value),
                 )
+
+
+def _fsdp1_subclass_around(a: FileAnalysis, call: ast.Call) -> ast.ClassDef | None:
+    """The FSDP1 subclass whose body (methods included) holds ``call``, if any."""
+    for ancestor in a.names.ancestors(call):
+        if isinstance(ancestor, ast.ClassDef) and any(a.is_fsdp_class(b) for b in ancestor.bases):
+            return ancestor
+    return None
 
 
 def _stands_alone(a: FileAnalysis, statement: ast.stmt) -> bool:
