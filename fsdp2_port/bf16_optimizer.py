@@ -117,10 +117,7 @@ class BF16Optimizer(MasterWeightOptimizer):
 
     def _unpack(self, masters: Any, optim: dict[str, Any]) -> tuple[list[Tensor], dict[str, Any]]:
         if not isinstance(masters, Mapping):
-            raise ValueError(
-                "this checkpoint keys masters by position (SpecForge / compat format); "
-                "fsdp2_port.BF16Optimizer needs them by parameter name"
-            )
+            masters, optim = self._by_name(masters, optim)
         names = self.param_names
         missing = [n for n in names if n not in masters]
         unknown = [n for n in masters if n not in set(names)]
@@ -140,6 +137,43 @@ class BF16Optimizer(MasterWeightOptimizer):
         groups = [{**optim["param_groups"][0], "params": list(range(len(names)))}]
         masters = [_placed_like(masters[n], m) for n, m in zip(names, self.fp32_params)]
         return masters, {"state": state, "param_groups": groups}
+
+    def _by_name(self, masters: Any, optim: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+        """A positional (SpecForge / compat) checkpoint of whole tensors, keyed by name.
+
+        Position ``i`` is this optimizer's ``param_names[i]``: the ``i``-th trainable parameter
+        in ``named_parameters()`` order of the module it was given. ``fully_shard`` keeps a
+        module's names and order, so that is the old optimizer's position ``i`` when both were
+        given the same module (the root, or the same inner module). The count and every
+        master's shape must match; FSDP1 shards (per-rank pieces) are refused: convert them
+        offline with ``fsdp2-port convert-checkpoint`` from every rank's file.
+        """
+        names = self.param_names
+        if not isinstance(masters, (list, tuple)) or len(masters) != len(names):
+            count = len(masters) if isinstance(masters, (list, tuple)) else type(masters).__name__
+            raise ValueError(
+                f"checkpoint holds {count} positional masters (SpecForge / compat format), this "
+                f"optimizer {len(names)} trainable parameters: saved for another model, or "
+                "for another module of it (give this optimizer the module the old one was given)"
+            )
+        for i, (name, saved, m) in enumerate(zip(names, masters, self.fp32_params)):
+            shape = tuple(getattr(saved, "shape", ()))
+            if isinstance(saved, DTensor) or shape != tuple(m.shape):
+                raise ValueError(
+                    f"positional master {i} has shape {shape}, parameter {name!r} (position {i} "
+                    f"of named_parameters()) {tuple(m.shape)}: an FSDP1 rank's shard or another "
+                    "model. Convert every rank's file with `fsdp2-port convert-checkpoint "
+                    "'optim_{rank}.pt' OUT --format specforge --model MODULE:FACTORY`"
+                )
+        groups = optim.get("param_groups", [])
+        positions = [i for g in groups for i in g.get("params", [])]
+        if sorted(positions, key=str) != sorted(range(len(names)), key=str) or any(
+            i not in range(len(names)) for i in optim.get("state", {})
+        ):
+            raise ValueError("checkpoint optimizer state does not name each position once")
+        state = {names[i]: s for i, s in optim["state"].items()}
+        named = [{**g, "params": [names[i] for i in g["params"]]} for g in groups]
+        return dict(zip(names, masters)), {"state": state, "param_groups": named}
 
 
 def _asked_by_dcp_load() -> bool:
