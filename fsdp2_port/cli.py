@@ -28,6 +28,9 @@ commands:
             check that they log the same losses and grad norms, step by step
   verify    train a model under FSDP1 + compat and FSDP2 + fsdp2_port on N ranks
             and check both match a single-process reference
+  convert-checkpoint
+            turn a checkpoint an FSDP1 job wrote (SpecForge optimizer, FULL, SHARDED,
+            LOCAL) into full tensors by name that the migrated script loads, offline
 
 Run `fsdp2-port COMMAND --help` for a command's options.
 """
@@ -331,7 +334,64 @@ def _compare(argv: list[str]) -> int:
     return result.exit_code
 
 
-_COMMANDS = {"migrate": _migrate, "compare": _compare, "verify": _verify}
+# -- convert-checkpoint -----------------------------------------------------------------------
+
+
+def _convert_checkpoint(argv: list[str]) -> int:
+    from fsdp2_port.convert import FORMATS, ConversionError, convert_checkpoint
+
+    parser = _Parser(
+        prog="fsdp2-port convert-checkpoint",
+        description="Convert a checkpoint written before the migration into one torch.save "
+        "file of full tensors keyed by parameter name, with no FSDP1 job running. SRC: a "
+        "file, a DCP directory, or per-rank files named with {rank} (ckpt/optim_{rank}.pt).",
+    )
+    parser.add_argument("src")
+    parser.add_argument("dst")
+    parser.add_argument("--format", choices=FORMATS, default="auto")
+    parser.add_argument(
+        "--model",
+        metavar="MODULE:FACTORY",
+        help="builds (on the meta device) the module the old optimizer or FSDP1 was given: "
+        "names positions and flat parameters (needed for specforge and local)",
+    )
+    parser.add_argument(
+        "--units",
+        metavar="PATHS",
+        help="comma-separated module paths of the FSDP1 units ('' the root), for a SpecForge "
+        "checkpoint saved with use_orig_params=False",
+    )
+    parser.add_argument("--model-key", default="model")
+    parser.add_argument("--optim-key", default="optim")
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as e:
+        print(f"fsdp2-port convert-checkpoint: error: {e}", file=sys.stderr)
+        return 2
+    units = None if args.units is None else args.units.split(",")
+    try:
+        kind = convert_checkpoint(
+            args.src,
+            args.dst,
+            args.format,
+            args.model,
+            units=units,
+            model_key=args.model_key,
+            optim_key=args.optim_key,
+        )
+    except (ConversionError, FileNotFoundError, KeyError) as e:
+        print(f"fsdp2-port convert-checkpoint: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.src} ({kind}) -> {args.dst}")
+    return 0
+
+
+_COMMANDS = {
+    "migrate": _migrate,
+    "compare": _compare,
+    "verify": _verify,
+    "convert-checkpoint": _convert_checkpoint,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

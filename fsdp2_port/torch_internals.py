@@ -138,6 +138,23 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         "1.13",
         "bucketed broadcast from the group's rank src, as FSDP1's sync_module_states does it",
     ),
+    "rebuild_from_type_v2": EntryPoint(
+        "torch._tensor",
+        "_rebuild_from_type_v2",
+        ("func", "new_type", "args", "state"),
+        "1.13",
+        "what a pickled tensor subclass (FSDP1's ShardedTensor) is rebuilt by; "
+        "fsdp2_port.convert reads ShardedTensor state (local shards, metadata, process-group "
+        "state) through it without a process group",
+    ),
+    "aligned_numel": EntryPoint(
+        "torch.distributed.fsdp._flat_param",
+        "_get_aligned_numel",
+        ("unsharded_dtype",),
+        "2.1",
+        "the element count FSDP1 aligns each parameter to inside a flat parameter under "
+        "use_orig_params=True (16 bytes); fsdp2_port.convert unflattens with it",
+    ),
 }
 
 

@@ -1,0 +1,291 @@
+"""Checkpoints written before the migration resume after it, nothing lost.
+
+One FSDP1 job on 2 gloo ranks trains three runs for TOTAL steps and saves at SAVE_AT: the
+SpecForge optimizer (compat.BF16Optimizer, use_orig_params=True, every rank's state_dict()),
+and plain AdamW with a schedule in FULL_STATE_DICT, SHARDED_STATE_DICT through DCP and
+torch.save (the legacy form), and LOCAL_STATE_DICT (use_orig_params False and True). Each
+checkpoint is converted offline (no process group), then resumed by FSDP2 code on 2 and on 4
+ranks: the state arrives bit for bit (against FSDP1's own full gather at the save) and the
+continued losses equal the uninterrupted FSDP1 run's (fp32, rtol 1e-5).
+"""
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import (
+    FullOptimStateDictConfig,
+    FullStateDictConfig,
+    StateDictType,
+    fully_shard,
+)
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+import compat
+import fsdp2_port
+from compat.transition import fsdp2_state_dict
+from fsdp2_port import cli
+from fsdp2_port.convert import ConversionError, convert_checkpoint
+from fsdp2_port.launch import run_ranks
+from fsdp2_port.lr_schedules import build_scheduler
+from tests.models import Block, global_batch, local_rows, loss_fn, make_model
+
+LR, MAX_NORM, SAVE_AT, TOTAL = 1e-2, 1.0, 3, 5
+KW = dict(max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1)
+MODEL = "tests.models:make_model"
+ADAMW_RUNS = {"flat": False, "orig": True}  # run name -> FSDP1 use_orig_params
+
+
+def _step(model, step_fn, step):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x, y = global_batch(step)
+    loss = loss_fn(model, local_rows(x, rank, world), local_rows(y, rank, world))
+    loss.backward()
+    norm = step_fn()
+    dist.all_reduce(loss := loss.detach(), op=dist.ReduceOp.AVG)
+    return norm, loss.item()
+
+
+def _fsdp1(use_orig_params):
+    return FSDP(
+        make_model(),
+        device_id=torch.device("cpu"),
+        use_orig_params=use_orig_params,
+        auto_wrap_policy=ModuleWrapPolicy({Block}),
+    )
+
+
+def _full_params(fsdp):
+    with FSDP.summon_full_params(fsdp):
+        return {
+            n.replace("_fsdp_wrapped_module.", ""): p.detach().clone()
+            for n, p in fsdp.named_parameters()
+        }
+
+
+def _full_state(fsdp, opt):
+    """FSDP1's own full gather (no offload: see the README's torch behaviours), by name."""
+    with FSDP.state_dict_type(
+        fsdp,
+        StateDictType.FULL_STATE_DICT,
+        FullStateDictConfig(offload_to_cpu=False, rank0_only=False),
+        FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=False),
+    ):
+        model = {k: v.clone() for k, v in fsdp.state_dict().items()}
+        optim = FSDP.optim_state_dict(fsdp, opt)
+    optim["state"] = {
+        n: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
+        for n, s in optim["state"].items()
+    }
+    return model, optim
+
+
+def _specforge_run(rank, d):
+    fsdp = _fsdp1(use_orig_params=True)
+    opt = compat.BF16Optimizer(fsdp, LR, **KW)
+    for step in range(SAVE_AT):
+        _step(fsdp, opt.step, step)
+    torch.save({**opt.state_dict(), "epoch": 1}, f"{d}/specforge_{rank}.pt")
+    truth = fsdp2_state_dict(opt, root=fsdp)
+    after = [_step(fsdp, lambda: opt.step().item(), s) for s in range(SAVE_AT, TOTAL)]
+    final = _full_params(fsdp)  # a collective
+    if rank == 0:
+        torch.save({"truth": truth, "after": after, "final": final}, f"{d}/ref_sf.pt")
+
+
+def _adamw_run(rank, d, name, use_orig_params):
+    fsdp = _fsdp1(use_orig_params)
+    opt = torch.optim.AdamW(fsdp.parameters(), lr=LR)
+    sched = build_scheduler(opt, "cosine", 100, 0.1)
+
+    def step_fn():
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        return 0.0
+
+    for step in range(SAVE_AT):
+        _step(fsdp, step_fn, step)
+    extra = {"scheduler": sched.state_dict(), "step": SAVE_AT}
+    truth_model, truth_optim = _full_state(fsdp, opt)
+    if not use_orig_params:
+        if rank == 0:
+            torch.save({"model": truth_model, "optim": truth_optim, **extra}, f"{d}/full.pt")
+        with FSDP.state_dict_type(fsdp, StateDictType.SHARDED_STATE_DICT):
+            sharded = {"model": fsdp.state_dict(), "optim": FSDP.optim_state_dict(fsdp, opt)}
+        dcp.save({**sharded, **extra}, checkpoint_id=f"{d}/dcp")
+        torch.save({**sharded, **extra}, f"{d}/sharded_{rank}.pt")
+    with FSDP.state_dict_type(fsdp, StateDictType.LOCAL_STATE_DICT):
+        local = fsdp.state_dict()
+    torch.save({"model": local, "optim": opt.state_dict(), **extra}, f"{d}/local_{name}_{rank}.pt")
+    after = [_step(fsdp, step_fn, s) for s in range(SAVE_AT, TOTAL)]
+    final = _full_params(fsdp)  # a collective
+    if rank == 0:
+        ref = {"model": truth_model, "optim": truth_optim, "after": after, "final": final}
+        torch.save(ref, f"{d}/ref_{name}.pt")
+
+
+def _fsdp1_job(rank, world, d):
+    _specforge_run(rank, d)
+    for name, use_orig_params in ADAMW_RUNS.items():
+        _adamw_run(rank, d, name, use_orig_params)
+
+
+def _fsdp2_model():
+    model = make_model(seed=1)  # other weights: only the checkpoint can make them right
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def _assert_continues(model, after, ref, what):
+    for (norm, loss), (want_norm, want_loss) in zip(after, ref["after"]):
+        assert math.isclose(loss, want_loss, rel_tol=1e-5), (what, after, ref["after"])
+        if want_norm:
+            assert math.isclose(norm, want_norm, rel_tol=1e-5), (what, after, ref["after"])
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.full_tensor(), ref["final"][n], rtol=0, atol=1e-5, msg=n)
+
+
+def _resume_specforge(d):
+    ref = torch.load(f"{d}/ref_sf.pt", weights_only=False)
+    converted = torch.load(f"{d}/sf.pt", weights_only=False)
+    truth = ref["truth"]
+    # The positional form loads directly too, once its masters are whole tensors.
+    model = _fsdp2_model()
+    opt = fsdp2_port.BF16Optimizer(model, LR, **KW)
+    positional = {
+        **converted,
+        "fp32_params": [converted["fp32_params"][n] for n in opt.param_names],
+        "optimizer_state_dict": {
+            "state": {
+                i: converted["optimizer_state_dict"]["state"][n]
+                for i, n in enumerate(opt.param_names)
+            },
+            "param_groups": [
+                {
+                    **converted["optimizer_state_dict"]["param_groups"][0],
+                    "params": list(range(len(opt.param_names))),
+                }
+            ],
+        },
+    }
+    for state in (positional, converted):
+        model = _fsdp2_model()
+        opt = fsdp2_port.BF16Optimizer(model, LR, **KW)
+        opt.load_state_dict(state)
+        for n, m in zip(opt.param_names, opt.fp32_params):
+            assert torch.equal(m.full_tensor(), truth["fp32_params"][n]), n
+            held = opt.optimizer.state[m]
+            for key in ("exp_avg", "exp_avg_sq"):
+                want = truth["optimizer_state_dict"]["state"][n][key]
+                assert torch.equal(held[key].full_tensor(), want), (n, key)
+            assert held["step"].item() == SAVE_AT
+        assert opt.scheduler.state_dict() == truth["scheduler_state_dict"]
+    after = [_step(model, lambda: opt.step().item(), s) for s in range(SAVE_AT, TOTAL)]
+    _assert_continues(model, after, ref, "specforge")
+
+
+def _resume_adamw(d, kind, run):
+    ref = torch.load(f"{d}/ref_{run}.pt", weights_only=False)
+    converted = torch.load(f"{d}/{kind}.pt", weights_only=False)
+    model = _fsdp2_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    sched = build_scheduler(opt, "cosine", 100, 0.1)
+    full = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, converted["model"], options=full)
+    set_optimizer_state_dict(model, opt, converted["optim"], options=full)
+    sched.load_state_dict(converted["scheduler"])
+    for n, p in model.named_parameters():
+        assert torch.equal(p.full_tensor(), ref["model"][n]), (kind, n)
+        for key in ("exp_avg", "exp_avg_sq"):
+            want = ref["optim"]["state"][n][key]
+            assert torch.equal(opt.state[p][key].full_tensor(), want), (kind, n, key)
+        assert opt.state[p]["step"].item() == SAVE_AT, (kind, n)
+
+    def step_fn():
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        return 0.0
+
+    after = [_step(model, step_fn, s) for s in range(SAVE_AT, TOTAL)]
+    _assert_continues(model, after, ref, kind)
+
+
+def _fsdp2_job(rank, world, d):
+    _resume_specforge(d)
+    for kind, run in (
+        ("full", "flat"),
+        ("dcp", "flat"),
+        ("sharded", "flat"),
+        ("local_flat", "flat"),
+        ("local_orig", "orig"),
+    ):
+        _resume_adamw(d, kind, run)
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """The FSDP1 job's checkpoints, converted offline (this process has no process group)."""
+    d = tmp_path_factory.mktemp("old")
+    run_ranks(_fsdp1_job, 2, str(d))
+    assert not dist.is_initialized()
+    sf = f"{d}/specforge_{{rank}}.pt"
+    assert cli.main(["convert-checkpoint", sf, f"{d}/sf.pt", "--model", MODEL]) == 0
+    assert convert_checkpoint(f"{d}/full.pt", f"{d}/full.pt.new", model=MODEL) == "full"
+    assert convert_checkpoint(f"{d}/dcp", f"{d}/dcp.pt", model=MODEL) == "dcp"
+    assert convert_checkpoint(f"{d}/sharded_{{rank}}.pt", f"{d}/sharded.pt") == "sharded"
+    for run in ADAMW_RUNS:
+        kind = convert_checkpoint(
+            f"{d}/local_{run}_{{rank}}.pt", f"{d}/local_{run}.pt", "local", MODEL
+        )
+        assert kind == "local"
+    (d / "full.pt.new").replace(d / "full.pt")
+    return d
+
+
+def test_converted_specforge_is_fsdp1s_own_full_state(converted):
+    truth = torch.load(converted / "ref_sf.pt", weights_only=False)["truth"]
+    got = torch.load(converted / "sf.pt", weights_only=False)
+    assert got["epoch"] == 1 and got["lr_scheduler_type"] == truth["lr_scheduler_type"]
+    assert sorted(got["fp32_params"]) == sorted(truth["fp32_params"])
+    for n, t in truth["fp32_params"].items():
+        assert torch.equal(got["fp32_params"][n], t), n
+        for key, v in truth["optimizer_state_dict"]["state"][n].items():
+            assert torch.equal(got["optimizer_state_dict"]["state"][n][key], v), (n, key)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_old_checkpoints_resume_on_fsdp2(converted, world):
+    run_ranks(_fsdp2_job, world, str(converted))
+
+
+def test_refusals(converted, tmp_path):
+    d = converted
+    sf = f"{d}/specforge_{{rank}}.pt"
+    with pytest.raises(ConversionError, match="give the model"):
+        convert_checkpoint(sf, tmp_path / "x.pt")
+    with pytest.raises(ConversionError, match="trainable parameters"):
+        convert_checkpoint(sf, tmp_path / "x.pt", model=lambda: make_model().blocks[0])
+    with pytest.raises(ConversionError, match="do not hold the parameters"):
+        convert_checkpoint(
+            f"{d}/local_flat_{{rank}}.pt", tmp_path / "x.pt", model=lambda: make_model(hidden=9)
+        )
+    with pytest.raises(ConversionError, match="shape"):
+        convert_checkpoint(f"{d}/full.pt", tmp_path / "x.pt", model=lambda: make_model(hidden=9))
+    # One rank's file alone: its shards do not make whole tensors.
+    (tmp_path / "one_0.pt").write_bytes((d / "specforge_0.pt").read_bytes())
+    with pytest.raises(ConversionError, match="pieces hold"):
+        convert_checkpoint(f"{tmp_path}/one_{{rank}}.pt", tmp_path / "x.pt", model=MODEL)
+    assert not (tmp_path / "x.pt").exists()
+    assert cli.main(["convert-checkpoint", sf, str(tmp_path / "x.pt")]) == 1
