@@ -125,11 +125,27 @@ def _rebuild_offline(func: Any, new_type: type, args: Any, state: Any) -> Any:
     return torch_internals.load("rebuild_from_type_v2")(func, new_type, args, state)
 
 
+def _rebuild_tensor_offline(storage: Any, storage_offset: int, size: Any, *args: Any) -> Any:
+    """A tensor; one whose storage FSDP1 had freed (0 bytes) comes back empty. An fp32 FSDP1
+    flat parameter is its own master, and pickling it pickles the views into its unsharded
+    storage with it: ``torch.load`` fails on them ("Trying to resize storage that is not
+    resizable"). Nothing converted reads them; a master that came back empty would not fit
+    its parameter and be refused."""
+    if storage.nbytes() == 0 and math.prod(size) > 0:
+        return torch.empty(0, dtype=storage.dtype)
+    rebuild = torch_internals.load("rebuild_tensor_v2")
+    return rebuild(storage, storage_offset, size, *args)
+
+
 class _OfflineUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        entry = torch_internals.ENTRY_POINTS["rebuild_from_type_v2"]
-        if (module, name) == (entry.module, entry.name):
-            return _rebuild_offline
+        for key, replacement in (
+            ("rebuild_from_type_v2", _rebuild_offline),
+            ("rebuild_tensor_v2", _rebuild_tensor_offline),
+        ):
+            entry = torch_internals.ENTRY_POINTS[key]
+            if (module, name) == (entry.module, entry.name):
+                return replacement
         return super().find_class(module, name)
 
 
@@ -189,12 +205,12 @@ def assemble(pieces: Sequence[OfflineShardedTensor], what: str) -> Tensor:
 
 
 def flat_offsets(
-    names: Sequence[str], layout: Layout, world_size: int, aligned: bool
+    names: Sequence[str], layout: Layout, world_size: int, aligned: bool, dtype: torch.dtype
 ) -> tuple[list[tuple[str, int]], int]:
     """Where FSDP1 puts each parameter in a unit's flat parameter: ``(name, offset)`` and the
     total length. ``aligned`` (``use_orig_params=True``): each parameter starts at a multiple
-    of 16 bytes and the total is padded to a multiple of the world size."""
-    dtype = layout.dtypes[names[0]]
+    of 16 bytes of ``dtype`` (the flat parameter's) and the total is padded to a multiple of
+    the world size."""
     step = torch_internals.call("aligned_numel", unsharded_dtype=dtype) if aligned else 1
     placed, total = [], 0
     for n in names:
@@ -223,7 +239,7 @@ def unflatten(
     """
     fits = []
     for candidate in (False, True) if aligned is None else (aligned,):
-        placed, total = flat_offsets(names, layout, world_size, candidate)
+        placed, total = flat_offsets(names, layout, world_size, candidate, flat.dtype)
         if flat.numel() in (total, total + (-total % world_size)):
             fits.append(placed)
     if not fits:

@@ -147,6 +147,14 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         "fsdp2_port.convert reads ShardedTensor state (local shards, metadata, process-group "
         "state) through it without a process group",
     ),
+    "rebuild_tensor_v2": EntryPoint(
+        "torch._utils",
+        "_rebuild_tensor_v2",
+        ("storage", "storage_offset", "size", "stride", "requires_grad", "backward_hooks"),
+        "1.6",
+        "what a pickled tensor is rebuilt by; fsdp2_port.convert reads a tensor whose storage "
+        "FSDP1 had freed (a FlatParameter's unsharded views, pickled with it) as an empty one",
+    ),
     "aligned_numel": EntryPoint(
         "torch.distributed.fsdp._flat_param",
         "_get_aligned_numel",

@@ -17,6 +17,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
     set_model_state_dict,
     set_optimizer_state_dict,
 )
@@ -42,6 +44,8 @@ LR, MAX_NORM, SAVE_AT, TOTAL = 1e-2, 1.0, 3, 5
 KW = dict(max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1)
 MODEL = "tests.models:make_model"
 ADAMW_RUNS = {"flat": False, "orig": True}  # run name -> FSDP1 use_orig_params
+SPECFORGE_RUNS = {"specforge": True, "specforge_flat": False}
+UNITS = ",blocks.0,blocks.1"  # the FSDP1 units of _fsdp1 (ModuleWrapPolicy({Block})) and root
 
 
 def _step(model, step_fn, step):
@@ -88,17 +92,17 @@ def _full_state(fsdp, opt):
     return model, optim
 
 
-def _specforge_run(rank, d):
-    fsdp = _fsdp1(use_orig_params=True)
+def _specforge_run(rank, d, name, use_orig_params):
+    fsdp = _fsdp1(use_orig_params)
     opt = compat.BF16Optimizer(fsdp, LR, **KW)
     for step in range(SAVE_AT):
         _step(fsdp, opt.step, step)
-    torch.save({**opt.state_dict(), "epoch": 1}, f"{d}/specforge_{rank}.pt")
+    torch.save({**opt.state_dict(), "epoch": 1}, f"{d}/{name}_{rank}.pt")
     truth = fsdp2_state_dict(opt, root=fsdp)
     after = [_step(fsdp, lambda: opt.step().item(), s) for s in range(SAVE_AT, TOTAL)]
     final = _full_params(fsdp)  # a collective
     if rank == 0:
-        torch.save({"truth": truth, "after": after, "final": final}, f"{d}/ref_sf.pt")
+        torch.save({"truth": truth, "after": after, "final": final}, f"{d}/ref_{name}.pt")
 
 
 def _adamw_run(rank, d, name, use_orig_params):
@@ -134,7 +138,8 @@ def _adamw_run(rank, d, name, use_orig_params):
 
 
 def _fsdp1_job(rank, world, d):
-    _specforge_run(rank, d)
+    for name, use_orig_params in SPECFORGE_RUNS.items():
+        _specforge_run(rank, d, name, use_orig_params)
     for name, use_orig_params in ADAMW_RUNS.items():
         _adamw_run(rank, d, name, use_orig_params)
 
@@ -156,9 +161,9 @@ def _assert_continues(model, after, ref, what):
         torch.testing.assert_close(p.full_tensor(), ref["final"][n], rtol=0, atol=1e-5, msg=n)
 
 
-def _resume_specforge(d):
-    ref = torch.load(f"{d}/ref_sf.pt", weights_only=False)
-    converted = torch.load(f"{d}/sf.pt", weights_only=False)
+def _resume_specforge(d, name):
+    ref = torch.load(f"{d}/ref_{name}.pt", weights_only=False)
+    converted = torch.load(f"{d}/{name}.pt", weights_only=False)
     truth = ref["truth"]
     # The positional form loads directly too, once its masters are whole tensors.
     model = _fsdp2_model()
@@ -195,16 +200,35 @@ def _resume_specforge(d):
     _assert_continues(model, after, ref, "specforge")
 
 
-def _resume_adamw(d, kind, run):
-    ref = torch.load(f"{d}/ref_{run}.pt", weights_only=False)
+def _load_converted(d, kind, model, opt, sched):
     converted = torch.load(f"{d}/{kind}.pt", weights_only=False)
-    model = _fsdp2_model()
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
-    sched = build_scheduler(opt, "cosine", 100, 0.1)
     full = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, converted["model"], options=full)
     set_optimizer_state_dict(model, opt, converted["optim"], options=full)
     sched.load_state_dict(converted["scheduler"])
+
+
+def _load_dcp_directly(d, kind, model, opt, sched):
+    """FSDP1's SHARDED_STATE_DICT under DCP needs no conversion: the names are the same."""
+    state = {
+        "model": get_model_state_dict(model),
+        "optim": get_optimizer_state_dict(model, opt),
+        "scheduler": sched.state_dict(),
+        "step": 0,
+    }
+    dcp.load(state, checkpoint_id=f"{d}/dcp")
+    set_model_state_dict(model, state["model"])
+    set_optimizer_state_dict(model, opt, state["optim"])
+    sched.load_state_dict(state["scheduler"])
+    assert state["step"] == SAVE_AT
+
+
+def _resume_adamw(d, kind, run, load=_load_converted):
+    ref = torch.load(f"{d}/ref_{run}.pt", weights_only=False)
+    model = _fsdp2_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    sched = build_scheduler(opt, "cosine", 100, 0.1)
+    load(d, kind, model, opt, sched)
     for n, p in model.named_parameters():
         assert torch.equal(p.full_tensor(), ref["model"][n]), (kind, n)
         for key in ("exp_avg", "exp_avg_sq"):
@@ -223,7 +247,8 @@ def _resume_adamw(d, kind, run):
 
 
 def _fsdp2_job(rank, world, d):
-    _resume_specforge(d)
+    for name in SPECFORGE_RUNS:
+        _resume_specforge(d, name)
     for kind, run in (
         ("full", "flat"),
         ("dcp", "flat"),
@@ -232,6 +257,7 @@ def _fsdp2_job(rank, world, d):
         ("local_orig", "orig"),
     ):
         _resume_adamw(d, kind, run)
+    _resume_adamw(d, "dcp", "flat", load=_load_dcp_directly)
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +267,9 @@ def converted(tmp_path_factory):
     run_ranks(_fsdp1_job, 2, str(d))
     assert not dist.is_initialized()
     sf = f"{d}/specforge_{{rank}}.pt"
-    assert cli.main(["convert-checkpoint", sf, f"{d}/sf.pt", "--model", MODEL]) == 0
+    assert cli.main(["convert-checkpoint", sf, f"{d}/specforge.pt", "--model", MODEL]) == 0
+    flat = [f"{d}/specforge_flat_{{rank}}.pt", f"{d}/specforge_flat.pt", "--model", MODEL]
+    assert cli.main(["convert-checkpoint", *flat, "--units", UNITS]) == 0
     assert convert_checkpoint(f"{d}/full.pt", f"{d}/full.pt.new", model=MODEL) == "full"
     assert convert_checkpoint(f"{d}/dcp", f"{d}/dcp.pt", model=MODEL) == "dcp"
     assert convert_checkpoint(f"{d}/sharded_{{rank}}.pt", f"{d}/sharded.pt") == "sharded"
@@ -254,9 +282,10 @@ def converted(tmp_path_factory):
     return d
 
 
-def test_converted_specforge_is_fsdp1s_own_full_state(converted):
-    truth = torch.load(converted / "ref_sf.pt", weights_only=False)["truth"]
-    got = torch.load(converted / "sf.pt", weights_only=False)
+@pytest.mark.parametrize("name", sorted(SPECFORGE_RUNS))
+def test_converted_specforge_is_fsdp1s_own_full_state(converted, name):
+    truth = torch.load(converted / f"ref_{name}.pt", weights_only=False)["truth"]
+    got = torch.load(converted / f"{name}.pt", weights_only=False)
     assert got["epoch"] == 1 and got["lr_scheduler_type"] == truth["lr_scheduler_type"]
     assert sorted(got["fp32_params"]) == sorted(truth["fp32_params"])
     for n, t in truth["fp32_params"].items():

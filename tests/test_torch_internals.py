@@ -96,3 +96,24 @@ def test_what_the_entry_points_return():
         device_handle=None,
     )
     assert meta.weight.device.type == "cpu"
+
+
+def test_sharded_tensor_pickles_the_state_convert_reads(monkeypatch):
+    """``fsdp2_port.convert`` reads a pickled ``ShardedTensor`` (an FSDP1 SHARDED or LOCAL
+    state dict saved per rank) through ``rebuild_from_type_v2`` without a process group: its
+    state must be ``(local shards, metadata, process-group state with global_world_size, ...)``.
+    """
+    from torch.distributed._shard.sharded_tensor import api
+
+    monkeypatch.setattr(api.distributed_c10d, "get_rank", lambda group=None: 1)
+    monkeypatch.setattr(api.distributed_c10d, "get_world_size", lambda group=None: 2)
+    fake = SimpleNamespace(
+        _process_group=None,
+        _local_shards=["shards"],
+        _metadata="metadata",
+        _sharding_spec="spec",
+        _init_rrefs=False,
+    )
+    state = api.ShardedTensor.__getstate__(fake)
+    assert state[:2] == (["shards"], "metadata")
+    assert state[2].global_world_size == 2
