@@ -120,7 +120,7 @@ def _rebuild_offline(func: Any, new_type: type, args: Any, state: Any) -> Any:
         return OfflineShardedTensor(
             torch.Size(metadata.size),
             [(list(s.metadata.shard_offsets), s.tensor) for s in local_shards],
-            int(pg_state.global_world_size),
+            int(pg_state.local_world_size),  # its process group: one replica under HSDP
         )
     return torch_internals.load("rebuild_from_type_v2")(func, new_type, args, state)
 

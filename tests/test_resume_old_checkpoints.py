@@ -318,3 +318,23 @@ def test_refusals(converted, tmp_path):
         convert_checkpoint(f"{tmp_path}/one_{{rank}}.pt", tmp_path / "x.pt", model=MODEL)
     assert not (tmp_path / "x.pt").exists()
     assert cli.main(["convert-checkpoint", sf, str(tmp_path / "x.pt")]) == 1
+
+
+def test_one_file_of_whole_masters_converts_without_a_process_group(tmp_path):
+    """compat on a model FSDP1 does not shard (one process, NO_SHARD) keeps whole masters."""
+    old = compat.BF16Optimizer(make_model(), LR, **KW)
+    for step in range(2):
+        x, y = global_batch(step)
+        loss_fn(old.model, x, y).backward()
+        old.step()
+    torch.save({**old.state_dict(), "epoch": 1}, tmp_path / "optim.pt")
+    assert convert_checkpoint(tmp_path / "optim.pt", tmp_path / "new.pt", model=MODEL) == (
+        "specforge"
+    )
+    new = fsdp2_port.BF16Optimizer(make_model(seed=1), LR, **KW)
+    new.load_state_dict(torch.load(tmp_path / "new.pt", weights_only=False))
+    for n, a, b in zip(new.param_names, new.fp32_params, old.fp32_params):
+        assert torch.equal(a, b), n
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(new.optimizer.state[a][key], old.optimizer.state[b][key]), n
+    assert new.scheduler.state_dict() == old.scheduler.state_dict()

@@ -116,4 +116,4 @@ def test_sharded_tensor_pickles_the_state_convert_reads(monkeypatch):
     )
     state = api.ShardedTensor.__getstate__(fake)
     assert state[:2] == (["shards"], "metadata")
-    assert state[2].global_world_size == 2
+    assert state[2].local_world_size == 2
