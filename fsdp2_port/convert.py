@@ -567,6 +567,9 @@ def convert_checkpoint(
         out = {"full": _full, "dcp": _dcp, "sharded": _sharded}[kind](src)
         _check_by_name(out, layout, model_key, optim_key)
     tmp = Path(f"{dst}.tmp")
-    torch.save(_unaliased(out, set()), tmp)
-    tmp.replace(dst)
+    try:
+        torch.save(_unaliased(out, set()), tmp)
+        tmp.replace(dst)  # DST appears whole or not at all
+    finally:
+        tmp.unlink(missing_ok=True)
     return kind
