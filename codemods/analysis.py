@@ -42,6 +42,7 @@ class FileAnalysis:
         self.module_name = source.module_name
         self.ignored = markers.ignored_lines(source.text)
         self.plan = FilePlan(source.path)
+        self._loads: dict[str, list[ast.Name]] | None = None  # name -> its loads (uses_of)
         #: (span, group) of code that runs only when a type check holds (see F2P005).
         self.guards: list[tuple[tuple[int, int], str]] = []
         #: (span, why) of FSDP1 branches that no FSDP2 model reaches (see F2P005).
@@ -354,13 +355,17 @@ class FileAnalysis:
 
     def uses_of(self, binding: Binding) -> list[ast.Name]:
         """The loads of the name ``binding`` binds that resolve to it."""
-        found = []
-        for node in self.names.by_type[ast.Name]:
-            assert isinstance(node, ast.Name)
-            if node.id == binding.name and isinstance(node.ctx, ast.Load):
-                if any(b is binding for b in self.names.bindings_of(node)):
-                    found.append(node)
-        return found
+        if self._loads is None:
+            self._loads = {}
+            for node in self.names.by_type[ast.Name]:
+                assert isinstance(node, ast.Name)
+                if isinstance(node.ctx, ast.Load):
+                    self._loads.setdefault(node.id, []).append(node)
+        return [
+            node
+            for node in self._loads.get(binding.name, ())
+            if any(b is binding for b in self.names.bindings_of(node))
+        ]
 
 
 _WORD = re.compile(r"\w+")

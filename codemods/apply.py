@@ -159,7 +159,7 @@ def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
         return None
     if site.requirement == "ANY":
         return None  # a form right on any model, not needed: no model of the run migrates
-    if not site.holds and not decisions.migrating:
+    if site.fsdp1_only_marker and not decisions.migrating:
         return None  # right while its models stay FSDP1, and every model of the run does
     if site.behind_test and not site.ties:
         return None  # FSDP1 code behind an FSDP1 type test: no FSDP2 model gets there

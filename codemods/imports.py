@@ -40,8 +40,13 @@ def additions(needed: Sequence[NeededImport], names: Names, lines: LineIndex) ->
     newline = lines.newline()
     grouped: dict[tuple[int, str, str], list[tuple[str, str | None]]] = defaultdict(list)
     plain: dict[tuple[int, str], list[str]] = defaultdict(list)
-    for item in needed:
-        if _already_bound(item, names, lines):
+    importing: dict[str, list[ast.AST]] = defaultdict(list)  # name -> scopes importing it
+    for scope in names.scopes.values():
+        for name, bindings in scope.bindings.items():
+            if any(b.kind == "import" for b in bindings):
+                importing[name].append(scope.node)
+    for item in dict.fromkeys(needed):
+        if _already_bound(item, importing, lines):
             continue
         if item.name is None:
             if item.module not in plain[(item.anchor, item.indent)]:
@@ -75,20 +80,21 @@ def additions(needed: Sequence[NeededImport], names: Names, lines: LineIndex) ->
     return edits
 
 
-def _already_bound(item: NeededImport, names: Names, lines: LineIndex) -> bool:
-    """Whether the module, or a scope around the anchor, already binds the name.
+def _already_bound(
+    item: NeededImport, importing: dict[str, list[ast.AST]], lines: LineIndex
+) -> bool:
+    """Whether the module, or a scope around the anchor, already imports the name
+    (``importing``: each name's importing scopes).
 
     Bound to the same thing (an earlier run, a file half done by hand) or to the same class
     under another path (an FSDP2 name imported from a private module): nothing to add.
     """
     bound = item.asname or item.name or item.module.split(".", 1)[0]
-    for scope in names.scopes.values():
-        node = scope.node
+    for node in importing.get(bound, ()):
         if isinstance(node, ast.Module) or (
             hasattr(node, "lineno") and lines.span(node)[0] <= item.anchor <= lines.span(node)[1]
         ):
-            if any(b.kind == "import" for b in scope.bindings.get(bound, [])):
-                return True
+            return True
     return False
 
 

@@ -114,6 +114,9 @@ class Site:
     #: that only switches behaviour (a type test, an annotation, code behind an FSDP1 type
     #: test, compat's optimizer), which is marked instead.
     holds: bool = True
+    #: Right while every model of the run stays FSDP1 (a type test, an annotation): no marker
+    #: in a run where no model migrates.
+    fsdp1_only_marker: bool = False
     #: Reached only while an FSDP1 type test holds: kept, no FSDP2 model gets there, and the
     #: test (when it is one the rules see) carries the marker.
     behind_test: bool = False

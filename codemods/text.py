@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -102,16 +103,21 @@ class OverlappingEdits(ValueError):
 def without_subsumed(edits: Sequence[Edit]) -> list[Edit]:
     """``edits`` less the deletions that fall inside another edit's replaced span (a block's
     dedent of a line inside a call that another rewrite replaces whole): their text is gone
-    either way. Everything else is kept, so real collisions still raise."""
-    spans = sorted((e.start, e.end) for e in edits if e.end > e.start)
-    kept = []
-    for edit in edits:
-        inside = edit.replacement == "" and any(
-            s <= edit.start and edit.end <= e and (s, e) != (edit.start, edit.end) for s, e in spans
-        )
-        if not inside:
-            kept.append(edit)
-    return kept
+    either way. Everything else is kept, so real collisions still raise. O(n log n)."""
+    spans = sorted({(e.start, e.end) for e in edits if e.end > e.start})
+    starts = [s for s, _ in spans]
+    reach = list(itertools.accumulate((e for _, e in spans), max))  # furthest end so far
+    longest: dict[int, int] = {}
+    for s, e in spans:
+        longest[s] = max(longest.get(s, e), e)
+
+    def inside(edit: Edit) -> bool:
+        before = bisect.bisect_left(starts, edit.start)  # spans starting strictly earlier
+        if before and reach[before - 1] >= edit.end:
+            return True
+        return longest.get(edit.start, -1) > edit.end  # same start, reaching further
+
+    return [e for e in edits if not (e.replacement == "" and e.end > e.start and inside(e))]
 
 
 def apply(text: str, edits: Iterable[Edit]) -> str:

@@ -99,6 +99,9 @@ class Ties:
             if node.value is not None and function is not None:
                 self._returns[function].append(node.value)
         self._memo: dict[ast.AST, frozenset[str]] = {}
+        self._callee_index: tuple[dict[str, list[ast.Call]], dict[str, list[ast.Call]]] | None = (
+            None
+        )
         self._exported_memo: dict[str, ast.AST] | None = None
 
     # -- queries ---------------------------------------------------------------------------------
@@ -279,8 +282,13 @@ class Ties:
         assert isinstance(function, _FUNCTIONS)
         found = []
         owner = self.a.names.class_of(function) if method else None
-        for call in self.a.names.by_type[ast.Call]:
-            assert isinstance(call, ast.Call)
+        by_name, by_attribute = self._calls_by_callee()
+        candidates = (
+            by_attribute.get(function.name, [])
+            + by_name.get(function.name, [])
+            + (by_name.get(owner.name, []) if owner is not None else [])
+        )
+        for call in candidates:
             func = _unsubscripted(call.func)  # Trainer[Batch](model) calls Trainer
             if isinstance(func, ast.Name) and func.id == function.name and not method:
                 if any(b.node is function for b in self.a.names.bindings_of(func)):
@@ -297,6 +305,22 @@ class Ties:
             ):
                 found.append(call)
         return found
+
+    def _calls_by_callee(self) -> tuple[dict[str, list[ast.Call]], dict[str, list[ast.Call]]]:
+        """This file's calls by the name they call (``f(...)``) and by the attribute they call
+        (``x.f(...)``), built once: finding a function's callers stays linear in the file."""
+        if self._callee_index is None:
+            by_name: dict[str, list[ast.Call]] = defaultdict(list)
+            by_attribute: dict[str, list[ast.Call]] = defaultdict(list)
+            for call in self.a.names.by_type[ast.Call]:
+                assert isinstance(call, ast.Call)
+                func = _unsubscripted(call.func)
+                if isinstance(func, ast.Name):
+                    by_name[func.id].append(call)
+                elif isinstance(func, ast.Attribute):
+                    by_attribute[func.attr].append(call)
+            self._callee_index = (dict(by_name), dict(by_attribute))
+        return self._callee_index
 
     def _unpacked(self, target: ast.AST) -> set[str]:
         """``a, b = value``: what element ``target`` takes, when ``value`` is a tuple or a call

@@ -177,6 +177,8 @@ class InternalsRule:
             site = a.add_tied(self.CODE, node, receiver, what, None, quiet=True)
             if site is None and _may_be_model(a, node):
                 a.hold(self.CODE, node, what)
+            elif site is not None and site.unknown is not None and _may_be_model(a, node):
+                site.unknown = None  # what other files pass: if the run ties none, any model
 
     def _static(self, a: FileAnalysis, node: ast.Attribute, api: str) -> None:
         call = a.names.parent.get(node)

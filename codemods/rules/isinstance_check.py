@@ -64,6 +64,7 @@ class IsinstanceRule:
         )
         if site is not None:
             site.holds = False  # kept, an FSDP2 model fails the test: marked, not broken
+            site.fsdp1_only_marker = True
             if guarded:
                 a.guards.append((guarded, f"guard:{a.site_id(call)}"))
 
@@ -97,6 +98,7 @@ class IsinstanceRule:
             site = a.add(self.CODE, annotation, "kept: FSDP1 annotation", rewrite, "RUN")
         if site is not None:
             site.holds = False  # an annotation changes nothing at run time
+            site.fsdp1_only_marker = True
 
 
 def _fsdp_refs(a: FileAnalysis, node: ast.AST) -> list[ast.expr]:

@@ -10,6 +10,8 @@ that still consumes them is marked where it consumes them.
 from __future__ import annotations
 
 import ast
+import bisect
+import itertools
 
 from codemods import fsdp1
 from codemods.analysis import FileAnalysis
@@ -28,6 +30,8 @@ class LeftoversRule:
 
     def analyze(self, a: FileAnalysis) -> None:
         covered = sorted((s.start, s.end) for s in a.plan.sites)
+        starts = [s for s, _ in covered]
+        reach = list(itertools.accumulate((e for _, e in covered), max))
         for node in [*a.names.by_type[ast.Name], *a.names.by_type[ast.Attribute]]:
             assert isinstance(node, (ast.Name, ast.Attribute))
             parent = a.names.parent.get(node)
@@ -37,9 +41,18 @@ class LeftoversRule:
             if name is None or name.split(".", 1)[0] in CONFIGURATION or a.is_ignored(node):
                 continue
             start, end = a.span(node)
-            if any(s <= start and end <= e for s, e in covered):
-                continue
-            a.add(self.CODE, node, _message(name))
+            before = bisect.bisect_right(starts, start)  # sites starting at or before it
+            if before and reach[before - 1] >= end:
+                continue  # inside a site
+            call = a.names.parent.get(node)
+            if isinstance(call, ast.Call) and call.func is node and call.args:
+                # FSDP1 code run on its first argument (``_lazy_init(model, model)``): it holds
+                # that model, or, untied, every model of the run
+                site = a.add_tied(self.CODE, node, call.args[0], _message(name), None, known=False)
+                if site is not None:
+                    site.behind_test = False  # an FSDP1 name: marked even behind a type test
+            else:
+                a.add(self.CODE, node, _message(name))
         for annotation in a.names.annotations:
             for constant in ast.walk(annotation):
                 if isinstance(constant, ast.Constant) and isinstance(constant.value, str):
