@@ -63,6 +63,11 @@ class FileAnalysis:
                     site.rewrite, site.fallback, site.requirement = None, None, "NEVER"
                     site.ties, site.deferred, site.groups = frozenset(), frozenset(), frozenset()
                     site.keep_message = f"{site.keep_message}; {why}"
+        self.plan.bridged = sum(
+            bool(self.names.qualified(call.func) & _BRIDGE)  # type: ignore[attr-defined]
+            or self.fsdp2_name(call.func) == "fully_shard"  # type: ignore[attr-defined]
+            for call in self.names.by_type[ast.Call]
+        )
         self.plan.exports = self.ties.exports()
         self.plan.signatures = self.ties.signatures()
         self.plan.passes = self.ties.passes()
@@ -369,6 +374,9 @@ class FileAnalysis:
 
 
 _WORD = re.compile(r"\w+")
+_BRIDGE = frozenset(
+    {"fsdp2_port.fully_shard_like_fsdp1", "fsdp2_port.like_fsdp1.fully_shard_like_fsdp1"}
+)
 _MODEL_WORDS = ("model", "module", "policy", "actor", "critic", "wrapped", "net")
 _SETTINGS_WORDS = (
     "config",

@@ -273,7 +273,9 @@ def _analyse_receivers(
     models to (``save(model)`` of a module the text filter skipped), then those the new ones
     pass them to, and so on."""
     skipped = {a.path: i for i, a in enumerate(analysed) if a.plan is None and a.error is None}
-    if skipped and any(a.plan.constructors for a in analysed if a.plan is not None):
+    if skipped and any(
+        a.plan.constructors or a.plan.bridged for a in analysed if a.plan is not None
+    ):
         acting = [path for path in skipped if _acts_on_a_model(path)]
         arguments = [(path, list(codes), options, True) for path in acting]
         for path, result in zip(acting, _map(pool, _analyse, arguments, progress, "analysing")):

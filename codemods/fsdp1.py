@@ -97,7 +97,9 @@ def might_need_migration(data: bytes) -> bool:
     with an FSDP1 name (the receivers of ``no_sync``/``clip_grad_norm_`` are known only through
     ``FullyShardedDataParallel``), or the ``BF16Optimizer`` (F2P009).
     """
-    return b"BF16Optimizer" in data or (b"fsdp" in data and _FSDP1_TEXT.search(data) is not None)
+    if b"BF16Optimizer" in data or b"fully_shard" in data:  # FSDP2 models: a rerun, a mixed run
+        return True
+    return b"fsdp" in data and _FSDP1_TEXT.search(data) is not None
 
 
 _ACTS_ON_A_MODEL = re.compile(

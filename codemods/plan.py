@@ -148,6 +148,10 @@ class FilePlan:
     signatures: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: ``(callee, position or keyword, refs)``: models this file passes to other files' functions.
     passes: list[tuple[str, int | str, frozenset[str]]] = field(default_factory=list)
+    #: FSDP2 models this file builds (``fully_shard``, ``fsdp2_port.fully_shard_like_fsdp1``):
+    #: an untied FSDP1 site of the run may meet one, so it takes its form right on any model
+    #: (a rerun over a tree written half, by hand or killed without its journal, finishes).
+    bridged: int = 0
 
     @property
     def constructors(self) -> list[Site]:
@@ -243,6 +247,7 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
     sites = [s for plan in plans for s in plan.sites]
     constructors = [s for s in sites if s.constructor is not None]
     migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
+    bridged = any(plan.bridged for plan in plans)
     groups: dict[str, list[Site]] = {}
     for site in sites:
         if site.constructor is None:
@@ -250,7 +255,9 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
                 groups.setdefault(group, []).append(site)
     while True:
         run = bool(constructors) and len(migrating) == len(constructors)
-        ok = {s.key for s in sites if s.constructor is None and _allowed(s, migrating, run)}
+        ok = {
+            s.key for s in sites if s.constructor is None and _allowed(s, migrating, run, bridged)
+        }
         changed = True
         while changed:
             changed = False
@@ -278,13 +285,13 @@ def _holds_run(site: Site) -> bool:
     return site.holds and site.requirement == "RUN" and not site.ties
 
 
-def _allowed(site: Site, migrating: set[str], run: bool) -> bool:
+def _allowed(site: Site, migrating: set[str], run: bool, bridged: bool = False) -> bool:
     if site.rewrite is None or site.requirement == "NEVER":
         return False
     if site.requirement == "ALWAYS":
         return True
     if site.requirement == "ANY":
-        return bool(migrating)
+        return bool(migrating) or bridged
     if site.requirement == "RUN":
         return run
     return bool(site.ties) and site.ties <= migrating

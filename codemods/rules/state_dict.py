@@ -169,6 +169,11 @@ class StateDictRule:
                 )
         for node in a.names.by_type[ast.Call]:
             assert isinstance(node, ast.Call)
+            if a.resolves_to(node.func, "fsdp2_port.state_dict_type"):
+                # an earlier run's block: its state dicts are already FSDP1's on any model
+                self.handled.update(_block_calls(a, node))
+        for node in a.names.by_type[ast.Call]:
+            assert isinstance(node, ast.Call)
             if node not in self.handled and not a.is_ignored(node):
                 self._call(node, None, frozenset())
 
@@ -830,6 +835,15 @@ def _to_load_parts(a: FileAnalysis, call: ast.Call) -> tuple[ast.expr, ast.expr,
     if a.ties.of(second)[0] or a.ties.known_fsdp1(second):
         return second, third, first
     return None
+
+
+def _block_calls(a: FileAnalysis, context: ast.Call) -> list[ast.Call]:
+    """The calls in the body of the ``with`` whose item is ``context``."""
+    item = a.names.parent.get(context)
+    statement = a.names.parent.get(item) if isinstance(item, ast.withitem) else None
+    if not isinstance(statement, ast.With):
+        return []
+    return [n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)]
 
 
 def _fresh(a: FileAnalysis, optim: ast.expr, use: ast.AST) -> bool:
