@@ -59,6 +59,11 @@ _MIXED = (
     "_module_classes_to_ignore",
 )
 #: Accepted by FSDP1 with no effect on the numbers; FSDP2 has no such argument.
+_DEVICE_FUNCTIONS = (
+    "torch.device",
+    "torch.cuda.current_device",
+    "torch.accelerator.current_device_index",
+)
 _NO_EFFECT = ("limit_all_gathers", "use_orig_params", "forward_prefetch", "backward_prefetch")
 RUNTIME = "fully_shard_like_fsdp1"
 
@@ -75,6 +80,8 @@ class _Pure:
     #: sole-use bindings (policy, mixed precision, offload) the rewrite inlines and removes
     bindings: list[tuple[str, ast.stmt]] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
+    #: ``sync_module_states``: None (off), "" (on), or the run-time flag's text
+    sync: str | None = None
 
 
 class ConstructorRule:
@@ -156,13 +163,16 @@ class ConstructorRule:
         device = _bound(call).get("device_id")
         if device is not None and not calls.is_none(device.value):
             prefix += f"{indent}{a.source(module)}.to({a.source(device.value)}){newline}"
+        imports = [a.import_for(call.func, a.options.fsdp2_module, n) for n in sorted(pure.names)]
+        if pure.sync is not None:
+            prefix += _broadcast(a, module, pure.sync, indent, newline)
+            imports.append(a.module_import("torch.distributed"))
         code = "F2P002"
         if pure.classes is not None:
             code = "F2P003"
             prefix += _loop(a, statement, module, pure, indent, newline)
         if prefix:
             edits.append(Edit(a.statement_start(statement), a.statement_start(statement), prefix))
-        imports = [a.import_for(call.func, a.options.fsdp2_module, n) for n in sorted(pure.names)]
         message = "FSDP(...) -> fully_shard(...)"
         if code == "F2P003":
             message = (
@@ -282,8 +292,12 @@ def _pure(a: FileAnalysis, call: ast.Call) -> _Pure:
         if name in bound and not calls.is_none(bound[name].value):
             pure.blockers.append(f"{name} is set")
     sync = bound.get("sync_module_states")
-    if sync is not None and calls.literal_bool(sync.value) is not False:
-        pure.blockers.append("sync_module_states is set")
+    if sync is not None and not calls.is_none(sync.value):
+        flag = calls.literal_bool(sync.value)
+        if flag is None and not calls.is_simple(sync.value):
+            pure.blockers.append("sync_module_states is an expression: assign it to a name first")
+        elif flag is not False:
+            pure.sync = "" if flag else a.source(sync.value)
     for name in _NO_EFFECT:
         arg = bound.get(name)
         if arg is None or calls.is_none(arg.value) or calls.literal_bool(arg.value) is not None:
@@ -342,10 +356,11 @@ def _private_constant(a: FileAnalysis, statement: ast.stmt, name: str) -> bool:
 
 
 def _device_call(a: FileAnalysis, node: ast.expr) -> bool:
-    """``torch.device("cuda", 0)``: a value with no side effect, safe to evaluate earlier."""
+    """``torch.device("cuda", 0)``, ``torch.cuda.current_device()``: a value with no side
+    effect, safe to evaluate earlier."""
     return (
         isinstance(node, ast.Call)
-        and a.resolves_to(node.func, "torch.device")
+        and a.resolves_to(node.func, *_DEVICE_FUNCTIONS)
         and all(calls.is_simple(x) for x in node.args)
         and not node.keywords
     )
@@ -481,6 +496,21 @@ def _loop(
         f"{indent}{unit}if {name} is not {root} and isinstance({name}, ({kinds})):{newline}"
         f"{indent}{unit}{unit}fully_shard({name}{keywords}){newline}"
     )
+
+
+def _broadcast(a: FileAnalysis, module: ast.expr, flag: str, indent: str, newline: str) -> str:
+    """FSDP1's ``sync_module_states``: every parameter and buffer from rank 0, before
+    sharding (under ``if <flag>:`` when the choice is made at run time)."""
+    unit = _indent_unit(a)
+    root = a.source(module)
+    inner = indent + (unit if flag else "")
+    lines = [f"{indent}if {flag}:{newline}"] if flag else []
+    lines += [
+        f"{inner}for tensor in [*{root}.parameters(), *{root}.buffers()]:  # sync_module_states"
+        f"{newline}",
+        f"{inner}{unit}torch.distributed.broadcast(tensor.detach(), src=0){newline}",
+    ]
+    return "".join(lines)
 
 
 def _indent_unit(a: FileAnalysis) -> str:
