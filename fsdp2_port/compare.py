@@ -29,12 +29,16 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 from fsdp2_port import report_html
+from fsdp2_port.launch import GRACE_S as GRACE_S  # re-exported: compare's bounds
+from fsdp2_port.launch import KILL_WAIT_S as KILL_WAIT_S
+from fsdp2_port.launch import SIGNALS, end_processes, signals_interrupt
+from fsdp2_port.launch import Interrupted as Interrupted
+from fsdp2_port.launch import run_pids as _run_pids
 
 NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 STEP = r"(?i)\bstep\b\s*[:=]?\s*(\d+)"
@@ -56,13 +60,11 @@ TOLERANCE = {"fp32": 1e-5, "bf16": 2e-3}
 LAUNCHERS = ("torchrun", "none")
 RUNS = ("old", "new")
 TAIL_LINES = 40  # torchrun alone prints ~25 lines after a worker's own error
-# Owning the processes of a run: every one inherits RUN_ID_VAR; ending a run sends SIGTERM,
-# then SIGKILL to what is left after GRACE_S (time for torchrun to stop its workers and for a
-# worker's own SIGTERM handler); KILL_WAIT_S bounds the wait after the SIGKILL, READ_WAIT_S
-# the wait for the end of the run's output.
+# Owning the processes of a run (``fsdp2_port.launch``, shared with verify): every one
+# inherits RUN_ID_VAR; ending a run sends SIGTERM, then SIGKILL to what is left after GRACE_S;
+# READ_WAIT_S bounds the wait for the end of the run's output.
 RUN_ID_VAR = "FSDP2_PORT_COMPARE_RUN"
-SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-GRACE_S, KILL_WAIT_S, READ_WAIT_S, POLL_S = 5.0, 2.0, 2.0, 0.05
+READ_WAIT_S = 2.0
 
 
 class CompareError(ValueError):
@@ -267,90 +269,18 @@ def end_run(proc: subprocess.Popen, run_id: str, grace: float | None = None) -> 
     """SIGTERM to the run's process group and to every process carrying its run id, SIGKILL
     to whatever is left ``grace`` seconds later (``GRACE_S``); returns when nothing of the
     run is left, or ``KILL_WAIT_S`` after the SIGKILL. Signals to compare wait meanwhile."""
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    try:
-        _signal_run(proc, run_id, signal.SIGTERM)
-        if _gone(proc, run_id, GRACE_S if grace is None else grace):
-            return
-        deadline = time.monotonic() + KILL_WAIT_S
-        while time.monotonic() < deadline:
-            _signal_run(proc, run_id, signal.SIGKILL)
-            if _gone(proc, run_id, POLL_S):
-                return
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
-def _signal_run(proc: subprocess.Popen, run_id: str, sig: int) -> None:
-    targets = [(os.killpg, proc.pid)] + [(os.kill, pid) for pid in run_pids(run_id)]
-    for send, pid in targets:
-        with suppress(ProcessLookupError, PermissionError):
-            send(pid, sig)
-
-
-def _gone(proc: subprocess.Popen, run_id: str, seconds: float) -> bool:
-    """Whether the launcher has exited and no process carries the run id, within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while True:
-        if proc.poll() is not None and not run_pids(run_id):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
+    end_processes(
+        run_id,
+        RUN_ID_VAR,
+        groups=[proc.pid],
+        exited=lambda: proc.poll() is not None,
+        grace=grace,
+    )
 
 
 def run_pids(run_id: str) -> list[int]:
-    """Live processes (not zombies) whose environment holds ``RUN_ID_VAR=run_id``.
-
-    Read from ``/proc/PID/environ``, the environment each process was started with: an
-    inherited variable is found whatever its session or group. Empty where there is no /proc.
-    """
-    needle = f"{RUN_ID_VAR}={run_id}".encode()
-    found = []
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):  # a zombie's reads empty
-                    found.append(int(entry.name))
-        except OSError:  # gone meanwhile, or another user's
-            continue
-    return found
-
-
-class Interrupted(Exception):
-    """compare received SIGTERM, SIGHUP or SIGINT; the runs have been ended."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"interrupted by {signal.Signals(signum).name}: the runs were stopped")
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
-
-
-@contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """Inside, the first of ``SIGNALS`` raises ``Interrupted`` (later ones are ignored); the
-    handlers are restored on the way out. Only the main thread can take signals."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-
-    def handler(signum: int, frame: object) -> None:
-        if not received:
-            received.append(signum)
-            raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    """Live processes (not zombies) whose environment holds ``RUN_ID_VAR=run_id``."""
+    return _run_pids(run_id, RUN_ID_VAR)
 
 
 # -- reading and judging ----------------------------------------------------------------------
@@ -483,7 +413,7 @@ def compare(config: Config) -> Result:
     """
     check(config)
     runs = {}
-    with _signals_interrupt():
+    with signals_interrupt():
         for label, script in zip(RUNS, (config.old, config.new)):
             print(f"fsdp2-port compare: running {label}: {script}", file=sys.stderr, flush=True)
             command = launch_command(config, script, label)

@@ -1,29 +1,224 @@
-"""Run a function on N local ranks: a free port, a timeout, the failing rank's traceback.
+"""Run a function on N local ranks, and own every process a run starts.
 
-A hung collective kills every rank when the timeout expires (``RankTimeout``, naming the
-ranks that never finished); an exception on any rank kills the others at once
-(``RankFailure``, with every failed rank's traceback, the first cause first). Used by
-``fsdp2-port verify`` and by the test suite.
+``run_ranks``: a free port, a timeout, the failing rank's traceback. A hung collective kills
+every rank when the timeout expires (``RankTimeout``, naming the ranks that never finished);
+an exception on any rank kills the others at once (``RankFailure``, with every failed rank's
+traceback, the first cause first). Used by ``fsdp2-port verify`` and by the test suite.
+
+Owning processes (shared by ``run_ranks`` and ``fsdp2-port compare``): every process of a
+run inherits an environment variable holding a run id, found again in ``/proc/PID/environ``
+whatever its session or process group (``run_pids``); ``end_processes`` sends SIGTERM, then
+SIGKILL ``GRACE_S`` later to what is left. ``signals_interrupt`` turns SIGTERM, SIGHUP and
+SIGINT into ``Interrupted`` (exit code 128 + the signal) so that the caller ends its runs.
+
+Imports no torch until ranks are started: ``compare`` uses the ownership part without it.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
 # Children are forked from a server that has imported torch but run no op (no OpenMP pool),
-# which starts ranks in a fraction of the time a fresh interpreter takes.
-_CTX = mp.get_context("forkserver")
+# which starts ranks in a fraction of the time a fresh interpreter takes. (The stdlib's
+# context: ``torch.multiprocessing.get_context`` returns this same object.)
+_CTX = multiprocessing.get_context("forkserver")
 _CTX.set_forkserver_preload(["torch", "torch.distributed", "fsdp2_port.launch"])
+
+# -- owning processes ---------------------------------------------------------------------------
+
+SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+# SIGTERM first, SIGKILL to what is left after GRACE_S (time for a launcher to stop its
+# workers and for a worker's own SIGTERM handler); KILL_WAIT_S bounds the wait after the
+# SIGKILL.
+GRACE_S, KILL_WAIT_S, POLL_S = 5.0, 2.0, 0.05
+# The variable every process of ``run_ranks``' ranks inherits (see ``_ranks_id``).
+RANKS_VAR = "FSDP2_PORT_RANKS_RUN"
+
+
+def run_pids(run_id: str, var: str) -> list[int]:
+    """Live processes (not zombies) whose environment holds ``var=run_id``.
+
+    Read from ``/proc/PID/environ``, the environment each process was started with: an
+    inherited variable is found whatever its session or group. Empty where there is no /proc.
+    """
+    needle = f"{var}={run_id}".encode()
+    found = []
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):  # a zombie's reads empty
+                    found.append(int(entry.name))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return found
+
+
+def end_processes(
+    run_id: str,
+    var: str,
+    *,
+    groups: Iterable[int] = (),
+    pids: Iterable[int] = (),
+    spare: Iterable[int] = (),
+    exited: Callable[[], bool] = lambda: True,
+    grace: float | None = None,
+) -> None:
+    """End a run: SIGTERM to its process ``groups``, its ``pids`` and every process carrying
+    ``var=run_id`` (but those in ``spare``), SIGKILL to whatever is left ``grace`` seconds
+    later (``GRACE_S``). Returns once ``exited()`` holds and nothing of the run is left, or
+    ``KILL_WAIT_S`` after the SIGKILL. Signals to this process wait meanwhile."""
+    groups, pids, spare = list(groups), list(pids), set(spare)
+
+    def left() -> list[int]:
+        mine = [p for p in run_pids(run_id, var) if p not in spare]
+        return mine + [p for p in pids if p not in mine and _alive(p)]
+
+    def send(sig: int) -> None:
+        for target in groups:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(target, sig)
+        for pid in left():
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def gone(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while True:
+            if exited() and not left():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    mask = _block(SIGNALS)
+    try:
+        if gone(0):
+            return
+        send(signal.SIGTERM)
+        if gone(GRACE_S if grace is None else grace):
+            return
+        deadline = time.monotonic() + KILL_WAIT_S
+        while time.monotonic() < deadline:
+            send(signal.SIGKILL)
+            if gone(POLL_S):
+                return
+    finally:
+        _unblock(mask)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _block(signals: Iterable[int]) -> Any:
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+
+
+def _unblock(mask: Any) -> None:
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+class Interrupted(Exception):
+    """This process received SIGTERM, SIGHUP or SIGINT; its runs have been ended."""
+
+    def __init__(self, signum: int, what: str = "the runs") -> None:
+        self.signum = signum
+        name = signal.Signals(signum).name
+        super().__init__(f"interrupted by {name}: {what} were stopped")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@contextmanager
+def signals_interrupt(what: str = "the runs") -> Iterator[None]:
+    """Inside, the first of ``SIGNALS`` raises ``Interrupted`` (later ones are ignored); the
+    handlers are restored on the way out. Only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if not received:
+            received.append(signum)
+            raise Interrupted(signum, what)
+
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# -- ranks --------------------------------------------------------------------------------------
+
+_RANKS_ID: dict[int, str] = {}  # this process's id -> the run id its ranks inherit
+
+
+def _ranks_id() -> str:
+    """The run id of this process's ranks, made sure to be in the forkserver's environment.
+
+    Ranks are forked by the forkserver and so start with the environment the forkserver was
+    started with, which is what ``/proc/PID/environ`` shows: the variable is set while the
+    forkserver (and the resource tracker it starts) start, and removed again, so that other
+    processes this one starts do not carry it. The id is this process's (keyed by pid: a
+    forked child makes its own); the forkserver itself carries it too, see ``_spare``.
+    """
+    run_id = _RANKS_ID.setdefault(os.getpid(), f"{os.getpid()}-{uuid.uuid4().hex}")
+    saved = os.environ.get(RANKS_VAR)
+    os.environ[RANKS_VAR] = run_id
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        if saved is None:
+            del os.environ[RANKS_VAR]
+        else:
+            os.environ[RANKS_VAR] = saved
+    return run_id
+
+
+def _spare(run_id: str, forkserver: bool) -> list[int]:
+    """The processes carrying ``run_id`` that this process started itself and that end with
+    it: the resource tracker (always: killed, it would be restarted and then complain about
+    every semaphore it no longer knows) and, unless ``forkserver`` is False, the forkserver
+    (kept for the next ``run_ranks``)."""
+    me = str(os.getpid()).encode()
+    tracker = getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None)
+    spare = []
+    for pid in run_pids(run_id, RANKS_VAR):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[1] == me and (forkserver or pid == tracker):
+                    spare.append(pid)
+        except (OSError, IndexError):
+            continue
+    return spare
 
 
 class RankFailure(RuntimeError):
@@ -59,6 +254,9 @@ def free_port() -> int:
 def _worker(
     rank: int, world_size: int, port: int, backend: str, fn: Callable, args: tuple, errors
 ) -> None:
+    import torch
+    import torch.distributed as dist
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     try:
@@ -85,7 +283,14 @@ def run_ranks(
 
     ``fn`` must be importable (a module-level function) and ``args`` picklable. The process
     group is torchrun-compatible (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_*``).
+
+    Nothing of the run outlives it: when it returns or raises (a failure, the timeout, an
+    exception in this process such as ``Interrupted`` or KeyboardInterrupt), every rank and
+    every process a rank started, also in a session of its own, is ended (``end_processes``
+    by ``RANKS_VAR``). On an exception in this process the forkserver goes too; the resource
+    tracker ends with this process.
     """
+    run_id = _ranks_id()
     errors = _CTX.SimpleQueue()
     port = free_port()
     procs = [
@@ -94,23 +299,29 @@ def run_ranks(
         )
         for r in range(world_size)
     ]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + timeout
-    # Poll rather than join in order: a rank that fails leaves its peers waiting in a
-    # collective, and they are killed at once instead of at the deadline.
-    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
-        if any(p.exitcode not in (None, 0) for p in procs):
-            break
-        time.sleep(0.02)
-    failed_first = any(p.exitcode not in (None, 0) for p in procs)
-    hung = [r for r, p in enumerate(procs) if p.is_alive()]
-    reports = _drain(errors)  # failures from before any rank is killed
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    for p in procs:
-        p.join()
+    finished = False
+    try:
+        for p in procs:
+            p.start()
+        _wait(procs, timeout)
+        finished = True
+    finally:
+        failed_first = any(p.exitcode not in (None, 0) for p in procs)
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        reports = _drain(errors)  # failures from before any rank is killed
+        for p in procs:
+            if p.pid is not None and p.is_alive():
+                p.kill()
+        end_processes(
+            run_id,
+            RANKS_VAR,
+            pids=[p.pid for p in procs if p.pid is not None],
+            spare=_spare(run_id, forkserver=finished),
+            exited=lambda: not any(p.pid is not None and p.is_alive() for p in procs),
+        )
+        for p in procs:
+            if p.pid is not None:
+                p.join()
     if hung and not failed_first and not reports:
         # What peers report now (a closed connection) is the kill's echo, not a cause.
         raise RankTimeout(f"ranks {hung} of {world_size} did not finish: a hung collective?")
@@ -122,6 +333,17 @@ def run_ranks(
     bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0]
     if bad:
         raise RankFailure(f"ranks exited abnormally (rank, exit code): {bad}")
+
+
+def _wait(procs: list, timeout: float) -> None:
+    """Until every rank has ended, one has failed, or ``timeout`` seconds have passed. Polls
+    rather than joins in order: a rank that fails leaves its peers waiting in a collective,
+    and they are killed at once instead of at the deadline."""
+    deadline = time.monotonic() + timeout
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        if any(p.exitcode not in (None, 0) for p in procs):
+            break
+        time.sleep(0.02)
 
 
 def _drain(queue) -> list:
