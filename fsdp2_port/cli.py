@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -143,7 +144,7 @@ def _verify_parser() -> argparse.ArgumentParser:
 
 def _verify(argv: list[str]) -> int:
     from fsdp2_port import verify as v
-    from fsdp2_port.launch import RankFailure, RankTimeout
+    from fsdp2_port.launch import Interrupted, RankFailure, RankTimeout
 
     as_json = _wants_json(argv)
     # Under torchrun every rank runs this; rank 0 speaks for the job. The verdict is the same
@@ -151,16 +152,17 @@ def _verify(argv: list[str]) -> int:
     speaks = not v.under_torchrun() or os.environ.get("RANK") == "0"
     html: Path | None = None
 
-    def error(message: str, details: str = "", this_rank_only: bool = False) -> int:
-        """Exit 2; ``details`` (a traceback, the usage) above a last line naming the failure."""
+    def error(message: str, details: str = "", this_rank_only: bool = False, code: int = 2) -> int:
+        """Exit ``code``; ``details`` (a traceback, the usage) above a last line naming the
+        failure."""
         if speaks:
             if as_json:
-                out = {"verdict": "error", "ok": False, "exit_code": 2, "error": message}
+                out = {"verdict": "error", "ok": False, "exit_code": code, "error": message}
                 print(_dumps({**out, "details": details}))
             _write_html(html, _error_page("verify", message, details))
         if speaks or this_rank_only:
             print(f"{details.rstrip()}\nfsdp2-port verify: {message}".lstrip(), file=sys.stderr)
-        return 2
+        return code
 
     try:
         args = _verify_parser().parse_args(argv)
@@ -194,6 +196,12 @@ def _verify(argv: list[str]) -> int:
         return error(str(e), e.user_traceback)
     except (RankFailure, RankTimeout) as e:
         return error(f"a rank failed: {type(e).__name__} (tracebacks above)", str(e))
+    except Interrupted as e:  # SIGTERM, SIGHUP, SIGINT: the ranks are gone already
+        return error(str(e), code=e.exit_code)
+    except KeyboardInterrupt:  # raised by code of the user's, not by a signal to verify
+        return error("interrupted: KeyboardInterrupt", code=128 + signal.SIGINT)
+    except SystemExit as e:  # sys.exit() in code of the user's that verify did not call
+        return error(f"SystemExit: {e.code} in the user's code", traceback.format_exc())
     except Exception as e:
         if not v.under_torchrun():
             raise

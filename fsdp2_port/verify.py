@@ -38,7 +38,7 @@ from torch import nn
 
 from fsdp2_port import report_html, versions
 from fsdp2_port.compare import relative_difference
-from fsdp2_port.launch import run_ranks
+from fsdp2_port.launch import Interrupted, run_ranks, signals_interrupt
 
 DEFAULT_MODEL = "fsdp2_port.tiny_transformer:tiny_transformer"
 ARMS = ("reference", "fsdp1", "fsdp2", "old_clip")
@@ -116,7 +116,9 @@ def load_factory(spec: str | Callable[[], Any]) -> Callable[[], Any]:
         sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's own modules
     try:
         module = importlib.import_module(module_name)
-    except Exception as e:  # an ImportError, or whatever the module raised on import
+    except Interrupted:
+        raise
+    except (Exception, SystemExit) as e:  # an ImportError, whatever the module raised, sys.exit
         raise _users_error(f"cannot import {module_name!r}", e) from None
     factory = getattr(module, attr, None)
     if not callable(factory):
@@ -130,7 +132,9 @@ def build(factory: Callable[[], Any]) -> tuple[nn.Module, Callable, Callable]:
     torch.manual_seed(0)
     try:
         made = factory()
-    except Exception as e:
+    except Interrupted:  # a signal to verify, not the factory's failure
+        raise
+    except (Exception, SystemExit) as e:  # sys.exit(n) in a factory is a bad factory: exit 2
         raise _users_error(f"calling {name}()", e) from None
     parts = made if isinstance(made, tuple) else (made,)
     if not parts or not isinstance(parts[0], nn.Module) or len(parts) > 3:
@@ -205,7 +209,8 @@ def under_torchrun() -> bool:
 
 
 def resolved(config: Config) -> Config:
-    """``config`` with its world size: torchrun's under torchrun, else the one asked for."""
+    """``config`` with its world size: torchrun's under torchrun, else the one asked for
+    (``LOCAL_WORLD_SIZE`` when none is); its numbers checked (``check_numbers``)."""
     if under_torchrun():
         world = int(os.environ["WORLD_SIZE"])
         if config.world_size not in (None, world):
@@ -213,8 +218,65 @@ def resolved(config: Config) -> Config:
                 f"--world-size {config.world_size}, but torchrun started {world} ranks: "
                 "under torchrun the job's ranks are the world"
             )
-        return replace(config, world_size=world)
-    return replace(config, world_size=config.world_size or LOCAL_WORLD_SIZE)
+        config = replace(config, world_size=world)
+    elif config.world_size is None:  # not `or`: a world size of 0 is refused, not defaulted
+        config = replace(config, world_size=LOCAL_WORLD_SIZE)
+    check_numbers(config)
+    return config
+
+
+def max_local_world_size(device: str) -> int:
+    """The most ranks verify spawns on this machine.
+
+    ``cuda``: one rank per GPU (NCCL needs a device of its own per rank). CPU: 4 per CPU this
+    process may run on. Every rank is a process holding a torch interpreter (~0.3 GB) and
+    each gloo collective waits for the slowest rank, so beyond a few ranks per core they only
+    take turns: at 4 per core a step already runs several times slower than on one per core,
+    while a mistyped 1000 would exhaust memory or run for hours before failing.
+    """
+    if device == "cuda":
+        return torch.cuda.device_count()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 4 * (cpus or 1)
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def check_numbers(config: Config) -> None:
+    """Refuse, in one line, a number out of range (``config``'s world size resolved), before
+    anything is built or spawned."""
+    world = config.world_size
+    if not _is_int(world) or world < 2:  # type: ignore[operator]
+        raise VerifyError(f"--world-size must be an integer >= 2, got {world!r}")
+    if not under_torchrun() and world > max_local_world_size(config.device):  # type: ignore[operator]
+        most = max_local_world_size(config.device)
+        if config.device == "cuda":
+            raise VerifyError(
+                f"--device cuda runs one rank per GPU: --world-size {world}, found {most} GPUs"
+            )
+        raise VerifyError(
+            f"--world-size {world} is more ranks than this machine runs well: "
+            f"at most {most} (4 per CPU) on the CPU"
+        )
+    if not _is_int(config.steps) or config.steps < 1:
+        raise VerifyError(f"--steps must be an integer >= 1, got {config.steps!r}")
+    if not _is_int(config.batch_per_rank) or config.batch_per_rank < 1:
+        raise VerifyError(f"batch_per_rank must be an integer >= 1, got {config.batch_per_rank!r}")
+    mgn = config.max_grad_norm
+    if not _is_real(mgn) or not (mgn > 0 and not math.isnan(mgn)):
+        raise VerifyError(f"--max-grad-norm must be a number > 0 (inf: no clipping), got {mgn!r}")
+    if not _is_real(config.lr) or not (0 < config.lr < math.inf):
+        raise VerifyError(f"--lr must be a finite number > 0, got {config.lr!r}")
+    if not _is_real(config.timeout) or not (0 < config.timeout < math.inf):
+        raise VerifyError(
+            f"--timeout must be a finite number of seconds > 0, got {config.timeout!r}"
+        )
 
 
 def check(config: Config) -> None:
@@ -224,8 +286,7 @@ def check(config: Config) -> None:
         raise VerifyError(f"--strategy must be one of {STRATEGIES}")
     if config.dtype not in ("bf16", "fp32"):
         raise VerifyError("--dtype must be bf16 or fp32")
-    if config.world_size < 2 or config.steps < 1:
-        raise VerifyError("--world-size must be >= 2 and --steps >= 1")
+    check_numbers(config)
     if config.strategy == "hybrid" and (config.world_size < 4 or config.world_size % 2):
         raise VerifyError("--strategy hybrid needs an even --world-size >= 4 (2 replicas)")
     if config.device == "cpu" and versions.installed_torch() < versions.FSDP2_GLOO_CORRECT:
@@ -423,10 +484,21 @@ def _in_this_job(config: Config) -> dict[str, Any]:
 
 def verify(config: Config) -> Report:
     """Train the four arms on this job's ranks under torchrun, else on ``config.world_size``
-    spawned local ranks, and judge them (the same report on every rank)."""
+    spawned local ranks, and judge them (the same report on every rank).
+
+    Spawned ranks are owned: SIGTERM, SIGHUP or SIGINT to this process, a failed or hung
+    rank, or the end of the run leaves no rank and no process a rank started
+    (``launch.run_ranks``); a signal then raises ``launch.Interrupted`` (exit 128 + n).
+    """
     config = resolved(config)
-    check(config)
-    arms = _in_this_job(config) if under_torchrun() else _spawned(config)
+    if under_torchrun():  # torchrun owns the ranks, and signals them
+        check(config)
+        arms = _in_this_job(config)
+    else:
+        # SIGTERM, SIGHUP, SIGINT: Interrupted, once every spawned rank is gone (run_ranks)
+        with signals_interrupt("verify's ranks"):
+            check(config)
+            arms = _spawned(config)
     tol = tolerances(config.dtype)
     report = Report(
         config={
