@@ -1,17 +1,22 @@
-"""Faults and bad input against the real ``fsdp2-port migrate`` CLI, each in a temp dir.
+"""Faults and bad input against the real ``fsdp2-port migrate`` CLI, each in a temp dir, and
+against the runtime: the optimizers, their loads, ``compare`` and ``verify``.
 
     python benchmarks/faults.py [--seed N] [--kills N]
 
 Prints one line per case (``ok`` or ``FAIL``, its name, what was seen) and then
-``N faults and bad inputs tried, M handled``. A case is handled when the tree ends as the
-original or the clean migration (never between), no staged copy or journal is left once the
-next run has started, and the error, if any, is named with exit code 2.
+``N faults and bad inputs tried, M handled``. A codemod case is handled when the tree ends as
+the original or the clean migration (never between), no staged copy or journal is left once
+the next run has started, and the error, if any, is named with exit code 2. A runtime case
+(``Runtime``) is handled when the bad value is refused with a ValueError naming it, a refused
+load leaves the optimizer bitwise as it was, a CLI exits with its documented code, one line
+on standard error and one JSON object, and a signal leaves no process of the run in /proc.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import resource
@@ -22,7 +27,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from io import StringIO
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -353,17 +361,414 @@ class Cases:
         )
 
 
+# -- runtime faults: optimizers, loads, compare, verify ------------------------------------
+
+TAG_VAR = "FSDP2_PORT_FAULTS_TAG"
+# compare's and verify's bound after a signal: SIGTERM, 5 s grace, SIGKILL, reading output.
+SIGNAL_BOUND_S = 15
+# A run that is hard to stop: it ignores SIGTERM and starts a child in a session of its own
+# that does too; each writes its pid to $PIDS. A compare script, and verify's batch function.
+STUBBORN = """\
+import os, signal, subprocess, sys, time
+def sleeper():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(os.environ["PIDS"], "a").write(f"{os.getpid()}\\n")
+    time.sleep(120)
+def stubborn():
+    from torch import nn
+    def batch(step, size):
+        here = os.path.dirname(os.path.abspath(__file__))
+        code = f"import sys; sys.path.insert(0, {here!r}); import stubborn; stubborn.sleeper()"
+        subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+        sleeper()
+    return nn.Linear(4, 4), batch
+def exits():
+    sys.exit(3)
+def frozen():
+    from torch import nn
+    model = nn.Linear(4, 4)
+    model.requires_grad_(False)
+    return model
+if __name__ == "__main__":
+    subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                      "import stubborn; stubborn.sleeper()", os.path.dirname(__file__)],
+                     start_new_session=True)
+    print("step 0 loss 1.0", flush=True)
+    sleeper()
+"""
+
+
+def tagged(tag: str) -> list[int]:
+    """Live processes (zombies are dead) whose environment holds ``TAG_VAR=tag``."""
+    needle = f"{TAG_VAR}={tag}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def one_json(out: str) -> dict | None:
+    try:
+        report = json.loads(out)
+    except ValueError:
+        return None
+    return report if isinstance(report, dict) else None
+
+
+class Runtime:
+    """Faults of the runtime, each run for real: in this process (torch imported once) or in
+    a subprocess for the CLI under signals. ``self.work`` is a fresh temp dir."""
+
+    def __init__(self) -> None:
+        self.work = Path()
+
+    def all(self) -> list[tuple[str, Callable[[], tuple[bool, str]]]]:
+        cases: list[tuple[str, Callable[[], tuple[bool, str]]]] = []
+        for cls in ("compat", "fsdp2_port"):
+            for value in (-1.0, 0.0, math.nan):
+                cases.append(
+                    (
+                        f"{cls}.BF16Optimizer max_grad_norm={value}",
+                        lambda cls=cls, value=value: self.bad_max_norm(cls, value),
+                    )
+                )
+            cases.append(
+                (f"{cls}.BF16Optimizer max_grad_norm=None (no clip)", lambda c=cls: self.no_clip(c))
+            )
+            for what in ("late master shape", "scheduler value"):
+                cases.append(
+                    (
+                        f"{cls} load_state_dict refused ({what}): state bitwise unchanged",
+                        lambda c=cls, w=what: self.refused_load(c, w),
+                    )
+                )
+        cases.append(("DCP load with an extra parameter: refused, unchanged", self.refused_dcp))
+        for args, named in (
+            (("--rtol", "loss=-1"), "--rtol"),
+            (("--rtol", "nosuch=1"), "--rtol"),
+            (("--nproc-per-node", "0"), "--nproc-per-node"),
+            (("--timeout", "0"), "--timeout"),
+        ):
+            cases.append(
+                (
+                    f"compare {' '.join(args)}",
+                    lambda args=args, named=named: self.compare_usage(args, named),
+                )
+            )
+        cases.append(("compare: both runs all NaN", lambda: self.compare_nan("nan", "nan")))
+        cases.append(("compare: NaN in the new run only", lambda: self.compare_nan("1.0", "nan")))
+        cases.append(("compare under SIGTERM (stubborn run)", self.compare_signal))
+        cases.append(("verify under SIGTERM (stubborn ranks)", self.verify_signal))
+        for args in (
+            ("--world-size", "0"),
+            ("--world-size", "1000"),
+            ("--steps", "0"),
+            ("--max-grad-norm", "nan"),
+            ("--lr", "-1"),
+            ("--timeout", "inf"),
+        ):
+            cases.append((f"verify {' '.join(args)}", lambda args=args: self.verify_number(args)))
+        cases.append(("verify: factory calls sys.exit(3)", self.verify_sys_exit))
+        cases.append(("verify: model with no trainable parameter", self.verify_frozen))
+        cases.append(("fully_shard_like_fsdp1 on an FSDP1-wrapped module", self.like_on_fsdp1))
+        cases.append(("fully_shard_like_fsdp1 device_id=1 without a GPU", self.device_id_one))
+        return cases
+
+    # -- the optimizers and their loads
+
+    @staticmethod
+    def _optimizer(cls: str, seed: int = 0, wider: bool = False, **kwargs):
+        import torch
+        from torch import nn
+
+        import compat
+        import fsdp2_port
+
+        torch.manual_seed(seed)
+        layers = [nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 2)]
+        if wider:
+            layers.append(nn.Linear(2, 2))
+        model = nn.Sequential(*layers).to(torch.bfloat16)
+        kind = compat.BF16Optimizer if cls == "compat" else fsdp2_port.BF16Optimizer
+        kw = dict(max_grad_norm=1.0, total_steps=20, warmup_ratio=0.1)
+        return model, kind(model, 1e-2, **{**kw, **kwargs})
+
+    @staticmethod
+    def _train(model, opt, steps: int = 2) -> None:
+        import torch
+
+        for step in range(steps):
+            g = torch.Generator().manual_seed(step)
+            x = torch.randn(8, 4, generator=g).to(torch.bfloat16)
+            model(x).float().pow(2).mean().backward()
+            opt.step()
+
+    def bad_max_norm(self, cls: str, value: float) -> tuple[bool, str]:
+        try:
+            self._optimizer(cls, max_grad_norm=value)
+        except ValueError as e:
+            return "max_grad_norm" in str(e), f"ValueError: {e}"
+        return False, "accepted"
+
+    def no_clip(self, cls: str) -> tuple[bool, str]:
+        model, opt = self._optimizer(cls, max_grad_norm=None)
+        self._train(model, opt, 1)
+        return True, "trains unclipped"
+
+    @staticmethod
+    def _snapshot(opt) -> list:
+        import copy
+
+        out = [m.detach().clone() for m in opt.fp32_params]
+        out += [p.detach().clone() for p in opt.model_params]
+        out += [v.clone() for m in opt.fp32_params for v in opt.optimizer.state[m].values()]
+        return [out, copy.deepcopy(opt.scheduler.state_dict())]
+
+    @staticmethod
+    def _same(a: list, b: list) -> bool:
+        import torch
+
+        tensors = all(x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(a[0], b[0]))
+        return len(a[0]) == len(b[0]) and tensors and a[1] == b[1]
+
+    def refused_load(self, cls: str, what: str) -> tuple[bool, str]:
+        import torch
+
+        model, opt = self._optimizer(cls, seed=0)
+        self._train(model, opt, 3)
+        saved = opt.state_dict()
+        model, opt = self._optimizer(cls, seed=1)
+        self._train(model, opt, 2)
+        if what == "scheduler value":
+            bad = {**saved["scheduler_state_dict"], "last_epoch": "7"}
+            saved = {**saved, "scheduler_state_dict": bad}
+        else:
+            masters = saved["fp32_params"]
+            if isinstance(masters, dict):
+                last = list(masters)[-1]
+                masters = {**masters, last: torch.zeros(3, 3)}
+            else:
+                masters = [*masters[:-1], torch.zeros(3, 3)]
+            saved = {**saved, "fp32_params": masters}
+        before = self._snapshot(opt)
+        try:
+            opt.load_state_dict(saved)
+        except (ValueError, KeyError) as e:
+            same = self._same(before, self._snapshot(opt))
+            return same, f"{type(e).__name__}; state {'unchanged' if same else 'CHANGED'}"
+        return False, "loaded"
+
+    def refused_dcp(self) -> tuple[bool, str]:
+        import warnings
+
+        import torch.distributed.checkpoint as dcp
+
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        model, wider = self._optimizer("fsdp2_port", wider=True)
+        self._train(model, wider, 2)
+        dcp.save({"optim": wider}, checkpoint_id=str(self.work / "extra"))
+        model, opt = self._optimizer("fsdp2_port", seed=1)
+        self._train(model, opt, 2)
+        before = self._snapshot(opt)
+        try:
+            dcp.load({"optim": opt}, checkpoint_id=str(self.work / "extra"))
+        except Exception as e:  # DCP wraps what load_state_dict raised
+            same = self._same(before, self._snapshot(opt))
+            return same, f"{type(e).__name__}; state {'unchanged' if same else 'CHANGED'}"
+        return False, "loaded"
+
+    # -- compare
+
+    def _compare(self, old: Path, new: Path, *args: str, **kwargs):
+        command = [sys.executable, "-m", "fsdp2_port", "compare", str(old), str(new), *args]
+        return subprocess.Popen(
+            command,
+            cwd=self.work,
+            env={**ENV, **kwargs.pop("env", {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def compare_usage(self, args: tuple[str, ...], named: str) -> tuple[bool, str]:
+        script = self.work / "ok.py"
+        script.write_text("print('step 0 loss 1.0')\n")
+        html = self.work / "report.html"
+        proc = self._compare(script, script, *args, "--format", "json", "--html", str(html))
+        out, err = proc.communicate(timeout=60)
+        report, lines = one_json(out), err.strip().splitlines()
+        ok = proc.returncode == 2 and report is not None and report["exit_code"] == 2
+        ok = ok and len(lines) == 1 and named in lines[0]
+        return ok, f"exit {proc.returncode}: {lines[-1] if lines else ''}"
+
+    def compare_nan(self, old: str, new: str) -> tuple[bool, str]:
+        scripts = []
+        for label, value in (("old", old), ("new", new)):
+            scripts.append(self.work / f"{label}.py")
+            scripts[-1].write_text(f"print('step 0 loss {value} grad_norm 1.0')\n")
+        proc = self._compare(*scripts, "--launcher", "none", "--format", "json")
+        out, _ = proc.communicate(timeout=60)
+        report = one_json(out)
+        verdict = report and report["verdict"]
+        return proc.returncode == 1 and verdict == "different", f"exit {proc.returncode}, {verdict}"
+
+    def _signalled(self, proc: subprocess.Popen, pids: Path, n: int, tag: str) -> tuple[bool, str]:
+        """Once the run has its ``n`` processes: SIGTERM, then exit 143, one JSON object and
+        nothing of the run left in /proc."""
+        deadline = time.monotonic() + 90
+        while not (pids.exists() and len(pids.read_text().split()) >= n):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                return False, f"never started its {n} processes: {proc.communicate()[1][-300:]}"
+            time.sleep(0.05)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=SIGNAL_BOUND_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return False, f"still running {SIGNAL_BOUND_S} s after SIGTERM"
+        took = time.monotonic() - sent
+        deadline = time.monotonic() + 2  # its resource tracker, if any, ends after it
+        while tagged(tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = tagged(tag)
+        report = one_json(out)
+        ok = proc.returncode == 143 and report is not None and report["exit_code"] == 143
+        return ok and not left, f"exit {proc.returncode} in {took:.1f} s, left {left or 'none'}"
+
+    def compare_signal(self) -> tuple[bool, str]:
+        script = self.work / "stubborn.py"
+        script.write_text(STUBBORN)
+        tag, pids = uuid.uuid4().hex, self.work / "pids"
+        env = {TAG_VAR: tag, "PIDS": str(pids)}
+        proc = self._compare(script, script, "--launcher", "none", "--format", "json", env=env)
+        return self._signalled(proc, pids, 2, tag)
+
+    # -- verify
+
+    def verify_signal(self) -> tuple[bool, str]:
+        (self.work / "stubborn.py").write_text(STUBBORN)
+        tag, pids = uuid.uuid4().hex, self.work / "pids"
+        env = {**ENV, TAG_VAR: tag, "PIDS": str(pids)}
+        env["PYTHONPATH"] = os.pathsep.join([str(self.work), str(ROOT)])
+        args = ["--model", "stubborn:stubborn", "--world-size", "2", "--format", "json"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fsdp2_port", "verify", *args],
+            cwd=self.work,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        return self._signalled(proc, pids, 4, tag)
+
+    def _verify(self, *args: str) -> tuple[int | None, dict | None, list[str]]:
+        """``fsdp2-port verify ARGS --format json`` in this process, spawning refused: (exit
+        code, the JSON object, standard error's lines)."""
+        from fsdp2_port import verify
+        from fsdp2_port.cli import main as cli_main
+
+        def refuse(config):
+            raise AssertionError("ranks were spawned")
+
+        out, err, spawned = StringIO(), StringIO(), verify._spawned
+        verify._spawned = refuse
+        try:
+            with redirect_stdout(out), redirect_stderr(err):
+                code: int | None = cli_main(["verify", *args, "--format", "json"])
+        except BaseException as e:  # what escapes is the defect
+            code = None
+            err.write(f"{type(e).__name__} escaped: {e}")
+        finally:
+            verify._spawned = spawned
+        return code, one_json(out.getvalue()), err.getvalue().strip().splitlines()
+
+    def verify_number(self, args: tuple[str, ...]) -> tuple[bool, str]:
+        code, report, lines = self._verify(*args)
+        ok = code == 2 and report is not None and report["exit_code"] == 2
+        ok = ok and len(lines) == 1 and args[0] in lines[0]
+        return ok, f"exit {code}: {lines[-1] if lines else ''}"
+
+    def _verify_factory(self, name: str, says: str) -> tuple[bool, str]:
+        (self.work / "stubborn.py").write_text(STUBBORN)
+        sys.path.insert(0, str(self.work))
+        sys.modules.pop("stubborn", None)
+        try:
+            code, report, lines = self._verify("--model", f"stubborn:{name}")
+        finally:
+            sys.path.remove(str(self.work))
+            sys.modules.pop("stubborn", None)
+        ok = code == 2 and report is not None and report["exit_code"] == 2
+        ok = ok and bool(lines) and says in lines[-1]
+        return ok, f"exit {code}: {lines[-1] if lines else ''}"
+
+    def verify_sys_exit(self) -> tuple[bool, str]:
+        return self._verify_factory("exits", "SystemExit: 3")
+
+    def verify_frozen(self) -> tuple[bool, str]:
+        return self._verify_factory("frozen", "no trainable parameter")
+
+    # -- fully_shard_like_fsdp1
+
+    def like_on_fsdp1(self) -> tuple[bool, str]:
+        import warnings
+
+        import torch
+        import torch.distributed as dist
+        from torch import nn
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        from fsdp2_port import fully_shard_like_fsdp1
+
+        warnings.filterwarnings("ignore", message="FSDP is switching to use `NO_SHARD`")
+        store = f"file://{self.work / 'store'}"
+        dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+        try:
+            wrapped = FSDP(nn.Sequential(nn.Linear(4, 4)), device_id=torch.device("cpu"))
+            fully_shard_like_fsdp1(wrapped)
+        except ValueError as e:
+            return "already" in str(e), f"ValueError: {e}"
+        finally:
+            dist.destroy_process_group()
+        return False, "accepted"
+
+    def device_id_one(self) -> tuple[bool, str]:
+        import torch
+        from torch import nn
+
+        from fsdp2_port import fully_shard_like_fsdp1
+
+        if torch.accelerator.is_available():
+            return True, "not applicable: this machine has an accelerator"
+        try:
+            fully_shard_like_fsdp1(nn.Linear(2, 2), device_id=1)
+        except ValueError as e:
+            return "device_id=1" in str(e), f"ValueError: {e}"
+        except Exception as e:
+            return False, f"{type(e).__name__}: {e}"
+        return False, "accepted"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--kills", type=int, default=20)
     args = parser.parse_args()
     cases = Cases(args.seed, args.kills)
+    runtime = Runtime()
     handled = 0
-    listed = cases.all()
-    for name, case in listed:
+    listed: list[tuple[str, Callable[[], tuple[bool, str]], Cases | Runtime]]
+    listed = [(name, case, cases) for name, case in cases.all()]
+    listed += [(name, case, runtime) for name, case in runtime.all()]
+    for name, case, owner in listed:
         with tempfile.TemporaryDirectory(prefix="faults-") as work:
-            cases.work = Path(work)
+            owner.work = Path(work)
             try:
                 ok, seen = case()
             except Exception as error:  # a crash of the case is a failure, not a stop
