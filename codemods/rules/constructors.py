@@ -59,6 +59,8 @@ _MIXED = (
     "_module_classes_to_ignore",
 )
 #: Accepted by FSDP1 with no effect on the numbers; FSDP2 has no such argument.
+#: Emitted lines longer than this are split, one argument a line.
+_LINE_LENGTH = 100
 _DEVICE_FUNCTIONS = (
     "torch.device",
     "torch.cuda.current_device",
@@ -490,11 +492,15 @@ def _loop(
     root = a.source(module)
     assert pure.classes is not None
     kinds = ", ".join(pure.classes) + ("," if len(pure.classes) == 1 else "")
-    keywords = "".join(", " + k for k in pure.children)
+    inner = indent + unit + unit
+    call = f"{inner}fully_shard({name}{''.join(', ' + k for k in pure.children)})"
+    if len(call) > _LINE_LENGTH:  # one argument a line, as a formatter would
+        arguments = "".join(f"{inner}{unit}{x},{newline}" for x in [name, *pure.children])
+        call = f"{inner}fully_shard({newline}{arguments}{inner})"
     return (
         f"{indent}for {name} in reversed(list({root}.modules())):{newline}"
         f"{indent}{unit}if {name} is not {root} and isinstance({name}, ({kinds})):{newline}"
-        f"{indent}{unit}{unit}fully_shard({name}{keywords}){newline}"
+        f"{call}{newline}"
     )
 
 
