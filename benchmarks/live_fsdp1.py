@@ -60,9 +60,6 @@ def read(path: str, text: str) -> Reading:
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     reading = Reading()
     ddp_names = _bound_to(tree, names, _DDP)
-    for node, parent in parents.items():
-        if isinstance(parent, ast.Call) and parent.func is node:
-            node._call = parent  # type: ignore[attr-defined]
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             qualified = _qualified(node.func, names)
@@ -80,7 +77,7 @@ def read(path: str, text: str) -> Reading:
                 and _qualified(node.args[0], names) in _BRIDGE
             ):
                 reading.bridges += 1
-        what = _fsdp1_use(node, names)
+        what = _fsdp1_use(node, names, parents.get(node))
         if what is None:
             continue
         receiver = node.value if isinstance(node, ast.Attribute) else None
@@ -91,7 +88,7 @@ def read(path: str, text: str) -> Reading:
     return reading
 
 
-def _fsdp1_use(node: ast.AST, names: dict[str, str]) -> str | None:
+def _fsdp1_use(node: ast.AST, names: dict[str, str], parent: ast.AST | None) -> str | None:
     """``FSDP.x`` static use, or an FSDP1 method/attribute on a receiver other than self."""
     if not isinstance(node, ast.Attribute):
         return None
@@ -106,14 +103,10 @@ def _fsdp1_use(node: ast.AST, names: dict[str, str]) -> str | None:
         return f".{node.attr}"
     if node.attr not in _METHODS:
         return None
-    if node.attr == "clip_grad_norm_" and _takes_parameters(parents_call(node)):
+    call = parent if isinstance(parent, ast.Call) and parent.func is node else None
+    if node.attr == "clip_grad_norm_" and _takes_parameters(call):
         return None  # torch's signature (parameters, max_norm): not FSDP1's method
     return f".{node.attr}()"
-
-
-def parents_call(node: ast.Attribute) -> ast.Call | None:
-    call = getattr(node, "_call", None)
-    return call if isinstance(call, ast.Call) else None
 
 
 def _takes_parameters(call: ast.Call | None) -> bool:

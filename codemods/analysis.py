@@ -63,7 +63,7 @@ class FileAnalysis:
                     site.rewrite, site.fallback, site.requirement = None, None, "NEVER"
                     site.ties, site.deferred, site.groups = frozenset(), frozenset(), frozenset()
                     site.keep_message = f"{site.keep_message}; {why}"
-        self.plan.bridged = sum(
+        self.plan.fsdp2_models = sum(
             bool(self.names.qualified(call.func) & _BRIDGE)  # type: ignore[attr-defined]
             or self.fsdp2_name(call.func) == "fully_shard"  # type: ignore[attr-defined]
             for call in self.names.by_type[ast.Call]

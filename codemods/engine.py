@@ -54,6 +54,8 @@ class _Analysed:
     module_name: str = ""
     package_init: bool = False
     error: str | None = None
+    #: Skipped by the text filter, but calls FSDP1's module APIs on something.
+    acts_on_a_model: bool = False
 
 
 def module_name(path: str) -> tuple[str, bool]:
@@ -111,6 +113,7 @@ def _analyse(path: str, codes: Sequence[str], options: Options, every: bool = Fa
     try:
         data = sources.read_bytes(path)
         if not every and not fsdp1.might_need_migration(data):
+            result.acts_on_a_model = fsdp1.might_act_on_a_model(data)
             return result
         source = sources.decode(data)
     except sources.UnreadableSource as error:
@@ -274,9 +277,9 @@ def _analyse_receivers(
     pass them to, and so on."""
     skipped = {a.path: i for i, a in enumerate(analysed) if a.plan is None and a.error is None}
     if skipped and any(
-        a.plan.constructors or a.plan.bridged for a in analysed if a.plan is not None
+        a.plan.constructors or a.plan.fsdp2_models for a in analysed if a.plan is not None
     ):
-        acting = [path for path in skipped if _acts_on_a_model(path)]
+        acting = [path for path in skipped if analysed[skipped[path]].acts_on_a_model]
         arguments = [(path, list(codes), options, True) for path in acting]
         for path, result in zip(acting, _map(pool, _analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
@@ -299,13 +302,6 @@ def _analyse_receivers(
         arguments = [(path, list(codes), options, True) for path in wanted]
         for path, result in zip(wanted, _map(pool, _analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
-
-
-def _acts_on_a_model(path: str) -> bool:
-    try:
-        return fsdp1.might_act_on_a_model(sources.read_bytes(path))
-    except sources.UnreadableSource:
-        return True  # analysed, it reports the error
 
 
 def _owners(callee: str) -> tuple[str, str]:

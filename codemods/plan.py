@@ -151,7 +151,7 @@ class FilePlan:
     #: FSDP2 models this file builds (``fully_shard``, ``fsdp2_port.fully_shard_like_fsdp1``):
     #: an untied FSDP1 site of the run may meet one, so it takes its form right on any model
     #: (a rerun over a tree written half, by hand or killed without its journal, finishes).
-    bridged: int = 0
+    fsdp2_models: int = 0
 
     @property
     def constructors(self) -> list[Site]:
@@ -247,7 +247,7 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
     sites = [s for plan in plans for s in plan.sites]
     constructors = [s for s in sites if s.constructor is not None]
     migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
-    bridged = any(plan.bridged for plan in plans)
+    fsdp2_models = any(plan.fsdp2_models for plan in plans)
     groups: dict[str, list[Site]] = {}
     for site in sites:
         if site.constructor is None:
@@ -256,7 +256,9 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
     while True:
         run = bool(constructors) and len(migrating) == len(constructors)
         ok = {
-            s.key for s in sites if s.constructor is None and _allowed(s, migrating, run, bridged)
+            s.key
+            for s in sites
+            if s.constructor is None and _allowed(s, migrating, run, fsdp2_models)
         }
         changed = True
         while changed:
@@ -285,13 +287,13 @@ def _holds_run(site: Site) -> bool:
     return site.holds and site.requirement == "RUN" and not site.ties
 
 
-def _allowed(site: Site, migrating: set[str], run: bool, bridged: bool = False) -> bool:
+def _allowed(site: Site, migrating: set[str], run: bool, fsdp2_models: bool = False) -> bool:
     if site.rewrite is None or site.requirement == "NEVER":
         return False
     if site.requirement == "ALWAYS":
         return True
     if site.requirement == "ANY":
-        return bool(migrating) or bridged
+        return bool(migrating) or fsdp2_models
     if site.requirement == "RUN":
         return run
     return bool(site.ties) and site.ties <= migrating
