@@ -671,8 +671,8 @@ class Runtime:
     def _verify(self, *args: str) -> tuple[int | None, dict | None, list[str]]:
         """``fsdp2-port verify ARGS --format json`` in this process, spawning refused: (exit
         code, the JSON object, standard error's lines)."""
-        from fsdp2_port import verify
         from fsdp2_port.cli import main as cli_main
+        from fsdp2_port.prove import verify
 
         def refuse(config):
             raise AssertionError("ranks were spawned")

@@ -34,7 +34,10 @@ _FSDP2_BUILDERS = {
     "torch.distributed._composable.fsdp.fully_shard",
     "fsdp2_port.fully_shard_like_fsdp1",
 }
-_BRIDGE = {"fsdp2_port.fully_shard_like_fsdp1", "fsdp2_port.like_fsdp1.fully_shard_like_fsdp1"}
+_BRIDGE = {
+    "fsdp2_port.fully_shard_like_fsdp1",
+    "fsdp2_port.fsdp1.like_fsdp1.fully_shard_like_fsdp1",
+}
 _DDP = {
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel",

@@ -37,7 +37,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 
 import fsdp2_port
-from fsdp2_port.launch import run_ranks
+from fsdp2_port.prove.launch import run_ranks
 
 NUMEL = 4096
 GOAL_STEADY, GOAL_FIRST = 3.0, 100.0  # issue 14, at 2000 FSDP2 gradients on 2 ranks

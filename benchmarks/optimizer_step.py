@@ -52,8 +52,8 @@ from torch.distributed.tensor import DTensor
 
 import compat
 import fsdp2_port
-from fsdp2_port.launch import run_ranks
-from fsdp2_port.lr_schedules import build_scheduler
+from fsdp2_port.prove.launch import run_ranks
+from fsdp2_port.train.lr_schedules import build_scheduler
 from fsdp2_port.versions import fully_shard_module, installed_torch
 
 LR, MAX_NORM, BYTES_FLOOR = 1e-4, 0.5, 28

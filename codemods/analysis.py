@@ -375,7 +375,7 @@ class FileAnalysis:
 
 _WORD = re.compile(r"\w+")
 _BRIDGE = frozenset(
-    {"fsdp2_port.fully_shard_like_fsdp1", "fsdp2_port.like_fsdp1.fully_shard_like_fsdp1"}
+    {"fsdp2_port.fully_shard_like_fsdp1", "fsdp2_port.fsdp1.like_fsdp1.fully_shard_like_fsdp1"}
 )
 _MODEL_WORDS = ("model", "module", "policy", "actor", "critic", "wrapped", "net")
 _SETTINGS_WORDS = (

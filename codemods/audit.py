@@ -27,7 +27,7 @@ from codemods.ties import Ties
 
 _FSDP2_POLICIES = frozenset({"MixedPrecisionPolicy", "CPUOffloadPolicy", "OffloadPolicy"})
 _FSDP2_CONSTRUCTORS = frozenset(
-    {"fsdp2_port.fully_shard_like_fsdp1", "fsdp2_port.like_fsdp1.fully_shard_like_fsdp1"}
+    {"fsdp2_port.fully_shard_like_fsdp1", "fsdp2_port.fsdp1.like_fsdp1.fully_shard_like_fsdp1"}
 )
 _FSDP2_FUNCTIONS = frozenset({"fsdp2_port.clip_grad_norm_", "fsdp2_port.BF16Optimizer"})
 

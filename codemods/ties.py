@@ -42,7 +42,7 @@ BF16_OPTIMIZERS = frozenset(
         "compat",
         "compat.bf16_optimizer",
         "fsdp2_port",
-        "fsdp2_port.bf16_optimizer",
+        "fsdp2_port.train.bf16_optimizer",
     )
 )
 _JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)

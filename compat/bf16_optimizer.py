@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch import nn
 
 from compat.fsdp1_layout import copies_in, refuse_dtensors, shard_groups
-from fsdp2_port.master_weights import MasterWeightOptimizer
+from fsdp2_port.train.master_weights import MasterWeightOptimizer
 
 
 class BF16Optimizer(MasterWeightOptimizer):
@@ -26,7 +26,7 @@ class BF16Optimizer(MasterWeightOptimizer):
 
     def __new__(cls, model: object = None, *args: object, **kwargs: object) -> BF16Optimizer:
         if cls is BF16Optimizer and _has_dtensors(model):
-            from fsdp2_port.bf16_optimizer import BF16Optimizer as OnDTensors
+            from fsdp2_port.train.bf16_optimizer import BF16Optimizer as OnDTensors
 
             return OnDTensors(model, *args, **kwargs)  # type: ignore[arg-type,return-value]
         return super().__new__(cls)

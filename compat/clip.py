@@ -7,7 +7,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from compat.fsdp1_layout import copies_in, refuse_dtensors, shard_groups
-from fsdp2_port import grad_norm
+from fsdp2_port.train import grad_norm
 
 
 @torch.no_grad()

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.tensor import DTensor
 
-from fsdp2_port.torch_internals import is_fsdp1_flattened as _is_fsdp_flattened
+from fsdp2_port.fsdp1.torch_internals import is_fsdp1_flattened as _is_fsdp_flattened
 
 
 def refuse_dtensors(params: Iterable[Tensor], tool: str, instead: str) -> None:

@@ -17,7 +17,7 @@ from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
 import compat
-from fsdp2_port.launch import exit_now
+from fsdp2_port.prove.launch import exit_now
 
 LR, MAX_NORM, STEPS = 1e-2, 1.0, 3
 

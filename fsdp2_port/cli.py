@@ -75,7 +75,7 @@ def _write_html(path: Path | None, page: str) -> None:
 
 
 def _error_page(command: str, message: str, details: str) -> str:
-    from fsdp2_port import report_html
+    from fsdp2_port.prove import report_html
 
     return report_html.render(
         title=f"fsdp2-port {command}",
@@ -95,7 +95,7 @@ def _migrate(argv: list[str]) -> int:
 
 
 def _verify_parser() -> argparse.ArgumentParser:
-    from fsdp2_port.verify import LOCAL_WORLD_SIZE, STRATEGIES, Config
+    from fsdp2_port.prove.verify import LOCAL_WORLD_SIZE, STRATEGIES, Config
 
     d = Config()  # the defaults live there, once
     parser = _Parser(
@@ -143,8 +143,8 @@ def _verify_parser() -> argparse.ArgumentParser:
 
 
 def _verify(argv: list[str]) -> int:
-    from fsdp2_port import verify as v
-    from fsdp2_port.launch import Interrupted, RankFailure, RankTimeout
+    from fsdp2_port.prove import verify as v
+    from fsdp2_port.prove.launch import Interrupted, RankFailure, RankTimeout
 
     as_json = _wants_json(argv)
     # Under torchrun every rank runs this; rank 0 speaks for the job. The verdict is the same
@@ -215,7 +215,7 @@ def _verify(argv: list[str]) -> int:
             print(v.format_text(report))
         _write_html(html, v.html_report(report))
     if v.under_torchrun():  # a rank of torchrun's job: see launch.exit_now
-        from fsdp2_port.launch import exit_now
+        from fsdp2_port.prove.launch import exit_now
 
         exit_now(0 if report.ok else 1)
     return 0 if report.ok else 1
@@ -238,7 +238,7 @@ def _key_value(kind: type):
 
 
 def _compare_parser() -> argparse.ArgumentParser:
-    from fsdp2_port import compare as c
+    from fsdp2_port.prove import compare as c
 
     d = c.Config()
     parser = _Parser(
@@ -295,7 +295,7 @@ def _compare_parser() -> argparse.ArgumentParser:
 
 
 def _compare(argv: list[str]) -> int:
-    from fsdp2_port import compare as c
+    from fsdp2_port.prove import compare as c
 
     as_json = _wants_json(argv)
     split = argv.index("--") if "--" in argv else len(argv)
@@ -346,7 +346,7 @@ def _compare(argv: list[str]) -> int:
 
 
 def _convert_checkpoint(argv: list[str]) -> int:
-    from fsdp2_port.convert import FORMATS, ConversionError, convert_checkpoint
+    from fsdp2_port.fsdp1.convert import FORMATS, ConversionError, convert_checkpoint
 
     parser = _Parser(
         prog="fsdp2-port convert-checkpoint",

@@ -6,7 +6,7 @@ On FSDP1 shard views it is the seed's bug: each rank clips its shard by its own 
 
 import torch
 
-from fsdp2_port.lr_schedules import build_scheduler
+from fsdp2_port.train.lr_schedules import build_scheduler
 
 
 class SpecForgeLoop:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp2_port.compare import (
+from fsdp2_port.prove.compare import (
     RUNS,
     Config,
     Run,

@@ -23,7 +23,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import compat
-from fsdp2_port.launch import run_ranks
+from fsdp2_port.prove.launch import run_ranks
 from tests.models import Block, global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop
 

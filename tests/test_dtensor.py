@@ -19,7 +19,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 import compat
 import fsdp2_port
-from fsdp2_port.launch import run_ranks
+from fsdp2_port.prove.launch import run_ranks
 from tests.models import global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop
 

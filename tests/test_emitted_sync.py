@@ -14,7 +14,7 @@ from torch import nn
 
 from codemods import engine, registry
 from codemods.options import Options
-from fsdp2_port.launch import run_ranks
+from fsdp2_port.prove.launch import run_ranks
 
 SOURCE = """\
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP

@@ -15,7 +15,7 @@ from torch.distributed.fsdp import fully_shard
 
 import compat
 import fsdp2_port
-from fsdp2_port.launch import run_ranks
+from fsdp2_port.prove.launch import run_ranks
 from tests.models import TinyNet, global_batch, local_rows, loss_fn, make_model
 
 LR = 1e-2

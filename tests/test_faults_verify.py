@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from fsdp2_port import verify as v
 from fsdp2_port.cli import main
-from fsdp2_port.launch import GRACE_S, KILL_WAIT_S, RankTimeout, run_ranks
+from fsdp2_port.prove import verify as v
+from fsdp2_port.prove.launch import GRACE_S, KILL_WAIT_S, RankTimeout, run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = uuid.uuid4().hex

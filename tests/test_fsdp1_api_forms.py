@@ -43,8 +43,8 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 import fsdp2_port
-from fsdp2_port import fsdp1_api
-from fsdp2_port.launch import run_ranks
+from fsdp2_port.fsdp1 import fsdp1_api
+from fsdp2_port.prove.launch import run_ranks
 from tests.models import Block, TinyNet, global_batch, local_rows, loss_fn, make_model
 
 FSDP = FullyShardedDataParallel

@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from fsdp2_port import grad_norm
+from fsdp2_port.train import grad_norm
 
 
 def _params(dtype=torch.float32, seed=0):

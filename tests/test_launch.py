@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fsdp2_port.launch import RankFailure, RankTimeout, run_ranks
+from fsdp2_port.prove.launch import RankFailure, RankTimeout, run_ranks
 
 
 def _sums(rank, world):

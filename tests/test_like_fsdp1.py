@@ -65,8 +65,8 @@ from torch.distributed.tensor import DTensor
 
 import compat
 import fsdp2_port
-from fsdp2_port.launch import run_ranks
-from fsdp2_port.like_fsdp1 import fully_shard_like_fsdp1
+from fsdp2_port.fsdp1.like_fsdp1 import fully_shard_like_fsdp1
+from fsdp2_port.prove.launch import run_ranks
 from tests.models import IN, OUT, Block, global_batch, local_rows, loss_fn
 
 CPU = torch.device("cpu")

@@ -1,6 +1,6 @@
 """The local-shard AdamW path equals ``optimizer.step()`` on the masters, bit for bit.
 
-The master optimizer runs AdamW through ``fsdp2_port.local_adamw`` on local shards, one
+The master optimizer runs AdamW through ``fsdp2_port.train.local_adamw`` on local shards, one
 block at a time (fused blocks cutting tensors); an AdamW subclass (``supports`` is False for
 it) takes torch's own ``optimizer.step()`` on all masters at once, with DTensor gradients on
 FSDP2, with the kernel the local optimizer resolved to. Same gradients, same kernel,
@@ -16,8 +16,8 @@ from torch.distributed.tensor import DTensor
 
 import compat
 import fsdp2_port
-from fsdp2_port import local_adamw
-from fsdp2_port.launch import run_ranks
+from fsdp2_port.prove.launch import run_ranks
+from fsdp2_port.train import local_adamw
 from tests.models import global_batch, local_rows, loss_fn, make_model
 
 KERNELS = [

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fsdp2_port.lr_schedules import build_scheduler
+from fsdp2_port.train.lr_schedules import build_scheduler
 
 
 def _lrs(kind, total, ratio, steps, base=2.0):

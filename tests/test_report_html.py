@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp2_port.verify import Report, html_report
+from fsdp2_port.prove.verify import Report, html_report
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -35,9 +35,9 @@ import compat
 import fsdp2_port
 from compat.transition import fsdp2_state_dict
 from fsdp2_port import cli
-from fsdp2_port.convert import ConversionError, convert_checkpoint
-from fsdp2_port.launch import run_ranks
-from fsdp2_port.lr_schedules import build_scheduler
+from fsdp2_port.fsdp1.convert import ConversionError, convert_checkpoint
+from fsdp2_port.prove.launch import run_ranks
+from fsdp2_port.train.lr_schedules import build_scheduler
 from tests.models import Block, global_batch, local_rows, loss_fn, make_model
 
 LR, MAX_NORM, SAVE_AT, TOTAL = 1e-2, 1.0, 3, 5

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from fsdp2_port import torch_internals
-from fsdp2_port.torch_internals import ENTRY_POINTS
+from fsdp2_port.fsdp1 import torch_internals
+from fsdp2_port.fsdp1.torch_internals import ENTRY_POINTS
 
 
 def _parameters(fn) -> list[tuple[str, bool]]:
@@ -99,7 +99,7 @@ def test_what_the_entry_points_return():
 
 
 def test_sharded_tensor_pickles_the_state_convert_reads(monkeypatch):
-    """``fsdp2_port.convert`` reads a pickled ``ShardedTensor`` (an FSDP1 SHARDED or LOCAL
+    """``fsdp2_port.fsdp1.convert`` reads a pickled ``ShardedTensor`` (an FSDP1 SHARDED or LOCAL
     state dict saved per rank) through ``rebuild_from_type_v2`` without a process group: its
     state must be ``(local shards, metadata, process-group state with global_world_size, ...)``.
     """

@@ -14,7 +14,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 import compat
 import fsdp2_port
 from compat.transition import fsdp2_state_dict
-from fsdp2_port.launch import run_ranks
+from fsdp2_port.prove.launch import run_ranks
 from tests.models import Block, global_batch, local_rows, loss_fn, make_model
 
 LR, MAX_NORM, SAVE_AT, TOTAL = 1e-2, 1.0, 3, 6

@@ -1,4 +1,4 @@
-"""`fsdp2-port verify` and fsdp2_port.testing: its verdicts, its exit codes, and its refusals."""
+"""`fsdp2-port verify` and fsdp2_port.prove.testing: verdicts, exit codes, refusals."""
 
 import json
 import math
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fsdp2_port.cli import main
-from fsdp2_port.testing import assert_equivalent
-from fsdp2_port.verify import Config, VerifyError, verify
+from fsdp2_port.prove.testing import assert_equivalent
+from fsdp2_port.prove.verify import Config, VerifyError, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 

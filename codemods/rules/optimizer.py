@@ -27,7 +27,7 @@ _SOURCES = (
     "compat.bf16_optimizer",
 )
 _CLASSES = frozenset(
-    f"{m}.BF16Optimizer" for m in (*_SOURCES, "fsdp2_port", "fsdp2_port.bf16_optimizer")
+    f"{m}.BF16Optimizer" for m in (*_SOURCES, "fsdp2_port", "fsdp2_port.train.bf16_optimizer")
 )
 _ALL_REDUCE = "torch.distributed.all_reduce"
 

@@ -19,7 +19,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import ShardingStrategy, StateDictType
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 
-from fsdp2_port.launch import exit_now
+from fsdp2_port.prove.launch import exit_now
 
 from common import Net, batch, report
 

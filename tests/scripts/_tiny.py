@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from fsdp2_port.launch import exit_now
+from fsdp2_port.prove.launch import exit_now
 
 DIM, ROWS_PER_RANK, MAX_GRAD_NORM, LR = 16, 4, 0.1, 1e-2
 

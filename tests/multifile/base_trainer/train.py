@@ -7,7 +7,7 @@ import argparse
 
 import torch.distributed as dist
 
-from fsdp2_port.launch import exit_now
+from fsdp2_port.prove.launch import exit_now
 
 from trainers import PolicyTrainer
 

@@ -11,7 +11,7 @@ import argparse
 
 import torch.distributed as dist
 
-from fsdp2_port.launch import exit_now
+from fsdp2_port.prove.launch import exit_now
 
 from lm.trainer import Trainer
 

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from fsdp2_port.launch import exit_now
+from fsdp2_port.prove.launch import exit_now
 
 from recipe.distributed import shard
 from recipe.model import Net, batch

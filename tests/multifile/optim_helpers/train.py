@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from fsdp2_port.launch import exit_now
+from fsdp2_port.prove.launch import exit_now
 
 from training.checkpoint import load_checkpoint, save_checkpoint
 from training.model import batch

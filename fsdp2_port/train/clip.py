@@ -13,8 +13,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
-from fsdp2_port import grad_norm
-from fsdp2_port.torch_internals import refuse_fsdp1_tensors
+from fsdp2_port.fsdp1.torch_internals import refuse_fsdp1_tensors
+from fsdp2_port.train import grad_norm
 
 
 def _pieces(

@@ -33,12 +33,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-from fsdp2_port import report_html
-from fsdp2_port.launch import GRACE_S as GRACE_S  # re-exported: compare's bounds
-from fsdp2_port.launch import KILL_WAIT_S as KILL_WAIT_S
-from fsdp2_port.launch import SIGNALS, end_processes, signals_interrupt
-from fsdp2_port.launch import Interrupted as Interrupted
-from fsdp2_port.launch import run_pids as _run_pids
+from fsdp2_port.prove import report_html
+from fsdp2_port.prove.launch import GRACE_S as GRACE_S  # re-exported: compare's bounds
+from fsdp2_port.prove.launch import KILL_WAIT_S as KILL_WAIT_S
+from fsdp2_port.prove.launch import SIGNALS, end_processes, signals_interrupt
+from fsdp2_port.prove.launch import Interrupted as Interrupted
+from fsdp2_port.prove.launch import run_pids as _run_pids
 
 NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 STEP = r"(?i)\bstep\b\s*[:=]?\s*(\d+)"
@@ -60,7 +60,7 @@ TOLERANCE = {"fp32": 1e-5, "bf16": 2e-3}
 LAUNCHERS = ("torchrun", "none")
 RUNS = ("old", "new")
 TAIL_LINES = 40  # torchrun alone prints ~25 lines after a worker's own error
-# Owning the processes of a run (``fsdp2_port.launch``, shared with verify): every one
+# Owning the processes of a run (``fsdp2_port.prove.launch``, shared with verify): every one
 # inherits RUN_ID_VAR; ending a run sends SIGTERM, then SIGKILL to what is left after GRACE_S;
 # READ_WAIT_S bounds the wait for the end of the run's output.
 RUN_ID_VAR = "FSDP2_PORT_COMPARE_RUN"

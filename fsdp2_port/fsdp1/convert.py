@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fsdp2_port import torch_internals
+from fsdp2_port.fsdp1 import torch_internals
 
 FORMATS = ("auto", "specforge", "full", "dcp", "sharded", "local")
 _FLAT = "_flat_param"

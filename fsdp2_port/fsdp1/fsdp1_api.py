@@ -904,7 +904,7 @@ def module_clip_grad_norm_(module: Any, max_norm: float, norm_type: float = 2.0)
         )
     params = list(module.parameters())
     if any(isinstance(p, DTensor) for p in params):
-        from fsdp2_port.clip import clip_grad_norm_
+        from fsdp2_port.train.clip import clip_grad_norm_
 
         norm = clip_grad_norm_(params, max_norm, norm_type)
     elif callable(method):

@@ -28,7 +28,8 @@ from torch.distributed.tensor import DTensor
 from torch.optim.adamw import adamw
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
-from fsdp2_port import grad_norm, torch_internals
+from fsdp2_port.fsdp1 import torch_internals
+from fsdp2_port.train import grad_norm
 
 #: The default kernel per device type, when a group leaves ``foreach``/``fused`` unset: torch's
 #: own default there, bit for bit. On the CPU single-tensor and foreach agree and single-tensor

@@ -25,8 +25,9 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
-from fsdp2_port import grad_norm, local_adamw, torch_internals
-from fsdp2_port.lr_schedules import build_scheduler
+from fsdp2_port.fsdp1 import torch_internals
+from fsdp2_port.train import grad_norm, local_adamw
+from fsdp2_port.train.lr_schedules import build_scheduler
 
 
 class MasterWeightOptimizer:

@@ -36,11 +36,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from fsdp2_port import report_html, versions
-from fsdp2_port.compare import relative_difference
-from fsdp2_port.launch import Interrupted, run_ranks, signals_interrupt
+from fsdp2_port import versions
+from fsdp2_port.prove import report_html
+from fsdp2_port.prove.compare import relative_difference
+from fsdp2_port.prove.launch import Interrupted, run_ranks, signals_interrupt
 
-DEFAULT_MODEL = "fsdp2_port.tiny_transformer:tiny_transformer"
+DEFAULT_MODEL = "fsdp2_port.prove.tiny_transformer:tiny_transformer"
 ARMS = ("reference", "fsdp1", "fsdp2", "old_clip")
 STRATEGIES = ("full_shard", "shard_grad_op", "hybrid")
 EQUIVALENT = "EQUIVALENT: FSDP1 + compat and FSDP2 + fsdp2_port match the reference"

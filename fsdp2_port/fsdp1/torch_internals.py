@@ -122,7 +122,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         "2.0",
         "the kernel behind AdamW(fused=True), called on parts of tensors: its functional wrapper "
         "counts a step per call (a tensor cut in two would count two) and costs ~40 us a call "
-        "to this op's ~5 (fsdp2_port.local_adamw)",
+        "to this op's ~5 (fsdp2_port.train.local_adamw)",
     ),
     "fused_kernel_devices": EntryPoint(
         "torch.utils._foreach_utils",
@@ -144,7 +144,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         ("func", "new_type", "args", "state"),
         "1.13",
         "what a pickled tensor subclass (FSDP1's ShardedTensor) is rebuilt by; "
-        "fsdp2_port.convert reads ShardedTensor state (local shards, metadata, process-group "
+        "fsdp2_port.fsdp1.convert reads ShardedTensor state (local shards, metadata, process-group "
         "state) through it without a process group",
     ),
     "rebuild_tensor_v2": EntryPoint(
@@ -152,8 +152,9 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         "_rebuild_tensor_v2",
         ("storage", "storage_offset", "size", "stride", "requires_grad", "backward_hooks"),
         "1.6",
-        "what a pickled tensor is rebuilt by; fsdp2_port.convert reads a tensor whose storage "
-        "FSDP1 had freed (a FlatParameter's unsharded views, pickled with it) as an empty one",
+        "what a pickled tensor is rebuilt by; fsdp2_port.fsdp1.convert reads a tensor whose "
+        "storage FSDP1 had freed (a FlatParameter's unsharded views, pickled with it) as an "
+        "empty one",
     ),
     "aligned_numel": EntryPoint(
         "torch.distributed.fsdp._flat_param",
@@ -161,7 +162,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         ("unsharded_dtype",),
         "2.1",
         "the element count FSDP1 aligns each parameter to inside a flat parameter under "
-        "use_orig_params=True (16 bytes); fsdp2_port.convert unflattens with it",
+        "use_orig_params=True (16 bytes); fsdp2_port.fsdp1.convert unflattens with it",
     ),
 }
 

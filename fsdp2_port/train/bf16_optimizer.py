@@ -18,9 +18,9 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from fsdp2_port import grad_norm
-from fsdp2_port.master_weights import MasterWeightOptimizer
-from fsdp2_port.torch_internals import DCP_LOADER_MODULE, refuse_fsdp1_tensors
+from fsdp2_port.fsdp1.torch_internals import DCP_LOADER_MODULE, refuse_fsdp1_tensors
+from fsdp2_port.train import grad_norm
+from fsdp2_port.train.master_weights import MasterWeightOptimizer
 
 
 def _named_trainable(model_or_params: nn.Module | Iterable[Any]) -> list[tuple[str, nn.Parameter]]:

@@ -47,7 +47,7 @@ from torch.distributed.fsdp import (
 )
 from torch.distributed.fsdp.wrap import CustomPolicy, ModuleWrapPolicy
 
-from fsdp2_port import torch_internals
+from fsdp2_port.fsdp1 import torch_internals
 
 HYBRID = (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2)
 #: FSDP2's ``reshard_after_forward`` for each FSDP1 strategy. ``None`` is FSDP2's "True, except

@@ -35,7 +35,7 @@ from typing import Any
 # which starts ranks in a fraction of the time a fresh interpreter takes. (The stdlib's
 # context: ``torch.multiprocessing.get_context`` returns this same object.)
 _CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["torch", "torch.distributed", "fsdp2_port.launch"])
+_CTX.set_forkserver_preload(["torch", "torch.distributed", "fsdp2_port.prove.launch"])
 
 # -- owning processes ---------------------------------------------------------------------------
 
