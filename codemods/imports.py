@@ -19,9 +19,22 @@ from collections.abc import Sequence
 from codemods import calls, fsdp1
 from codemods.names import Names
 from codemods.plan import NeededImport
+from codemods.rules import Code
 from codemods.text import Edit, LineIndex
 
 CODE = "F2P001"
+#: Not a rule of its own: it runs once per file, after every rewrite.
+DOC = Code(
+    summary="FSDP1 imports left unused are removed; FSDP2 imports are added where needed",
+    topic="imports",
+    rewritten=(
+        "FSDP1 imports nothing reads any more are removed (their statement's other names, "
+        "comments and layout kept); new imports go right after the statement that imported what "
+        "they replace (a lazy import stays lazy), once; nothing is removed from a package's "
+        "`__init__.py`"
+    ),
+    marked="—",
+)
 #: Longer new ``from`` imports are written one name per line, in parentheses.
 LINE_LENGTH = 100
 _FSDP1_MODULES = frozenset(

@@ -1,17 +1,18 @@
-"""The rules, in the order they add sites to a file's plan.
+"""The rules, in the order they add sites to a file's plan, and what is generated from them.
 
 The constructor rule comes first (every other site is about the models it finds); the
 leftovers rule comes last, so that it sees which FSDP1 names no other rule covers. Import
 clean-up (F2P001) is not a rule of its own: it runs once, after every rewrite is applied.
+``--list-rules``, the rules table of ``docs/migrate.md`` and the emitted-API test are made
+from the rules' own ``CODES`` and ``EMITS``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
 
-from codemods.analysis import FileAnalysis
-from codemods.imports import CODE as IMPORTS_CODE
+from codemods import imports
+from codemods.rules import Code, Rule
 from codemods.rules.clip_grad import ClipGradRule
 from codemods.rules.constructors import ConstructorRule
 from codemods.rules.internals import InternalsRule
@@ -21,14 +22,6 @@ from codemods.rules.no_sync import NoSyncRule
 from codemods.rules.optimizer import OptimizerRule
 from codemods.rules.param_shapes import ParamShapesRule
 from codemods.rules.state_dict import StateDictRule
-
-
-class Rule(Protocol):
-    CODE: str
-    SUMMARY: str
-
-    def analyze(self, analysis: FileAnalysis) -> None: ...
-
 
 RULES: tuple[type[Rule], ...] = (
     ConstructorRule,
@@ -41,25 +34,14 @@ RULES: tuple[type[Rule], ...] = (
     ParamShapesRule,
     LeftoversRule,
 )
-#: Every code a finding can carry, with what it means (``--list-rules``).
-CODES = {
-    IMPORTS_CODE: "FSDP1 imports left unused are removed; FSDP2 imports are added where needed",
-    "F2P002": ConstructorRule.SUMMARY,
-    "F2P003": "FSDP(..., auto_wrap_policy=<literal>) -> fully_shard on each selected submodule, "
-    "then the root",
-    "F2P004": "MixedPrecision/CPUOffload bound for a pure rewrite -> inlined "
-    "MixedPrecisionPolicy/CPUOffloadPolicy",
-    "F2P005": IsinstanceRule.SUMMARY,
-    "F2P006": ClipGradRule.SUMMARY,
-    "F2P007": NoSyncRule.SUMMARY,
-    "F2P008": StateDictRule.SUMMARY,
-    "F2P009": OptimizerRule.SUMMARY,
-    "F2P010": InternalsRule.SUMMARY,
-    "F2P011": ParamShapesRule.SUMMARY,
-    "F2P099": LeftoversRule.SUMMARY,
-}
-#: The codes each rule's sites carry (the constructor rule has three).
-_RULE_CODES: dict[type[Rule], tuple[str, ...]] = {ConstructorRule: ("F2P002", "F2P003", "F2P004")}
+#: Every code a finding can carry, in code order, with its documentation.
+DOCS: dict[str, Code] = dict(
+    sorted({imports.CODE: imports.DOC, **{c: d for r in RULES for c, d in r.CODES.items()}}.items())
+)
+#: Every code with its one-line summary (``--list-rules``).
+CODES = {code: doc.summary for code, doc in DOCS.items()}
+#: APIs the rewrites may call -> ``module:attribute``.
+EMITS = {name: target for rule in RULES for name, target in rule.EMITS.items()}
 
 
 def select(chosen: Iterable[str] = (), ignored: Iterable[str] = ()) -> list[str]:
@@ -77,4 +59,16 @@ def select(chosen: Iterable[str] = (), ignored: Iterable[str] = ()) -> list[str]
 def rules_for(codes: Iterable[str]) -> list[Rule]:
     """Fresh instances of the rules that add sites with any of ``codes``."""
     wanted = set(codes)
-    return [rule() for rule in RULES if wanted & set(_RULE_CODES.get(rule, (rule.CODE,)))]
+    return [rule() for rule in RULES if wanted & rule.CODES.keys()]
+
+
+def rule_of(code: str) -> type[Rule]:
+    """The rule whose sites carry ``code``."""
+    return next(rule for rule in RULES if code in rule.CODES)
+
+
+def rules_table() -> str:
+    """The rules table of ``docs/migrate.md``, in markdown."""
+    rows = ["| code | what | rewritten | marked |", "| --- | --- | --- | --- |"]
+    rows += [f"| {c} | {d.topic} | {d.rewritten} | {d.marked} |" for c, d in DOCS.items()]
+    return "\n".join(rows) + "\n"

@@ -1,6 +1,10 @@
 """Running fixture cases: ``<case>.in.py`` (or a folder ``<case>.in/``: one run over several
 files) migrates to ``<case>.out.py`` (``<case>.out/``) with the findings in ``<case>.findings``.
 
+A rule's cases (``codemods/rules/<rule>/cases/``) run with only that rule, the codes it
+``NEEDS`` and the import clean-up enabled, and snapshot only the rule's own codes. The cases of
+``tests/codemods/fixtures/`` (imports, whole models) run every rule and snapshot everything.
+
 A case's first lines may set options: ``# fixture: no-runtime-dependency``,
 ``# fixture: target-torch 2.5``. ``FSDP2_PORT_REGENERATE=1`` rewrites the expected files
 from the current output (then read the diff before committing it).
@@ -12,20 +16,42 @@ import os
 import shutil
 from pathlib import Path
 
-from codemods import engine, registry
+import codemods.rules
+from codemods import engine, imports, registry
 from codemods.findings import Finding
 from codemods.options import Options
+from codemods.rules import Rule
 
 FIXTURES = Path(__file__).parent / "fixtures"
+RULES = Path(codemods.rules.__file__).parent
 REGENERATE = os.environ.get("FSDP2_PORT_REGENERATE") == "1"
 
 
 def cases() -> list[Path]:
-    return sorted([*FIXTURES.glob("*/*.in.py"), *FIXTURES.glob("*/*.in")])
+    found = []
+    for folder in (*RULES.glob("*/cases"), *FIXTURES.glob("*")):
+        found += [*folder.glob("*.in.py"), *folder.glob("*.in")]
+    return sorted(found)
 
 
 def case_id(case: Path) -> str:
-    return f"{case.parent.name}/{case.name.split('.in', 1)[0]}"
+    folder = case.parent.parent if case.parent.name == "cases" else case.parent
+    return f"{folder.name}/{case.name.split('.in', 1)[0]}"
+
+
+def rule_of(case: Path) -> type[Rule] | None:
+    """The rule whose folder holds ``case`` (None for a run-wide case)."""
+    if case.parent.name != "cases":
+        return None
+    module = f"codemods.rules.{case.parent.parent.name}.rule"
+    return next(rule for rule in registry.RULES if rule.__module__ == module)
+
+
+def codes_for(case: Path) -> list[str]:
+    rule = rule_of(case)
+    if rule is None:
+        return registry.select()
+    return registry.select([*rule.CODES, *rule.NEEDS, imports.CODE])
 
 
 def expected_paths(case: Path) -> tuple[Path, Path]:
@@ -42,8 +68,11 @@ def options_for(text: str) -> Options:
     return Options()
 
 
-def run_case(case: Path, work: Path) -> tuple[dict[str, str], list[Finding]]:
-    """Migrate a copy of the case in ``work``: (relative path -> output text, findings)."""
+def run_case(
+    case: Path, work: Path, every_rule: bool = False
+) -> tuple[dict[str, str], list[Finding]]:
+    """Migrate a copy of the case in ``work``: (relative path -> output text, findings), with
+    the case's own rule (and what it needs), or with ``every_rule``."""
     work.mkdir(parents=True, exist_ok=True)
     target = work / case.name
     if case.is_dir():
@@ -53,13 +82,19 @@ def run_case(case: Path, work: Path) -> tuple[dict[str, str], list[Finding]]:
     files = sorted(str(p) for p in ([target] if target.is_file() else target.rglob("*.py")))
     first_text = Path(files[0]).read_text()
     results = list(
-        engine.migrate_files(files, registry.select(), options_for(first_text), write=True)
+        engine.migrate_files(
+            files,
+            registry.select() if every_rule else codes_for(case),
+            options_for(first_text),
+            write=True,
+        )
     )
     errors = [r.error for r in results if r.error]
     assert not errors, errors
     root = target if target.is_dir() else target.parent
     outputs = {str(Path(p).relative_to(root)): Path(p).read_text() for p in files}
-    findings = [f for r in results for f in r.findings]
+    rule = None if every_rule else rule_of(case)
+    findings = [f for r in results for f in r.findings if rule is None or f.code in rule.CODES]
     return outputs, [Finding(str(Path(f.path).relative_to(root)), *_fields(f)) for f in findings]
 
 

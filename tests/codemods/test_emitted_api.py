@@ -16,37 +16,12 @@ from pathlib import Path
 
 import pytest
 
-OUTPUTS = sorted((Path(__file__).parent / "fixtures").rglob("*.out*"))
-_CHECKPOINT = "torch.distributed.checkpoint.state_dict"
-APIS = {
-    "fully_shard": "torch.distributed.fsdp:fully_shard",
-    "MixedPrecisionPolicy": "torch.distributed.fsdp:MixedPrecisionPolicy",
-    "CPUOffloadPolicy": "torch.distributed.fsdp:CPUOffloadPolicy",
-    "StateDictOptions": f"{_CHECKPOINT}:StateDictOptions",
-    "get_model_state_dict": f"{_CHECKPOINT}:get_model_state_dict",
-    "set_model_state_dict": f"{_CHECKPOINT}:set_model_state_dict",
-    "get_optimizer_state_dict": f"{_CHECKPOINT}:get_optimizer_state_dict",
-    "set_optimizer_state_dict": f"{_CHECKPOINT}:set_optimizer_state_dict",
-    "torch.nn.utils.clip_grad_norm_": "torch.nn.utils:clip_grad_norm_",
-    "set_requires_gradient_sync": "torch.distributed.fsdp:FSDPModule.set_requires_gradient_sync",
-    "fully_shard_like_fsdp1": "fsdp2_port:fully_shard_like_fsdp1",
-    "fsdp2_port.clip_grad_norm_": "fsdp2_port:clip_grad_norm_",
-    "fsdp2_port.no_sync": "fsdp2_port:no_sync",
-    "fsdp2_port.unwrapped": "fsdp2_port:unwrapped",
-    "fsdp2_port.fsdp_wrapped_module": "fsdp2_port:fsdp_wrapped_module",
-    "fsdp2_port.state_dict_type": "fsdp2_port:state_dict_type",
-    "fsdp2_port.set_state_dict_type": "fsdp2_port:set_state_dict_type",
-    "fsdp2_port.optim_state_dict_to_load": "fsdp2_port:optim_state_dict_to_load",
-    "fsdp2_port.module_state_dict": "fsdp2_port:module_state_dict",
-    "fsdp2_port.load_module_state_dict": "fsdp2_port:load_module_state_dict",
-    "fsdp2_port.module_clip_grad_norm_": "fsdp2_port:module_clip_grad_norm_",
-    "fsdp2_port.summon_full_params": "fsdp2_port:summon_full_params",
-    "fsdp2_port.fsdp_modules": "fsdp2_port:fsdp_modules",
-    "fsdp2_port.full_optim_state_dict": "fsdp2_port:full_optim_state_dict",
-    "fsdp2_port.sharded_optim_state_dict": "fsdp2_port:sharded_optim_state_dict",
-    "fsdp2_port.scatter_full_optim_state_dict": "fsdp2_port:scatter_full_optim_state_dict",
-    "fsdp2_port.shard_full_optim_state_dict": "fsdp2_port:shard_full_optim_state_dict",
-}
+from codemods import registry
+
+ROOTS = (Path(__file__).parent / "fixtures", Path(registry.__file__).parent / "rules")
+OUTPUTS = sorted(p for root in ROOTS for p in root.rglob("*.out*"))
+#: Every API a rule's rewrites may call, from the rules themselves.
+APIS = registry.EMITS
 
 
 def _calls(text: str):

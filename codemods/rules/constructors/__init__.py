@@ -1,0 +1,3 @@
+from codemods.rules.constructors.rule import ConstructorRule
+
+__all__ = ["ConstructorRule"]

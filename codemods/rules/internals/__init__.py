@@ -1,0 +1,3 @@
+from codemods.rules.internals.rule import InternalsRule
+
+__all__ = ["InternalsRule"]

@@ -1,0 +1,382 @@
+"""F2P010: FSDP1 APIs and internals with no mechanical FSDP2 rewrite, each with what to do.
+
+- ``m.module`` on an FSDP1 model built in this run becomes ``m`` (FSDP2 does not wrap); on a
+  receiver that may also hold another wrapper (DDP), ``fsdp2_port.unwrapped(m)``, right for all.
+- Static FSDP1 APIs other than the state-dict ones (``summon_full_params``, ``fsdp_modules``,
+  ``set_state_dict_type``, the deprecated optimizer-state functions...), FSDP1-only attributes
+  of a model (flat parameters, handles, ``check_is_root``, ``process_group``...) and
+  ``ShardedGradScaler`` are marked. Tied to a model built here, they keep it on FSDP1: the
+  code around them would otherwise meet an FSDP2 module it was not written for.
+- ``_fsdp_wrapped_module`` / ``_flat_param`` anywhere, in attributes or in strings (state-dict
+  key prefixes that silently stop matching under FSDP2), are marked.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar
+
+from codemods import fsdp1
+from codemods.analysis import FileAnalysis
+from codemods.plan import Rewrite
+from codemods.rules import Code
+
+_FSDP = "FullyShardedDataParallel."
+#: What to do instead, for FSDP1 static APIs handled nowhere else.
+_STATIC = {
+    "summon_full_params": "summon_full_params: FSDP2 parameters are DTensors; read "
+    "p.full_tensor(), or unshard()/reshard() the FSDPModule (note: in the compute dtype)",
+    "fsdp_modules": "FSDP.fsdp_modules(m): use "
+    "[x for x in m.modules() if isinstance(x, FSDPModule)]",
+    "full_optim_state_dict": "full_optim_state_dict: use get_optimizer_state_dict(model, optim, "
+    "options=StateDictOptions(full_state_dict=True, cpu_offload=True))",
+    "sharded_optim_state_dict": "sharded_optim_state_dict: use "
+    "get_optimizer_state_dict(model, optim)",
+    "scatter_full_optim_state_dict": "scatter_full_optim_state_dict: use set_optimizer_state_dict("
+    "model, optim, osd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))",
+    "shard_full_optim_state_dict": "shard_full_optim_state_dict: use set_optimizer_state_dict("
+    "model, optim, osd, options=StateDictOptions(full_state_dict=True))",
+    "flatten_sharded_optim_state_dict": "flatten_sharded_optim_state_dict: use "
+    "set_optimizer_state_dict(model, optim, osd)",
+    "rekey_optim_state_dict": "rekey_optim_state_dict: FSDP2 optimizer state is keyed by "
+    "parameter name in get_/set_optimizer_state_dict",
+}
+#: The static APIs ``fsdp2_port`` gives with FSDP1's signature, right on any model.
+_EITHER = frozenset(
+    {
+        "summon_full_params",
+        "fsdp_modules",
+        "full_optim_state_dict",
+        "sharded_optim_state_dict",
+        "scatter_full_optim_state_dict",
+        "shard_full_optim_state_dict",
+    }
+)
+#: Attributes that only an FSDP1 instance has (flat parameters, handles, its own state): on a
+#: receiver the run cannot tie they still hold its models.
+_FSDP1_ONLY = frozenset(
+    {
+        "_handle",
+        "_handles",
+        "_all_handles",
+        "_fsdp_handles",
+        "check_is_root",
+        "_is_root",
+        "_use_orig_params",
+        "_fsdp_use_orig_params",
+        "_exec_order_data",
+        "training_state",
+        "flat_param",
+        "summon_full_params",
+        "_fsdp_wrapped_module",
+        "_flat_param",
+    }
+)
+#: FSDP1 attributes whose names other objects have too (a config's ``mixed_precision``, a
+#: DDP model's ``process_group``): on an untied receiver, only one named like a model holds.
+_FSDP1_SHARED = frozenset(
+    {
+        "_sync_gradients",
+        "sharding_strategy",
+        "process_group",
+        "params",
+        "_reshard",
+        "_unshard",
+        "_lazy_init",
+        "compute_device",
+        "mixed_precision",
+        "cpu_offload",
+        "register_comm_hook",
+        "_has_params",
+        "rank",
+        "world_size",
+    }
+)
+_FSDP1_ATTRIBUTES = _FSDP1_ONLY | _FSDP1_SHARED
+#: Wrappers whose ``.module`` is theirs, not FSDP1's: a receiver bound only to them is left alone.
+#: Attributes that read a wrapper's module, and the form right on any receiver.
+_WRAPPED = {"module": "unwrapped", "_fsdp_wrapped_module": "fsdp_wrapped_module"}
+_OTHER_WRAPPERS = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+    }
+)
+#: Library entry points that accept only FSDP1 models, with what to do instead.
+_FSDP1_ONLY_LIBRARIES = {
+    "transformer_engine.pytorch.distributed.prepare_te_modules_for_fsdp": (
+        "TransformerEngine's prepare_te_modules_for_fsdp accepts only FSDP1 models (it reads "
+        "FSDP1's flat parameters); with FSDP2, TransformerEngine's own FSDP2 support applies"
+    ),
+    "transformer_engine.pytorch.prepare_te_modules_for_fsdp": (
+        "TransformerEngine's prepare_te_modules_for_fsdp accepts only FSDP1 models (it reads "
+        "FSDP1's flat parameters); with FSDP2, TransformerEngine's own FSDP2 support applies"
+    ),
+}
+_STRING_EDITS = frozenset({"replace", "removeprefix", "startswith", "split", "lstrip"})
+_ANYWHERE = ("_fsdp_wrapped_module", "_flat_param")
+_INTERNAL = (
+    "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters "
+    "(no wrapper, no flat parameter)"
+)
+
+
+class InternalsRule:
+    CODE: ClassVar[str] = "F2P010"
+    CODES: ClassVar[dict[str, Code]] = {
+        "F2P010": Code(
+            summary=(
+                "flag FSDP1 APIs/internals without a mechanical rewrite (summon_full_params, "
+                ".module, ...)"
+            ),
+            topic="internals",
+            rewritten=(
+                "`m.module` → `m` (a model built here), `fsdp2_port.unwrapped(m)` (one that may "
+                "be DDP, or a receiver named like a model the run cannot tie; never "
+                "`self.module`); `FSDP.summon_full_params`, `FSDP.fsdp_modules`, "
+                "`FSDP.full_optim_state_dict`, `sharded_optim_state_dict`, "
+                "`scatter_full_optim_state_dict`, `shard_full_optim_state_dict` → the same call "
+                "on `fsdp2_port` (FSDP1's own on FSDP1 models, the same meaning on FSDP2, DDP "
+                "and plain ones)"
+            ),
+            marked=(
+                "the other deprecated optimizer-state functions, `ShardedGradScaler`, FSDP1-only "
+                "attributes (flat parameters, handles, `check_is_root`, `sharding_strategy`...; "
+                "on an untied receiver they hold the run; names other objects share, such as "
+                "`process_group` or `mixed_precision`, only on a receiver named like a model), "
+                "`_fsdp_wrapped_module`/`_flat_param` in attributes and strings (state-dict key "
+                "prefixes)"
+            ),
+        ),
+    }
+    NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)
+    EMITS: ClassVar[dict[str, str]] = {
+        "fsdp2_port.unwrapped": "fsdp2_port:unwrapped",
+        "fsdp2_port.fsdp_wrapped_module": "fsdp2_port:fsdp_wrapped_module",
+        "fsdp2_port.summon_full_params": "fsdp2_port:summon_full_params",
+        "fsdp2_port.fsdp_modules": "fsdp2_port:fsdp_modules",
+        "fsdp2_port.full_optim_state_dict": "fsdp2_port:full_optim_state_dict",
+        "fsdp2_port.sharded_optim_state_dict": "fsdp2_port:sharded_optim_state_dict",
+        "fsdp2_port.scatter_full_optim_state_dict": "fsdp2_port:scatter_full_optim_state_dict",
+        "fsdp2_port.shard_full_optim_state_dict": "fsdp2_port:shard_full_optim_state_dict",
+    }
+
+    def analyze(self, a: FileAnalysis) -> None:
+        for node in a.names.by_type[ast.Attribute]:
+            assert isinstance(node, ast.Attribute)
+            if not a.is_ignored(node):
+                self._attribute(a, node)
+        for call in a.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            library = next(iter(a.names.qualified(call.func) & _FSDP1_ONLY_LIBRARIES.keys()), None)
+            if library is not None and call.args and not a.is_ignored(call):
+                what = _FSDP1_ONLY_LIBRARIES[library]
+                a.add_tied(self.CODE, call, call.args[0], what, None, known=False)
+        for node in [*a.names.by_type[ast.Name], *a.names.by_type[ast.Attribute]]:
+            parent = a.names.parent.get(node)
+            if isinstance(parent, ast.Attribute) and a.fsdp1_name(parent) is not None:
+                continue  # the longer chain is the reference
+            if a.fsdp1_name(node) == "ShardedGradScaler" and not a.is_ignored(node):
+                a.add(
+                    self.CODE,
+                    node,
+                    "ShardedGradScaler: with FSDP2 use torch.amp.GradScaler (check that the "
+                    "inf/NaN verdict is reduced across ranks)",
+                )
+        for node in a.names.by_type[ast.Constant]:
+            assert isinstance(node, ast.Constant)
+            if isinstance(node.value, str) and any(i in node.value for i in _ANYWHERE):
+                if not (a.is_ignored(node) or _is_docstring(a, node) or _probed(a, node)):
+                    a.add(
+                        self.CODE,
+                        node,
+                        "an FSDP1 name in a string: FSDP2 state-dict keys and module names carry "
+                        "no _fsdp_wrapped_module / _flat_param prefix",
+                    )
+
+    def _attribute(self, a: FileAnalysis, node: ast.Attribute) -> None:
+        name = a.fsdp1_name(node)
+        if name is not None and name.startswith(_FSDP):
+            api = name[len(_FSDP) :]
+            if api in _STATIC:
+                self._static(a, node, api)
+            return
+        receiver = node.value
+        if node.attr in _WRAPPED and isinstance(node.ctx, ast.Load):
+            self._dot_module(a, node)
+        elif node.attr in _EITHER and _instance_call(a, node):
+            self._instance_static(a, node)
+        elif node.attr in _FSDP1_ATTRIBUTES:
+            what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
+            site = a.add_tied(self.CODE, node, receiver, what, None, quiet=True)
+            if site is None and _may_be_model(a, node):
+                a.hold(self.CODE, node, what)
+            elif site is not None and site.unknown is not None and _may_be_model(a, node):
+                site.unknown = None  # what other files pass: if the run ties none, any model
+
+    def _static(self, a: FileAnalysis, node: ast.Attribute, api: str) -> None:
+        call = a.names.parent.get(node)
+        if not (isinstance(call, ast.Call) and call.func is node and call.args):
+            a.hold(self.CODE, node, _STATIC[api])
+        elif api in _EITHER and a.options.runtime_dependency:
+            rewrite = Rewrite(
+                [a.replace(node, f"fsdp2_port.{api}")],
+                f"FSDP.{api} -> fsdp2_port.{api}: FSDP1's on FSDP1 models, the same meaning "
+                "on FSDP2, DDP and plain ones",
+                [a.module_import("fsdp2_port")],
+            )
+            a.add(self.CODE, call, _STATIC[api], rewrite, "ALWAYS")
+        else:
+            a.add_tied(self.CODE, call, call.args[0], _STATIC[api], None, known=False)
+
+    def _instance_static(self, a: FileAnalysis, node: ast.Attribute) -> None:
+        """``m.summon_full_params(m, ...)``: FSDP1's static method called on an instance."""
+        call = a.names.parent.get(node)
+        assert isinstance(call, ast.Call)
+        what = _STATIC[node.attr]
+        if not a.options.runtime_dependency:
+            a.add_tied(self.CODE, call, node.value, what, None, known=False)
+            return
+        rewrite = Rewrite(
+            [a.replace(node, f"fsdp2_port.{node.attr}")],
+            f"{a.source(node.value)}.{node.attr} -> fsdp2_port.{node.attr}: FSDP1's on FSDP1 "
+            "models, the same meaning on FSDP2, DDP and plain ones",
+            [a.module_import("fsdp2_port")],
+        )
+        a.add(self.CODE, call, what, rewrite, "ALWAYS")
+
+    def _dot_module(self, a: FileAnalysis, node: ast.Attribute) -> None:
+        """``m.module`` / ``m._fsdp_wrapped_module``: ``m`` for a model built here; else
+        ``fsdp2_port.unwrapped(m)`` / ``fsdp_wrapped_module(m)`` for one that may also be another
+        wrapper (DDP), is only known to be FSDP1, or cannot be tied (not ``self.module``, an
+        object's own attribute, nor a Python module's)."""
+        receiver = node.value
+        ties, deferred = a.ties.of(receiver)
+        text = a.source(receiver)
+        attribute, function = node.attr, _WRAPPED[node.attr]
+        keep = f"kept: {text}.{attribute} of an FSDP1 model"
+        if ties and not deferred:
+            message = f"{text}.{attribute} -> {text}: FSDP2 does not wrap the module"
+            site = a.add(
+                self.CODE,
+                node,
+                keep,
+                Rewrite(a.around(node, "", ""), message),
+                "MODELS",
+                ties=ties,
+            )
+            site.quiet = True
+        elif a.options.runtime_dependency:
+            rewrite = Rewrite(
+                a.around(node, f"fsdp2_port.{function}(", ")"),
+                f"{text}.{attribute} -> fsdp2_port.{function}({text}): the wrapped module of "
+                "FSDP1 (and DDP), the module itself under FSDP2",
+                [a.module_import("fsdp2_port")],
+            )
+            untied = _may_be_model(a, node) and not _bound_to(a, receiver, _OTHER_WRAPPERS)
+            added = a.add_tied(
+                self.CODE,
+                node,
+                receiver,
+                keep,
+                rewrite,
+                quiet=True,
+                either=rewrite if untied else None,
+            )
+            if added is not None and added.requirement == "MODELS":
+                added.requirement = "ALWAYS"
+        else:
+            keep = f"{text}.{attribute}: FSDP2 does not wrap; use {text} itself once it is FSDP2"
+            if a.add_tied(self.CODE, node, receiver, keep, None, quiet=True) is None:
+                if _may_be_model(a, node):
+                    a.hold(self.CODE, node, keep)
+
+
+def _bound_to(a: FileAnalysis, receiver: ast.expr, classes: frozenset[str]) -> bool:
+    """Every value this file assigns to ``receiver`` is a call of one of ``classes``."""
+    if isinstance(receiver, ast.Name):
+        values = [b.value for b in a.names.bindings_of(receiver)]
+    else:
+        values = list(a.ties.assigned(receiver)) if isinstance(receiver, ast.Attribute) else []
+    return bool(values) and all(
+        isinstance(v, ast.Call) and bool(a.names.qualified(v.func) & classes) for v in values
+    )
+
+
+def _instance_call(a: FileAnalysis, node: ast.Attribute) -> bool:
+    """``m.<static FSDP1 API>(m, ...)``: called, with the receiver as its first argument."""
+    call = a.names.parent.get(node)
+    return (
+        isinstance(call, ast.Call)
+        and call.func is node
+        and bool(call.args)
+        and a.source(call.args[0]) == a.source(node.value)
+        and not a.names.qualified(node.value)
+    )
+
+
+def _may_be_model(a: FileAnalysis, node: ast.Attribute) -> bool:
+    """Whether an untied receiver may be an FSDP1 model: never ``self`` (an object's own
+    attribute) nor an imported name; for names other objects share too, only a receiver
+    named like a model."""
+    receiver = node.value
+    if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+        return False
+    if a.names.qualified(receiver):  # an imported module or class
+        return False
+    if _reads_fsdp1_attribute(a, receiver):  # m._handle.flat_param: m._handle says it all
+        return False
+    return node.attr in _FSDP1_ONLY or a.named_like_model(receiver)
+
+
+def _reads_fsdp1_attribute(a: FileAnalysis, receiver: ast.expr) -> bool:
+    """``m._handle`` itself, a name bound only to it (``handle = m._handle``), or a loop
+    variable over FSDP1 internals (``for handle in m._all_handles`` or a private FSDP1 call):
+    the site there already says it."""
+    value: ast.AST = receiver
+    if isinstance(receiver, ast.Name):
+        binding = a.sole_binding(receiver)
+        if binding is not None and binding.value is not None:
+            value = binding.value
+        else:
+            loops = [
+                loop
+                for b in a.names.bindings_of(receiver)
+                if isinstance(loop := a.names.parent.get(b.node), (ast.For, ast.AsyncFor))
+                and loop.target is b.node
+            ]
+            if len(loops) == 1:
+                value = loops[0].iter
+    if isinstance(value, ast.Call):
+        value = value.func
+        name = a.fsdp1_name(value)
+        if name is not None and fsdp1.is_private(name):  # not FSDP.fsdp_modules: it migrates
+            return True
+    return isinstance(value, ast.Attribute) and value.attr in _FSDP1_ATTRIBUTES
+
+
+def _probed(a: FileAnalysis, node: ast.Constant) -> bool:
+    """``hasattr(m, "_fsdp_wrapped_module")``, ``getattr(m, "...", default)`` or
+    ``name.replace("_fsdp_wrapped_module.", "")``: false, the default or a no-op on an FSDP2
+    model, which is what such code is written for."""
+    call = a.names.parent.get(node)
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in _STRING_EDITS
+        and call.args
+        and call.args[0] is node
+    ):
+        return True  # name.replace("_fsdp_wrapped_module.", ""): a no-op on FSDP2 names
+    if not (isinstance(call, ast.Call) and len(call.args) >= 2 and call.args[1] is node):
+        return False
+    if a.resolves_to(call.func, "builtins.hasattr"):
+        return True
+    return a.resolves_to(call.func, "builtins.getattr") and len(call.args) == 3
+
+
+def _is_docstring(a: FileAnalysis, node: ast.Constant) -> bool:
+    parent = a.names.parent.get(node)
+    return isinstance(parent, ast.Expr)

@@ -1,0 +1,3 @@
+from codemods.rules.isinstance_check.rule import IsinstanceRule
+
+__all__ = ["IsinstanceRule"]

@@ -1,0 +1,236 @@
+"""F2P005: the FSDP1 class as a type -> ``FSDPModule``.
+
+``isinstance(x, FSDP)`` / ``issubclass`` (in a tuple or a ``|`` union too) and annotations.
+Every module ``fully_shard`` was applied to is an ``FSDPModule``, as every FSDP1-wrapped module
+was an ``FSDP``; but a type check is rewritten only with the models it sees (tied ones, or
+every model of the run), and never when what it guards stays FSDP1: the check and the FSDP1
+sites in the code it guards form one group, rewritten together or not at all.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar
+
+from codemods.analysis import FileAnalysis
+from codemods.plan import Requirement, Rewrite, Site
+from codemods.rules import Code
+from codemods.text import Edit
+
+_CHECKS = ("builtins.isinstance", "builtins.issubclass")
+
+
+class IsinstanceRule:
+    CODE: ClassVar[str] = "F2P005"
+    CODES: ClassVar[dict[str, Code]] = {
+        "F2P005": Code(
+            summary="isinstance(x, FSDP) / issubclass / annotations -> FSDPModule",
+            topic="the FSDP1 class as a type",
+            rewritten=(
+                "`isinstance(x, FSDP)` / `issubclass` (in tuples and unions), annotations → "
+                "`FSDPModule`, with the models they see"
+            ),
+            marked=(
+                "a check guarding FSDP1-only code that stays; the FSDP1 branch of an `if "
+                "isinstance(x, FSDP): ... elif isinstance(x, FSDPModule):` dispatch (left as is: "
+                "it no longer runs once the model is FSDP2)"
+            ),
+        ),
+    }
+    #: A type test and the FSDP1 code it guards (state dicts, internals) go together.
+    NEEDS: ClassVar[tuple[str, ...]] = ("F2P002", "F2P008", "F2P010")
+    EMITS: ClassVar[dict[str, str]] = {}
+
+    def analyze(self, a: FileAnalysis) -> None:
+        for call in a.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if (
+                len(call.args) == 2
+                and a.resolves_to(call.func, *_CHECKS)
+                and not a.is_ignored(call)
+            ):
+                self._check(a, call)
+        for annotation in a.names.annotations:
+            self._annotation(a, annotation)
+
+    def _check(self, a: FileAnalysis, call: ast.Call) -> None:
+        kinds = call.args[1]
+        refs = _fsdp_refs(a, kinds)
+        if not refs:
+            return
+        dispatch = _dispatch_branch(a, call)
+        if dispatch is not None:
+            message = (
+                "FSDP1 branch of a type dispatch that has an FSDP2 branch: it no longer runs "
+                "once the model is FSDP2; delete it with the last FSDP1 model"
+            )
+            a.add(self.CODE, call, message)
+            a.dead_branches.append((dispatch, message))
+            return
+        if isinstance(kinds, ast.Tuple) and any(
+            a.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
+        ):
+            # Already true for FSDP1 and FSDP2 models alike: nothing to change or mark.
+            both = a.add(self.CODE, call, "", None, "NEVER")
+            both.silent, both.holds = True, False
+            return
+        rewrite = _to_fsdp_module(a, kinds, refs, "FSDP class test -> FSDPModule")
+        guarded = _guarded_span(a, call)
+        groups = frozenset({f"guard:{a.site_id(call)}"}) if guarded else frozenset()
+        message = "kept: FSDP1 type test"
+        site = a.add_tied(
+            self.CODE, call, call.args[0], message, rewrite, known=False, groups=groups
+        )
+        if site is not None:
+            site.holds = False  # kept, an FSDP2 model fails the test: marked, not broken
+            site.fsdp1_only_marker = True
+            if guarded:
+                a.guards.append((guarded, f"guard:{a.site_id(call)}"))
+
+    def _annotation(self, a: FileAnalysis, annotation: ast.expr) -> None:
+        refs = _fsdp_refs(a, annotation)
+        if not refs or a.is_ignored(annotation):
+            return
+        rewrite = _to_fsdp_module(a, annotation, refs, "FSDP annotation -> FSDPModule")
+        parent = a.names.parent.get(annotation)
+        site: Site | None
+        if isinstance(parent, ast.AnnAssign) and parent.value is not None:
+            site = a.add_tied(
+                self.CODE, annotation, parent.value, "kept: FSDP1 annotation", rewrite, known=False
+            )
+        elif (
+            isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and parent.returns is annotation
+        ):
+            ties = a.ties.returned_by(parent)
+            requirement: Requirement = "MODELS" if ties[0] or ties[1] else "RUN"
+            site = a.add(
+                self.CODE,
+                annotation,
+                "kept: FSDP1 annotation",
+                rewrite,
+                requirement,
+                ties=ties[0],
+                deferred=ties[1],
+            )
+        else:
+            site = a.add(self.CODE, annotation, "kept: FSDP1 annotation", rewrite, "RUN")
+        if site is not None:
+            site.holds = False  # an annotation changes nothing at run time
+            site.fsdp1_only_marker = True
+
+
+def _fsdp_refs(a: FileAnalysis, node: ast.AST) -> list[ast.expr]:
+    """The FSDP1 class references in a type expression (tuples, unions, subscripts)."""
+    found: list[ast.expr] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (ast.Name, ast.Attribute)) and a.is_fsdp_class(current):
+            found.append(current)
+        elif isinstance(current, (ast.Tuple, ast.List)):
+            stack.extend(current.elts)
+        elif isinstance(current, ast.BinOp) and isinstance(current.op, ast.BitOr):
+            stack.extend((current.left, current.right))
+        elif isinstance(current, ast.Subscript):
+            stack.append(current.slice)
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _to_fsdp_module(a: FileAnalysis, kinds: ast.AST, refs: list[ast.expr], message: str) -> Rewrite:
+    """``FSDPModule`` in place of each FSDP1 reference (dropped from a tuple that has it)."""
+    has_fsdp2 = isinstance(kinds, ast.Tuple) and any(
+        a.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
+    )
+    if has_fsdp2:
+        assert isinstance(kinds, ast.Tuple)
+        return Rewrite(_tuple_removals(a, kinds, set(refs)), message)
+    edits = [a.replace(ref, "FSDPModule") for ref in refs]
+    return Rewrite(edits, message, [a.import_for(refs[0], a.options.fsdp2_module, "FSDPModule")])
+
+
+def _tuple_removals(a: FileAnalysis, kinds: ast.Tuple, drop: set[ast.expr]) -> list[Edit]:
+    edits = []
+    elements = kinds.elts
+    for index, element in enumerate(elements):
+        if element not in drop:
+            continue
+        start, end = a.span(element)
+        if index + 1 < len(elements):
+            edits.append(Edit(start, a.lines.start(elements[index + 1]), ""))
+        else:
+            edits.append(Edit(a.lines.end(elements[index - 1]), end, ""))
+    return edits
+
+
+def _dispatch_branch(a: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
+    """The body of ``if isinstance(x, FSDP):`` when an ``elif``/``else if`` of the same chain
+    tests ``x`` against an FSDP2 class: under FSDP2 only the other branch runs."""
+    statement = a.names.parent.get(call)
+    if not (isinstance(statement, ast.If) and statement.test is call):
+        return None
+    subject = a.source(call.args[0])
+    branch = statement
+    while len(branch.orelse) == 1 and isinstance(branch.orelse[0], ast.If):
+        branch = branch.orelse[0]
+        test = branch.test
+        if (
+            isinstance(test, ast.Call)
+            and len(test.args) == 2
+            and a.resolves_to(test.func, *_CHECKS)
+            and a.source(test.args[0]) == subject
+            and any(a.fsdp2_name(n) == "FSDPModule" for n in ast.walk(test.args[1]))
+        ):
+            return a.lines.start(statement.body[0]), a.lines.end(statement.body[-1])
+    return None
+
+
+def _guarded_span(a: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
+    """The code that runs only when the check holds: the rest of an ``and``, the ``if`` body;
+    for a negated check (``not``, ``or``), the ``else`` and, after ``if not ...: return``
+    (any jump), the rest of the block."""
+    spans: list[tuple[int, int]] = []
+    child: ast.AST = call
+    negated = False
+    for ancestor in a.names.ancestors(call):
+        if isinstance(ancestor, ast.UnaryOp) and isinstance(ancestor.op, ast.Not):
+            negated = not negated
+        elif isinstance(ancestor, ast.BoolOp):
+            if isinstance(ancestor.op, ast.And if not negated else ast.Or):
+                later = ancestor.values[ancestor.values.index(child) + 1 :]  # type: ignore[arg-type]
+                if later:
+                    spans.append((a.lines.start(later[0]), a.lines.end(later[-1])))
+        elif isinstance(ancestor, (ast.If, ast.While)) and child is ancestor.test:
+            if not negated:
+                spans.append((a.lines.start(ancestor.body[0]), a.lines.end(ancestor.body[-1])))
+            else:
+                spans += _denied_spans(a, ancestor)
+            break
+        elif isinstance(ancestor, ast.IfExp) and child is ancestor.test:
+            spans.append(a.span(ancestor.orelse if negated else ancestor.body))
+            break
+        else:
+            break
+        child = ancestor
+    if not spans:
+        return None
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+def _denied_spans(a: FileAnalysis, statement: ast.If | ast.While) -> list[tuple[int, int]]:
+    """What runs only when the test of ``statement`` is false: its ``else``, and the rest of
+    its block when its body always jumps away."""
+    spans = []
+    if statement.orelse:
+        spans.append((a.lines.start(statement.orelse[0]), a.lines.end(statement.orelse[-1])))
+    if isinstance(statement, ast.If) and isinstance(
+        statement.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)
+    ):
+        owner = a.names.parent.get(statement)
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(owner, name, None)
+            if isinstance(block, list) and statement in block:
+                rest = block[block.index(statement) + 1 :]
+                if rest:
+                    spans.append((a.lines.start(rest[0]), a.lines.end(rest[-1])))
+    return spans

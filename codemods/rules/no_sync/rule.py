@@ -1,0 +1,133 @@
+"""F2P007: ``m.no_sync()`` on an FSDP1 model -> gradient sync off, FSDP2's way.
+
+- ``with m.no_sync():`` where every model ``m`` can hold is an FSDP1 one built in this run:
+  ``m.set_requires_gradient_sync(False)`` / ``try:`` body / ``finally:``
+  ``m.set_requires_gradient_sync(True)`` (pure torch; sync is back on even if the block raises).
+- Any other use (a receiver that may also hold a DDP model, ``with`` among other context
+  managers, ``m.no_sync`` kept as a bound method): ``fsdp2_port.no_sync(m)``, a context manager
+  right for FSDP1, FSDP2 and DDP alike, so it needs no model to migrate.
+A receiver the run cannot tie to a model gets ``fsdp2_port.no_sync(m)`` too, whenever a model
+of the run migrates (it may be one of them); without the runtime dependency it holds the run.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar
+
+from codemods.analysis import FileAnalysis
+from codemods.plan import Rewrite
+from codemods.rules import Code
+from codemods.text import Edit
+
+
+class NoSyncRule:
+    CODE: ClassVar[str] = "F2P007"
+    CODES: ClassVar[dict[str, Code]] = {
+        "F2P007": Code(
+            summary="with m.no_sync(): -> m.set_requires_gradient_sync(False) ... finally True",
+            topic="`m.no_sync()`",
+            rewritten=(
+                "`with m.no_sync():` on a model built here → "
+                "`m.set_requires_gradient_sync(False)` / `try` / `finally: ...(True)`; other "
+                "shapes (a receiver that may be DDP or cannot be tied, a bound method kept in a "
+                "variable, among other context managers) → `fsdp2_port.no_sync(m)` (right for "
+                "FSDP1, FSDP2, DDP)"
+            ),
+            marked="untied receivers without the runtime dependency (they hold the run)",
+        ),
+    }
+    NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)
+    EMITS: ClassVar[dict[str, str]] = {
+        "set_requires_gradient_sync": (
+            "torch.distributed.fsdp:FSDPModule.set_requires_gradient_sync"
+        ),
+        "fsdp2_port.no_sync": "fsdp2_port:no_sync",
+    }
+
+    def analyze(self, a: FileAnalysis) -> None:
+        for node in a.names.by_type[ast.Attribute]:
+            assert isinstance(node, ast.Attribute)
+            if node.attr != "no_sync" or a.is_ignored(node) or a.names.qualified(node):
+                continue
+            parent = a.names.parent.get(node)
+            called = isinstance(parent, ast.Call) and parent.func is node
+            if called and (parent.args or parent.keywords):  # type: ignore[union-attr]
+                continue
+            self._site(a, node, parent if called else None)  # type: ignore[arg-type]
+
+    def _site(self, a: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None) -> None:
+        receiver = attribute.value
+        text = a.source(receiver)
+        node = call or attribute
+        keep = f"kept: {text}.no_sync() of an FSDP1 model"
+        unknown = (
+            f"{text} is not known to be an FSDP1 module: if it is, turn gradient sync off with "
+            f"{text}.set_requires_gradient_sync(False) (and back on) with the model's migration"
+        )
+        ties, deferred = a.ties.of(receiver)
+        statement = _sole_with_item(a, call) if call is not None else None
+        either = _helper(a, attribute, call, text) if a.options.runtime_dependency else None
+        rewrite: Rewrite | None
+        if statement is not None and (either is None or (ties and not deferred)):
+            rewrite = _try_finally(a, statement, text)
+        else:
+            rewrite = either
+            if either is None:
+                keep += " (use set_requires_gradient_sync)"
+        site = a.add_tied(
+            self.CODE, node, receiver, keep, rewrite, quiet=True, unknown=unknown, either=either
+        )
+        if site is None:
+            a.hold(self.CODE, node, unknown)
+        elif rewrite is either and site.requirement == "MODELS":
+            site.requirement = "ALWAYS"  # right for FSDP1, FSDP2 and DDP alike
+
+
+def _helper(a: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None, text: str) -> Rewrite:
+    """``fsdp2_port.no_sync(m)`` for the call, ``functools.partial(...)`` for a bound method."""
+    imports = [a.module_import("fsdp2_port")]
+    if call is not None:
+        edits = a.receiver_first(call, "fsdp2_port.no_sync")
+    else:
+        edits = [a.replace(attribute, f"functools.partial(fsdp2_port.no_sync, {text})")]
+        imports.append(a.module_import("functools"))
+    message = "no_sync() -> fsdp2_port.no_sync(...): right for FSDP1, FSDP2 and DDP"
+    return Rewrite(edits, message, imports)
+
+
+def _sole_with_item(a: FileAnalysis, call: ast.Call) -> ast.With | None:
+    """The ``with`` statement whose only item is ``call`` (no ``as``), if that is its shape."""
+    item = a.names.parent.get(call)
+    statement = a.names.parent.get(item) if isinstance(item, ast.withitem) else None
+    if isinstance(statement, ast.With) and len(statement.items) == 1 and item.optional_vars is None:  # type: ignore[union-attr]
+        return statement
+    return None
+
+
+def _try_finally(a: FileAnalysis, statement: ast.With, receiver: str) -> Rewrite:
+    newline = a.lines.newline()
+    start = a.lines.start(statement)
+    indent = a.lines.indent_at(a.statement_start(statement))
+    colon = _header_colon(a, statement)
+    header = f"{receiver}.set_requires_gradient_sync(False){newline}{indent}try:"
+    last = statement.body[-1]
+    end = a.lines.line_end(a.lines.end(last) - 1)
+    inner = a.lines.indent_at(a.lines.start(statement.body[0]))
+    if not inner.startswith(indent) or inner == indent:
+        inner = indent + "    "
+    tail = "" if a.text[:end].endswith(("\n", "\r")) else newline
+    restore = f"{inner}{receiver}.set_requires_gradient_sync(True){newline}"
+    closing = f"{tail}{indent}finally:{newline}{restore}"
+    return Rewrite(
+        [Edit(start, colon + 1, header), Edit(end, end, closing)],
+        "no_sync() -> set_requires_gradient_sync(False), restored in finally",
+    )
+
+
+def _header_colon(a: FileAnalysis, statement: ast.With) -> int:
+    """Offset of the ``:`` that ends a ``with`` header (after its items and any parenthesis)."""
+    position = a.lines.end(statement.items[-1].context_expr)
+    while a.text[position] != ":":
+        position += 1
+    return position

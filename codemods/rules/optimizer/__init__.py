@@ -1,0 +1,3 @@
+from codemods.rules.optimizer.rule import OptimizerRule
+
+__all__ = ["OptimizerRule"]

@@ -1,0 +1,3 @@
+from codemods.rules.param_shapes.rule import ParamShapesRule
+
+__all__ = ["ParamShapesRule"]

@@ -1,0 +1,118 @@
+"""F2P011: parameter shapes read from a wrapped model change meaning under FSDP2.
+
+After ``FSDP(m)`` the model's parameters are FSDP1's flat views: 1-D shards (with
+``use_orig_params=True``, views into them; without it, one ``FlatParameter`` per unit), so
+``p.ndim``, ``p.shape``, ``p.dim()``, ``p.size()`` and ``p.numel()`` read from
+``model.parameters()`` / ``named_parameters()`` describe shards. FSDP2 keeps each parameter's
+logical shape (a DTensor): the same code now sees matrices. A weight-decay split by
+``p.ndim > 1`` decayed nothing before and decays every matrix after, with no error. Marked at
+the line when the model migrates (for a receiver the run cannot tie but named like a model,
+such as a base class's ``self.policy``: when any model of the run migrates); nothing when it
+stays FSDP1.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar
+
+from codemods.analysis import FileAnalysis
+from codemods.plan import Rewrite
+from codemods.rules import Code
+
+_SHAPES = frozenset({"ndim", "shape", "dim", "size", "numel"})
+_ITERATORS = frozenset({"parameters", "named_parameters"})
+
+
+class ParamShapesRule:
+    CODE: ClassVar[str] = "F2P011"
+    CODES: ClassVar[dict[str, Code]] = {
+        "F2P011": Code(
+            summary=(
+                "mark parameter shapes read from a wrapped model (FSDP1 flat shards, FSDP2 full)"
+            ),
+            topic="parameter shapes after wrapping",
+            rewritten="—",
+            marked=(
+                "`p.ndim`/`shape`/`dim()`/`size()`/`numel()` of "
+                "`model.parameters()`/`named_parameters()` on a model that migrates: FSDP1 gave "
+                "flat 1-D shards, FSDP2 the full shapes (weight decay chosen by `p.ndim > 1` "
+                "decayed nothing before, every matrix after)"
+            ),
+        ),
+    }
+    NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)
+    EMITS: ClassVar[dict[str, str]] = {}
+
+    def analyze(self, a: FileAnalysis) -> None:
+        for node in ast.walk(a.tree):
+            if isinstance(node, (ast.For, ast.comprehension)):
+                self._loop(a, node.iter, node.target, node)
+
+    def _loop(self, a: FileAnalysis, iterator: ast.expr, target: ast.expr, loop: ast.AST) -> None:
+        if not (
+            isinstance(iterator, ast.Call)
+            and isinstance(iterator.func, ast.Attribute)
+            and iterator.func.attr in _ITERATORS
+        ):
+            return
+        model = iterator.func.value
+        ties, deferred = a.ties.of(model)
+        untraced = _self_attribute(model) and a.named_like_model(model)
+        if a.is_ignored(iterator) or not (ties or deferred or untraced):
+            return
+        parameter = _parameter_name(target, iterator.func.attr)
+        owner = a.names.parent.get(loop) if isinstance(loop, ast.comprehension) else loop
+        read = next(
+            (
+                n
+                for n in ast.walk(owner)  # type: ignore[arg-type]
+                if isinstance(n, ast.Attribute)
+                and n.attr in _SHAPES
+                and isinstance(n.value, ast.Name)
+                and n.value.id == parameter
+            ),
+            None,
+        )
+        if read is None:
+            return
+        text = a.source(model)
+        message = (
+            f"{parameter}.{read.attr} of {text}'s parameters: FSDP1 gave flat 1-D shards here, "
+            "FSDP2 gives each parameter's full shape; check what this selects (e.g. weight "
+            "decay by ndim) and read the shapes from the unwrapped module if FSDP1's answer was "
+            "intended"
+        )
+        marker = Rewrite([], message, review=True)
+        site = a.add(
+            self.CODE,
+            read,
+            message,
+            marker,
+            "MODELS" if ties or deferred else "ANY",
+            ties=ties,
+            deferred=deferred,
+        )
+        site.quiet = True  # only a model that migrates changes meaning
+        if not ties:  # untied, named like a model (self.policy of a base class): any may come
+            site.either = marker if untraced else None
+            site.unknown = ""  # otherwise nothing at all if the run passes no model
+
+
+def _self_attribute(node: ast.expr) -> bool:
+    """``self.policy``: class state, which a subclass elsewhere may have wrapped unseen."""
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and (node.value.id == "self")
+    )
+
+
+def _parameter_name(target: ast.expr, iterator: str) -> str | None:
+    """The loop variable that holds each parameter (``p``, or ``p`` of ``name, p``)."""
+    if iterator == "parameters" and isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+        second = target.elts[1]
+        return second.id if isinstance(second, ast.Name) else None
+    return None

@@ -1,0 +1,953 @@
+"""F2P008: FSDP1 state-dict plumbing -> ``torch.distributed.checkpoint.state_dict``.
+
+Every rewrite here is right under FSDP1 and FSDP2 alike, so none waits for a model to migrate:
+
+- ``with FSDP.state_dict_type(m, FULL|SHARDED[, cfg[, optim_cfg]]):`` with literal arguments,
+  whose body takes state dicts only through ``m`` itself: the ``with`` goes (its body stays, one
+  level out) and in the body ``m.state_dict()`` -> ``get_model_state_dict(m, options=...)``,
+  ``m.load_state_dict(sd)`` -> ``set_model_state_dict``, ``FSDP.optim_state_dict(m, o)`` ->
+  ``get_optimizer_state_dict``, ``o.load_state_dict(FSDP.optim_state_dict_to_load(...))``
+  (either argument order, keywords, or through a name) -> ``set_optimizer_state_dict``.
+- Any other shape (a type or config chosen at run time, a block around calls that may take a
+  state dict themselves, a context kept in a variable or returned by a helper, a persistent
+  ``FSDP.set_state_dict_type``): the same call on ``fsdp2_port`` (``state_dict_type``,
+  ``set_state_dict_type``, ``optim_state_dict``, ``optim_state_dict_to_load``), which give FSDP1's
+  behaviour on FSDP2 modules too. Without the runtime dependency, marked.
+- On a model built here, outside any block, ``m.state_dict()`` / ``m.load_state_dict(sd)`` are
+  FSDP1's FULL default; they become the full-state-dict calls when the model migrates (FSDP2's
+  plain ``state_dict()`` is sharded), unless the file sets a persistent type.
+- LOCAL_STATE_DICT has no FSDP2 form: marked, and a model it is about stays FSDP1.
+
+``rank0_only`` vs ``cpu_offload``: FSDP2 gives the full state dict to rank 0 only exactly when it
+offloads. Offloading without ``rank0_only`` goes to the runtime form; ``rank0_only`` without
+offloading becomes the full dict on every rank (more memory, the same values on rank 0).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import ClassVar
+
+from codemods import calls
+from codemods.analysis import FileAnalysis
+from codemods.plan import NeededImport, Requirement, Rewrite
+from codemods.rules import Code
+from codemods.text import Edit
+
+MODULE = "torch.distributed.checkpoint.state_dict"
+_FSDP = "FullyShardedDataParallel."
+_CONTEXT = ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config")
+_TO_LOAD = ("model", "optim", "optim_state_dict")
+_DCP_LOADS = (
+    "torch.distributed.checkpoint.load",
+    "torch.distributed.checkpoint.load_state_dict",
+    "torch.distributed.checkpoint.state_dict_loader.load",
+)
+_SAFE_PREFIXES = (
+    "builtins.",
+    "torch.",
+    "os.",
+    "json.",
+    "logging.",
+    "time.",
+    "math.",
+    "pathlib.",
+    "shutil.",
+    "pickle.",
+    "io.",
+    "gc.",
+    "warnings.",
+    "copy.",
+    "collections.",
+    "numpy.",
+    "safetensors.",
+)
+#: Methods that take no state dict from a module, whatever object they are called on.
+_SAFE_METHODS = frozenset(
+    {
+        "info",
+        "debug",
+        "warning",
+        "warn",
+        "error",
+        "exception",
+        "critical",
+        "print",
+        "format",
+        "join",
+        "items",
+        "keys",
+        "values",
+        "update",
+        "get",
+        "pop",
+        "append",
+        "extend",
+        "copy",
+        "cpu",
+        "to",
+        "clone",
+        "detach",
+        "item",
+        "numel",
+        "replace",
+        "startswith",
+        "endswith",
+        "split",
+        "write",
+        "mkdir",
+        "exists",
+        "barrier",
+        "get_rank",
+        "get_world_size",
+        "setdefault",
+        "tolist",
+        "float",
+        "half",
+        "bfloat16",
+        "contiguous",
+        "is_dir",
+        "joinpath",
+        "open",
+        "close",
+        "flush",
+        "synchronize",
+    }
+)
+_RUNTIME = "its FSDP1 behaviour on FSDP1 and FSDP2 models alike"
+#: DCP functions that read FSDP1's sharded layout (ShardedTensor optimizer state).
+_FSDP1_CHECKPOINT = frozenset(
+    {
+        "torch.distributed.checkpoint.optimizer.load_sharded_optimizer_state_dict",
+        "torch.distributed.checkpoint.load_sharded_optimizer_state_dict",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    """``StateDictOptions(...)`` source for model, optimizer and load calls (None: none)."""
+
+    model: str | None
+    optim: str | None
+    load: str | None
+    note: str = ""
+
+
+#: FSDP1 outside a ``state_dict_type`` block: FULL, nothing offloaded, every rank.
+DEFAULT = Options(
+    "StateDictOptions(full_state_dict=True)",
+    "StateDictOptions(full_state_dict=True)",
+    "StateDictOptions(full_state_dict=True)",
+)
+
+
+_DCP = "torch.distributed.checkpoint.state_dict"
+
+
+class StateDictRule:
+    CODE: ClassVar[str] = "F2P008"
+    CODES: ClassVar[dict[str, Code]] = {
+        "F2P008": Code(
+            summary=(
+                "FSDP.state_dict_type / optim_state_dict / optim_state_dict_to_load -> "
+                "get_/set_*_state_dict (fsdp2_port's FSDP1 forms where they are not literal)"
+            ),
+            topic="state dicts",
+            rewritten=(
+                "a literal FULL/SHARDED `with FSDP.state_dict_type(...)` whose body takes state "
+                "dicts only through the model → the block's calls become "
+                "`get_/set_model_state_dict`, `get_/set_optimizer_state_dict` with "
+                "`StateDictOptions` (configs read, `optim_state_dict_to_load` in both argument "
+                "orders or through a name), the `with` goes; any other shape (runtime type, a "
+                "callee such as `trainer.save_model()`, a context returned by a helper, "
+                "`set_state_dict_type`) → the same call on `fsdp2_port` (`state_dict_type`, "
+                "`set_state_dict_type`, `optim_state_dict`, `optim_state_dict_to_load`), which "
+                "behave as FSDP1's on FSDP2 models too; a plain "
+                "`m.state_dict()`/`m.load_state_dict(sd)` of a model built here → the full state "
+                "dict (FSDP1's default) when it migrates; of a receiver that may also hold other "
+                "modules (a helper's parameter, a DDP branch) or under a type set elsewhere in "
+                "the file → `fsdp2_port.module_state_dict(m)`/`load_module_state_dict(m, sd)` "
+                "(FSDP1's answer on FSDP2, each module's own on DDP and plain modules)"
+            ),
+            marked="`LOCAL_STATE_DICT` (no FSDP2 form: its model stays FSDP1)",
+        ),
+    }
+    NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)
+    EMITS: ClassVar[dict[str, str]] = {
+        "StateDictOptions": _DCP + ":StateDictOptions",
+        "get_model_state_dict": _DCP + ":get_model_state_dict",
+        "set_model_state_dict": _DCP + ":set_model_state_dict",
+        "get_optimizer_state_dict": _DCP + ":get_optimizer_state_dict",
+        "set_optimizer_state_dict": _DCP + ":set_optimizer_state_dict",
+        "fsdp2_port.state_dict_type": "fsdp2_port:state_dict_type",
+        "fsdp2_port.set_state_dict_type": "fsdp2_port:set_state_dict_type",
+        "fsdp2_port.optim_state_dict_to_load": "fsdp2_port:optim_state_dict_to_load",
+        "fsdp2_port.module_state_dict": "fsdp2_port:module_state_dict",
+        "fsdp2_port.load_module_state_dict": "fsdp2_port:load_module_state_dict",
+    }
+
+    def analyze(self, a: FileAnalysis) -> None:
+        self.a = a
+        self.handled: set[ast.AST] = set()
+        self.persistent = any(
+            a.fsdp1_name(node) == _FSDP + "set_state_dict_type"
+            or a.resolves_to(node, "fsdp2_port.set_state_dict_type")
+            for node in a.names.by_type[ast.Attribute]
+        )
+        for node in a.names.by_type[ast.Call]:
+            assert isinstance(node, ast.Call)
+            if node in self.handled or a.is_ignored(node):
+                continue
+            name = a.fsdp1_name(node.func)
+            if name == _FSDP + "state_dict_type":
+                self._context(node)
+            elif name == _FSDP + "set_state_dict_type":
+                self._runtime_call(
+                    node, "set_state_dict_type", "a persistent FSDP1 state-dict type"
+                )
+        for node in a.names.by_type[ast.Call]:
+            assert isinstance(node, ast.Call)
+            if a.resolves_to(node.func, "fsdp2_port.state_dict_type"):
+                # an earlier run's block: its state dicts are already FSDP1's on any model
+                self.handled.update(_block_calls(a, node))
+        for node in a.names.by_type[ast.Call]:
+            assert isinstance(node, ast.Call)
+            if node not in self.handled and not a.is_ignored(node):
+                self._call(node, None, frozenset())
+
+    # -- with FSDP.state_dict_type(...) ------------------------------------------------------------
+    def _context(self, call: ast.Call) -> None:
+        a = self.a
+        self.handled.add(call)
+        bound = calls.bind(call, _CONTEXT)
+        if bound is None or "module" not in bound or "state_dict_type" not in bound:
+            self._runtime_call(
+                call, "state_dict_type", "FSDP.state_dict_type(...) with unusual arguments"
+            )
+            return
+        kind = (a.fsdp1_name(bound["state_dict_type"].value) or "").removeprefix("StateDictType.")
+        item = a.names.parent.get(call)
+        statement = a.names.parent.get(item) if isinstance(item, ast.withitem) else None
+        if isinstance(statement, ast.With):  # the body's calls follow the block, never a default
+            block_calls = [
+                n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)
+            ]
+        else:
+            block_calls = []
+        if kind == "LOCAL_STATE_DICT":
+            self.handled.update(block_calls)
+            a.add_tied(
+                self.CODE,
+                call,
+                bound["module"].value,
+                "LOCAL_STATE_DICT has no FSDP2 form: save the sharded state dict with DCP instead",
+                None,
+                known=False,
+            )
+            return
+        literal = self._literal(bound, kind)
+        if (
+            isinstance(statement, ast.With)
+            and len(statement.items) == 1
+            and item.optional_vars is None  # type: ignore[union-attr]
+            and isinstance(literal, Options)
+        ):
+            group = frozenset({f"state_dict:{a.site_id(call)}"})
+            if self._pure_block(call, statement, bound["module"].value, literal, group):
+                return
+        self._runtime_call(call, "state_dict_type", "an FSDP1 state-dict block")
+        for node in block_calls:
+            if node not in self.handled:
+                self._call(node, None, frozenset(), runtime_only=True, block=bound["module"].value)
+        self.handled.update(block_calls)
+
+    def _pure_block(
+        self,
+        call: ast.Call,
+        statement: ast.With,
+        model: ast.expr,
+        options: Options,
+        group: frozenset[str],
+    ) -> bool:
+        """The block's state-dict calls rewritten and the ``with`` removed; False (nothing
+        added) when the body calls code that may take a state dict itself."""
+        a = self.a
+        text = a.source(model)
+        body = [n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)]
+        ours = [n for n in body if n not in self.handled and self._is_state_call(n, text)]
+        if any(not self._safe(n) for n in body if n not in ours and n not in self.handled):
+            return False
+        for node in ours:
+            if node not in self.handled:
+                self._call(node, options, group, anchor=call.func, model=text)
+        for name in ("state_dict_config", "optim_state_dict_config"):
+            self._drop_config_binding(calls.bind(call, _CONTEXT).get(name), group)  # type: ignore[union-attr]
+        message = "with FSDP.state_dict_type(...) removed: FSDP2 chooses the state dict per call"
+        if options.note:
+            message += "; " + options.note
+        ties, deferred = a.ties.of(model)
+        a.add(
+            self.CODE,
+            call,
+            "kept: FSDP.state_dict_type(...) block",
+            Rewrite(_unwrap(a, statement), message),
+            "ALWAYS",
+            ties=ties,
+            deferred=deferred,
+            groups=group,
+        )
+        return True
+
+    def _literal(self, bound: dict[str, calls.Argument], kind: str) -> Options | None:
+        """The options of a literal FULL/SHARDED block, or None (run-time values, or an
+        FSDP1 combination FSDP2's options cannot say)."""
+        if kind not in ("FULL_STATE_DICT", "SHARDED_STATE_DICT"):
+            return None
+        full = kind == "FULL_STATE_DICT"
+        model = self._config(bound.get("state_dict_config"), full, "StateDictConfig")
+        optim = self._config(bound.get("optim_state_dict_config"), full, "OptimStateDictConfig")
+        if model is None or optim is None:
+            return None
+        notes = []
+        for what, (offload, rank0_only) in (
+            ("state_dict_config", model),
+            ("optim_state_dict_config", optim),
+        ):
+            if full and offload and not rank0_only:
+                return None
+            if full and rank0_only and not offload:
+                notes.append(
+                    f"{what} rank0_only=True without offload: every rank now gets the full "
+                    "state dict (the same values on rank 0, more memory elsewhere)"
+                )
+        load = "StateDictOptions(full_state_dict=True)" if full else None
+        return Options(_fields(full, model[0]), _fields(full, optim[0]), load, "; ".join(notes))
+
+    def _config(
+        self, arg: calls.Argument | None, full: bool, family: str
+    ) -> tuple[bool, bool] | None:
+        """``(offload_to_cpu, rank0_only)`` of a literal config (FSDP1's defaults when absent)."""
+        a = self.a
+        if arg is None or calls.is_none(arg.value):
+            return False, False
+        value: ast.AST = arg.value
+        if isinstance(value, ast.Name):
+            binding = a.sole_binding(value)
+            if binding is None or binding.value is None:
+                return None
+            value = binding.value
+        expected = ("Full" if full else "Sharded") + family
+        if not (isinstance(value, ast.Call) and a.fsdp1_name(value.func) == expected):
+            return None
+        names = ("offload_to_cpu", "rank0_only") if full else ("offload_to_cpu", "_use_dtensor")
+        bound = calls.bind(value, names)
+        if bound is None:
+            return None
+        flags = {name: calls.literal_bool(arg.value) for name, arg in bound.items()}
+        if any(v is None for v in flags.values()):
+            return None
+        return bool(flags.get("offload_to_cpu")), bool(flags.get("rank0_only"))
+
+    def _drop_config_binding(self, arg: calls.Argument | None, group: frozenset[str]) -> None:
+        """A config bound to a name just for this block (same scope, used once) goes with it."""
+        a = self.a
+        if arg is None or not isinstance(arg.value, ast.Name):
+            return
+        binding = a.sole_binding(arg.value)
+        if binding is None or len(a.uses_of(binding)) != 1:
+            return
+        statement = a.names.statement(binding.node)
+        if not isinstance(statement, ast.Assign) or a.names.scope_of(
+            statement
+        ) is not a.names.scope_of(arg.value):
+            return
+        start = a.statement_start(statement)
+        a.add(
+            self.CODE,
+            statement,
+            "kept: a state-dict config binding",
+            Rewrite(
+                [Edit(start, a.lines.line_end(a.lines.end(statement) - 1), "")],
+                "state-dict config binding removed (its only use was rewritten)",
+            ),
+            "ALWAYS",
+            groups=group,
+        )
+
+    def _safe(self, call: ast.Call) -> bool:
+        """A call that cannot be taking the model's state dict under the block's type."""
+        names = self.a.names.qualified(call.func)
+        if names & _FSDP1_CHECKPOINT:
+            return False
+        if names and all(n.startswith(_SAFE_PREFIXES) for n in names):
+            return True
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in ("state_dict", "load_state_dict"):
+            return not self.a.ties.of(func.value)[0]  # another module's: not this model's
+        return isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS
+
+    def _is_state_call(self, call: ast.Call, model: str) -> bool:
+        name = self.a.fsdp1_name(call.func)
+        if name in (_FSDP + "optim_state_dict", _FSDP + "optim_state_dict_to_load"):
+            return True
+        func = call.func
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("state_dict", "load_state_dict")
+            and self.a.source(func.value) == model
+        ) or _to_load_inside(self.a, call)
+
+    # -- the calls ---------------------------------------------------------------------------------
+    def _call(
+        self,
+        call: ast.Call,
+        options: Options | None,
+        groups: frozenset[str],
+        *,
+        anchor: ast.AST | None = None,
+        runtime_only: bool = False,
+        model: str | None = None,
+        block: ast.AST | None = None,
+    ) -> None:
+        """The site for one state-dict call: in a pure block about ``model`` (``options``),
+        inside a runtime block about ``block`` (``runtime_only``), or on its own."""
+        a = self.a
+        name = a.fsdp1_name(call.func)
+        if a.names.qualified(call.func) & _FSDP1_CHECKPOINT:
+            self.handled.add(call)
+            ties, deferred = a.ties.of(block) if block is not None else (frozenset(), frozenset())
+            a.add(
+                self.CODE,
+                call,
+                "load_sharded_optimizer_state_dict reads FSDP1's sharded layout (ShardedTensor): "
+                "with FSDP2, dcp.load into get_optimizer_state_dict(model, optim), then "
+                "set_optimizer_state_dict",
+                ties=ties,
+                deferred=deferred,
+                groups=groups,
+            )
+        elif name == _FSDP + "optim_state_dict":
+            self.handled.add(call)
+            self._optim(call, options, groups, anchor)
+        elif name == _FSDP + "optim_state_dict_to_load":
+            self.handled.add(call)
+            self._to_load(call, options, groups, anchor)
+        elif not runtime_only and isinstance(call.func, ast.Attribute):
+            if call.func.attr in ("state_dict", "load_state_dict"):
+                if model is None or a.source(call.func.value) == model:
+                    self._module_call(call, options, groups, anchor)
+
+    def _optim(
+        self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
+    ) -> None:
+        a = self.a
+        bound = calls.bind(call, ("model", "optim", "optim_state_dict", "group"))
+        if options is None and not a.options.runtime_dependency and not self.persistent:
+            options = DEFAULT
+        if options is None or bound is None or set(bound) != {"model", "optim"}:
+            self._runtime_call(call, "optim_state_dict", "FSDP.optim_state_dict(...)", groups)
+            return
+        new = _new(
+            "get_optimizer_state_dict",
+            [a.source(bound["model"].value), a.source(bound["optim"].value)],
+            options.optim,
+        )
+        self._pure_site(
+            call,
+            bound["model"].value,
+            new,
+            "FSDP.optim_state_dict(...) -> get_optimizer_state_dict(...)",
+            groups,
+            anchor,
+        )
+        self._dcp_resume(call, bound["model"].value, bound["optim"].value)
+
+    def _dcp_resume(self, call: ast.Call, model: ast.expr, optim: ast.expr) -> None:
+        """``FSDP.optim_state_dict(m, o)`` filled by a DCP load in the same function: FSDP1's
+        dict of an optimizer that has not stepped holds no state, so the load restored no
+        moments; ``get_optimizer_state_dict`` holds it (lr 0 step), so the migration restores
+        them. Marked, with the model."""
+        a = self.a
+        function = a.names.function_of(call) or a.tree
+        if not _fresh(a, optim, call):
+            return
+        statement = a.names.statement(call)
+        names = {t.id for t in getattr(statement, "targets", []) if isinstance(t, ast.Name)}
+        for node in ast.walk(function):
+            if not (isinstance(node, ast.Call) and a.resolves_to(node.func, *_DCP_LOADS)):
+                continue
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            if names & used or any(n is call for n in ast.walk(node)):
+                break
+        else:
+            return
+        ties, deferred = a.ties.of(model)
+        message = (
+            "a DCP resume through FSDP.optim_state_dict: on FSDP1 an optimizer that has not "
+            "stepped gives no state, so this load restored no Adam moments; "
+            "get_optimizer_state_dict gives its state, so the migrated run restores them and "
+            "differs from the FSDP1 one from the first step after the resume (check which you "
+            "want)"
+        )
+        site = a.add(
+            self.CODE,
+            call,
+            message,
+            Rewrite([], message, review=True),
+            "MODELS" if ties or deferred else "RUN",
+            ties=ties,
+            deferred=deferred,
+        )
+        site.quiet, site.holds = True, False
+
+    def _to_load(
+        self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
+    ) -> None:
+        """``o.load_state_dict(FSDP.optim_state_dict_to_load(...))``, or the same in two
+        consecutive statements through a name used nowhere else."""
+        a = self.a
+        parts = _to_load_parts(a, call)
+        parent = a.names.parent.get(call)
+        outer: ast.Call | None = None
+        pair: tuple[ast.Assign, ast.stmt] | None = None
+        if isinstance(parent, ast.Call) and _loads(parent, call):
+            outer = parent
+        elif isinstance(parent, ast.Assign):
+            pair = self._paired_load(parent)
+            outer = None if pair is None else _expression_call(pair[1])
+        if parts is None:
+            self._runtime_call(
+                call, "optim_state_dict_to_load", "FSDP.optim_state_dict_to_load(...)", groups
+            )
+            return
+        model, optim, state = (a.source(p) for p in parts)
+        if options is None and not a.options.runtime_dependency and not self.persistent:
+            options = DEFAULT
+        if options is None or outer is None:
+            if not a.options.runtime_dependency:
+                a.add_tied(
+                    self.CODE,
+                    call,
+                    parts[0],
+                    "FSDP.optim_state_dict_to_load(...): use set_optimizer_state_dict",
+                    None,
+                    known=False,
+                    groups=groups,
+                )
+                return
+            in_order = call.keywords or (call.args and call.args[0] is parts[0])
+            if in_order:  # torch >= 2.1's order, or keywords: only the function changes
+                edit = a.replace(call.func, "fsdp2_port.optim_state_dict_to_load")
+            else:
+                text = f"fsdp2_port.optim_state_dict_to_load({model}, {optim}, {state})"
+                edit = a.replace(call, text)
+            a.add(
+                self.CODE,
+                call,
+                "kept: FSDP.optim_state_dict_to_load(...)",
+                Rewrite(
+                    [edit],
+                    "FSDP.optim_state_dict_to_load -> fsdp2_port.optim_state_dict_to_load: "
+                    + _RUNTIME,
+                    [a.module_import("fsdp2_port")],
+                ),
+                "ALWAYS",
+                groups=groups,
+            )
+            return
+        self.handled.add(outer)
+        new = _new("set_optimizer_state_dict", [model, optim, state], options.optim)
+        if pair is None:
+            edits = [a.replace(outer, new.text)]
+        else:
+            assign, load = pair
+            edits = [
+                Edit(a.lines.start(assign), a.lines.end(assign), new.text),
+                Edit(a.statement_start(load), a.lines.line_end(a.lines.end(load) - 1), ""),
+            ]
+        ties, deferred = a.ties.of(parts[0])
+        a.add(
+            self.CODE,
+            call,
+            "kept: FSDP.optim_state_dict_to_load(...)",
+            Rewrite(
+                edits,
+                "optim_state_dict_to_load + load_state_dict -> set_optimizer_state_dict(...)",
+                self._imports(anchor or call.func, new),
+            ),
+            "ALWAYS",
+            ties=ties,
+            deferred=deferred,
+            groups=groups,
+        )
+
+    def _module_call(
+        self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
+    ) -> None:
+        """``m.state_dict()`` / ``m.load_state_dict(sd)``: in a pure block, or on a model that
+        is, or may turn out to be, built by an FSDP1 constructor of the run, or that is known to
+        be FSDP1 (FSDP1's FULL default, spelled out when the model migrates: FSDP2's own default
+        is sharded). Receivers the run ties to no model are left alone, silently."""
+        a = self.a
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        receiver = func.value
+        plain = options is None
+        if plain:
+            ties, deferred = a.ties.of(receiver)
+            if not (ties or deferred or a.ties.known_fsdp1(receiver)):
+                if a.options.runtime_dependency and a.named_like_model(receiver):
+                    self.handled.add(call)
+                    self._module_runtime_call(call, receiver, groups)
+                return
+            if deferred or self.persistent:
+                self.handled.add(call)
+                self._module_runtime_call(call, receiver, groups)
+                return
+            options = DEFAULT
+        assert options is not None
+        self.handled.add(call)
+        text = a.source(receiver)
+        if func.attr == "state_dict":
+            if call.args or call.keywords:
+                a.add_tied(
+                    self.CODE,
+                    call,
+                    receiver,
+                    "state_dict(...) with arguments: use get_model_state_dict by hand",
+                    None,
+                    known=plain,
+                    groups=groups,
+                )
+                return
+            new = _new("get_model_state_dict", [text], options.model)
+            self._pure_site(
+                call,
+                receiver,
+                new,
+                "state_dict() -> get_model_state_dict(...)",
+                groups,
+                anchor,
+                plain,
+            )
+            return
+        bound = calls.bind(call, ("state_dict", "strict", "assign"))
+        if bound is None or "state_dict" not in bound or "assign" in bound:
+            a.add_tied(
+                self.CODE,
+                call,
+                receiver,
+                "load_state_dict(...) with unusual arguments: use set_model_state_dict by hand",
+                None,
+                known=plain,
+                groups=groups,
+            )
+            return
+        load = options.load
+        if "strict" in bound:
+            strict = f"strict={a.source(bound['strict'].value)}"
+            load = f"StateDictOptions({strict})" if load is None else load[:-1] + f", {strict})"
+        new = _new("set_model_state_dict", [text, a.source(bound["state_dict"].value)], load)
+        self._pure_site(
+            call,
+            receiver,
+            new,
+            "load_state_dict(...) -> set_model_state_dict(...)",
+            groups,
+            anchor,
+            plain,
+        )
+
+    def _module_runtime_call(
+        self, call: ast.Call, receiver: ast.expr, groups: frozenset[str]
+    ) -> None:
+        """A plain ``m.state_dict(...)``/``m.load_state_dict(...)`` whose receiver may hold
+        other modules as well (a parameter, a DDP branch) or follow a type set elsewhere: ->
+        ``fsdp2_port.module_state_dict(m, ...)``/``load_module_state_dict(m, ...)``, FSDP1's
+        answer on FSDP2 and each module's own on anything else. Rewritten when the models it
+        may hold migrate; nothing at all when the run ties it to no FSDP1 model."""
+        a = self.a
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        if not a.options.runtime_dependency:
+            a.add_tied(
+                self.CODE,
+                call,
+                receiver,
+                f"{func.attr}() of a model that may be FSDP1 or not, or whose FSDP1 state-dict "
+                "type may be set elsewhere: FSDP2's own is sharded; use get_/set_model_state_dict "
+                "with StateDictOptions where the model is FSDP",
+                None,
+                groups=groups,
+            )
+            return
+        function = "module_state_dict" if func.attr == "state_dict" else "load_module_state_dict"
+        rewrite = Rewrite(
+            a.receiver_first(call, f"fsdp2_port.{function}"),
+            f"{func.attr}() -> fsdp2_port.{function}(...): FSDP1's answer on FSDP2 models "
+            "(full by default), each module's own on any other",
+            [a.module_import("fsdp2_port")],
+        )
+        a.add_tied(
+            self.CODE,
+            call,
+            receiver,
+            f"kept: {func.attr}() of a model that may be FSDP1",
+            rewrite,
+            groups=groups,
+            quiet=True,
+            # right on any module: also where the run ties no model, if named like one
+            either=rewrite if a.named_like_model(receiver) else None,
+        )
+
+    def _paired_load(self, assign: ast.Assign) -> tuple[ast.Assign, ast.stmt] | None:
+        """``osd = FSDP.optim_state_dict_to_load(...)`` directly followed by the statement
+        ``o.load_state_dict(osd)``, with ``osd`` used nowhere else."""
+        a = self.a
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name):
+            return None
+        bindings = a.names.bindings_of(assign.targets[0])
+        uses = a.uses_of(bindings[0]) if len(bindings) == 1 else []
+        body = _block_of(a, assign)
+        if len(uses) != 1 or body is None or body.index(assign) + 1 >= len(body):
+            return None
+        following = body[body.index(assign) + 1]
+        call = _expression_call(following)
+        if call is not None and _loads(call, uses[0]):
+            return assign, following
+        return None
+
+    # -- emitting ----------------------------------------------------------------------------------
+    def _runtime_call(
+        self, call: ast.Call, function: str, what: str, groups: frozenset[str] = frozenset()
+    ) -> None:
+        """``FSDP.<function>(...)`` -> ``fsdp2_port.<function>(...)``, the same arguments."""
+        a = self.a
+        self.handled.add(call)
+        first = call.args[0] if call.args else (call.keywords[0].value if call.keywords else call)
+        if not a.options.runtime_dependency:
+            a.add_tied(
+                self.CODE,
+                call,
+                first,
+                f"{what}: port with get_/set_*_state_dict and StateDictOptions",
+                None,
+                known=False,
+                groups=groups,
+            )
+            return
+        rewrite = Rewrite(
+            [a.replace(call.func, f"fsdp2_port.{function}")],
+            f"FSDP.{function} -> fsdp2_port.{function}: {_RUNTIME}",
+            [a.module_import("fsdp2_port")],
+        )
+        a.add(self.CODE, call, f"kept: {what}", rewrite, "ALWAYS", groups=groups)
+
+    def _pure_site(
+        self,
+        call: ast.Call,
+        model: ast.AST,
+        new: _New,
+        message: str,
+        groups: frozenset[str],
+        anchor,
+        plain: bool = False,
+    ) -> None:
+        a = self.a
+        rewrite = Rewrite(
+            [a.replace(call, new.text)], message, self._imports(anchor or call.func, new)
+        )
+        ties, deferred = a.ties.of(model)
+        requirement: Requirement = "ALWAYS"
+        if plain:  # FSDP1's default spelled out: only once the model is FSDP2
+            requirement = "MODELS" if ties or deferred else "RUN"
+        site = a.add(
+            self.CODE,
+            call,
+            "kept: an FSDP1 state-dict call",
+            rewrite,
+            requirement,
+            ties=ties,
+            deferred=deferred,
+            groups=groups,
+        )
+        site.quiet = plain and bool(ties or deferred)
+        if plain and not ties and deferred and not a.ties.known_fsdp1(model):
+            site.unknown = ""  # no model of the run reaches it: a plain module's state dict
+
+    def _imports(self, anchor: ast.AST, new: _New) -> list[NeededImport]:
+        a = self.a
+        if isinstance(anchor, (ast.Attribute, ast.Name)) and a.fsdp1_name(anchor) is not None:
+            return [a.import_for(anchor, MODULE, name) for name in new.names]
+        return [a.module_level_import(MODULE, name) for name in new.names]
+
+
+@dataclass(frozen=True)
+class _New:
+    text: str
+    names: list[str]
+
+
+def _new(function: str, args: list[str], options: str | None) -> _New:
+    parts = args + ([f"options={options}"] if options else [])
+    return _New(
+        f"{function}({', '.join(parts)})", [function] + (["StateDictOptions"] if options else [])
+    )
+
+
+def _fields(full: bool, offload: bool) -> str | None:
+    fields = (["full_state_dict=True"] if full else []) + (["cpu_offload=True"] if offload else [])
+    return f"StateDictOptions({', '.join(fields)})" if fields else None
+
+
+def _expression_call(statement: ast.stmt) -> ast.Call | None:
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        return statement.value
+    return None
+
+
+def _block_of(a: FileAnalysis, statement: ast.stmt) -> list[ast.stmt] | None:
+    parent = a.names.parent.get(statement)
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and statement in block:
+            return block
+    return None
+
+
+def _loads(outer: ast.Call, inner: ast.AST) -> bool:
+    """``x.load_state_dict(inner)`` with ``inner`` its only argument."""
+    func = outer.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "load_state_dict"
+        and len(outer.args) == 1
+        and not outer.keywords
+        and outer.args[0] is inner
+    )
+
+
+def _to_load_inside(a: FileAnalysis, call: ast.Call) -> bool:
+    """``o.load_state_dict(FSDP.optim_state_dict_to_load(...))``: the outer call of a pair."""
+    return bool(
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr == "load_state_dict"
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Call)
+        and a.fsdp1_name(call.args[0].func) == _FSDP + "optim_state_dict_to_load"
+    )
+
+
+def _to_load_parts(a: FileAnalysis, call: ast.Call) -> tuple[ast.expr, ast.expr, ast.expr] | None:
+    """``(model, optim, optim_state_dict)`` in whichever of FSDP1's two orders is used.
+
+    torch >= 2.1: ``(model, optim, optim_state_dict)``; before: ``(optim_state_dict, model,
+    optim)``. Positional calls are told apart by which argument is the optimizer that loads
+    the result (or, without one, by the model being a known FSDP1 model).
+    """
+    if any(isinstance(x, ast.Starred) for x in call.args) or any(
+        k.arg is None for k in call.keywords
+    ):
+        return None
+    keywords = {k.arg: k.value for k in call.keywords}
+    if set(keywords) - {*_TO_LOAD, "is_named_optimizer", "load_directly", "group"}:
+        return None
+    if not call.args and all(k in keywords for k in _TO_LOAD):
+        return keywords["model"], keywords["optim"], keywords["optim_state_dict"]
+    if len(call.args) != 3:
+        return None
+    first, second, third = call.args
+    parent = a.names.parent.get(call)
+    optimizer = None
+    if isinstance(parent, ast.Call) and _loads(parent, call):
+        assert isinstance(parent.func, ast.Attribute)
+        optimizer = a.source(parent.func.value)
+    if optimizer is not None:
+        if a.source(second) == optimizer and a.source(third) != optimizer:
+            return first, second, third
+        if a.source(third) == optimizer and a.source(second) != optimizer:
+            return second, third, first
+        return None
+    if a.ties.of(first)[0] or a.ties.known_fsdp1(first):
+        return first, second, third
+    if a.ties.of(second)[0] or a.ties.known_fsdp1(second):
+        return second, third, first
+    return None
+
+
+def _block_calls(a: FileAnalysis, context: ast.Call) -> list[ast.Call]:
+    """The calls in the body of the ``with`` whose item is ``context``."""
+    item = a.names.parent.get(context)
+    statement = a.names.parent.get(item) if isinstance(item, ast.withitem) else None
+    if not isinstance(statement, ast.With):
+        return []
+    return [n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)]
+
+
+def _fresh(a: FileAnalysis, optim: ast.expr, use: ast.AST) -> bool:
+    """``optim`` is built in this function (``optimizer = AdamW(...)``) and not stepped before
+    ``use``: it has no state yet."""
+    if not isinstance(optim, ast.Name):
+        return False
+    binding = a.sole_binding(optim)
+    if binding is None or not isinstance(binding.value, ast.Call):
+        return False
+    if a.names.function_of(binding.node) is not a.names.function_of(use):
+        return False
+    before = a.lines.start(use)
+    return not any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "step"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == optim.id
+        and a.lines.start(node) < before
+        for node in a.names.by_type[ast.Call]
+    )
+
+
+def _unwrap(a: FileAnalysis, statement: ast.With) -> list[Edit]:
+    """Edits that remove a ``with`` header and take its body one level out.
+
+    The header's trailing comment stays, as a comment line above the body. Lines inside a
+    multi-line string are not touched (their leading whitespace is data).
+    """
+    text = a.text
+    start = a.statement_start(statement)
+    indent = a.lines.indent_at(start)
+    first = statement.body[0]
+    body_start = a.lines.start(first)
+    colon = text.rindex(":", a.lines.end(statement.items[-1].context_expr), body_start)
+    if a.lines.line_of(colon) == a.lines.line_of(body_start):
+        return [Edit(start + len(indent), body_start, "")]
+    header_end = a.lines.line_end(colon)
+    comment = text[colon + 1 : header_end].strip()
+    keep = f"{indent}{comment}{a.lines.newline()}" if comment.startswith("#") else ""
+    edits = [Edit(start, header_end, keep)]
+    step = len(a.lines.indent_at(body_start)) - len(indent)
+    protected = _string_continuations(statement)
+    last_line = a.lines.line_of(a.lines.end(statement.body[-1]) - 1)
+    for line in range(a.lines.line_of(header_end), last_line + 1):
+        if line in protected:
+            continue
+        line_start = a.lines.starts[line - 1]
+        remove = min(step, len(a.lines.indent_at(line_start)))
+        if remove:
+            edits.append(Edit(line_start, line_start + remove, ""))
+    return edits
+
+
+def _string_continuations(statement: ast.With) -> set[int]:
+    """Lines that start inside a multi-line string literal of ``statement``'s body."""
+    lines: set[int] = set()
+    for node in ast.walk(statement):
+        if (
+            isinstance(node, (ast.Constant, ast.JoinedStr))
+            and node.end_lineno
+            and node.end_lineno > node.lineno
+        ):
+            if isinstance(node, ast.JoinedStr) or isinstance(node.value, (str, bytes)):
+                lines.update(range(node.lineno + 1, node.end_lineno + 1))
+    return lines
