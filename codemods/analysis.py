@@ -10,36 +10,24 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
+from typing import Any
 
-from codemods import fsdp1, markers
-from codemods.names import Binding, Names
+from codemods import markers
+from codemods.names import Binding
 from codemods.options import Options
+from codemods.parsed import ParsedFile, Source
 from codemods.plan import FilePlan, NeededImport, Requirement, Rewrite, Site
-from codemods.text import Edit, LineIndex
+from codemods.text import Edit
+from codemods.ties import Ties
 
 
-@dataclass
-class Source:
-    """What a file is, for the analysis: its text, path and dotted module name."""
-
-    path: str
-    text: str
-    module_name: str = ""
-    is_package: bool = False
-
-
-class FileAnalysis:
-    """The parsed file and everything rules ask about it."""
+class FileAnalysis(ParsedFile):
+    """The parsed file, its plan in the making, and everything rules ask about it."""
 
     def __init__(self, source: Source, options: Options) -> None:
-        self.path = source.path
-        self.text = source.text
+        super().__init__(source)
         self.options = options
-        self.tree = ast.parse(source.text, filename=source.path)
-        self.lines = LineIndex(source.text)
-        self.names = Names(self.tree, source.module_name, source.is_package)
-        self.module_name = source.module_name
         self.ignored = markers.ignored_lines(source.text)
         self.plan = FilePlan(source.path)
         self._loads: dict[str, list[ast.Name]] | None = None  # name -> its loads (uses_of)
@@ -47,22 +35,12 @@ class FileAnalysis:
         self.guards: list[tuple[tuple[int, int], str]] = []
         #: (span, why) of FSDP1 branches that no FSDP2 model reaches (see F2P005).
         self.dead_branches: list[tuple[tuple[int, int], str]] = []
-        from codemods.ties import Ties
-
         self.ties = Ties(self)
 
     def finish(self) -> FilePlan:
-        """After the rules: guarded FSDP1 sites join their type check's group; exports."""
-        for (start, end), group in self.guards:
-            for site in self.plan.sites:
-                if start <= site.start and site.end <= end and site.constructor is None:
-                    site.groups = site.groups | {group}
-        for (start, end), why in self.dead_branches:
-            for site in self.plan.sites:
-                if start <= site.start and site.end <= end and site.constructor is None:
-                    site.rewrite, site.fallback, site.requirement = None, None, "NEVER"
-                    site.ties, site.deferred, site.groups = frozenset(), frozenset(), frozenset()
-                    site.keep_message = f"{site.keep_message}; {why}"
+        """After the rules: guarded FSDP1 sites join their type check's group, sites in FSDP1
+        branches no FSDP2 model reaches become markers; exports for the run."""
+        self.plan.sites = [self._after_guards(site) for site in self.plan.sites]
         self.plan.fsdp2_models = sum(
             bool(self.names.qualified(call.func) & _BRIDGE)  # type: ignore[attr-defined]
             or self.fsdp2_name(call.func) == "fully_shard"  # type: ignore[attr-defined]
@@ -73,35 +51,25 @@ class FileAnalysis:
         self.plan.passes = self.ties.passes()
         return self.plan
 
-    # -- names ---------------------------------------------------------------------------------
-    def fsdp1_name(self, node: ast.AST) -> str | None:
-        """Canonical FSDP1 name of a Name/Attribute chain (``FullyShardedDataParallel`` ...)."""
-        if not isinstance(node, (ast.Name, ast.Attribute)):
-            return None
-        return fsdp1.first(self.names.qualified(node))
-
-    def fsdp2_name(self, node: ast.AST) -> str | None:
-        """``fully_shard``, ``FSDPModule`` ... when the chain resolves to an FSDP2 export."""
-        if not isinstance(node, (ast.Name, ast.Attribute)):
-            return None
-        for name in sorted(self.names.qualified(node)):
-            found = fsdp1.fsdp2(name)
-            if found is not None:
-                return found
-        return None
-
-    def is_fsdp_class(self, node: ast.AST) -> bool:
-        return self.fsdp1_name(node) == "FullyShardedDataParallel"
-
-    def resolves_to(self, node: ast.AST, *qualified: str) -> bool:
-        return bool(self.names.qualified(node) & set(qualified))
-
-    # -- text and positions --------------------------------------------------------------------
-    def source(self, node: ast.AST) -> str:
-        return self.lines.source(node)
-
-    def span(self, node: ast.AST) -> tuple[int, int]:
-        return self.lines.span(node)
+    def _after_guards(self, site: Site) -> Site:
+        if site.constructor is not None:
+            return site
+        inside = [g for (start, end), g in self.guards if start <= site.start and site.end <= end]
+        if inside:
+            site = replace(site, groups=site.groups | set(inside))
+        for (start, end), why in self.dead_branches:
+            if start <= site.start and site.end <= end:
+                site = replace(
+                    site,
+                    rewrite=None,
+                    fallback=None,
+                    requirement="NEVER",
+                    ties=frozenset(),
+                    deferred=frozenset(),
+                    groups=frozenset(),
+                    keep_message=f"{site.keep_message}; {why}",
+                )
+        return site
 
     def is_ignored(self, node: ast.AST) -> bool:
         """Whether the line where ``node`` starts or ends ends in ``# fsdp2-port: ignore``."""
@@ -129,12 +97,10 @@ class FileAnalysis:
         keep_message: str,
         rewrite: Rewrite | None = None,
         requirement: Requirement = "NEVER",
-        *,
-        ties: frozenset[str] = frozenset(),
-        deferred: frozenset[str] = frozenset(),
-        groups: frozenset[str] = frozenset(),
-        constructor: str | None = None,
+        **details: Any,
     ) -> Site:
+        """A site about ``node``; ``details`` are ``Site``'s other fields (ties, groups,
+        constructor, quiet, holds, fallback...)."""
         start, end = self.span(node)
         anchor, indent = self.marker_anchor(node)
         site = Site(
@@ -149,11 +115,8 @@ class FileAnalysis:
             keep_message=keep_message,
             rewrite=rewrite,
             requirement=requirement,
-            ties=ties,
-            deferred=deferred,
-            groups=groups,
-            constructor=constructor,
             index=len(self.plan.sites),
+            **details,
         )
         self.plan.sites.append(site)
         return site
@@ -167,10 +130,11 @@ class FileAnalysis:
         rewrite: Rewrite | None,
         *,
         known: bool = True,
-        groups: frozenset[str] = frozenset(),
-        quiet: bool = False,
         unknown: str | None = None,
         either: Rewrite | None = None,
+        speculate: bool = True,
+        tied_requirement: Requirement = "MODELS",
+        **details: Any,
     ) -> Site | None:
         """A site about the model ``receiver`` holds.
 
@@ -182,24 +146,34 @@ class FileAnalysis:
           model gets there while the test stays).
         - Otherwise None: the rule decides what an unknown receiver needs.
 
-        ``quiet``: the original is right under FSDP1, so it needs no marker when its models
-        stay FSDP1. When all that is known is that ``receiver`` comes from calls into other
-        files, the site waits for the run: tied to nothing, it takes ``either``, else becomes
-        a marker with ``unknown`` (or nothing at all, without one).
+        ``tied_requirement``: the requirement when tied (``ALWAYS`` for a form right on any
+        model). ``speculate=False``: a receiver only other files pass is any model when the
+        run ties it to none, never nothing. ``details``: ``Site``'s other fields (``quiet``: the
+        original is right under FSDP1, so it needs no marker when its models stay FSDP1).
+        When all that is known is that ``receiver`` comes from calls into other files, the site
+        waits for the run: tied to nothing, it takes ``either``, else becomes a marker with
+        ``unknown`` (or nothing at all, without one).
         """
         ties, deferred = self.ties.of(receiver)
         fsdp1 = self.ties.known_fsdp1(receiver)
-        speculative = known and not ties and bool(deferred) and not fsdp1
+        speculative = speculate and known and not ties and bool(deferred) and not fsdp1
         requirement: Requirement
         if ties or deferred:
-            requirement = "MODELS"
+            requirement = tied_requirement
         elif either is not None:
             rewrite, requirement = either, "ANY"
         elif known and not fsdp1:
             return None
         else:
             requirement = "RUN"
-        site = self.add(
+        behind_test = self.ties.guarded_fsdp1(receiver)
+        settled = {
+            "either": either,
+            "behind_test": behind_test,
+            "holds": not behind_test,
+            "unknown": (unknown or "") if speculative else None,
+        }
+        return self.add(
             code,
             node,
             keep_message,
@@ -207,14 +181,8 @@ class FileAnalysis:
             requirement,
             ties=ties,
             deferred=deferred,
-            groups=groups,
+            **{**settled, **details},
         )
-        site.quiet, site.either = quiet, either
-        site.behind_test = self.ties.guarded_fsdp1(receiver)
-        site.holds = not site.behind_test
-        if speculative:
-            site.unknown = unknown or ""
-        return site
 
     def hold(self, code: str, node: ast.AST, message: str) -> Site:
         """FSDP1 code on a receiver the run cannot tie, with no form right for every model:
@@ -235,10 +203,6 @@ class FileAnalysis:
         if any(word in last for word in _SETTINGS_WORDS):
             return False
         return any(word in last for word in _MODEL_WORDS)
-
-    def site_id(self, node: ast.AST) -> str:
-        start = self.lines.start(node)
-        return f"{self.path}:{self.lines.line_of(start)}:{self.lines.column(start)}"
 
     # -- edits -------------------------------------------------------------------------------
     def replace(self, node: ast.AST, text: str) -> Edit:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from codemods import imports, markers
 from codemods.findings import Action, Finding, Severity
 from codemods.names import Names
-from codemods.plan import MODEL_STAYS, Decisions, FilePlan, NeededImport, Rewrite, Site
+from codemods.plan import Decisions, FilePlan, NeededImport, Reason, Rewrite, Site
 from codemods.text import (
     Edit,
     LineIndex,
@@ -154,8 +154,8 @@ def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
         return _Outcome(site, severity, "rewritten", site.rewrite.message, review, site.rewrite)
     if site.fallback is not None:
         return _Outcome(site, "safe", "rewritten", site.fallback.message, False, site.fallback)
-    reason = decisions.reasons.get(site.key, "")
-    if site.quiet and reason.startswith(MODEL_STAYS):
+    reason = decisions.reasons.get(site.key, Reason(""))
+    if site.quiet and reason.model_stays:
         return None
     if site.requirement == "ANY":
         return None  # a form right on any model, not needed: no model of the run migrates
@@ -163,7 +163,7 @@ def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
         return None  # right while its models stay FSDP1, and every model of the run does
     if site.behind_test and not site.ties:
         return None  # FSDP1 code behind an FSDP1 type test: no FSDP2 model gets there
-    message = site.keep_message + (f" ({reason})" if reason else "")
+    message = site.keep_message + (f" ({reason.text})" if reason.text else "")
     return _Outcome(site, "review", "flagged", message, True)
 
 

@@ -103,7 +103,9 @@ def migrate_text(
 
     plan = analyse_text(text, path, codes, options, name, package)
     decisions = decide([plan])
-    applied = apply_plan(text, plan, decisions, name, package, removes_imports="F2P001" in codes)
+    applied = apply_plan(
+        text, decisions.plans[path], decisions, name, package, removes_imports="F2P001" in codes
+    )
     return applied.text, applied.findings
 
 
@@ -173,7 +175,7 @@ def _apply(
     try:
         applied = apply_plan(
             item.text,
-            item.plan,
+            decisions.plans[item.path],
             decisions,
             item.module_name,
             item.package_init,
@@ -288,10 +290,10 @@ def _analyse_receivers(
         plans = [a.plan for a in analysed if a.plan is not None]
         resolver = Resolver(plans)
         callees = {
-            callee
+            passing.callee
             for plan in plans
-            for callee, _, refs in plan.passes
-            if resolver.constructors(refs)
+            for passing in plan.passes
+            if resolver.settle(passing.refs)
         }
         if modules is None and callees:
             modules = {path: module_name(path)[0] for path in skipped}
@@ -314,6 +316,7 @@ def _owners(callee: str) -> tuple[str, str]:
 def _for(decisions: Decisions, path: str) -> Decisions:
     """The part of the run's decisions one file needs (what travels to a worker)."""
     return Decisions(
+        {path: decisions.plans[path]},
         decisions.migrating,
         decisions.run_migrates,
         {k for k in decisions.rewritten if k[0] == path},

@@ -25,19 +25,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from codemods.refs import Built, Deferred, Optimizer, Passed, Ref, Returned
 from codemods.text import Edit
 
-#: A deferred ref to what other files pass for a parameter: ``param:<function>:<parameter>``.
-PARAM = "param:"
-#: The ref of a BF16 master optimizer built by a call: ``opt:<path:line:column>``.
-OPTIMIZER = "opt:"
-
-#: How a reason starts when a site stays only because its models stay FSDP1 (a quiet site then
-#: needs no marker: the constructor's says why).
-MODEL_STAYS = "its model stays FSDP1"
+_MODEL_STAYS = "its model stays FSDP1"
 _NO_CONSTRUCTOR = (
     "no FSDP1 constructor in this run says where its model comes from: "
     "migrate it together with the code that builds the model"
@@ -61,18 +55,23 @@ class NeededImport:
     asname: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rewrite:
-    edits: list[Edit]
+    edits: Sequence[Edit]  # kept as a tuple
     message: str
-    imports: list[NeededImport] = field(default_factory=list)
+    imports: Sequence[NeededImport] = ()  # kept as a tuple
     #: Rewritten, but a person should look (a marker is added too).
     review: bool = False
 
+    def __post_init__(self) -> None:  # rules pass lists; the record keeps tuples
+        object.__setattr__(self, "edits", tuple(self.edits))
+        object.__setattr__(self, "imports", tuple(self.imports))
 
-@dataclass
+
+@dataclass(frozen=True)
 class Site:
-    """One place in one file that a rule rewrites or marks."""
+    """One place in one file that a rule rewrites or marks (built by ``FileAnalysis.add`` and
+    ``add_tied``; later stages make changed copies, never edit one)."""
 
     code: str
     path: str
@@ -92,7 +91,7 @@ class Site:
     ties: frozenset[str] = frozenset()
     #: Calls to functions of other files whose results reach this site, and parameters other
     #: files may pass models to (``call:``/``param:`` refs, resolved by the run).
-    deferred: frozenset[str] = frozenset()
+    deferred: frozenset[Deferred] = frozenset()
     groups: frozenset[str] = frozenset()
     #: For a constructor site: its id (``path:line:column``).
     constructor: str | None = None
@@ -121,33 +120,38 @@ class Site:
     #: test (when it is one the rules see) carries the marker.
     behind_test: bool = False
 
-    #: A site about a BF16 master optimizer (F2P009), not a model: the ``opt:`` refs that
-    #: reach it; none after the run resolved it, and it is nothing.
+    #: A site about a BF16 master optimizer (F2P009), not a model: the optimizers that reach
+    #: it; none after the run resolved it, and it is nothing.
     about_optimizer: bool = False
-    optimizers: frozenset[str] = frozenset()
+    optimizers: frozenset[Optimizer] = frozenset()
 
     #: Its position in its file's plan: ``(path, index)`` names it across processes.
     index: int = 0
-
-    @property
-    def where(self) -> str:
-        return f"{self.path}:{self.line}"
 
     @property
     def key(self) -> tuple[str, int]:
         return self.path, self.index
 
 
+@dataclass(frozen=True)
+class Passing:
+    """A model (``refs``) this file passes to ``callee`` at a position or keyword (``slot``)."""
+
+    callee: str
+    slot: int | str
+    refs: frozenset[Ref]
+
+
 @dataclass
 class FilePlan:
     path: str
     sites: list[Site] = field(default_factory=list)
-    #: Qualified names of this file's functions -> constructor ids (and deferred refs) they return.
-    exports: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Qualified names of this file's functions -> what their calls return.
+    exports: dict[str, frozenset[Ref]] = field(default_factory=dict)
     #: Qualified names of this file's functions -> their positional parameters, as called.
     signatures: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: ``(callee, position or keyword, refs)``: models this file passes to other files' functions.
-    passes: list[tuple[str, int | str, frozenset[str]]] = field(default_factory=list)
+    #: Models this file passes to functions of other files.
+    passes: list[Passing] = field(default_factory=list)
     #: FSDP2 models this file builds (``fully_shard``, ``fsdp2_port.fully_shard_like_fsdp1``):
     #: an untied FSDP1 site of the run may meet one, so it takes its form right on any model
     #: (a rerun over a tree written half, by hand or killed without its journal, finishes).
@@ -158,92 +162,123 @@ class FilePlan:
         return [s for s in self.sites if s.constructor is not None]
 
 
+@dataclass(frozen=True)
+class Reason:
+    """Why a site is kept, in words a person can act on; ``model_stays`` when only because its
+    models stay FSDP1 (a quiet site then needs no marker: the constructor's says why)."""
+
+    text: str
+    model_stays: bool = False
+
+
 @dataclass
 class Decisions:
-    """What the run does: the migrating constructors and, per site, rewritten or why not."""
+    """What the run does: the run's plans with every cross-file link resolved, the migrating
+    constructors and, per site, rewritten or why not."""
 
+    plans: dict[str, FilePlan]
     migrating: set[str]
     #: Whether every constructor of the run migrates (there being at least one).
     run_migrates: bool
     rewritten: set[tuple[str, int]]  # keys of the rewritten sites
-    reasons: dict[tuple[str, int], str]  # key of a kept site -> why it is kept
+    reasons: dict[tuple[str, int], Reason]  # key of a kept site -> why it is kept
 
     def is_rewritten(self, site: Site) -> bool:
         return site.key in self.rewritten
 
 
 class Resolver:
-    """What deferred refs stand for in a run: ``call:f`` for what the run's ``f`` returns,
-    ``param:f:x`` for what the run's files pass to ``f`` for ``x``."""
+    """What the links into other files stand for in a run: ``Returned(f)``, what the run's
+    ``f`` returns; ``Passed(f, x)``, what the run's files pass to ``f`` for ``x``."""
 
     def __init__(self, plans: Sequence[FilePlan]) -> None:
-        self.exports: dict[str, frozenset[str]] = {}
+        self.exports: dict[str, frozenset[Ref]] = {}
         self.signatures: dict[str, tuple[str, ...]] = {}
-        self.passed: dict[str, list[tuple[int | str, frozenset[str]]]] = {}
+        self.passed: dict[str, list[Passing]] = {}
         for plan in plans:
             self.exports.update(plan.exports)
             self.signatures.update(plan.signatures)
-            for callee, slot, refs in plan.passes:
-                self.passed.setdefault(callee, []).append((slot, refs))
+            for passing in plan.passes:
+                self.passed.setdefault(passing.callee, []).append(passing)
 
-    def constructors(self, refs: Iterable[str], seen: frozenset[str] = frozenset()) -> set[str]:
-        """The constructor ids among ``refs`` and behind their deferred ones."""
-        out: set[str] = set()
+    def settle(
+        self, refs: Iterable[Ref], seen: frozenset[Deferred] = frozenset()
+    ) -> set[Built | Optimizer]:
+        """The models and optimizers among ``refs`` and behind their links."""
+        out: set[Built | Optimizer] = set()
         for ref in refs:
-            if not ref.startswith(("call:", PARAM)):
+            if isinstance(ref, (Built, Optimizer)):
                 out.add(ref)
-            elif ref not in seen:
-                out |= self.constructors(self._targets(ref), seen | {ref})
+            elif isinstance(ref, (Returned, Passed)) and ref not in seen:
+                out |= self.settle(self._targets(ref), seen | {ref})
         return out
 
-    def _targets(self, ref: str) -> Iterable[str]:
-        if not ref.startswith(PARAM):
-            return self.exports.get(ref.removeprefix("call:"), ())
-        function, _, parameter = ref.removeprefix(PARAM).rpartition(":")
-        positional = self.signatures.get(function, ())
-        callees = [function]
-        if function.endswith(".__init__"):
-            callees.append(function.removesuffix(".__init__"))  # Trainer(model)
-        targets: set[str] = set()
+    def _targets(self, ref: Deferred) -> Iterable[Ref]:
+        if isinstance(ref, Returned):
+            return self.exports.get(ref.function, ())
+        positional = self.signatures.get(ref.function, ())
+        callees = [ref.function]
+        if ref.function.endswith(".__init__"):
+            callees.append(ref.function.removesuffix(".__init__"))  # Trainer(model)
+        targets: set[Ref] = set()
         for callee in callees:
-            for slot, refs in self.passed.get(callee, ()):
+            for passing in self.passed.get(callee, ()):
+                slot = passing.slot
                 if isinstance(slot, int):
                     slot = positional[slot] if slot < len(positional) else ""
-                if slot == parameter:
-                    targets |= refs
+                if slot == ref.parameter:
+                    targets |= passing.refs
         return targets
 
 
-def resolve_ties(plans: Sequence[FilePlan]) -> None:
-    """Turn every site's deferred refs into constructor ids (``Resolver``)."""
+def resolve(plans: Sequence[FilePlan]) -> list[FilePlan]:
+    """The plans with every site's links into other files settled (``Resolver``), and what
+    follows for a site the run ties to no model."""
     resolver = Resolver(plans)
-    for plan in plans:
-        for site in plan.sites:
-            if site.deferred:
-                found = resolver.constructors(site.deferred)
-                site.ties |= {r for r in found if not r.startswith(OPTIMIZER)}
-                site.optimizers |= {r for r in found if r.startswith(OPTIMIZER)}
-                site.deferred = frozenset()
-            if site.about_optimizer:
-                if not site.optimizers:  # no BF16 optimizer reaches it: not our business
-                    site.rewrite, site.requirement, site.silent = None, "NEVER", True
-                continue
-            if site.ties:
-                continue
-            if site.either is not None:
-                if site.requirement in ("MODELS", "RUN"):
-                    site.rewrite, site.requirement = site.either, "ANY"
-                site.keep_message = site.unknown or site.keep_message
-            elif site.unknown is not None:
-                site.rewrite, site.fallback, site.requirement = None, None, "NEVER"
-                site.keep_message, site.silent = site.unknown, not site.unknown
-            elif site.requirement == "MODELS":
-                site.requirement = "RUN"  # nothing it depends on was found: any model may come
+    return [replace(plan, sites=[_resolved(s, resolver) for s in plan.sites]) for plan in plans]
+
+
+def _resolved(site: Site, resolver: Resolver) -> Site:
+    if site.deferred:
+        found = resolver.settle(site.deferred)
+        site = replace(
+            site,
+            ties=site.ties | {r.id for r in found if isinstance(r, Built)},
+            optimizers=site.optimizers | {r for r in found if isinstance(r, Optimizer)},
+            deferred=frozenset(),
+        )
+    if site.about_optimizer:
+        if not site.optimizers:  # no BF16 optimizer reaches it: not our business
+            return replace(site, rewrite=None, requirement="NEVER", silent=True)
+        return site
+    if site.ties:
+        return site
+    if site.either is not None:
+        requirement = "ANY" if site.requirement in ("MODELS", "RUN") else site.requirement
+        rewrite = site.either if requirement == "ANY" else site.rewrite
+        return replace(
+            site,
+            rewrite=rewrite,
+            requirement=requirement,
+            keep_message=site.unknown or site.keep_message,
+        )
+    if site.unknown is not None:
+        return replace(
+            site,
+            rewrite=None,
+            fallback=None,
+            requirement="NEVER",
+            keep_message=site.unknown,
+            silent=not site.unknown,
+        )
+    if site.requirement == "MODELS":
+        return replace(site, requirement="RUN")  # nothing it depends on was found: any model
+    return site
 
 
 def decide(plans: Sequence[FilePlan]) -> Decisions:
     """Settle the run: which constructors migrate and which sites are rewritten."""
-    resolve_ties(plans)
+    plans = resolve(plans)
     sites = [s for plan in plans for s in plan.sites]
     constructors = [s for s in sites if s.constructor is not None]
     migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
@@ -276,9 +311,17 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
             break
         migrating = still
     rewritten = set(ok) | {s.key for s in constructors if s.constructor in migrating}
-    reasons = {s.key: _reason(s, migrating, run, constructors, sites, ok) for s in sites}
+    reasons = {
+        s.key: _reason(s, migrating, run, constructors, sites, ok)
+        for s in sites
+        if s.key not in rewritten
+    }
     return Decisions(
-        migrating, run, rewritten, {k: v for k, v in reasons.items() if k not in rewritten}
+        {plan.path: plan for plan in plans},
+        migrating,
+        run,
+        rewritten,
+        {k: v for k, v in reasons.items() if v.text},
     )
 
 
@@ -306,14 +349,14 @@ def _reason(
     constructors: Sequence[Site],
     sites: Sequence[Site],
     ok: set[tuple[str, int]],
-) -> str:
-    """Why a site is not rewritten, in words a person can act on ('' when it is)."""
+) -> Reason:
+    """Why a site is not rewritten (an empty text when it is, or when nothing needs saying)."""
     by_id = {c.constructor: c for c in constructors}
     if site.constructor is not None:
         if site.constructor in migrating:
-            return ""
+            return Reason("")
         if site.rewrite is None:
-            return ""
+            return Reason("")
         with_it = migrating | {site.constructor}
         blockers = [
             s
@@ -322,21 +365,18 @@ def _reason(
             and s.key not in ok
             and not _allowed(s, with_it, run)
         ]
-        return (
-            MODEL_STAYS
-            + " because of "
-            + _list(
-                f"{b.code} at {_at(site, b)}"
-                + (" (it may act on any model here)" if not b.ties else "")
-                for b in blockers
-            )
+        because = _list(
+            f"{b.code} at {_at(site, b)}"
+            + (" (it may act on any model here)" if not b.ties else "")
+            for b in blockers
         )
+        return Reason(f"{_MODEL_STAYS} because of {because}", model_stays=True)
     if site.key in ok:
-        return ""
+        return Reason("")
     if _holds_run(site) and site.rewrite is None and any(c.rewrite for c in constructors):
-        return "it may act on any model of this run: they all stay FSDP1 until it is ported"
+        return Reason("it may act on any model of this run: they all stay FSDP1 until it is ported")
     if site.rewrite is None or site.requirement == "NEVER":
-        return ""
+        return Reason("")
     if _allowed(site, migrating, run):
         partners = [
             s
@@ -346,22 +386,21 @@ def _reason(
             and set(s.groups) & set(site.groups)
             and not _allowed(s, migrating, run)
         ]
-        return "it goes with FSDP1 code that stays: " + _list(
-            f"{p.code} at {_at(site, p)}" for p in partners
-        )
+        listed = _list(f"{p.code} at {_at(site, p)}" for p in partners)
+        return Reason(f"it goes with FSDP1 code that stays: {listed}")
     staying = [by_id[c] for c in sorted(site.ties) if c not in migrating and c in by_id]
     if site.requirement == "MODELS" and staying:
-        return MODEL_STAYS + ": " + _list(f"FSDP(...) at {_at(site, c)}" for c in staying)
+        listed = _list(f"FSDP(...) at {_at(site, c)}" for c in staying)
+        return Reason(f"{_MODEL_STAYS}: {listed}", model_stays=True)
     if site.requirement == "RUN":
         if not constructors:
-            return _NO_CONSTRUCTOR
+            return Reason(_NO_CONSTRUCTOR)
         # Name what holds the run, not the constructors this site holds itself.
         held = [c for c in constructors if c.constructor not in migrating]
         causes = [c for c in held if c.rewrite is None or _held_by_ties(c, sites, ok)]
-        return "FSDP1 models remain in this run, and this one may be any of them: " + _list(
-            f"FSDP(...) at {_at(site, c)}" for c in (causes or held)
-        )
-    return "rewritten only together with the rest of its block, which stays"
+        listed = _list(f"FSDP(...) at {_at(site, c)}" for c in (causes or held))
+        return Reason(f"FSDP1 models remain in this run, and this one may be any of them: {listed}")
+    return Reason("rewritten only together with the rest of its block, which stays")
 
 
 def _held_by_ties(constructor: Site, sites: Sequence[Site], ok: set[tuple[str, int]]) -> bool:

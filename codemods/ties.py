@@ -12,9 +12,9 @@ file, through:
 - conditional expressions, ``or``/``and``, walrus, and module methods that return the module
   itself (``.to(...)``, ``.cuda()``, ``.train()``...).
 
-A call of a function imported from elsewhere is recorded as ``call:<qualified name>``, and a
-parameter of a function other files may call as ``param:<qualified name>:<parameter>``; the run
-resolves both against what every file exports and passes (``plan.resolve_ties``).
+A call of a function imported from elsewhere is recorded as ``refs.Returned``, and a parameter
+of a function other files may call as ``refs.Passed``; the run resolves both against what every
+file exports and passes (``plan.Resolver``).
 """
 
 from __future__ import annotations
@@ -22,13 +22,20 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from collections.abc import Callable
-from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING
 
-from codemods.plan import OPTIMIZER, PARAM
-
-if TYPE_CHECKING:
-    from codemods.analysis import FileAnalysis
+from codemods.parsed import ParsedFile
+from codemods.plan import Passing
+from codemods.refs import (
+    Built,
+    Deferred,
+    Factory,
+    Optimizer,
+    Passed,
+    Ref,
+    Returned,
+    built,
+    deferred,
+)
 
 #: Module methods that return the module they are called on.
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_", "to_empty"})
@@ -51,14 +58,11 @@ _FSDP1_ONLY_ATTRIBUTES = frozenset(
     {"_fsdp_wrapped_module", "_flat_param", "_handle", "_handles", "_fsdp_handles", "check_is_root"}
 )
 _PARTIAL = "functools.partial"
-_FACTORY = "factory:"
-_CALL = "call:"
-_DEFERRED = (_CALL, PARAM)
 
 
 class Ties:
     def __init__(
-        self, analysis: FileAnalysis, wraps: Callable[[ast.AST], bool] | None = None
+        self, analysis: ParsedFile, wraps: Callable[[ast.AST], bool] | None = None
     ) -> None:
         """``wraps(func)``: whether calling ``func`` builds a model (default: the FSDP1 class)."""
         self.a = analysis
@@ -75,9 +79,9 @@ class Ties:
                 self.constructors[call] = analysis.site_id(call)
                 self.factories.add(call)
         #: BF16 master optimizers built here (``BF16Optimizer(...)``): followed like models,
-        #: as ``opt:<id>`` refs, for the caller-side reductions of their norm.
-        self.optimizers: dict[ast.Call, str] = {
-            call: OPTIMIZER + analysis.site_id(call)
+        #: as ``Optimizer`` refs, for the caller-side reductions of their norm.
+        self.optimizers: dict[ast.Call, Optimizer] = {
+            call: Optimizer(analysis.site_id(call))
             for call in names.by_type[ast.Call]
             if isinstance(call, ast.Call) and names.qualified(call.func) & BF16_OPTIMIZERS
         }
@@ -98,34 +102,33 @@ class Ties:
             function = names.function_of(node)
             if node.value is not None and function is not None:
                 self._returns[function].append(node.value)
-        self._memo: dict[ast.AST, frozenset[str]] = {}
+        self._memo: dict[ast.AST, frozenset[Ref]] = {}
         self._callee_index: tuple[dict[str, list[ast.Call]], dict[str, list[ast.Call]]] | None = (
             None
         )
         self._exported_memo: dict[str, ast.AST] | None = None
 
     # -- queries ---------------------------------------------------------------------------------
-    def of(self, expr: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
-        """``(constructor ids, deferred calls)`` whose models may be what ``expr`` holds."""
-        return _split(self._value(expr))
-
-    def optimizers_of(self, expr: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
-        """``(BF16Optimizer refs, deferred calls)`` of what ``expr`` may hold."""
+    def of(self, expr: ast.AST) -> tuple[frozenset[str], frozenset[Deferred]]:
+        """``(constructor ids, links into other files)`` whose models ``expr`` may hold."""
         refs = self._value(expr)
-        return (
-            frozenset(r for r in refs if r.startswith(OPTIMIZER)),
-            frozenset(r for r in refs if r.startswith(_DEFERRED)),
-        )
+        return built(refs), deferred(refs)
 
-    def returned_by(self, function: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
-        """``(constructor ids, deferred calls)`` whose models ``function`` returns."""
-        return _split(self._returned(function))
+    def optimizers_of(self, expr: ast.AST) -> tuple[frozenset[Optimizer], frozenset[Deferred]]:
+        """``(BF16 optimizers, links into other files)`` of what ``expr`` may hold."""
+        refs = self._value(expr)
+        return frozenset(r for r in refs if isinstance(r, Optimizer)), deferred(refs)
 
-    def exports(self) -> dict[str, frozenset[str]]:
+    def returned_by(self, function: ast.AST) -> tuple[frozenset[str], frozenset[Deferred]]:
+        """``(constructor ids, links into other files)`` whose models ``function`` returns."""
+        refs = self._returned(function)
+        return built(refs), deferred(refs)
+
+    def exports(self) -> dict[str, frozenset[Ref]]:
         """Qualified names of this file's functions and methods -> what their calls return."""
         out = {name: self._returned(function) for name, function in self._exported().items()}
         return {
-            k: frozenset(r for r in v if not r.startswith(_FACTORY)) for k, v in out.items() if v
+            k: frozenset(r for r in v if not isinstance(r, Factory)) for k, v in out.items() if v
         }
 
     def signatures(self) -> dict[str, tuple[str, ...]]:
@@ -136,10 +139,10 @@ class Ties:
             for name, function in self._exported().items()
         }
 
-    def passes(self) -> list[tuple[str, int | str, frozenset[str]]]:
+    def passes(self) -> list[Passing]:
         """``(callee, position or keyword, refs)`` for each model this file passes to a
         function of another file (``save(model)``, ``Trainer(model=model)``)."""
-        out: list[tuple[str, int | str, frozenset[str]]] = []
+        out: list[Passing] = []
         for call in self.a.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
             if call in self.constructors or not (call.args or call.keywords):
@@ -154,9 +157,9 @@ class Ties:
                 slots.append((index, argument))
             slots += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
             for slot, value in slots:
-                refs = frozenset(r for r in self._value(value) if not r.startswith(_FACTORY))
+                refs = frozenset(r for r in self._value(value) if not isinstance(r, Factory))
                 if refs:
-                    out += [(callee, slot, refs) for callee in callees]
+                    out += [Passing(callee, slot, refs) for callee in callees]
         return out
 
     def assigned(self, attribute: ast.Attribute) -> list[ast.expr]:
@@ -213,7 +216,7 @@ class Ties:
         )
 
     # -- values ----------------------------------------------------------------------------------
-    def _value(self, expr: ast.AST) -> frozenset[str]:
+    def _value(self, expr: ast.AST) -> frozenset[Ref]:
         if expr in self._memo:
             return self._memo[expr]
         self._memo[expr] = frozenset()  # a cycle contributes nothing
@@ -221,11 +224,11 @@ class Ties:
         self._memo[expr] = found
         return found
 
-    def _compute(self, expr: ast.AST) -> set[str]:
+    def _compute(self, expr: ast.AST) -> set[Ref]:
         if isinstance(expr, ast.Call):
             return self._call(expr)
         if isinstance(expr, ast.Name):
-            out: set[str] = set()
+            out: set[Ref] = set()
             for binding in self.a.names.bindings_of(expr):
                 if not self._may_reach(binding.node, expr):
                     continue
@@ -249,7 +252,7 @@ class Ties:
             return set(self._value(expr.value))
         return set()
 
-    def _passed(self, parameter: ast.AST) -> set[str]:
+    def _passed(self, parameter: ast.AST) -> set[Ref]:
         """What the calls of this file pass for a function's parameter, and what the run's
         other files may pass (``param:``, when the function is one they can call)."""
         arguments = self.a.names.parent.get(parameter)
@@ -260,10 +263,10 @@ class Ties:
         method = self._takes_self(function)
         if method and positional[0] == parameter.arg:
             return set()  # self
-        out: set[str] = set()
+        out: set[Ref] = set()
         exported = self._exported_name(function)
         if exported is not None:
-            out.add(f"{PARAM}{exported}:{parameter.arg}")
+            out.add(Passed(exported, parameter.arg))
         for call in self._callers(function, method):
             offset = 1 if method else 0
             for index, argument in enumerate(call.args):
@@ -322,7 +325,7 @@ class Ties:
             self._callee_index = (dict(by_name), dict(by_attribute))
         return self._callee_index
 
-    def _unpacked(self, target: ast.AST) -> set[str]:
+    def _unpacked(self, target: ast.AST) -> set[Ref]:
         """``a, b = value``: what element ``target`` takes, when ``value`` is a tuple or a call
         of a function here that returns tuples."""
         parent = self.a.names.parent.get(target)
@@ -341,26 +344,26 @@ class Ties:
                 if b.kind == "def"
             ]
             values = [r for f in functions for r in self._returns.get(f, ())]
-        out: set[str] = set()
+        out: set[Ref] = set()
         for value in values:
             if isinstance(value, ast.Tuple) and len(value.elts) == len(parent.elts):
                 out |= self._value(value.elts[index])
         return out
 
-    def _call(self, call: ast.Call) -> set[str]:
+    def _call(self, call: ast.Call) -> set[Ref]:
         if call in self.optimizers:
             return {self.optimizers[call]}
         if call in self.constructors:
             ref = self.constructors[call]
-            return {_FACTORY + ref} if call in self.factories else {ref}
+            return {Factory(ref)} if call in self.factories else {Built(ref)}
         func = call.func
-        made = {r[len(_FACTORY) :] for r in self._value(func) if r.startswith(_FACTORY)}
+        made: set[Ref] = {Built(r.id) for r in self._value(func) if isinstance(r, Factory)}
         if made:
             return made
         if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF:
             return set(self._value(func.value))
         if isinstance(func, ast.Name):
-            out: set[str] = set()
+            out: set[Ref] = set()
             for binding in self.a.names.bindings_of(func):
                 if binding.kind == "def" and isinstance(binding.node, _FUNCTIONS):
                     out |= self._returned(binding.node)
@@ -370,21 +373,21 @@ class Ties:
             owner = self.a.names.class_of(call)
             if owner is not None:
                 return self._method(owner, func.attr, set())
-        return {_CALL + q for q in self.a.names.qualified(func)}
+        return {Returned(q) for q in self.a.names.qualified(func)}
 
-    def _method(self, owner: ast.ClassDef, name: str, seen: set[ast.ClassDef]) -> set[str]:
+    def _method(self, owner: ast.ClassDef, name: str, seen: set[ast.ClassDef]) -> set[Ref]:
         """What ``self.<name>(...)`` returns, looking in ``owner`` then its bases."""
         seen.add(owner)
         for item in owner.body:
             if isinstance(item, _FUNCTIONS) and item.name == name:
                 return self._returned(item)
-        out: set[str] = set()
+        out: set[Ref] = set()
         for base in owner.bases:
             local = self._local_class(base)
             if local is not None and local not in seen:
                 out |= self._method(local, name, seen)
             else:
-                out |= {f"{_CALL}{q}.{name}" for q in self.a.names.qualified(base)}
+                out |= {Returned(f"{q}.{name}") for q in self.a.names.qualified(base)}
         return out
 
     def _local_class(self, base: ast.expr) -> ast.ClassDef | None:
@@ -394,7 +397,7 @@ class Ties:
                     return binding.node
         return None
 
-    def _returned(self, function: ast.AST) -> set[str]:
+    def _returned(self, function: ast.AST) -> set[Ref]:
         return {r for value in self._returns.get(function, ()) for r in self._value(value)}
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -513,12 +516,6 @@ class Ties:
             second = test.args[1]
             return isinstance(second, ast.Constant) and second.value in _FSDP1_ONLY_ATTRIBUTES
         return test.func.id == "isinstance" and self._mentions_fsdp1(test.args[1])
-
-
-def _split(refs: AbstractSet[str]) -> tuple[frozenset[str], frozenset[str]]:
-    """``(constructor ids, deferred refs)`` of a value's refs (factories, optimizers dropped)."""
-    ids = frozenset(r for r in refs if not r.startswith((*_DEFERRED, _FACTORY, OPTIMIZER)))
-    return ids, frozenset(r for r in refs if r.startswith(_DEFERRED))
 
 
 def _unsubscripted(func: ast.expr) -> ast.expr:

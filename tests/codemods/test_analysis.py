@@ -11,6 +11,7 @@ from codemods import text
 from codemods.analysis import FileAnalysis, Source
 from codemods.options import Options
 from codemods.plan import FilePlan, Rewrite, Site, decide
+from codemods.refs import Built, Passed, Returned
 
 FSDP = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
 
@@ -124,7 +125,7 @@ def test_calls_into_other_modules_are_deferred():
     ids, deferred = ties_of(
         "from pkg.build import build\ndef f(n):\n    m = build(n)\n    return m\n", "m"
     )
-    assert not ids and deferred == {"call:pkg.build.build"}
+    assert not ids and deferred == {Returned("pkg.build.build")}
 
 
 def test_an_assignment_in_the_other_branch_does_not_reach():
@@ -160,12 +161,12 @@ def test_parameters_other_files_may_pass_wait_for_the_run():
         "pkg.main",
     )
     ids, deferred = helper.ties.of(_attribute(helper, "self.model", -1))
-    assert not ids and deferred == {"param:pkg.helper.Trainer.__init__:model"}
+    assert not ids and deferred == {Passed("pkg.helper.Trainer.__init__", "model")}
     plans = [helper.finish(), caller.finish()]
     resolver = Resolver(plans)
-    assert resolver.constructors(deferred) == {"m.py:5:13"}
-    assert resolver.constructors({"param:pkg.helper.save:m"}) == {"m.py:5:13"}
-    assert resolver.constructors({"param:pkg.helper.Trainer.__init__:opt"}) == set()
+    assert resolver.settle(deferred) == {Built("m.py:5:13")}
+    assert resolver.settle({Passed("pkg.helper.save", "m")}) == {Built("m.py:5:13")}
+    assert resolver.settle({Passed("pkg.helper.Trainer.__init__", "opt")}) == set()
 
 
 # -- the decision -------------------------------------------------------------------------------
@@ -206,7 +207,6 @@ def test_whole_models_or_nothing():
     assert not decisions.run_migrates
     assert decisions.rewritten == {("p.py", 5)}
     plan.sites = plan.sites[:3] + plan.sites[4:6]
-    plan.sites[0].constructor, plan.sites[1].constructor = "A", "B"
     decisions = decide([plan])
     assert decisions.migrating == {"A", "B"} and decisions.run_migrates
     assert decisions.rewritten == {("p.py", i) for i in (0, 1, 2, 4, 5)}

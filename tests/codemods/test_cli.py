@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -301,6 +302,13 @@ def test_list_rules(capsys):
     assert codes[-1] == "F2P099" and len(codes) == len(set(codes)) == 12
 
 
+def _add_edit(sites, edit):
+    """A broken rule: the first site's rewrite gets one more edit."""
+    first = sites[0]
+    rewrite = replace(first.rewrite, edits=(*first.rewrite.edits, edit))
+    sites[0] = replace(first, rewrite=rewrite)
+
+
 def test_a_rewrite_that_would_not_parse_is_never_written(tmp_path, capsys, monkeypatch):
     from codemods.rules.constructors import ConstructorRule
     from codemods.text import Edit
@@ -310,7 +318,7 @@ def test_a_rewrite_that_would_not_parse_is_never_written(tmp_path, capsys, monke
 
     def broken(self, a):
         analyze(self, a)
-        a.plan.sites[0].rewrite.edits.append(Edit(0, 0, "def broken(:\n"))
+        _add_edit(a.plan.sites, Edit(0, 0, "def broken(:\n"))
 
     monkeypatch.setattr(ConstructorRule, "analyze", broken)
     assert main(["--write", str(target)]) == 2
@@ -328,7 +336,7 @@ def test_colliding_rewrites_are_an_internal_error_not_a_guess(tmp_path, capsys, 
     def colliding(self, a):
         analyze(self, a)
         first = a.plan.sites[0].rewrite.edits[0]
-        a.plan.sites[0].rewrite.edits.append(Edit(first.start, first.end, "other"))
+        _add_edit(a.plan.sites, Edit(first.start, first.end, "other"))
 
     monkeypatch.setattr(ConstructorRule, "analyze", colliding)
     assert main([str(target)]) == 2

@@ -111,7 +111,7 @@ class ClipGradRule:
             "rank); on FSDP2's DTensors the norm is global. The migrated run clips by the true "
             "norm: expect other grad norms and updates than the FSDP1 run logged"
         )
-        site = a.add(
+        a.add(
             self.CODE,
             call,
             message,
@@ -119,8 +119,8 @@ class ClipGradRule:
             "MODELS",
             ties=ties,
             deferred=deferred,
+            quiet=True,
         )
-        site.quiet = True
 
     def _either(
         self, a: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str

@@ -155,8 +155,7 @@ class ConstructorRule:
     def analyze(self, a: FileAnalysis) -> None:
         for call, cid in a.ties.constructors.items():
             if a.is_ignored(call):
-                site = a.add(self.CODE, call, "", constructor=cid)
-                site.silent = True
+                a.add(self.CODE, call, "", constructor=cid, silent=True)
             elif call in a.ties.factories:
                 self._factory(a, call, cid)
             else:

@@ -210,11 +210,14 @@ class InternalsRule:
             self._instance_static(a, node)
         elif node.attr in _FSDP1_ATTRIBUTES:
             what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
-            site = a.add_tied(self.CODE, node, receiver, what, None, quiet=True)
-            if site is None and _may_be_model(a, node):
+            # a receiver named like a model that other files pass: if the run ties it to
+            # none, it may be any model (no speculation that it is none)
+            model_like = _may_be_model(a, node)
+            site = a.add_tied(
+                self.CODE, node, receiver, what, None, quiet=True, speculate=not model_like
+            )
+            if site is None and model_like:
                 a.hold(self.CODE, node, what)
-            elif site is not None and site.unknown is not None and _may_be_model(a, node):
-                site.unknown = None  # what other files pass: if the run ties none, any model
 
     def _static(self, a: FileAnalysis, node: ast.Attribute, api: str) -> None:
         call = a.names.parent.get(node)
@@ -259,15 +262,15 @@ class InternalsRule:
         keep = f"kept: {text}.{attribute} of an FSDP1 model"
         if ties and not deferred:
             message = f"{text}.{attribute} -> {text}: FSDP2 does not wrap the module"
-            site = a.add(
+            a.add(
                 self.CODE,
                 node,
                 keep,
                 Rewrite(a.around(node, "", ""), message),
                 "MODELS",
                 ties=ties,
+                quiet=True,
             )
-            site.quiet = True
         elif a.options.runtime_dependency:
             rewrite = Rewrite(
                 a.around(node, f"fsdp2_port.{function}(", ")"),
@@ -276,7 +279,7 @@ class InternalsRule:
                 [a.module_import("fsdp2_port")],
             )
             untied = _may_be_model(a, node) and not _bound_to(a, receiver, _OTHER_WRAPPERS)
-            added = a.add_tied(
+            a.add_tied(
                 self.CODE,
                 node,
                 receiver,
@@ -284,9 +287,8 @@ class InternalsRule:
                 rewrite,
                 quiet=True,
                 either=rewrite if untied else None,
+                tied_requirement="ALWAYS",
             )
-            if added is not None and added.requirement == "MODELS":
-                added.requirement = "ALWAYS"
         else:
             keep = f"{text}.{attribute}: FSDP2 does not wrap; use {text} itself once it is FSDP2"
             if a.add_tied(self.CODE, node, receiver, keep, None, quiet=True) is None:

@@ -13,7 +13,7 @@ import ast
 from typing import ClassVar
 
 from codemods.analysis import FileAnalysis
-from codemods.plan import Requirement, Rewrite, Site
+from codemods.plan import Requirement, Rewrite
 from codemods.rules import Code
 from codemods.text import Edit
 
@@ -71,21 +71,25 @@ class IsinstanceRule:
             a.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
         ):
             # Already true for FSDP1 and FSDP2 models alike: nothing to change or mark.
-            both = a.add(self.CODE, call, "", None, "NEVER")
-            both.silent, both.holds = True, False
+            a.add(self.CODE, call, "", None, "NEVER", silent=True, holds=False)
             return
         rewrite = _to_fsdp_module(a, kinds, refs, "FSDP class test -> FSDPModule")
         guarded = _guarded_span(a, call)
         groups = frozenset({f"guard:{a.site_id(call)}"}) if guarded else frozenset()
         message = "kept: FSDP1 type test"
         site = a.add_tied(
-            self.CODE, call, call.args[0], message, rewrite, known=False, groups=groups
+            self.CODE,
+            call,
+            call.args[0],
+            message,
+            rewrite,
+            known=False,
+            groups=groups,
+            holds=False,  # kept, an FSDP2 model fails the test: marked, not broken
+            fsdp1_only_marker=True,
         )
-        if site is not None:
-            site.holds = False  # kept, an FSDP2 model fails the test: marked, not broken
-            site.fsdp1_only_marker = True
-            if guarded:
-                a.guards.append((guarded, f"guard:{a.site_id(call)}"))
+        if site is not None and guarded:
+            a.guards.append((guarded, f"guard:{a.site_id(call)}"))
 
     def _annotation(self, a: FileAnalysis, annotation: ast.expr) -> None:
         refs = _fsdp_refs(a, annotation)
@@ -93,10 +97,16 @@ class IsinstanceRule:
             return
         rewrite = _to_fsdp_module(a, annotation, refs, "FSDP annotation -> FSDPModule")
         parent = a.names.parent.get(annotation)
-        site: Site | None
         if isinstance(parent, ast.AnnAssign) and parent.value is not None:
-            site = a.add_tied(
-                self.CODE, annotation, parent.value, "kept: FSDP1 annotation", rewrite, known=False
+            a.add_tied(
+                self.CODE,
+                annotation,
+                parent.value,
+                "kept: FSDP1 annotation",
+                rewrite,
+                known=False,
+                holds=False,  # an annotation changes nothing at run time
+                fsdp1_only_marker=True,
             )
         elif (
             isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -104,7 +114,7 @@ class IsinstanceRule:
         ):
             ties = a.ties.returned_by(parent)
             requirement: Requirement = "MODELS" if ties[0] or ties[1] else "RUN"
-            site = a.add(
+            a.add(
                 self.CODE,
                 annotation,
                 "kept: FSDP1 annotation",
@@ -112,12 +122,19 @@ class IsinstanceRule:
                 requirement,
                 ties=ties[0],
                 deferred=ties[1],
+                holds=False,  # an annotation changes nothing at run time
+                fsdp1_only_marker=True,
             )
         else:
-            site = a.add(self.CODE, annotation, "kept: FSDP1 annotation", rewrite, "RUN")
-        if site is not None:
-            site.holds = False  # an annotation changes nothing at run time
-            site.fsdp1_only_marker = True
+            a.add(
+                self.CODE,
+                annotation,
+                "kept: FSDP1 annotation",
+                rewrite,
+                "RUN",
+                holds=False,
+                fsdp1_only_marker=True,
+            )
 
 
 def _fsdp_refs(a: FileAnalysis, node: ast.AST) -> list[ast.expr]:

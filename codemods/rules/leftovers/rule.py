@@ -64,9 +64,15 @@ class LeftoversRule:
             if isinstance(call, ast.Call) and call.func is node and call.args:
                 # FSDP1 code run on its first argument (``_lazy_init(model, model)``): it holds
                 # that model, or, untied, every model of the run
-                site = a.add_tied(self.CODE, node, call.args[0], _message(name), None, known=False)
-                if site is not None:
-                    site.behind_test = False  # an FSDP1 name: marked even behind a type test
+                a.add_tied(
+                    self.CODE,
+                    node,
+                    call.args[0],
+                    _message(name),
+                    None,
+                    known=False,
+                    behind_test=False,  # an FSDP1 name: marked even behind a type test
+                )
             else:
                 a.add(self.CODE, node, _message(name))
         for annotation in a.names.annotations:

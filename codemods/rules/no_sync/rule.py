@@ -76,12 +76,19 @@ class NoSyncRule:
             if either is None:
                 keep += " (use set_requires_gradient_sync)"
         site = a.add_tied(
-            self.CODE, node, receiver, keep, rewrite, quiet=True, unknown=unknown, either=either
+            self.CODE,
+            node,
+            receiver,
+            keep,
+            rewrite,
+            quiet=True,
+            unknown=unknown,
+            either=either,
+            # fsdp2_port.no_sync is right for FSDP1, FSDP2 and DDP alike
+            tied_requirement="ALWAYS" if rewrite is either else "MODELS",
         )
         if site is None:
             a.hold(self.CODE, node, unknown)
-        elif rewrite is either and site.requirement == "MODELS":
-            site.requirement = "ALWAYS"  # right for FSDP1, FSDP2 and DDP alike
 
 
 def _helper(a: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None, text: str) -> Rewrite:

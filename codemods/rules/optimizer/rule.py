@@ -19,6 +19,7 @@ from typing import ClassVar
 from codemods import imports
 from codemods.analysis import FileAnalysis
 from codemods.plan import Requirement, Rewrite
+from codemods.refs import Deferred, Optimizer
 from codemods.rules import Code
 from codemods.text import Edit
 
@@ -74,7 +75,7 @@ class OptimizerRule:
         scope = a.names.scope_of(statement)
         bindings = [b for b in scope.bindings.get(bound, []) if b.node is alias]
         ties: set[str] = set()
-        deferred: set[str] = set()
+        deferred: set[Deferred] = set()
         untied = False
         for call in a.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
@@ -101,17 +102,10 @@ class OptimizerRule:
             "fsdp2_port",
             f"BF16Optimizer imported from fsdp2_port instead of {statement.module}",
         )
-        site = a.add(
-            self.CODE,
-            alias,
-            f"BF16Optimizer from {statement.module} kept: the model it is built on stays FSDP1",
-            rewrite,
-            requirement,
-            ties=frozenset(ties),
-            deferred=frozenset(deferred),
-        )
-        if statement.module and statement.module.startswith("specforge"):
-            site.fallback = _from(
+        specforge = bool(statement.module and statement.module.startswith("specforge"))
+        fallback = None
+        if specforge:
+            fallback = _from(
                 a,
                 statement,
                 alias,
@@ -119,10 +113,20 @@ class OptimizerRule:
                 "BF16Optimizer imported from compat instead of specforge: on FSDP1 it clips by "
                 "the true global norm (SpecForge's clipped each rank's shard by its own)",
             )
-        site.quiet = not statement.module.startswith("specforge")  # type: ignore[union-attr]
-        # What stays is compat's optimizer, which is fsdp2_port's on an FSDP2 model: right
-        # whichever model an untied call builds it on (an inner module of a wrapped model).
-        site.holds = False
+        a.add(
+            self.CODE,
+            alias,
+            f"BF16Optimizer from {statement.module} kept: the model it is built on stays FSDP1",
+            rewrite,
+            requirement,
+            ties=frozenset(ties),
+            deferred=frozenset(deferred),
+            fallback=fallback,
+            quiet=not specforge,
+            # What stays is compat's optimizer, which is fsdp2_port's on an FSDP2 model: right
+            # whichever model an untied call builds it on (an inner module of a wrapped model).
+            holds=False,
+        )
         return True
 
     # -- the caller-side reduction -------------------------------------------------------------
@@ -135,7 +139,7 @@ class OptimizerRule:
                 continue
             refs, deferred = a.ties.optimizers_of(node.func.value)
             if not refs and self._is_bf16_optimizer(a, node.func.value):
-                refs = frozenset({"opt:annotated"})
+                refs = frozenset({Optimizer("annotated")})
             if not (refs or deferred):
                 continue
             target = a.names.parent.get(node)
@@ -169,8 +173,8 @@ class OptimizerRule:
         a: FileAnalysis,
         assign: ast.Assign,
         norm: str,
-        refs: frozenset[str],
-        deferred: frozenset[str],
+        refs: frozenset[Optimizer],
+        deferred: frozenset[Deferred],
     ) -> None:
         """Remove each later SUM all-reduce in the function of ``norm`` or a value made from it."""
         function = a.names.function_of(assign) or a.tree
@@ -202,7 +206,7 @@ class OptimizerRule:
                 continue
             if _divided_later(a, function, reduced, a.lines.end(node)):
                 continue
-            site = a.add(
+            a.add(
                 self.CODE,
                 node,
                 "kept: an all-reduce of BF16Optimizer.step()'s norm",
@@ -213,8 +217,9 @@ class OptimizerRule:
                 ),
                 "ALWAYS",
                 deferred=deferred,
+                about_optimizer=True,
+                optimizers=refs,
             )
-            site.about_optimizer, site.optimizers = True, refs
 
 
 def _from(

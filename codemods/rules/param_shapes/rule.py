@@ -84,7 +84,7 @@ class ParamShapesRule:
             "intended"
         )
         marker = Rewrite([], message, review=True)
-        site = a.add(
+        a.add(
             self.CODE,
             read,
             message,
@@ -92,11 +92,12 @@ class ParamShapesRule:
             "MODELS" if ties or deferred else "ANY",
             ties=ties,
             deferred=deferred,
+            quiet=True,  # only a model that migrates changes meaning
+            # untied, named like a model (self.policy of a base class): any may come; otherwise
+            # nothing at all if the run passes no model
+            either=marker if untraced and not ties else None,
+            unknown="" if not ties else None,
         )
-        site.quiet = True  # only a model that migrates changes meaning
-        if not ties:  # untied, named like a model (self.policy of a base class): any may come
-            site.either = marker if untraced else None
-            site.unknown = ""  # otherwise nothing at all if the run passes no model
 
 
 def _self_attribute(node: ast.expr) -> bool:

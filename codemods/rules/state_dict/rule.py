@@ -491,7 +491,7 @@ class StateDictRule:
             "differs from the FSDP1 one from the first step after the resume (check which you "
             "want)"
         )
-        site = a.add(
+        a.add(
             self.CODE,
             call,
             message,
@@ -499,8 +499,9 @@ class StateDictRule:
             "MODELS" if ties or deferred else "RUN",
             ties=ties,
             deferred=deferred,
+            quiet=True,
+            holds=False,
         )
-        site.quiet, site.holds = True, False
 
     def _to_load(
         self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
@@ -760,10 +761,11 @@ class StateDictRule:
             [a.replace(call, new.text)], message, self._imports(anchor or call.func, new)
         )
         ties, deferred = a.ties.of(model)
+        fsdp1 = a.ties.known_fsdp1(model)
         requirement: Requirement = "ALWAYS"
         if plain:  # FSDP1's default spelled out: only once the model is FSDP2
             requirement = "MODELS" if ties or deferred else "RUN"
-        site = a.add(
+        a.add(
             self.CODE,
             call,
             "kept: an FSDP1 state-dict call",
@@ -772,10 +774,10 @@ class StateDictRule:
             ties=ties,
             deferred=deferred,
             groups=groups,
+            quiet=plain and bool(ties or deferred),
+            # no model of the run reaches it: a plain module's state dict
+            unknown="" if plain and not ties and deferred and not fsdp1 else None,
         )
-        site.quiet = plain and bool(ties or deferred)
-        if plain and not ties and deferred and not a.ties.known_fsdp1(model):
-            site.unknown = ""  # no model of the run reaches it: a plain module's state dict
 
     def _imports(self, anchor: ast.AST, new: _New) -> list[NeededImport]:
         a = self.a

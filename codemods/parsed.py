@@ -1,0 +1,66 @@
+"""One file parsed once: its tree, text positions and names, and the questions every stage
+asks about them (which FSDP1/FSDP2 name a chain is, where a node is). No plan, no rules."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from codemods import fsdp1
+from codemods.names import Names
+from codemods.text import LineIndex
+
+
+@dataclass
+class Source:
+    """What a file is, for the analysis: its text, path and dotted module name."""
+
+    path: str
+    text: str
+    module_name: str = ""
+    is_package: bool = False
+
+
+class ParsedFile:
+    def __init__(self, source: Source) -> None:
+        self.path = source.path
+        self.text = source.text
+        self.module_name = source.module_name
+        self.tree = ast.parse(source.text, filename=source.path)
+        self.lines = LineIndex(source.text)
+        self.names = Names(self.tree, source.module_name, source.is_package)
+
+    # -- names ---------------------------------------------------------------------------------
+    def fsdp1_name(self, node: ast.AST) -> str | None:
+        """Canonical FSDP1 name of a Name/Attribute chain (``FullyShardedDataParallel`` ...)."""
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None
+        return fsdp1.first(self.names.qualified(node))
+
+    def fsdp2_name(self, node: ast.AST) -> str | None:
+        """``fully_shard``, ``FSDPModule`` ... when the chain resolves to an FSDP2 export."""
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None
+        for name in sorted(self.names.qualified(node)):
+            found = fsdp1.fsdp2(name)
+            if found is not None:
+                return found
+        return None
+
+    def is_fsdp_class(self, node: ast.AST) -> bool:
+        return self.fsdp1_name(node) == "FullyShardedDataParallel"
+
+    def resolves_to(self, node: ast.AST, *qualified: str) -> bool:
+        return bool(self.names.qualified(node) & set(qualified))
+
+    # -- text and positions --------------------------------------------------------------------
+    def source(self, node: ast.AST) -> str:
+        return self.lines.source(node)
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.lines.span(node)
+
+    def site_id(self, node: ast.AST) -> str:
+        """``path:line:column`` of ``node``: how sites and constructors are named in a run."""
+        start = self.lines.start(node)
+        return f"{self.path}:{self.lines.line_of(start)}:{self.lines.column(start)}"
