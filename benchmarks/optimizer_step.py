@@ -52,9 +52,10 @@ from torch.distributed.tensor import DTensor
 
 import compat
 import fsdp2_port
+from codemods.options import fully_shard_module
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.train.lr_schedules import build_scheduler
-from fsdp2_port.versions import fully_shard_module, installed_torch
+from fsdp2_port.versions import installed_torch
 
 LR, MAX_NORM, BYTES_FLOOR = 1e-4, 0.5, 28
 GOAL_VS_SPECFORGE, GOAL_VS_FUSED, GOAL_PEAK = 2.0, 2.0, 0.5  # issue 14

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from codemods import markers
+from codemods import imports, markers
 from codemods.names import Binding
 from codemods.options import Options
 from codemods.parsed import ParsedFile, Source
@@ -49,6 +49,7 @@ class FileAnalysis(ParsedFile):
         self.plan.exports = self.ties.exports()
         self.plan.signatures = self.ties.signatures()
         self.plan.passes = self.ties.passes()
+        self.plan.imported = imports.importing_scopes(self.names, self.lines)
         return self.plan
 
     def _after_guards(self, site: Site) -> Site:

@@ -1,27 +1,22 @@
-"""One apply pass per file: the decided rewrites, the markers, the imports; then findings.
-
-Round 1 makes every rewrite and marker and adds the imports they need; round 2 removes the
-FSDP1 imports that round 1 left unread. Findings keep their input positions; a finding with a
-marker also gets the marker's line in the output. The output must parse, or the file is left
-as it was and the run says so (a bug of ours, never the user's).
+"""Stage three, per file: the decided rewrites, the markers and the imports they need, made
+from the plan alone (nothing here parses). Findings keep their input positions; where a
+finding has a marker, its offset in the new text goes to the next stage (``tidy``), which
+reads the new text once, removes the FSDP1 imports nothing reads any more and settles the
+markers' lines.
 """
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 
 from codemods import imports, markers
 from codemods.findings import Action, Finding, Severity
-from codemods.names import Names
 from codemods.plan import Decisions, FilePlan, NeededImport, Reason, Rewrite, Site
 from codemods.text import (
     Edit,
     LineIndex,
     OverlappingEdits,
-    apply,
     apply_tracked,
-    back,
     forward,
     without_subsumed,
 )
@@ -33,8 +28,14 @@ class InternalError(RuntimeError):
 
 @dataclass
 class Applied:
+    """The new text, its edits (``starts``: where each landed), the findings (marker lines not
+    yet known) and, per finding with a marker, the offset of that marker's line."""
+
     text: str
+    edits: list[Edit]
+    starts: list[int]
     findings: list[Finding]
+    marker_offsets: dict[int, int]  # index in findings -> offset in text
 
 
 @dataclass
@@ -47,15 +48,7 @@ class _Outcome:
     rewrite: Rewrite | None = None
 
 
-def apply_plan(
-    text: str,
-    plan: FilePlan,
-    decisions: Decisions,
-    module_name: str = "",
-    is_package_init: bool = False,
-    *,
-    removes_imports: bool = True,
-) -> Applied:
+def apply_plan(text: str, plan: FilePlan, decisions: Decisions) -> Applied:
     lines = LineIndex(text)
     edits: list[Edit] = []
     needed: list[NeededImport] = []
@@ -74,74 +67,42 @@ def apply_plan(
             if all(code != site.code for code, _, _ in entries):
                 entries.append((site.code, site.indent, outcome.message))
 
-    import_edits = imports.additions(needed, Names(ast.parse(text), module_name), lines)
+    import_edits = imports.additions(needed, plan.imported, lines)
     marker_edits, marker_codes = _marker_edits(_dedented(marks, edits, lines), lines)
-    existing = {
-        (anchor, code): offset
+    round1 = [*import_edits, *marker_edits, *without_subsumed(edits)]
+    try:
+        new, starts = apply_tracked(text, round1)
+    except OverlappingEdits as error:
+        raise InternalError(f"two rewrites touch the same code ({error})") from error
+    offsets = {  # (anchor, code) -> offset of its marker line in the new text
+        (anchor, code): forward(offset, round1)
         for anchor in marks
         for code, offset in markers.existing_above(lines, anchor).items()
     }
-    round1 = [*import_edits, *marker_edits, *without_subsumed(edits)]
-    try:
-        first, starts = apply_tracked(text, round1)
-        tree = ast.parse(first)
-    except OverlappingEdits as error:
-        raise InternalError(f"two rewrites touch the same code ({error})") from error
-    except SyntaxError as error:
-        raise InternalError(
-            f"the rewrite would not parse ({error.msg}, line {error.lineno})"
-        ) from error
-    first_lines = LineIndex(first)
-    names = Names(tree, module_name)
-    unused = []
-    if removes_imports:
-        unused = imports.unused_fsdp1(names, is_package_init, markers.ignored_lines(first))
-    round2 = imports.removals(first_lines, names, unused)
-    final = apply(first, round2) if round2 else first
-    if round2:
-        try:
-            ast.parse(final)
-        except SyntaxError as error:
-            raise InternalError(f"the import clean-up would not parse ({error.msg})") from error
-
-    final_lines = LineIndex(final)
-    marker_lines = {
-        key: final_lines.line_of(forward(forward(at, round1), round2))
-        for key, at in existing.items()
-    }
-    offset = len(import_edits)
+    first_marker = len(import_edits)
     for index, edit in enumerate(marker_edits):
-        line = final_lines.line_of(forward(starts[offset + index], round2))
-        for step, code in enumerate(marker_codes[index]):
-            marker_lines[(edit.start, code)] = line + step
-    findings = [
-        Finding(
-            o.site.path,
-            o.site.line,
-            o.site.column,
-            o.site.code,
-            o.message,
-            o.severity,
-            o.action,
-            marker_lines.get((o.site.anchor, o.site.code)) if o.marked else None,
-        )
-        for o in outcomes
-    ]
-    for statement, alias in unused:
-        start = back(first_lines.start(alias), round1, starts)
+        at = starts[first_marker + index]
+        for code in marker_codes[index]:  # one line each, in order
+            offsets[(edit.start, code)] = at
+            at = new.index("\n", at) + 1
+    findings: list[Finding] = []
+    marker_offsets: dict[int, int] = {}
+    for o in outcomes:
+        if o.marked and (o.site.anchor, o.site.code) in offsets:
+            marker_offsets[len(findings)] = offsets[(o.site.anchor, o.site.code)]
         findings.append(
             Finding(
-                plan.path,
-                lines.line_of(start),
-                lines.column(start),
-                imports.CODE,
-                f"unused FSDP1 import {_imported_name(statement, alias)} removed",
-                "safe",
-                "rewritten",
+                o.site.path,
+                o.site.line,
+                o.site.column,
+                o.site.code,
+                o.message,
+                o.severity,
+                o.action,
+                None,
             )
         )
-    findings.sort(key=lambda f: (f.line, f.column, f.code, f.message))
-    return Applied(final, findings)
+    return Applied(new, round1, starts, findings, marker_offsets)
 
 
 def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
@@ -198,9 +159,3 @@ def _marker_edits(
             edits.append(Edit(anchor, anchor, text))
             codes.append([c for c, _, _ in new])
     return edits, codes
-
-
-def _imported_name(statement: ast.stmt, alias: ast.alias) -> str:
-    if isinstance(statement, ast.ImportFrom):
-        return f"{statement.module}.{alias.name}"
-    return alias.name

@@ -100,13 +100,12 @@ def migrate_text(
 ) -> tuple[str, list[Finding]]:
     """One text on its own (a run of one file): the migrated text and its findings."""
     from codemods.apply import apply_plan
+    from codemods.tidy import tidy
 
     plan = analyse_text(text, path, codes, options, name, package)
     decisions = decide([plan])
-    applied = apply_plan(
-        text, decisions.plans[path], decisions, name, package, removes_imports="F2P001" in codes
-    )
-    return applied.text, applied.findings
+    applied = apply_plan(text, decisions.plans[path], decisions)
+    return tidy(text, applied, path, name, package, removes_imports="F2P001" in codes)
 
 
 def _analyse(path: str, codes: Sequence[str], options: Options, every: bool = False) -> _Analysed:
@@ -169,14 +168,16 @@ def _apply(
 ) -> tuple[FileResult, str | None]:
     """The file's result and its new text (None when unchanged or on an internal error)."""
     from codemods.apply import InternalError, apply_plan
+    from codemods.tidy import tidy
 
     assert item.plan is not None
     result = FileResult(item.path, parsed=True)
     try:
-        applied = apply_plan(
+        applied = apply_plan(item.text, decisions.plans[item.path], decisions)
+        text, result.findings = tidy(
             item.text,
-            decisions.plans[item.path],
-            decisions,
+            applied,
+            item.path,
             item.module_name,
             item.package_init,
             removes_imports="F2P001" in codes,
@@ -184,12 +185,11 @@ def _apply(
     except InternalError as error:
         result.error = f"internal error: {error} (please report)"
         return result, None
-    result.findings = applied.findings
-    result.changed = applied.text != item.text
+    result.changed = text != item.text
     if not result.changed:
         return result, None
-    result.diff = unified_diff(item.text, applied.text, item.path)
-    return result, applied.text
+    result.diff = unified_diff(item.text, text, item.path)
+    return result, text
 
 
 def migrate_files(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from codemods import calls, fsdp1
 from codemods.names import Names
@@ -48,18 +48,31 @@ _FSDP1_MODULES = frozenset(
 )
 
 
-def additions(needed: Sequence[NeededImport], names: Names, lines: LineIndex) -> list[Edit]:
-    """Insertions for the imports the applied rewrites need (deduplicated, grouped)."""
+def importing_scopes(names: Names, lines: LineIndex) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Each name a scope imports -> the spans of the scopes that import it (the module's is
+    the whole text): what ``additions`` must not import again."""
+    out: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for scope in names.scopes.values():
+        node = scope.node
+        span = lines.span(node) if hasattr(node, "lineno") else (0, len(lines.text))
+        for name, bindings in scope.bindings.items():
+            if any(b.kind == "import" for b in bindings):
+                out[name].append(span)
+    return {name: tuple(spans) for name, spans in out.items()}
+
+
+def additions(
+    needed: Sequence[NeededImport],
+    importing: Mapping[str, Sequence[tuple[int, int]]],
+    lines: LineIndex,
+) -> list[Edit]:
+    """Insertions for the imports the applied rewrites need (deduplicated, grouped), given
+    the spans of the scopes that already import each name (``importing_scopes``)."""
     newline = lines.newline()
     grouped: dict[tuple[int, str, str], list[tuple[str, str | None]]] = defaultdict(list)
     plain: dict[tuple[int, str], list[str]] = defaultdict(list)
-    importing: dict[str, list[ast.AST]] = defaultdict(list)  # name -> scopes importing it
-    for scope in names.scopes.values():
-        for name, bindings in scope.bindings.items():
-            if any(b.kind == "import" for b in bindings):
-                importing[name].append(scope.node)
     for item in dict.fromkeys(needed):
-        if _already_bound(item, importing, lines):
+        if _already_bound(item, importing):
             continue
         if item.name is None:
             if item.module not in plain[(item.anchor, item.indent)]:
@@ -93,22 +106,14 @@ def additions(needed: Sequence[NeededImport], names: Names, lines: LineIndex) ->
     return edits
 
 
-def _already_bound(
-    item: NeededImport, importing: dict[str, list[ast.AST]], lines: LineIndex
-) -> bool:
-    """Whether the module, or a scope around the anchor, already imports the name
-    (``importing``: each name's importing scopes).
+def _already_bound(item: NeededImport, importing: Mapping[str, Sequence[tuple[int, int]]]) -> bool:
+    """Whether the module, or a scope around the anchor, already imports the name.
 
     Bound to the same thing (an earlier run, a file half done by hand) or to the same class
     under another path (an FSDP2 name imported from a private module): nothing to add.
     """
     bound = item.asname or item.name or item.module.split(".", 1)[0]
-    for node in importing.get(bound, ()):
-        if isinstance(node, ast.Module) or (
-            hasattr(node, "lineno") and lines.span(node)[0] <= item.anchor <= lines.span(node)[1]
-        ):
-            return True
-    return False
+    return any(start <= item.anchor <= end for start, end in importing.get(bound, ()))
 
 
 def unused_fsdp1(

@@ -152,6 +152,8 @@ class FilePlan:
     signatures: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Models this file passes to functions of other files.
     passes: list[Passing] = field(default_factory=list)
+    #: Each name the file imports -> the spans of the scopes importing it (no import twice).
+    imported: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     #: FSDP2 models this file builds (``fully_shard``, ``fsdp2_port.fully_shard_like_fsdp1``):
     #: an untied FSDP1 site of the run may meet one, so it takes its form right on any model
     #: (a rerun over a tree written half, by hand or killed without its journal, finishes).
