@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -355,14 +354,3 @@ _SETTINGS_WORDS = (
     "plugin",
     "strategy",
 )
-
-
-def calls_named(analysis: FileAnalysis, attribute: str) -> Sequence[ast.Call]:
-    """Calls ``<receiver>.<attribute>(...)``, in source order."""
-    return [
-        node
-        for node in analysis.names.by_type[ast.Call]
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == attribute
-    ]

@@ -116,13 +116,6 @@ def _skip_comma(text: str, end: int, limit: int) -> int:
     return position
 
 
-def keyword_name(lines: LineIndex, keyword: ast.keyword) -> Edit:
-    """An empty edit spanning ``name`` of ``name=value`` (replace it to rename)."""
-    start = lines.start(keyword)
-    assert keyword.arg is not None
-    return Edit(start, start + len(keyword.arg), keyword.arg)
-
-
 def is_none(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 _BUILTINS = frozenset(dir(builtins))
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-SCOPE_NODES = (ast.Module, ast.ClassDef, ast.Lambda, *_FUNCTIONS, *_COMPREHENSIONS)
 
 
 @dataclass(eq=False)

@@ -58,7 +58,9 @@ _HELD_SIGNALS = tuple(
 
 
 @dataclass(frozen=True)
-class Source:
+class Decoded:
+    """A file's text and the encoding it was read with (written back in it)."""
+
     text: str
     encoding: str
 
@@ -140,10 +142,10 @@ def _walk(root: str, problems: list[str], found: Leftovers) -> Iterator[str]:
                 yield os.path.normpath(full)
 
 
-def decode(data: bytes) -> Source:
+def decode(data: bytes) -> Decoded:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return Source(data.decode(encoding), encoding)
+        return Decoded(data.decode(encoding), encoding)
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
         raise UnreadableSource(f"cannot decode: {error}") from error
 

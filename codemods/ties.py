@@ -65,7 +65,7 @@ class Ties:
         self, analysis: ParsedFile, wraps: Callable[[ast.AST], bool] | None = None
     ) -> None:
         """``wraps(func)``: whether calling ``func`` builds a model (default: the FSDP1 class)."""
-        self.a = analysis
+        self.parsed = analysis
         names = analysis.names
         wraps = wraps or analysis.is_fsdp_class
         #: Constructor call -> id; factories are the ``partial(FSDP, ...)`` among them.
@@ -143,11 +143,11 @@ class Ties:
         """``(callee, position or keyword, refs)`` for each model this file passes to a
         function of another file (``save(model)``, ``Trainer(model=model)``)."""
         out: list[Passing] = []
-        for call in self.a.names.by_type[ast.Call]:
+        for call in self.parsed.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
             if call in self.constructors or not (call.args or call.keywords):
                 continue
-            callees = self.a.names.qualified(_unsubscripted(call.func))
+            callees = self.parsed.names.qualified(_unsubscripted(call.func))
             if not callees or any(c.startswith("builtins.") for c in callees):
                 continue
             slots: list[tuple[int | str, ast.AST]] = []
@@ -171,7 +171,7 @@ class Ties:
         """Known to be an FSDP1 module without knowing which: annotated so, or guarded by an
         FSDP1 type test (``guarded_fsdp1``)."""
         if isinstance(expr, ast.Name):
-            for binding in self.a.names.bindings_of(expr):
+            for binding in self.parsed.names.bindings_of(expr):
                 annotation = getattr(binding.node, "annotation", None)
                 if annotation is not None and self._mentions_fsdp1(annotation):
                     return True
@@ -183,9 +183,9 @@ class Ties:
         expression) whose test asserts it, in the ``else`` of one that denies it, or after
         ``if not isinstance(expr, FSDP): return`` (any jump) in the same block. An FSDP2 model
         never gets there while the test names FSDP1."""
-        text = self.a.source(expr)
+        text = self.parsed.source(expr)
         child: ast.AST = expr
-        for ancestor in self.a.names.ancestors(expr):
+        for ancestor in self.parsed.names.ancestors(expr):
             if isinstance(ancestor, ast.BoolOp) and isinstance(ancestor.op, ast.And):
                 earlier = ancestor.values[: ancestor.values.index(child)]  # type: ignore[arg-type]
                 if any(self._tests_fsdp1(v, text, True) for v in earlier):
@@ -229,7 +229,7 @@ class Ties:
             return self._call(expr)
         if isinstance(expr, ast.Name):
             out: set[Ref] = set()
-            for binding in self.a.names.bindings_of(expr):
+            for binding in self.parsed.names.bindings_of(expr):
                 if not self._may_reach(binding.node, expr):
                     continue
                 if binding.kind == "assign" and binding.value is not None:
@@ -255,8 +255,8 @@ class Ties:
     def _passed(self, parameter: ast.AST) -> set[Ref]:
         """What the calls of this file pass for a function's parameter, and what the run's
         other files may pass (``param:``, when the function is one they can call)."""
-        arguments = self.a.names.parent.get(parameter)
-        function = self.a.names.parent.get(arguments) if arguments is not None else None
+        arguments = self.parsed.names.parent.get(parameter)
+        function = self.parsed.names.parent.get(arguments) if arguments is not None else None
         if not isinstance(function, _FUNCTIONS) or not isinstance(parameter, ast.arg):
             return set()
         positional = _positional(function)
@@ -284,7 +284,7 @@ class Ties:
         the class itself for ``__init__``."""
         assert isinstance(function, _FUNCTIONS)
         found = []
-        owner = self.a.names.class_of(function) if method else None
+        owner = self.parsed.names.class_of(function) if method else None
         by_name, by_attribute = self._calls_by_callee()
         candidates = (
             by_attribute.get(function.name, [])
@@ -294,17 +294,17 @@ class Ties:
         for call in candidates:
             func = _unsubscripted(call.func)  # Trainer[Batch](model) calls Trainer
             if isinstance(func, ast.Name) and func.id == function.name and not method:
-                if any(b.node is function for b in self.a.names.bindings_of(func)):
+                if any(b.node is function for b in self.parsed.names.bindings_of(func)):
                     found.append(call)
             elif method and function.name == "__init__" and isinstance(func, ast.Name):
-                if any(b.node is owner for b in self.a.names.bindings_of(func)):
+                if any(b.node is owner for b in self.parsed.names.bindings_of(func)):
                     found.append(call)
             elif (
                 method
                 and isinstance(func, ast.Attribute)
                 and func.attr == function.name
                 and self._is_self(func.value)
-                and self.a.names.class_of(call) is owner
+                and self.parsed.names.class_of(call) is owner
             ):
                 found.append(call)
         return found
@@ -315,7 +315,7 @@ class Ties:
         if self._callee_index is None:
             by_name: dict[str, list[ast.Call]] = defaultdict(list)
             by_attribute: dict[str, list[ast.Call]] = defaultdict(list)
-            for call in self.a.names.by_type[ast.Call]:
+            for call in self.parsed.names.by_type[ast.Call]:
                 assert isinstance(call, ast.Call)
                 func = _unsubscripted(call.func)
                 if isinstance(func, ast.Name):
@@ -328,8 +328,8 @@ class Ties:
     def _unpacked(self, target: ast.AST) -> set[Ref]:
         """``a, b = value``: what element ``target`` takes, when ``value`` is a tuple or a call
         of a function here that returns tuples."""
-        parent = self.a.names.parent.get(target)
-        statement = self.a.names.parent.get(parent) if parent is not None else None
+        parent = self.parsed.names.parent.get(target)
+        statement = self.parsed.names.parent.get(parent) if parent is not None else None
         if not (isinstance(parent, (ast.Tuple, ast.List)) and isinstance(statement, ast.Assign)):
             return set()
         if parent not in statement.targets or any(isinstance(e, ast.Starred) for e in parent.elts):
@@ -340,7 +340,7 @@ class Ties:
             func = statement.value.func
             functions = [
                 b.node
-                for b in (self.a.names.bindings_of(func) if isinstance(func, ast.Name) else [])
+                for b in (self.parsed.names.bindings_of(func) if isinstance(func, ast.Name) else [])
                 if b.kind == "def"
             ]
             values = [r for f in functions for r in self._returns.get(f, ())]
@@ -364,16 +364,16 @@ class Ties:
             return set(self._value(func.value))
         if isinstance(func, ast.Name):
             out: set[Ref] = set()
-            for binding in self.a.names.bindings_of(func):
+            for binding in self.parsed.names.bindings_of(func):
                 if binding.kind == "def" and isinstance(binding.node, _FUNCTIONS):
                     out |= self._returned(binding.node)
             if out:
                 return out
         if isinstance(func, ast.Attribute) and self._is_self(func.value):
-            owner = self.a.names.class_of(call)
+            owner = self.parsed.names.class_of(call)
             if owner is not None:
                 return self._method(owner, func.attr, set())
-        return {Returned(q) for q in self.a.names.qualified(func)}
+        return {Returned(q) for q in self.parsed.names.qualified(func)}
 
     def _method(self, owner: ast.ClassDef, name: str, seen: set[ast.ClassDef]) -> set[Ref]:
         """What ``self.<name>(...)`` returns, looking in ``owner`` then its bases."""
@@ -387,12 +387,12 @@ class Ties:
             if local is not None and local not in seen:
                 out |= self._method(local, name, seen)
             else:
-                out |= {Returned(f"{q}.{name}") for q in self.a.names.qualified(base)}
+                out |= {Returned(f"{q}.{name}") for q in self.parsed.names.qualified(base)}
         return out
 
     def _local_class(self, base: ast.expr) -> ast.ClassDef | None:
         if isinstance(base, ast.Name):
-            for binding in self.a.names.bindings_of(base):
+            for binding in self.parsed.names.bindings_of(base):
                 if binding.kind == "class" and isinstance(binding.node, ast.ClassDef):
                     return binding.node
         return None
@@ -406,12 +406,12 @@ class Ties:
         qualified names other files import them by."""
         if self._exported_memo is not None:
             return self._exported_memo
-        module = self.a.module_name
+        module = self.parsed.module_name
         out: dict[str, ast.AST] = {}
         self._exported_memo = out
         if not module:
             return out
-        for statement in self.a.tree.body:
+        for statement in self.parsed.tree.body:
             if isinstance(statement, _FUNCTIONS):
                 out[f"{module}.{statement.name}"] = statement
             elif isinstance(statement, ast.ClassDef):
@@ -426,10 +426,10 @@ class Ties:
     def _takes_self(self, function: ast.AST) -> bool:
         """A method called on an instance or a class (its first parameter is not passed)."""
         assert isinstance(function, _FUNCTIONS)
-        if self.a.names.class_of(function) is None or not _positional(function):
+        if self.parsed.names.class_of(function) is None or not _positional(function):
             return False
         return not any(
-            self.a.resolves_to(d, "builtins.staticmethod") for d in function.decorator_list
+            self.parsed.resolves_to(d, "builtins.staticmethod") for d in function.decorator_list
         )
 
     def _may_reach(self, target: ast.AST, use: ast.AST) -> bool:
@@ -437,7 +437,7 @@ class Ties:
         not in the other branch of an ``if`` that holds both, and not after the use (nor in the
         statement that reads it: ``x = f(x)``) unless a loop around both can bring it back.
         (Names bound in another scope always may.)"""
-        names = self.a.names
+        names = self.parsed.names
         if names.function_of(target) is not names.function_of(use):
             return True
         target_path = [target, *names.ancestors(target)]
@@ -456,7 +456,7 @@ class Ties:
             None,
         )
         inside = assigned_by is not None and id(assigned_by) in use_path  # x = f(x)
-        if not inside and self.a.lines.start(target) <= self.a.lines.start(use):
+        if not inside and self.parsed.lines.start(target) <= self.parsed.lines.start(use):
             return True
         return any(
             isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and id(n) in use_path
@@ -472,25 +472,25 @@ class Ties:
             head = head.value
         if not isinstance(head, ast.Name):
             return None
-        text = self.a.source(node)
+        text = self.parsed.source(node)
         if self._is_self(head):
-            owner = self.a.names.class_of(node)
+            owner = self.parsed.names.class_of(node)
             if owner is not None:
                 return owner, "self" + text[len(head.id) :]
-        return self.a.names.function_of(node) or self.a.tree, text
+        return self.parsed.names.function_of(node) or self.parsed.tree, text
 
     def _is_self(self, node: ast.AST) -> bool:
         """The first parameter of the method ``node`` is in (``self`` by any name)."""
         if not isinstance(node, ast.Name):
             return False
-        function = self.a.names.function_of(node)
+        function = self.parsed.names.function_of(node)
         if not isinstance(function, _FUNCTIONS) or not self._takes_self(function):
             return False
         return _positional(function)[0] == node.id
 
     def _mentions_fsdp1(self, annotation: ast.AST) -> bool:
         return any(
-            isinstance(n, (ast.Name, ast.Attribute)) and self.a.is_fsdp_class(n)
+            isinstance(n, (ast.Name, ast.Attribute)) and self.parsed.is_fsdp_class(n)
             for n in ast.walk(annotation)
         )
 
@@ -509,7 +509,7 @@ class Ties:
             and isinstance(test, ast.Call)
             and isinstance(test.func, ast.Name)
             and len(test.args) == 2
-            and self.a.source(test.args[0]) == text
+            and self.parsed.source(test.args[0]) == text
         ):
             return False
         if test.func.id == "hasattr":  # hasattr(m, "_fsdp_wrapped_module"): FSDP1 only
@@ -538,7 +538,7 @@ def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
 
 def _positional(function: ast.AST) -> list[str]:
     assert isinstance(function, _FUNCTIONS)
-    return [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+    return [parsed.arg for parsed in (*function.args.posonlyargs, *function.args.args)]
 
 
 def _branch(statement: ast.AST, child: ast.AST) -> str | None:

@@ -61,37 +61,37 @@ class ClipGradRule:
         "fsdp2_port.module_clip_grad_norm_": "fsdp2_port:module_clip_grad_norm_",
     }
 
-    def analyze(self, a: FileAnalysis) -> None:
-        for call in a.names.by_type[ast.Call]:
+    def analyze(self, analysis: FileAnalysis) -> None:
+        for call in analysis.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
             func = call.func
             if not (isinstance(func, ast.Attribute) and func.attr == "clip_grad_norm_"):
                 continue
-            qualified = a.names.qualified(func)
-            if _TORCH_CLIP in qualified and not a.is_ignored(call):
-                self._torch_clip(a, call)
+            qualified = analysis.names.qualified(func)
+            if _TORCH_CLIP in qualified and not analysis.is_ignored(call):
+                self._torch_clip(analysis, call)
             if any(q.startswith(("torch.", "fsdp2_port.", "compat.")) for q in qualified):
                 continue
-            if a.is_ignored(call) or _takes_parameters(call):
+            if analysis.is_ignored(call) or _takes_parameters(call):
                 continue
-            self._clip(a, call, func)
+            self._clip(analysis, call, func)
 
-    def _clip(self, a: FileAnalysis, call: ast.Call, func: ast.Attribute) -> None:
-        receiver = a.source(func.value)
+    def _clip(self, analysis: FileAnalysis, call: ast.Call, func: ast.Attribute) -> None:
+        receiver = analysis.source(func.value)
         keep = f"kept: {receiver}.clip_grad_norm_ of an FSDP1 model"
-        rewrite = self._rewrite(a, call, func, receiver)
-        either = self._either(a, call, func, receiver)
+        rewrite = self._rewrite(analysis, call, func, receiver)
+        either = self._either(analysis, call, func, receiver)
         unknown = (
             f"{receiver} is not known to be an FSDP1 module: if it is, use fsdp2_port."
             f"clip_grad_norm_({receiver}.parameters(), ...) with the model's migration"
         )
-        site = a.add_tied(
+        site = analysis.add_tied(
             self.CODE, call, func.value, keep, rewrite, quiet=True, unknown=unknown, either=either
         )
         if site is None:
-            a.hold(self.CODE, call, unknown)
+            analysis.hold(self.CODE, call, unknown)
 
-    def _torch_clip(self, a: FileAnalysis, call: ast.Call) -> None:
+    def _torch_clip(self, analysis: FileAnalysis, call: ast.Call) -> None:
         """``torch.nn.utils.clip_grad_norm_(model.parameters(), c)`` on a model that migrates:
         FSDP1's flat shards gave each rank its own norm and coefficient, FSDP2's DTensors give
         the global one. The run changes (for the better): marked, with the model."""
@@ -102,16 +102,16 @@ class ClipGradRule:
             and first.func.attr == "parameters"
         ):
             return
-        ties, deferred = a.ties.of(first.func.value)
+        ties, deferred = analysis.ties.of(first.func.value)
         if not ties:
             return
         message = (
-            f"torch's clip_grad_norm_ on {a.source(first.func.value)}'s parameters: on FSDP1 "
-            "shards it clipped each rank by its own shards' norm (a different coefficient per "
-            "rank); on FSDP2's DTensors the norm is global. The migrated run clips by the true "
-            "norm: expect other grad norms and updates than the FSDP1 run logged"
+            f"torch's clip_grad_norm_ on {analysis.source(first.func.value)}'s parameters: on "
+            "FSDP1 shards it clipped each rank by its own shards' norm (a different coefficient "
+            "per rank); on FSDP2's DTensors the norm is global. The migrated run clips by the "
+            "true norm: expect other grad norms and updates than the FSDP1 run logged"
         )
-        a.add(
+        analysis.add(
             self.CODE,
             call,
             message,
@@ -123,37 +123,40 @@ class ClipGradRule:
         )
 
     def _either(
-        self, a: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str
+        self, analysis: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str
     ) -> Rewrite | None:
         """``fsdp2_port.module_clip_grad_norm_(m, ...)``: FSDP1's method on FSDP1, the global
         norm on FSDP2, torch's on DDP and plain modules, the object's own method otherwise."""
-        if not a.options.runtime_dependency or calls.bind(call, ("max_norm", "norm_type")) is None:
+        if (
+            not analysis.options.runtime_dependency
+            or calls.bind(call, ("max_norm", "norm_type")) is None
+        ):
             return None
         return Rewrite(
-            a.receiver_first(call, "fsdp2_port.module_clip_grad_norm_"),
+            analysis.receiver_first(call, "fsdp2_port.module_clip_grad_norm_"),
             "clip_grad_norm_ -> fsdp2_port.module_clip_grad_norm_: FSDP1's clip on any model "
             "(the global norm on FSDP2)",
-            [a.module_import("fsdp2_port")],
+            [analysis.module_import("fsdp2_port")],
         )
 
     def _rewrite(
-        self, a: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str
+        self, analysis: FileAnalysis, call: ast.Call, func: ast.Attribute, receiver: str
     ) -> Rewrite | None:
         if calls.bind(call, ("max_norm", "norm_type")) is None:
             return None
-        if a.options.runtime_dependency:
-            edits = a.receiver_first(call, "fsdp2_port.clip_grad_norm_", ".parameters()")
+        if analysis.options.runtime_dependency:
+            edits = analysis.receiver_first(call, "fsdp2_port.clip_grad_norm_", ".parameters()")
             return Rewrite(
                 edits,
                 "clip_grad_norm_ -> fsdp2_port.clip_grad_norm_ (the global norm, one collective)",
-                [a.module_import("fsdp2_port")],
+                [analysis.module_import("fsdp2_port")],
             )
-        end = a.lines.end(call)
+        end = analysis.lines.end(call)
         edits = [
-            *a.receiver_first(call, "torch.nn.utils.clip_grad_norm_", ".parameters()"),
+            *analysis.receiver_first(call, "torch.nn.utils.clip_grad_norm_", ".parameters()"),
             Edit(end, end, ".full_tensor()"),
         ]
-        return Rewrite(edits, _TORCH_ONLY, [a.module_import("torch")], review=True)
+        return Rewrite(edits, _TORCH_ONLY, [analysis.module_import("torch")], review=True)
 
 
 def _takes_parameters(call: ast.Call) -> bool:

@@ -152,54 +152,54 @@ class ConstructorRule:
         "fully_shard_like_fsdp1": "fsdp2_port:fully_shard_like_fsdp1",
     }
 
-    def analyze(self, a: FileAnalysis) -> None:
-        for call, cid in a.ties.constructors.items():
-            if a.is_ignored(call):
-                a.add(self.CODE, call, "", constructor=cid, silent=True)
-            elif call in a.ties.factories:
-                self._factory(a, call, cid)
+    def analyze(self, analysis: FileAnalysis) -> None:
+        for call, cid in analysis.ties.constructors.items():
+            if analysis.is_ignored(call):
+                analysis.add(self.CODE, call, "", constructor=cid, silent=True)
+            elif call in analysis.ties.factories:
+                self._factory(analysis, call, cid)
             else:
-                self._constructor(a, call, cid)
-        self._class_as_value(a)
+                self._constructor(analysis, call, cid)
+        self._class_as_value(analysis)
 
     # -- FSDP(...) ---------------------------------------------------------------------------
-    def _constructor(self, a: FileAnalysis, call: ast.Call, cid: str) -> None:
-        owner = _fsdp1_subclass_around(a, call)
+    def _constructor(self, analysis: FileAnalysis, call: ast.Call, cid: str) -> None:
+        owner = _fsdp1_subclass_around(analysis, call)
         if owner is not None:
             message = (
                 f"FSDP(...) inside class {owner.name}(FSDP): its units stay FSDP1 with the "
                 "subclass (FSDP2 units cannot live inside an FSDP1 model)"
             )
-            a.add(self.CODE, call, message, constructor=cid)
+            analysis.add(self.CODE, call, message, constructor=cid)
             return
-        pure = _pure(a, call)
+        pure = _pure(analysis, call)
         device = _bound(call).get("device_id")
         needs_lines = pure.classes is not None or (
             device is not None and not calls.is_none(device.value)
         )
-        if needs_lines and not _stands_alone(a, a.names.statement(call)):
+        if needs_lines and not _stands_alone(analysis, analysis.names.statement(call)):
             pure.blockers.append("the call shares its line with other code: put it on its own")
         if not pure.blockers:
-            self._pure_rewrite(a, call, cid, pure)
+            self._pure_rewrite(analysis, call, cid, pure)
             return
-        if a.options.runtime_dependency:
+        if analysis.options.runtime_dependency:
             rewrite = Rewrite(
-                [a.replace(call.func, RUNTIME)],
+                [analysis.replace(call.func, RUNTIME)],
                 f"FSDP(...) -> {RUNTIME}(...): the same arguments, applied with fully_shard",
-                [a.import_for(call.func, "fsdp2_port", RUNTIME)],
+                [analysis.import_for(call.func, "fsdp2_port", RUNTIME)],
             )
-            a.add(self.CODE, call, "FSDP(...) left as is", rewrite, constructor=cid)
+            analysis.add(self.CODE, call, "FSDP(...) left as is", rewrite, constructor=cid)
             return
-        a.add(
+        analysis.add(
             self.CODE,
             call,
             "FSDP(...) left as is (--no-runtime-dependency): " + "; ".join(pure.blockers),
             constructor=cid,
         )
 
-    def _factory(self, a: FileAnalysis, call: ast.Call, cid: str) -> None:
-        if not a.options.runtime_dependency:
-            a.add(
+    def _factory(self, analysis: FileAnalysis, call: ast.Call, cid: str) -> None:
+        if not analysis.options.runtime_dependency:
+            analysis.add(
                 self.CODE,
                 call,
                 "functools.partial(FSDP, ...) left as is (--no-runtime-dependency): "
@@ -209,45 +209,58 @@ class ConstructorRule:
             return
         target = call.args[0]
         rewrite = Rewrite(
-            [a.replace(target, RUNTIME)],
+            [analysis.replace(target, RUNTIME)],
             f"functools.partial(FSDP, ...) -> functools.partial({RUNTIME}, ...)",
-            [a.import_for(target, "fsdp2_port", RUNTIME)],
+            [analysis.import_for(target, "fsdp2_port", RUNTIME)],
         )
-        a.add(self.CODE, call, "functools.partial(FSDP, ...) left as is", rewrite, constructor=cid)
+        analysis.add(
+            self.CODE, call, "functools.partial(FSDP, ...) left as is", rewrite, constructor=cid
+        )
 
-    def _pure_rewrite(self, a: FileAnalysis, call: ast.Call, cid: str, pure: _Pure) -> None:
+    def _pure_rewrite(self, analysis: FileAnalysis, call: ast.Call, cid: str, pure: _Pure) -> None:
         module = _module(call)
-        statement = a.names.statement(call)
-        edits = [a.replace(call.func, "fully_shard")]
-        edits += _argument_edits(a, call, pure)
+        statement = analysis.names.statement(call)
+        edits = [analysis.replace(call.func, "fully_shard")]
+        edits += _argument_edits(analysis, call, pure)
         prefix = ""
-        indent = a.lines.indent_at(a.statement_start(statement))
-        newline = a.lines.newline()
+        indent = analysis.lines.indent_at(analysis.statement_start(statement))
+        newline = analysis.lines.newline()
         device = _bound(call).get("device_id")
         if device is not None and not calls.is_none(device.value):
-            prefix += f"{indent}{a.source(module)}.to({a.source(device.value)}){newline}"
-        imports = [a.import_for(call.func, a.options.fsdp2_module, n) for n in sorted(pure.names)]
+            prefix += (
+                f"{indent}{analysis.source(module)}.to({analysis.source(device.value)}){newline}"
+            )
+        imports = [
+            analysis.import_for(call.func, analysis.options.fsdp2_module, n)
+            for n in sorted(pure.names)
+        ]
         if pure.sync is not None:
-            prefix += _broadcast(a, module, pure.sync, indent, newline)
-            imports.append(a.module_import("torch.distributed"))
+            prefix += _broadcast(analysis, module, pure.sync, indent, newline)
+            imports.append(analysis.module_import("torch.distributed"))
         code = "F2P002"
         if pure.classes is not None:
             code = "F2P003"
-            prefix += _loop(a, statement, module, pure, indent, newline)
+            prefix += _loop(analysis, statement, module, pure, indent, newline)
         if prefix:
-            edits.append(Edit(a.statement_start(statement), a.statement_start(statement), prefix))
+            edits.append(
+                Edit(
+                    analysis.statement_start(statement), analysis.statement_start(statement), prefix
+                )
+            )
         message = "FSDP(...) -> fully_shard(...)"
         if code == "F2P003":
             message = (
                 "FSDP(..., auto_wrap_policy=<literal>) -> fully_shard on each submodule it "
                 "selects, then on the root"
             )
-        a.add(code, call, "FSDP(...) left as is", Rewrite(edits, message, imports), constructor=cid)
+        analysis.add(
+            code, call, "FSDP(...) left as is", Rewrite(edits, message, imports), constructor=cid
+        )
         for what, binding in pure.bindings:
-            start = a.statement_start(binding)
-            end = a.lines.line_end(a.lines.end(binding) - 1)
+            start = analysis.statement_start(binding)
+            end = analysis.lines.line_end(analysis.lines.end(binding) - 1)
             code = "F2P003" if what == "auto_wrap_policy" else "F2P004"
-            a.add(
+            analysis.add(
                 code,
                 binding,
                 f"{what} binding kept: its FSDP(...) stays FSDP1",
@@ -259,44 +272,50 @@ class ConstructorRule:
             )
 
     # -- the FSDP1 class as a value ------------------------------------------------------------
-    def _class_as_value(self, a: FileAnalysis) -> None:
-        for node in a.names.by_type[ast.ClassDef]:
+    def _class_as_value(self, analysis: FileAnalysis) -> None:
+        for node in analysis.names.by_type[ast.ClassDef]:
             assert isinstance(node, ast.ClassDef)
             for base in node.bases:
-                if a.is_fsdp_class(base) and not a.is_ignored(base):
-                    a.add(
+                if analysis.is_fsdp_class(base) and not analysis.is_ignored(base):
+                    analysis.add(
                         self.CODE,
                         base,
                         f"class {node.name}(FSDP): FSDP2 has no wrapper class to subclass; apply "
                         "fully_shard to the module and move the overrides onto it",
-                        constructor=a.site_id(base),
+                        constructor=analysis.site_id(base),
                     )
-        for node in a.names.by_type[ast.keyword]:
+        for node in analysis.names.by_type[ast.keyword]:
             assert isinstance(node, ast.keyword)
-            if node.arg == "wrapper_cls" and a.is_fsdp_class(node.value) and not a.is_ignored(node):
-                a.add(
+            if (
+                node.arg == "wrapper_cls"
+                and analysis.is_fsdp_class(node.value)
+                and not analysis.is_ignored(node)
+            ):
+                analysis.add(
                     self.CODE,
                     node.value,
                     "wrapper_cls=FSDP (enable_wrap/wrap): FSDP2 has no wrapper class; call "
                     "fully_shard on each module the wrap() calls select, children first",
-                    constructor=a.site_id(node.value),
+                    constructor=analysis.site_id(node.value),
                 )
 
 
-def _fsdp1_subclass_around(a: FileAnalysis, call: ast.Call) -> ast.ClassDef | None:
+def _fsdp1_subclass_around(analysis: FileAnalysis, call: ast.Call) -> ast.ClassDef | None:
     """The FSDP1 subclass whose body (methods included) holds ``call``, if any."""
-    for ancestor in a.names.ancestors(call):
-        if isinstance(ancestor, ast.ClassDef) and any(a.is_fsdp_class(b) for b in ancestor.bases):
+    for ancestor in analysis.names.ancestors(call):
+        if isinstance(ancestor, ast.ClassDef) and any(
+            analysis.is_fsdp_class(b) for b in ancestor.bases
+        ):
             return ancestor
     return None
 
 
-def _stands_alone(a: FileAnalysis, statement: ast.stmt) -> bool:
+def _stands_alone(analysis: FileAnalysis, statement: ast.stmt) -> bool:
     """A simple statement that starts its own line: code can be put on lines before it."""
     if not isinstance(statement, (ast.Assign, ast.AnnAssign, ast.Return, ast.Expr)):
         return False
-    start = a.lines.start(statement)
-    return not a.text[a.lines.line_start(start) : start].strip()
+    start = analysis.lines.start(statement)
+    return not analysis.text[analysis.lines.line_start(start) : start].strip()
 
 
 def _bound(call: ast.Call) -> dict[str, calls.Argument]:
@@ -307,7 +326,7 @@ def _module(call: ast.Call) -> ast.expr:
     return _bound(call)["module"].value
 
 
-def _pure(a: FileAnalysis, call: ast.Call) -> _Pure:
+def _pure(analysis: FileAnalysis, call: ast.Call) -> _Pure:
     """The pure-torch conversion of a constructor call, or what blocks it."""
     pure = _Pure()
     bound = calls.bind(call, PARAMETERS)
@@ -325,7 +344,7 @@ def _pure(a: FileAnalysis, call: ast.Call) -> _Pure:
     mesh = bound.get("device_mesh")
     kind = "FULL_SHARD"
     if strategy is not None and not calls.is_none(strategy.value):
-        name = a.fsdp1_name(strategy.value) or ""
+        name = analysis.fsdp1_name(strategy.value) or ""
         kind = name.removeprefix("ShardingStrategy.")
         if kind not in _RESHARD:
             pure.blockers.append(
@@ -340,17 +359,18 @@ def _pure(a: FileAnalysis, call: ast.Call) -> _Pure:
     if mesh is not None and not calls.is_none(mesh.value):
         if not calls.is_simple(mesh.value):
             pure.blockers.append("device_mesh is an expression: assign it to a name first")
-        text = f"mesh={a.source(mesh.value)}"
+        text = f"mesh={analysis.source(mesh.value)}"
         pure.root.insert(0, text)
         pure.children.insert(0, text)
     group = bound.get("process_group")
     if group is not None and not (
-        calls.is_none(group.value) or a.resolves_to(group.value, "torch.distributed.group.WORLD")
+        calls.is_none(group.value)
+        or analysis.resolves_to(group.value, "torch.distributed.group.WORLD")
     ):
         pure.blockers.append("process_group other than WORLD")
-    _mixed_precision(a, bound.get("mixed_precision"), pure)
-    _offload(a, bound.get("cpu_offload"), pure)
-    _wrap_policy(a, bound.get("auto_wrap_policy"), pure)
+    _mixed_precision(analysis, bound.get("mixed_precision"), pure)
+    _offload(analysis, bound.get("cpu_offload"), pure)
+    _wrap_policy(analysis, bound.get("auto_wrap_policy"), pure)
     for name in ("ignored_modules", "ignored_states", "param_init_fn"):
         if name in bound and not calls.is_none(bound[name].value):
             pure.blockers.append(f"{name} is set")
@@ -360,12 +380,12 @@ def _pure(a: FileAnalysis, call: ast.Call) -> _Pure:
         if flag is None and not calls.is_simple(sync.value):
             pure.blockers.append("sync_module_states is an expression: assign it to a name first")
         elif flag is not False:
-            pure.sync = "" if flag else a.source(sync.value)
+            pure.sync = "" if flag else analysis.source(sync.value)
     for name in _NO_EFFECT:
         arg = bound.get(name)
         if arg is None or calls.is_none(arg.value) or calls.literal_bool(arg.value) is not None:
             continue
-        if name == "backward_prefetch" and (a.fsdp1_name(arg.value) or "").startswith(
+        if name == "backward_prefetch" and (analysis.fsdp1_name(arg.value) or "").startswith(
             "BackwardPrefetch."
         ):
             continue
@@ -376,25 +396,29 @@ def _pure(a: FileAnalysis, call: ast.Call) -> _Pure:
     )
     if needs_simple and not calls.is_simple(bound["module"].value):
         pure.blockers.append("the module expression is used twice: assign it to a name first")
-    if device is not None and not (calls.is_simple(device.value) or _device_call(a, device.value)):
+    if device is not None and not (
+        calls.is_simple(device.value) or _device_call(analysis, device.value)
+    ):
         pure.blockers.append("device_id is an expression")
     return pure
 
 
-def _value(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure, what: str) -> ast.expr | None:
+def _value(
+    analysis: FileAnalysis, arg: calls.Argument | None, pure: _Pure, what: str
+) -> ast.expr | None:
     """An argument's value, looking through a name bound once, used once, in the same scope."""
     if arg is None or calls.is_none(arg.value):
         return None
     value = arg.value
     if isinstance(value, ast.Name):
-        binding = a.sole_binding(value)
-        if binding is None or len(a.uses_of(binding)) != 1:
+        binding = analysis.sole_binding(value)
+        if binding is None or len(analysis.uses_of(binding)) != 1:
             pure.blockers.append(f"{what} is not written at the call")
             return None
-        statement = a.names.statement(binding.node)
-        same_scope = a.names.scope_of(statement) is a.names.scope_of(value)
+        statement = analysis.names.statement(binding.node)
+        same_scope = analysis.names.scope_of(statement) is analysis.names.scope_of(value)
         if not isinstance(statement, ast.Assign) or not (
-            same_scope or _private_constant(a, statement, value.id)
+            same_scope or _private_constant(analysis, statement, value.id)
         ):
             pure.blockers.append(f"{what} is not written at the call")
             return None
@@ -404,36 +428,36 @@ def _value(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure, what: str) 
     return value
 
 
-def _private_constant(a: FileAnalysis, statement: ast.stmt, name: str) -> bool:
+def _private_constant(analysis: FileAnalysis, statement: ast.stmt, name: str) -> bool:
     """A module-level constant no other module can import: ``_NAME``, or any name of a script
     (a file that runs ``if __name__ == "__main__"``). Inlining it and removing it is safe."""
-    if not isinstance(a.names.parent.get(statement), ast.Module):
+    if not isinstance(analysis.names.parent.get(statement), ast.Module):
         return False
     return name.startswith("_") or any(
         isinstance(node, ast.If)
         and isinstance(node.test, ast.Compare)
         and isinstance(node.test.left, ast.Name)
         and node.test.left.id == "__name__"
-        for node in a.tree.body
+        for node in analysis.tree.body
     )
 
 
-def _device_call(a: FileAnalysis, node: ast.expr) -> bool:
+def _device_call(analysis: FileAnalysis, node: ast.expr) -> bool:
     """``torch.device("cuda", 0)``, ``torch.cuda.current_device()``: a value with no side
     effect, safe to evaluate earlier."""
     return (
         isinstance(node, ast.Call)
-        and a.resolves_to(node.func, *_DEVICE_FUNCTIONS)
+        and analysis.resolves_to(node.func, *_DEVICE_FUNCTIONS)
         and all(calls.is_simple(x) for x in node.args)
         and not node.keywords
     )
 
 
-def _mixed_precision(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> None:
-    value = _value(a, arg, pure, "mixed_precision")
+def _mixed_precision(analysis: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> None:
+    value = _value(analysis, arg, pure, "mixed_precision")
     if value is None:
         return
-    if not (isinstance(value, ast.Call) and a.fsdp1_name(value.func) == "MixedPrecision"):
+    if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"):
         pure.blockers.append("mixed_precision is not a literal MixedPrecision(...)")
         return
     bound = calls.bind(value, _MIXED)
@@ -445,7 +469,7 @@ def _mixed_precision(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -
         if name in bound and not calls.is_none(bound[name].value):
             if not calls.is_simple(bound[name].value):
                 pure.blockers.append(f"MixedPrecision {name} is an expression")
-            fields.append(f"{name}={a.source(bound[name].value)}")
+            fields.append(f"{name}={analysis.source(bound[name].value)}")
     flags = {n: calls.literal_bool(bound[n].value) for n in bound if n.startswith(("cast", "keep"))}
     if any(v is None for v in flags.values()):
         pure.blockers.append("MixedPrecision flags are runtime values")
@@ -469,11 +493,11 @@ def _mixed_precision(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -
     pure.children.append(f"mp_policy=MixedPrecisionPolicy({child})")
 
 
-def _offload(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> None:
-    value = _value(a, arg, pure, "cpu_offload")
+def _offload(analysis: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> None:
+    value = _value(analysis, arg, pure, "cpu_offload")
     if value is None:
         return
-    if not (isinstance(value, ast.Call) and a.fsdp1_name(value.func) == "CPUOffload"):
+    if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "CPUOffload"):
         pure.blockers.append("cpu_offload is not a literal CPUOffload(...)")
         return
     bound = calls.bind(value, ("offload_params",))
@@ -493,26 +517,26 @@ def _offload(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> None:
         pure.children.append("offload_policy=CPUOffloadPolicy()")
 
 
-def _wrap_policy(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> None:
-    value = _value(a, arg, pure, "auto_wrap_policy")
+def _wrap_policy(analysis: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> None:
+    value = _value(analysis, arg, pure, "auto_wrap_policy")
     if value is None:
         return
     classes = None
     if isinstance(value, ast.Call):
         if (
-            a.fsdp1_name(value.func) == "ModuleWrapPolicy"
+            analysis.fsdp1_name(value.func) == "ModuleWrapPolicy"
             and len(value.args) == 1
             and not value.keywords
         ):
-            classes = _literal_classes(a, value.args[0])
+            classes = _literal_classes(analysis, value.args[0])
         elif (
-            a.resolves_to(value.func, "functools.partial")
+            analysis.resolves_to(value.func, "functools.partial")
             and len(value.args) == 1
-            and a.fsdp1_name(value.args[0]) == "transformer_auto_wrap_policy"
+            and analysis.fsdp1_name(value.args[0]) == "transformer_auto_wrap_policy"
             and len(value.keywords) == 1
             and value.keywords[0].arg == "transformer_layer_cls"
         ):
-            classes = _literal_classes(a, value.keywords[0].value)
+            classes = _literal_classes(analysis, value.keywords[0].value)
     if classes is None:
         pure.blockers.append(
             "auto_wrap_policy is not a literal transformer_auto_wrap_policy/ModuleWrapPolicy "
@@ -522,35 +546,42 @@ def _wrap_policy(a: FileAnalysis, arg: calls.Argument | None, pure: _Pure) -> No
     pure.classes = classes
 
 
-def _literal_classes(a: FileAnalysis, node: ast.AST) -> list[str] | None:
+def _literal_classes(analysis: FileAnalysis, node: ast.AST) -> list[str] | None:
     if not isinstance(node, (ast.Set, ast.List, ast.Tuple)) or not node.elts:
         return None
     if not all(calls.is_simple(e) and not isinstance(e, ast.Starred) for e in node.elts):
         return None
-    return [a.source(e) for e in node.elts]
+    return [analysis.source(e) for e in node.elts]
 
 
-def _argument_edits(a: FileAnalysis, call: ast.Call, pure: _Pure) -> list[Edit]:
+def _argument_edits(analysis: FileAnalysis, call: ast.Call, pure: _Pure) -> list[Edit]:
     """Every FSDP1 keyword goes; the FSDP2 keywords take the place of the first of them."""
     dropped = [arg.node for name, arg in _bound(call).items() if name != "module"]
     if not dropped:
         return []
-    first = a.lines.start(dropped[0])
-    own_line = not a.text[a.lines.line_start(first) : first].strip()
-    separator = f",{a.lines.newline()}{a.lines.indent_at(first)}" if own_line else ", "
+    first = analysis.lines.start(dropped[0])
+    own_line = not analysis.text[analysis.lines.line_start(first) : first].strip()
+    separator = (
+        f",{analysis.lines.newline()}{analysis.lines.indent_at(first)}" if own_line else ", "
+    )
     replace = {dropped[0]: separator.join(pure.root)} if pure.root else {}
-    return calls.edit_arguments(a.lines, call, set(dropped) - set(replace), replace)
+    return calls.edit_arguments(analysis.lines, call, set(dropped) - set(replace), replace)
 
 
 def _loop(
-    a: FileAnalysis, statement: ast.stmt, module: ast.expr, pure: _Pure, indent: str, newline: str
+    analysis: FileAnalysis,
+    statement: ast.stmt,
+    module: ast.expr,
+    pure: _Pure,
+    indent: str,
+    newline: str,
 ) -> str:
-    unit = _indent_unit(a)
+    unit = _indent_unit(analysis)
     name = "submodule"
-    scope = a.names.scope_of(statement)
-    if a.names.lookup(name, scope)[0] is not None:
+    scope = analysis.names.scope_of(statement)
+    if analysis.names.lookup(name, scope)[0] is not None:
         name = "fsdp_submodule"
-    root = a.source(module)
+    root = analysis.source(module)
     assert pure.classes is not None
     kinds = ", ".join(pure.classes) + ("," if len(pure.classes) == 1 else "")
     inner = indent + unit + unit
@@ -565,11 +596,13 @@ def _loop(
     )
 
 
-def _broadcast(a: FileAnalysis, module: ast.expr, flag: str, indent: str, newline: str) -> str:
+def _broadcast(
+    analysis: FileAnalysis, module: ast.expr, flag: str, indent: str, newline: str
+) -> str:
     """FSDP1's ``sync_module_states``: every parameter and buffer from rank 0, before
     sharding (under ``if <flag>:`` when the choice is made at run time)."""
-    unit = _indent_unit(a)
-    root = a.source(module)
+    unit = _indent_unit(analysis)
+    root = analysis.source(module)
     inner = indent + (unit if flag else "")
     lines = [f"{indent}if {flag}:{newline}"] if flag else []
     lines += [
@@ -580,13 +613,13 @@ def _broadcast(a: FileAnalysis, module: ast.expr, flag: str, indent: str, newlin
     return "".join(lines)
 
 
-def _indent_unit(a: FileAnalysis) -> str:
+def _indent_unit(analysis: FileAnalysis) -> str:
     """The file's own indentation step (four spaces when it has no indented line)."""
-    for statement in a.names.by_type[ast.FunctionDef] + a.names.by_type[ast.ClassDef]:
+    for statement in analysis.names.by_type[ast.FunctionDef] + analysis.names.by_type[ast.ClassDef]:
         body = getattr(statement, "body", None)
         if body:
-            outer = a.lines.indent_at(a.statement_start(statement))  # type: ignore[arg-type]
-            inner = a.lines.indent_at(a.lines.start(body[0]))
+            outer = analysis.lines.indent_at(analysis.statement_start(statement))  # type: ignore[arg-type]
+            inner = analysis.lines.indent_at(analysis.lines.start(body[0]))
             if inner.startswith(outer) and len(inner) > len(outer):
                 return inner[len(outer) :]
     return "    "

@@ -163,123 +163,131 @@ class InternalsRule:
         "fsdp2_port.shard_full_optim_state_dict": "fsdp2_port:shard_full_optim_state_dict",
     }
 
-    def analyze(self, a: FileAnalysis) -> None:
-        for node in a.names.by_type[ast.Attribute]:
+    def analyze(self, analysis: FileAnalysis) -> None:
+        for node in analysis.names.by_type[ast.Attribute]:
             assert isinstance(node, ast.Attribute)
-            if not a.is_ignored(node):
-                self._attribute(a, node)
-        for call in a.names.by_type[ast.Call]:
+            if not analysis.is_ignored(node):
+                self._attribute(analysis, node)
+        for call in analysis.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
-            library = next(iter(a.names.qualified(call.func) & _FSDP1_ONLY_LIBRARIES.keys()), None)
-            if library is not None and call.args and not a.is_ignored(call):
+            library = next(
+                iter(analysis.names.qualified(call.func) & _FSDP1_ONLY_LIBRARIES.keys()), None
+            )
+            if library is not None and call.args and not analysis.is_ignored(call):
                 what = _FSDP1_ONLY_LIBRARIES[library]
-                a.add_tied(self.CODE, call, call.args[0], what, None, known=False)
-        for node in [*a.names.by_type[ast.Name], *a.names.by_type[ast.Attribute]]:
-            parent = a.names.parent.get(node)
-            if isinstance(parent, ast.Attribute) and a.fsdp1_name(parent) is not None:
+                analysis.add_tied(self.CODE, call, call.args[0], what, None, known=False)
+        for node in [*analysis.names.by_type[ast.Name], *analysis.names.by_type[ast.Attribute]]:
+            parent = analysis.names.parent.get(node)
+            if isinstance(parent, ast.Attribute) and analysis.fsdp1_name(parent) is not None:
                 continue  # the longer chain is the reference
-            if a.fsdp1_name(node) == "ShardedGradScaler" and not a.is_ignored(node):
-                a.add(
+            if analysis.fsdp1_name(node) == "ShardedGradScaler" and not analysis.is_ignored(node):
+                analysis.add(
                     self.CODE,
                     node,
                     "ShardedGradScaler: with FSDP2 use torch.amp.GradScaler (check that the "
                     "inf/NaN verdict is reduced across ranks)",
                 )
-        for node in a.names.by_type[ast.Constant]:
+        for node in analysis.names.by_type[ast.Constant]:
             assert isinstance(node, ast.Constant)
             if isinstance(node.value, str) and any(i in node.value for i in _ANYWHERE):
-                if not (a.is_ignored(node) or _is_docstring(a, node) or _probed(a, node)):
-                    a.add(
+                if not (
+                    analysis.is_ignored(node)
+                    or _is_docstring(analysis, node)
+                    or _probed(analysis, node)
+                ):
+                    analysis.add(
                         self.CODE,
                         node,
                         "an FSDP1 name in a string: FSDP2 state-dict keys and module names carry "
                         "no _fsdp_wrapped_module / _flat_param prefix",
                     )
 
-    def _attribute(self, a: FileAnalysis, node: ast.Attribute) -> None:
-        name = a.fsdp1_name(node)
+    def _attribute(self, analysis: FileAnalysis, node: ast.Attribute) -> None:
+        name = analysis.fsdp1_name(node)
         if name is not None and name.startswith(_FSDP):
             api = name[len(_FSDP) :]
             if api in _STATIC:
-                self._static(a, node, api)
+                self._static(analysis, node, api)
             return
         receiver = node.value
         if node.attr in _WRAPPED and isinstance(node.ctx, ast.Load):
-            self._dot_module(a, node)
-        elif node.attr in _EITHER and _instance_call(a, node):
-            self._instance_static(a, node)
+            self._dot_module(analysis, node)
+        elif node.attr in _EITHER and _instance_call(analysis, node):
+            self._instance_static(analysis, node)
         elif node.attr in _FSDP1_ATTRIBUTES:
             what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
             # a receiver named like a model that other files pass: if the run ties it to
             # none, it may be any model (no speculation that it is none)
-            model_like = _may_be_model(a, node)
-            site = a.add_tied(
+            model_like = _may_be_model(analysis, node)
+            site = analysis.add_tied(
                 self.CODE, node, receiver, what, None, quiet=True, speculate=not model_like
             )
             if site is None and model_like:
-                a.hold(self.CODE, node, what)
+                analysis.hold(self.CODE, node, what)
 
-    def _static(self, a: FileAnalysis, node: ast.Attribute, api: str) -> None:
-        call = a.names.parent.get(node)
+    def _static(self, analysis: FileAnalysis, node: ast.Attribute, api: str) -> None:
+        call = analysis.names.parent.get(node)
         if not (isinstance(call, ast.Call) and call.func is node and call.args):
-            a.hold(self.CODE, node, _STATIC[api])
-        elif api in _EITHER and a.options.runtime_dependency:
+            analysis.hold(self.CODE, node, _STATIC[api])
+        elif api in _EITHER and analysis.options.runtime_dependency:
             rewrite = Rewrite(
-                [a.replace(node, f"fsdp2_port.{api}")],
+                [analysis.replace(node, f"fsdp2_port.{api}")],
                 f"FSDP.{api} -> fsdp2_port.{api}: FSDP1's on FSDP1 models, the same meaning "
                 "on FSDP2, DDP and plain ones",
-                [a.module_import("fsdp2_port")],
+                [analysis.module_import("fsdp2_port")],
             )
-            a.add(self.CODE, call, _STATIC[api], rewrite, "ALWAYS")
+            analysis.add(self.CODE, call, _STATIC[api], rewrite, "ALWAYS")
         else:
-            a.add_tied(self.CODE, call, call.args[0], _STATIC[api], None, known=False)
+            analysis.add_tied(self.CODE, call, call.args[0], _STATIC[api], None, known=False)
 
-    def _instance_static(self, a: FileAnalysis, node: ast.Attribute) -> None:
+    def _instance_static(self, analysis: FileAnalysis, node: ast.Attribute) -> None:
         """``m.summon_full_params(m, ...)``: FSDP1's static method called on an instance."""
-        call = a.names.parent.get(node)
+        call = analysis.names.parent.get(node)
         assert isinstance(call, ast.Call)
         what = _STATIC[node.attr]
-        if not a.options.runtime_dependency:
-            a.add_tied(self.CODE, call, node.value, what, None, known=False)
+        if not analysis.options.runtime_dependency:
+            analysis.add_tied(self.CODE, call, node.value, what, None, known=False)
             return
         rewrite = Rewrite(
-            [a.replace(node, f"fsdp2_port.{node.attr}")],
-            f"{a.source(node.value)}.{node.attr} -> fsdp2_port.{node.attr}: FSDP1's on FSDP1 "
-            "models, the same meaning on FSDP2, DDP and plain ones",
-            [a.module_import("fsdp2_port")],
+            [analysis.replace(node, f"fsdp2_port.{node.attr}")],
+            f"{analysis.source(node.value)}.{node.attr} -> fsdp2_port.{node.attr}: FSDP1's on "
+            "FSDP1 models, the same meaning on FSDP2, DDP and plain ones",
+            [analysis.module_import("fsdp2_port")],
         )
-        a.add(self.CODE, call, what, rewrite, "ALWAYS")
+        analysis.add(self.CODE, call, what, rewrite, "ALWAYS")
 
-    def _dot_module(self, a: FileAnalysis, node: ast.Attribute) -> None:
+    def _dot_module(self, analysis: FileAnalysis, node: ast.Attribute) -> None:
         """``m.module`` / ``m._fsdp_wrapped_module``: ``m`` for a model built here; else
         ``fsdp2_port.unwrapped(m)`` / ``fsdp_wrapped_module(m)`` for one that may also be another
         wrapper (DDP), is only known to be FSDP1, or cannot be tied (not ``self.module``, an
         object's own attribute, nor a Python module's)."""
         receiver = node.value
-        ties, deferred = a.ties.of(receiver)
-        text = a.source(receiver)
+        ties, deferred = analysis.ties.of(receiver)
+        text = analysis.source(receiver)
         attribute, function = node.attr, _WRAPPED[node.attr]
         keep = f"kept: {text}.{attribute} of an FSDP1 model"
         if ties and not deferred:
             message = f"{text}.{attribute} -> {text}: FSDP2 does not wrap the module"
-            a.add(
+            analysis.add(
                 self.CODE,
                 node,
                 keep,
-                Rewrite(a.around(node, "", ""), message),
+                Rewrite(analysis.around(node, "", ""), message),
                 "MODELS",
                 ties=ties,
                 quiet=True,
             )
-        elif a.options.runtime_dependency:
+        elif analysis.options.runtime_dependency:
             rewrite = Rewrite(
-                a.around(node, f"fsdp2_port.{function}(", ")"),
+                analysis.around(node, f"fsdp2_port.{function}(", ")"),
                 f"{text}.{attribute} -> fsdp2_port.{function}({text}): the wrapped module of "
                 "FSDP1 (and DDP), the module itself under FSDP2",
-                [a.module_import("fsdp2_port")],
+                [analysis.module_import("fsdp2_port")],
             )
-            untied = _may_be_model(a, node) and not _bound_to(a, receiver, _OTHER_WRAPPERS)
-            a.add_tied(
+            untied = _may_be_model(analysis, node) and not _bound_to(
+                analysis, receiver, _OTHER_WRAPPERS
+            )
+            analysis.add_tied(
                 self.CODE,
                 node,
                 receiver,
@@ -291,79 +299,81 @@ class InternalsRule:
             )
         else:
             keep = f"{text}.{attribute}: FSDP2 does not wrap; use {text} itself once it is FSDP2"
-            if a.add_tied(self.CODE, node, receiver, keep, None, quiet=True) is None:
-                if _may_be_model(a, node):
-                    a.hold(self.CODE, node, keep)
+            if analysis.add_tied(self.CODE, node, receiver, keep, None, quiet=True) is None:
+                if _may_be_model(analysis, node):
+                    analysis.hold(self.CODE, node, keep)
 
 
-def _bound_to(a: FileAnalysis, receiver: ast.expr, classes: frozenset[str]) -> bool:
+def _bound_to(analysis: FileAnalysis, receiver: ast.expr, classes: frozenset[str]) -> bool:
     """Every value this file assigns to ``receiver`` is a call of one of ``classes``."""
     if isinstance(receiver, ast.Name):
-        values = [b.value for b in a.names.bindings_of(receiver)]
+        values = [b.value for b in analysis.names.bindings_of(receiver)]
     else:
-        values = list(a.ties.assigned(receiver)) if isinstance(receiver, ast.Attribute) else []
+        values = (
+            list(analysis.ties.assigned(receiver)) if isinstance(receiver, ast.Attribute) else []
+        )
     return bool(values) and all(
-        isinstance(v, ast.Call) and bool(a.names.qualified(v.func) & classes) for v in values
+        isinstance(v, ast.Call) and bool(analysis.names.qualified(v.func) & classes) for v in values
     )
 
 
-def _instance_call(a: FileAnalysis, node: ast.Attribute) -> bool:
+def _instance_call(analysis: FileAnalysis, node: ast.Attribute) -> bool:
     """``m.<static FSDP1 API>(m, ...)``: called, with the receiver as its first argument."""
-    call = a.names.parent.get(node)
+    call = analysis.names.parent.get(node)
     return (
         isinstance(call, ast.Call)
         and call.func is node
         and bool(call.args)
-        and a.source(call.args[0]) == a.source(node.value)
-        and not a.names.qualified(node.value)
+        and analysis.source(call.args[0]) == analysis.source(node.value)
+        and not analysis.names.qualified(node.value)
     )
 
 
-def _may_be_model(a: FileAnalysis, node: ast.Attribute) -> bool:
+def _may_be_model(analysis: FileAnalysis, node: ast.Attribute) -> bool:
     """Whether an untied receiver may be an FSDP1 model: never ``self`` (an object's own
     attribute) nor an imported name; for names other objects share too, only a receiver
     named like a model."""
     receiver = node.value
     if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
         return False
-    if a.names.qualified(receiver):  # an imported module or class
+    if analysis.names.qualified(receiver):  # an imported module or class
         return False
-    if _reads_fsdp1_attribute(a, receiver):  # m._handle.flat_param: m._handle says it all
+    if _reads_fsdp1_attribute(analysis, receiver):  # m._handle.flat_param: m._handle says it all
         return False
-    return node.attr in _FSDP1_ONLY or a.named_like_model(receiver)
+    return node.attr in _FSDP1_ONLY or analysis.named_like_model(receiver)
 
 
-def _reads_fsdp1_attribute(a: FileAnalysis, receiver: ast.expr) -> bool:
+def _reads_fsdp1_attribute(analysis: FileAnalysis, receiver: ast.expr) -> bool:
     """``m._handle`` itself, a name bound only to it (``handle = m._handle``), or a loop
     variable over FSDP1 internals (``for handle in m._all_handles`` or a private FSDP1 call):
     the site there already says it."""
     value: ast.AST = receiver
     if isinstance(receiver, ast.Name):
-        binding = a.sole_binding(receiver)
+        binding = analysis.sole_binding(receiver)
         if binding is not None and binding.value is not None:
             value = binding.value
         else:
             loops = [
                 loop
-                for b in a.names.bindings_of(receiver)
-                if isinstance(loop := a.names.parent.get(b.node), (ast.For, ast.AsyncFor))
+                for b in analysis.names.bindings_of(receiver)
+                if isinstance(loop := analysis.names.parent.get(b.node), (ast.For, ast.AsyncFor))
                 and loop.target is b.node
             ]
             if len(loops) == 1:
                 value = loops[0].iter
     if isinstance(value, ast.Call):
         value = value.func
-        name = a.fsdp1_name(value)
+        name = analysis.fsdp1_name(value)
         if name is not None and fsdp1.is_private(name):  # not FSDP.fsdp_modules: it migrates
             return True
     return isinstance(value, ast.Attribute) and value.attr in _FSDP1_ATTRIBUTES
 
 
-def _probed(a: FileAnalysis, node: ast.Constant) -> bool:
+def _probed(analysis: FileAnalysis, node: ast.Constant) -> bool:
     """``hasattr(m, "_fsdp_wrapped_module")``, ``getattr(m, "...", default)`` or
     ``name.replace("_fsdp_wrapped_module.", "")``: false, the default or a no-op on an FSDP2
     model, which is what such code is written for."""
-    call = a.names.parent.get(node)
+    call = analysis.names.parent.get(node)
     if (
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Attribute)
@@ -374,11 +384,11 @@ def _probed(a: FileAnalysis, node: ast.Constant) -> bool:
         return True  # name.replace("_fsdp_wrapped_module.", ""): a no-op on FSDP2 names
     if not (isinstance(call, ast.Call) and len(call.args) >= 2 and call.args[1] is node):
         return False
-    if a.resolves_to(call.func, "builtins.hasattr"):
+    if analysis.resolves_to(call.func, "builtins.hasattr"):
         return True
-    return a.resolves_to(call.func, "builtins.getattr") and len(call.args) == 3
+    return analysis.resolves_to(call.func, "builtins.getattr") and len(call.args) == 3
 
 
-def _is_docstring(a: FileAnalysis, node: ast.Constant) -> bool:
-    parent = a.names.parent.get(node)
+def _is_docstring(analysis: FileAnalysis, node: ast.Constant) -> bool:
+    parent = analysis.names.parent.get(node)
     return isinstance(parent, ast.Expr)

@@ -41,43 +41,43 @@ class IsinstanceRule:
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002", "F2P008", "F2P010")
     EMITS: ClassVar[dict[str, str]] = {}
 
-    def analyze(self, a: FileAnalysis) -> None:
-        for call in a.names.by_type[ast.Call]:
+    def analyze(self, analysis: FileAnalysis) -> None:
+        for call in analysis.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
             if (
                 len(call.args) == 2
-                and a.resolves_to(call.func, *_CHECKS)
-                and not a.is_ignored(call)
+                and analysis.resolves_to(call.func, *_CHECKS)
+                and not analysis.is_ignored(call)
             ):
-                self._check(a, call)
-        for annotation in a.names.annotations:
-            self._annotation(a, annotation)
+                self._check(analysis, call)
+        for annotation in analysis.names.annotations:
+            self._annotation(analysis, annotation)
 
-    def _check(self, a: FileAnalysis, call: ast.Call) -> None:
+    def _check(self, analysis: FileAnalysis, call: ast.Call) -> None:
         kinds = call.args[1]
-        refs = _fsdp_refs(a, kinds)
+        refs = _fsdp_refs(analysis, kinds)
         if not refs:
             return
-        dispatch = _dispatch_branch(a, call)
+        dispatch = _dispatch_branch(analysis, call)
         if dispatch is not None:
             message = (
                 "FSDP1 branch of a type dispatch that has an FSDP2 branch: it no longer runs "
                 "once the model is FSDP2; delete it with the last FSDP1 model"
             )
-            a.add(self.CODE, call, message)
-            a.dead_branches.append((dispatch, message))
+            analysis.add(self.CODE, call, message)
+            analysis.dead_branches.append((dispatch, message))
             return
         if isinstance(kinds, ast.Tuple) and any(
-            a.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
+            analysis.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
         ):
             # Already true for FSDP1 and FSDP2 models alike: nothing to change or mark.
-            a.add(self.CODE, call, "", None, "NEVER", silent=True, holds=False)
+            analysis.add(self.CODE, call, "", None, "NEVER", silent=True, holds=False)
             return
-        rewrite = _to_fsdp_module(a, kinds, refs, "FSDP class test -> FSDPModule")
-        guarded = _guarded_span(a, call)
-        groups = frozenset({f"guard:{a.site_id(call)}"}) if guarded else frozenset()
+        rewrite = _to_fsdp_module(analysis, kinds, refs, "FSDP class test -> FSDPModule")
+        guarded = _guarded_span(analysis, call)
+        groups = frozenset({f"guard:{analysis.site_id(call)}"}) if guarded else frozenset()
         message = "kept: FSDP1 type test"
-        site = a.add_tied(
+        site = analysis.add_tied(
             self.CODE,
             call,
             call.args[0],
@@ -89,16 +89,16 @@ class IsinstanceRule:
             fsdp1_only_marker=True,
         )
         if site is not None and guarded:
-            a.guards.append((guarded, f"guard:{a.site_id(call)}"))
+            analysis.guards.append((guarded, f"guard:{analysis.site_id(call)}"))
 
-    def _annotation(self, a: FileAnalysis, annotation: ast.expr) -> None:
-        refs = _fsdp_refs(a, annotation)
-        if not refs or a.is_ignored(annotation):
+    def _annotation(self, analysis: FileAnalysis, annotation: ast.expr) -> None:
+        refs = _fsdp_refs(analysis, annotation)
+        if not refs or analysis.is_ignored(annotation):
             return
-        rewrite = _to_fsdp_module(a, annotation, refs, "FSDP annotation -> FSDPModule")
-        parent = a.names.parent.get(annotation)
+        rewrite = _to_fsdp_module(analysis, annotation, refs, "FSDP annotation -> FSDPModule")
+        parent = analysis.names.parent.get(annotation)
         if isinstance(parent, ast.AnnAssign) and parent.value is not None:
-            a.add_tied(
+            analysis.add_tied(
                 self.CODE,
                 annotation,
                 parent.value,
@@ -112,9 +112,9 @@ class IsinstanceRule:
             isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
             and parent.returns is annotation
         ):
-            ties = a.ties.returned_by(parent)
+            ties = analysis.ties.returned_by(parent)
             requirement: Requirement = "MODELS" if ties[0] or ties[1] else "RUN"
-            a.add(
+            analysis.add(
                 self.CODE,
                 annotation,
                 "kept: FSDP1 annotation",
@@ -126,7 +126,7 @@ class IsinstanceRule:
                 fsdp1_only_marker=True,
             )
         else:
-            a.add(
+            analysis.add(
                 self.CODE,
                 annotation,
                 "kept: FSDP1 annotation",
@@ -137,13 +137,13 @@ class IsinstanceRule:
             )
 
 
-def _fsdp_refs(a: FileAnalysis, node: ast.AST) -> list[ast.expr]:
+def _fsdp_refs(analysis: FileAnalysis, node: ast.AST) -> list[ast.expr]:
     """The FSDP1 class references in a type expression (tuples, unions, subscripts)."""
     found: list[ast.expr] = []
     stack = [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, (ast.Name, ast.Attribute)) and a.is_fsdp_class(current):
+        if isinstance(current, (ast.Name, ast.Attribute)) and analysis.is_fsdp_class(current):
             found.append(current)
         elif isinstance(current, (ast.Tuple, ast.List)):
             stack.extend(current.elts)
@@ -154,39 +154,43 @@ def _fsdp_refs(a: FileAnalysis, node: ast.AST) -> list[ast.expr]:
     return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
 
-def _to_fsdp_module(a: FileAnalysis, kinds: ast.AST, refs: list[ast.expr], message: str) -> Rewrite:
+def _to_fsdp_module(
+    analysis: FileAnalysis, kinds: ast.AST, refs: list[ast.expr], message: str
+) -> Rewrite:
     """``FSDPModule`` in place of each FSDP1 reference (dropped from a tuple that has it)."""
     has_fsdp2 = isinstance(kinds, ast.Tuple) and any(
-        a.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
+        analysis.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
     )
     if has_fsdp2:
         assert isinstance(kinds, ast.Tuple)
-        return Rewrite(_tuple_removals(a, kinds, set(refs)), message)
-    edits = [a.replace(ref, "FSDPModule") for ref in refs]
-    return Rewrite(edits, message, [a.import_for(refs[0], a.options.fsdp2_module, "FSDPModule")])
+        return Rewrite(_tuple_removals(analysis, kinds, set(refs)), message)
+    edits = [analysis.replace(ref, "FSDPModule") for ref in refs]
+    return Rewrite(
+        edits, message, [analysis.import_for(refs[0], analysis.options.fsdp2_module, "FSDPModule")]
+    )
 
 
-def _tuple_removals(a: FileAnalysis, kinds: ast.Tuple, drop: set[ast.expr]) -> list[Edit]:
+def _tuple_removals(analysis: FileAnalysis, kinds: ast.Tuple, drop: set[ast.expr]) -> list[Edit]:
     edits = []
     elements = kinds.elts
     for index, element in enumerate(elements):
         if element not in drop:
             continue
-        start, end = a.span(element)
+        start, end = analysis.span(element)
         if index + 1 < len(elements):
-            edits.append(Edit(start, a.lines.start(elements[index + 1]), ""))
+            edits.append(Edit(start, analysis.lines.start(elements[index + 1]), ""))
         else:
-            edits.append(Edit(a.lines.end(elements[index - 1]), end, ""))
+            edits.append(Edit(analysis.lines.end(elements[index - 1]), end, ""))
     return edits
 
 
-def _dispatch_branch(a: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
+def _dispatch_branch(analysis: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
     """The body of ``if isinstance(x, FSDP):`` when an ``elif``/``else if`` of the same chain
     tests ``x`` against an FSDP2 class: under FSDP2 only the other branch runs."""
-    statement = a.names.parent.get(call)
+    statement = analysis.names.parent.get(call)
     if not (isinstance(statement, ast.If) and statement.test is call):
         return None
-    subject = a.source(call.args[0])
+    subject = analysis.source(call.args[0])
     branch = statement
     while len(branch.orelse) == 1 and isinstance(branch.orelse[0], ast.If):
         branch = branch.orelse[0]
@@ -194,37 +198,39 @@ def _dispatch_branch(a: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
         if (
             isinstance(test, ast.Call)
             and len(test.args) == 2
-            and a.resolves_to(test.func, *_CHECKS)
-            and a.source(test.args[0]) == subject
-            and any(a.fsdp2_name(n) == "FSDPModule" for n in ast.walk(test.args[1]))
+            and analysis.resolves_to(test.func, *_CHECKS)
+            and analysis.source(test.args[0]) == subject
+            and any(analysis.fsdp2_name(n) == "FSDPModule" for n in ast.walk(test.args[1]))
         ):
-            return a.lines.start(statement.body[0]), a.lines.end(statement.body[-1])
+            return analysis.lines.start(statement.body[0]), analysis.lines.end(statement.body[-1])
     return None
 
 
-def _guarded_span(a: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
+def _guarded_span(analysis: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
     """The code that runs only when the check holds: the rest of an ``and``, the ``if`` body;
     for a negated check (``not``, ``or``), the ``else`` and, after ``if not ...: return``
     (any jump), the rest of the block."""
     spans: list[tuple[int, int]] = []
     child: ast.AST = call
     negated = False
-    for ancestor in a.names.ancestors(call):
+    for ancestor in analysis.names.ancestors(call):
         if isinstance(ancestor, ast.UnaryOp) and isinstance(ancestor.op, ast.Not):
             negated = not negated
         elif isinstance(ancestor, ast.BoolOp):
             if isinstance(ancestor.op, ast.And if not negated else ast.Or):
                 later = ancestor.values[ancestor.values.index(child) + 1 :]  # type: ignore[arg-type]
                 if later:
-                    spans.append((a.lines.start(later[0]), a.lines.end(later[-1])))
+                    spans.append((analysis.lines.start(later[0]), analysis.lines.end(later[-1])))
         elif isinstance(ancestor, (ast.If, ast.While)) and child is ancestor.test:
             if not negated:
-                spans.append((a.lines.start(ancestor.body[0]), a.lines.end(ancestor.body[-1])))
+                spans.append(
+                    (analysis.lines.start(ancestor.body[0]), analysis.lines.end(ancestor.body[-1]))
+                )
             else:
-                spans += _denied_spans(a, ancestor)
+                spans += _denied_spans(analysis, ancestor)
             break
         elif isinstance(ancestor, ast.IfExp) and child is ancestor.test:
-            spans.append(a.span(ancestor.orelse if negated else ancestor.body))
+            spans.append(analysis.span(ancestor.orelse if negated else ancestor.body))
             break
         else:
             break
@@ -234,20 +240,22 @@ def _guarded_span(a: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
     return min(s for s, _ in spans), max(e for _, e in spans)
 
 
-def _denied_spans(a: FileAnalysis, statement: ast.If | ast.While) -> list[tuple[int, int]]:
+def _denied_spans(analysis: FileAnalysis, statement: ast.If | ast.While) -> list[tuple[int, int]]:
     """What runs only when the test of ``statement`` is false: its ``else``, and the rest of
     its block when its body always jumps away."""
     spans = []
     if statement.orelse:
-        spans.append((a.lines.start(statement.orelse[0]), a.lines.end(statement.orelse[-1])))
+        spans.append(
+            (analysis.lines.start(statement.orelse[0]), analysis.lines.end(statement.orelse[-1]))
+        )
     if isinstance(statement, ast.If) and isinstance(
         statement.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)
     ):
-        owner = a.names.parent.get(statement)
+        owner = analysis.names.parent.get(statement)
         for name in ("body", "orelse", "finalbody"):
             block = getattr(owner, name, None)
             if isinstance(block, list) and statement in block:
                 rest = block[block.index(statement) + 1 :]
                 if rest:
-                    spans.append((a.lines.start(rest[0]), a.lines.end(rest[-1])))
+                    spans.append((analysis.lines.start(rest[0]), analysis.lines.end(rest[-1])))
     return spans

@@ -44,27 +44,27 @@ class LeftoversRule:
     NEEDS: ClassVar[tuple[str, ...]] = ()
     EMITS: ClassVar[dict[str, str]] = {}
 
-    def analyze(self, a: FileAnalysis) -> None:
-        covered = sorted((s.start, s.end) for s in a.plan.sites)
+    def analyze(self, analysis: FileAnalysis) -> None:
+        covered = sorted((s.start, s.end) for s in analysis.plan.sites)
         starts = [s for s, _ in covered]
         reach = list(itertools.accumulate((e for _, e in covered), max))
-        for node in [*a.names.by_type[ast.Name], *a.names.by_type[ast.Attribute]]:
+        for node in [*analysis.names.by_type[ast.Name], *analysis.names.by_type[ast.Attribute]]:
             assert isinstance(node, (ast.Name, ast.Attribute))
-            parent = a.names.parent.get(node)
-            if isinstance(parent, ast.Attribute) and a.fsdp1_name(parent) is not None:
+            parent = analysis.names.parent.get(node)
+            if isinstance(parent, ast.Attribute) and analysis.fsdp1_name(parent) is not None:
                 continue  # the longer chain is the reference
-            name = a.fsdp1_name(node)
-            if name is None or name.split(".", 1)[0] in CONFIGURATION or a.is_ignored(node):
+            name = analysis.fsdp1_name(node)
+            if name is None or name.split(".", 1)[0] in CONFIGURATION or analysis.is_ignored(node):
                 continue
-            start, end = a.span(node)
+            start, end = analysis.span(node)
             before = bisect.bisect_right(starts, start)  # sites starting at or before it
             if before and reach[before - 1] >= end:
                 continue  # inside a site
-            call = a.names.parent.get(node)
+            call = analysis.names.parent.get(node)
             if isinstance(call, ast.Call) and call.func is node and call.args:
                 # FSDP1 code run on its first argument (``_lazy_init(model, model)``): it holds
                 # that model, or, untied, every model of the run
-                a.add_tied(
+                analysis.add_tied(
                     self.CODE,
                     node,
                     call.args[0],
@@ -74,25 +74,25 @@ class LeftoversRule:
                     behind_test=False,  # an FSDP1 name: marked even behind a type test
                 )
             else:
-                a.add(self.CODE, node, _message(name))
-        for annotation in a.names.annotations:
+                analysis.add(self.CODE, node, _message(name))
+        for annotation in analysis.names.annotations:
             for constant in ast.walk(annotation):
                 if isinstance(constant, ast.Constant) and isinstance(constant.value, str):
-                    self._quoted(a, constant)
+                    self._quoted(analysis, constant)
 
-    def _quoted(self, a: FileAnalysis, constant: ast.Constant) -> None:
+    def _quoted(self, analysis: FileAnalysis, constant: ast.Constant) -> None:
         try:
             parsed = ast.parse(str(constant.value).strip(), mode="eval")
         except SyntaxError:
             return
-        scope = a.names.scope_of(constant)
+        scope = analysis.names.scope_of(constant)
         for inner in ast.walk(parsed):
             if isinstance(inner, ast.Name):
-                bindings = a.names.lookup(inner.id, scope)[1]
+                bindings = analysis.names.lookup(inner.id, scope)[1]
                 names = {b.qualified for b in bindings if b.qualified}
                 found = fsdp1.first(names)
                 if found is not None and found.split(".", 1)[0] not in CONFIGURATION:
-                    a.add(
+                    analysis.add(
                         self.CODE,
                         constant,
                         f"FSDP1 name {found} in a string annotation: use FSDPModule "

@@ -45,37 +45,47 @@ class NoSyncRule:
         "fsdp2_port.no_sync": "fsdp2_port:no_sync",
     }
 
-    def analyze(self, a: FileAnalysis) -> None:
-        for node in a.names.by_type[ast.Attribute]:
+    def analyze(self, analysis: FileAnalysis) -> None:
+        for node in analysis.names.by_type[ast.Attribute]:
             assert isinstance(node, ast.Attribute)
-            if node.attr != "no_sync" or a.is_ignored(node) or a.names.qualified(node):
+            if (
+                node.attr != "no_sync"
+                or analysis.is_ignored(node)
+                or analysis.names.qualified(node)
+            ):
                 continue
-            parent = a.names.parent.get(node)
+            parent = analysis.names.parent.get(node)
             called = isinstance(parent, ast.Call) and parent.func is node
             if called and (parent.args or parent.keywords):  # type: ignore[union-attr]
                 continue
-            self._site(a, node, parent if called else None)  # type: ignore[arg-type]
+            self._site(analysis, node, parent if called else None)  # type: ignore[arg-type]
 
-    def _site(self, a: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None) -> None:
+    def _site(
+        self, analysis: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None
+    ) -> None:
         receiver = attribute.value
-        text = a.source(receiver)
+        text = analysis.source(receiver)
         node = call or attribute
         keep = f"kept: {text}.no_sync() of an FSDP1 model"
         unknown = (
             f"{text} is not known to be an FSDP1 module: if it is, turn gradient sync off with "
             f"{text}.set_requires_gradient_sync(False) (and back on) with the model's migration"
         )
-        ties, deferred = a.ties.of(receiver)
-        statement = _sole_with_item(a, call) if call is not None else None
-        either = _helper(a, attribute, call, text) if a.options.runtime_dependency else None
+        ties, deferred = analysis.ties.of(receiver)
+        statement = _sole_with_item(analysis, call) if call is not None else None
+        either = (
+            _helper(analysis, attribute, call, text)
+            if analysis.options.runtime_dependency
+            else None
+        )
         rewrite: Rewrite | None
         if statement is not None and (either is None or (ties and not deferred)):
-            rewrite = _try_finally(a, statement, text)
+            rewrite = _try_finally(analysis, statement, text)
         else:
             rewrite = either
             if either is None:
                 keep += " (use set_requires_gradient_sync)"
-        site = a.add_tied(
+        site = analysis.add_tied(
             self.CODE,
             node,
             receiver,
@@ -88,42 +98,44 @@ class NoSyncRule:
             tied_requirement="ALWAYS" if rewrite is either else "MODELS",
         )
         if site is None:
-            a.hold(self.CODE, node, unknown)
+            analysis.hold(self.CODE, node, unknown)
 
 
-def _helper(a: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None, text: str) -> Rewrite:
+def _helper(
+    analysis: FileAnalysis, attribute: ast.Attribute, call: ast.Call | None, text: str
+) -> Rewrite:
     """``fsdp2_port.no_sync(m)`` for the call, ``functools.partial(...)`` for a bound method."""
-    imports = [a.module_import("fsdp2_port")]
+    imports = [analysis.module_import("fsdp2_port")]
     if call is not None:
-        edits = a.receiver_first(call, "fsdp2_port.no_sync")
+        edits = analysis.receiver_first(call, "fsdp2_port.no_sync")
     else:
-        edits = [a.replace(attribute, f"functools.partial(fsdp2_port.no_sync, {text})")]
-        imports.append(a.module_import("functools"))
+        edits = [analysis.replace(attribute, f"functools.partial(fsdp2_port.no_sync, {text})")]
+        imports.append(analysis.module_import("functools"))
     message = "no_sync() -> fsdp2_port.no_sync(...): right for FSDP1, FSDP2 and DDP"
     return Rewrite(edits, message, imports)
 
 
-def _sole_with_item(a: FileAnalysis, call: ast.Call) -> ast.With | None:
+def _sole_with_item(analysis: FileAnalysis, call: ast.Call) -> ast.With | None:
     """The ``with`` statement whose only item is ``call`` (no ``as``), if that is its shape."""
-    item = a.names.parent.get(call)
-    statement = a.names.parent.get(item) if isinstance(item, ast.withitem) else None
+    item = analysis.names.parent.get(call)
+    statement = analysis.names.parent.get(item) if isinstance(item, ast.withitem) else None
     if isinstance(statement, ast.With) and len(statement.items) == 1 and item.optional_vars is None:  # type: ignore[union-attr]
         return statement
     return None
 
 
-def _try_finally(a: FileAnalysis, statement: ast.With, receiver: str) -> Rewrite:
-    newline = a.lines.newline()
-    start = a.lines.start(statement)
-    indent = a.lines.indent_at(a.statement_start(statement))
-    colon = _header_colon(a, statement)
+def _try_finally(analysis: FileAnalysis, statement: ast.With, receiver: str) -> Rewrite:
+    newline = analysis.lines.newline()
+    start = analysis.lines.start(statement)
+    indent = analysis.lines.indent_at(analysis.statement_start(statement))
+    colon = _header_colon(analysis, statement)
     header = f"{receiver}.set_requires_gradient_sync(False){newline}{indent}try:"
     last = statement.body[-1]
-    end = a.lines.line_end(a.lines.end(last) - 1)
-    inner = a.lines.indent_at(a.lines.start(statement.body[0]))
+    end = analysis.lines.line_end(analysis.lines.end(last) - 1)
+    inner = analysis.lines.indent_at(analysis.lines.start(statement.body[0]))
     if not inner.startswith(indent) or inner == indent:
         inner = indent + "    "
-    tail = "" if a.text[:end].endswith(("\n", "\r")) else newline
+    tail = "" if analysis.text[:end].endswith(("\n", "\r")) else newline
     restore = f"{inner}{receiver}.set_requires_gradient_sync(True){newline}"
     closing = f"{tail}{indent}finally:{newline}{restore}"
     return Rewrite(
@@ -132,9 +144,9 @@ def _try_finally(a: FileAnalysis, statement: ast.With, receiver: str) -> Rewrite
     )
 
 
-def _header_colon(a: FileAnalysis, statement: ast.With) -> int:
+def _header_colon(analysis: FileAnalysis, statement: ast.With) -> int:
     """Offset of the ``:`` that ends a ``with`` header (after its items and any parenthesis)."""
-    position = a.lines.end(statement.items[-1].context_expr)
-    while a.text[position] != ":":
+    position = analysis.lines.end(statement.items[-1].context_expr)
+    while analysis.text[position] != ":":
         position += 1
     return position

@@ -58,30 +58,30 @@ class OptimizerRule:
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002", "F2P008")
     EMITS: ClassVar[dict[str, str]] = {}
 
-    def analyze(self, a: FileAnalysis) -> None:
-        for node in a.names.by_type[ast.ImportFrom]:
+    def analyze(self, analysis: FileAnalysis) -> None:
+        for node in analysis.names.by_type[ast.ImportFrom]:
             assert isinstance(node, ast.ImportFrom)
             if node.level or node.module not in _SOURCES:
                 continue
             for alias in node.names:
                 if alias.name == "BF16Optimizer":
-                    self._import(a, node, alias)
-        self._reductions(a)
+                    self._import(analysis, node, alias)
+        self._reductions(analysis)
 
-    def _import(self, a: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias) -> bool:
-        if a.is_ignored(statement):
+    def _import(self, analysis: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias) -> bool:
+        if analysis.is_ignored(statement):
             return False
         bound = alias.asname or alias.name
-        scope = a.names.scope_of(statement)
+        scope = analysis.names.scope_of(statement)
         bindings = [b for b in scope.bindings.get(bound, []) if b.node is alias]
         ties: set[str] = set()
         deferred: set[Deferred] = set()
         untied = False
-        for call in a.names.by_type[ast.Call]:
+        for call in analysis.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
             if not isinstance(call.func, ast.Name) or call.func.id != bound:
                 continue
-            if not any(b in bindings for b in a.names.bindings_of(call.func)):
+            if not any(b in bindings for b in analysis.names.bindings_of(call.func)):
                 continue
             model = (
                 call.args[0]
@@ -90,13 +90,13 @@ class OptimizerRule:
                     (k.value for k in call.keywords if k.arg in ("model", "model_or_params")), None
                 )
             )
-            found = a.ties.of(model) if model is not None else (frozenset(), frozenset())
+            found = analysis.ties.of(model) if model is not None else (frozenset(), frozenset())
             ties |= found[0]
             deferred |= found[1]
             untied |= not (found[0] or found[1])
         requirement: Requirement = "RUN" if untied or not (ties or deferred) else "MODELS"
         rewrite = _from(
-            a,
+            analysis,
             statement,
             alias,
             "fsdp2_port",
@@ -106,14 +106,14 @@ class OptimizerRule:
         fallback = None
         if specforge:
             fallback = _from(
-                a,
+                analysis,
                 statement,
                 alias,
                 "compat",
                 "BF16Optimizer imported from compat instead of specforge: on FSDP1 it clips by "
                 "the true global norm (SpecForge's clipped each rank's shard by its own)",
             )
-        a.add(
+        analysis.add(
             self.CODE,
             alias,
             f"BF16Optimizer from {statement.module} kept: the model it is built on stays FSDP1",
@@ -130,88 +130,91 @@ class OptimizerRule:
         return True
 
     # -- the caller-side reduction -------------------------------------------------------------
-    def _reductions(self, a: FileAnalysis) -> None:
-        for node in a.names.by_type[ast.Call]:
+    def _reductions(self, analysis: FileAnalysis) -> None:
+        for node in analysis.names.by_type[ast.Call]:
             assert isinstance(node, ast.Call)
             if not (
                 isinstance(node.func, ast.Attribute) and node.func.attr == "step" and not node.args
             ):
                 continue
-            refs, deferred = a.ties.optimizers_of(node.func.value)
-            if not refs and self._is_bf16_optimizer(a, node.func.value):
+            refs, deferred = analysis.ties.optimizers_of(node.func.value)
+            if not refs and self._is_bf16_optimizer(analysis, node.func.value):
                 refs = frozenset({Optimizer("annotated")})
             if not (refs or deferred):
                 continue
-            target = a.names.parent.get(node)
+            target = analysis.names.parent.get(node)
             if (
                 isinstance(target, ast.Assign)
                 and len(target.targets) == 1
                 and isinstance(target.targets[0], ast.Name)
             ):
-                self._after_step(a, target, target.targets[0].id, refs, deferred)
+                self._after_step(analysis, target, target.targets[0].id, refs, deferred)
 
-    def _is_bf16_optimizer(self, a: FileAnalysis, receiver: ast.AST) -> bool:
+    def _is_bf16_optimizer(self, analysis: FileAnalysis, receiver: ast.AST) -> bool:
         """Bound from a ``BF16Optimizer(...)`` call, or a parameter annotated with it."""
         values: list[ast.AST] = []
         if isinstance(receiver, ast.Name):
-            for binding in a.names.bindings_of(receiver):
+            for binding in analysis.names.bindings_of(receiver):
                 if binding.value is not None:
                     values.append(binding.value)
                 annotation = getattr(binding.node, "annotation", None)
                 if annotation is not None:
                     values.append(annotation)
         elif isinstance(receiver, ast.Attribute):
-            values.extend(a.ties.assigned(receiver))
+            values.extend(analysis.ties.assigned(receiver))
         for value in values:
             func = value.func if isinstance(value, ast.Call) else value
-            if isinstance(func, (ast.Name, ast.Attribute)) and a.names.qualified(func) & _CLASSES:
+            if (
+                isinstance(func, (ast.Name, ast.Attribute))
+                and analysis.names.qualified(func) & _CLASSES
+            ):
                 return True
         return False
 
     def _after_step(
         self,
-        a: FileAnalysis,
+        analysis: FileAnalysis,
         assign: ast.Assign,
         norm: str,
         refs: frozenset[Optimizer],
         deferred: frozenset[Deferred],
     ) -> None:
         """Remove each later SUM all-reduce in the function of ``norm`` or a value made from it."""
-        function = a.names.function_of(assign) or a.tree
+        function = analysis.names.function_of(assign) or analysis.tree
         derived = {norm}
-        start = a.lines.end(assign)
+        start = analysis.lines.end(assign)
         for node in ast.walk(function):
             if (
                 isinstance(node, ast.Assign)
-                and a.lines.start(node) >= start
+                and analysis.lines.start(node) >= start
                 and len(node.targets) == 1
             ):
                 target = node.targets[0]
                 if isinstance(target, ast.Name) and _mentions(node.value, derived):
                     derived.add(target.id)
         for node in ast.walk(function):
-            if not (isinstance(node, ast.Call) and a.lines.start(node) >= start):
+            if not (isinstance(node, ast.Call) and analysis.lines.start(node) >= start):
                 continue
             if not (
-                a.resolves_to(node.func, _ALL_REDUCE)
+                analysis.resolves_to(node.func, _ALL_REDUCE)
                 and node.args
                 and isinstance(node.args[0], ast.Name)
             ):
                 continue
             reduced = node.args[0].id
-            if reduced not in derived or not _is_sum(a, node):
+            if reduced not in derived or not _is_sum(analysis, node):
                 continue
-            statement = a.names.parent.get(node)
-            if not isinstance(statement, ast.Expr) or a.is_ignored(node):
+            statement = analysis.names.parent.get(node)
+            if not isinstance(statement, ast.Expr) or analysis.is_ignored(node):
                 continue
-            if _divided_later(a, function, reduced, a.lines.end(node)):
+            if _divided_later(analysis, function, reduced, analysis.lines.end(node)):
                 continue
-            a.add(
+            analysis.add(
                 self.CODE,
                 node,
                 "kept: an all-reduce of BF16Optimizer.step()'s norm",
                 Rewrite(
-                    [imports.remove_statement(a.lines, a.names, statement)],
+                    [imports.remove_statement(analysis.lines, analysis.names, statement)],
                     "caller-side all-reduce of BF16Optimizer.step()'s norm removed: step() already "
                     "returns the global norm (it was multiplied by the world size)",
                 ),
@@ -223,18 +226,18 @@ class OptimizerRule:
 
 
 def _from(
-    a: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias, module: str, message: str
+    analysis: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias, module: str, message: str
 ) -> Rewrite:
     """``BF16Optimizer`` imported from ``module``: the statement's module when it imports only
     that name, else the name moves to an import of its own."""
     if len(statement.names) == 1:
-        start = a.lines.start(statement) + len("from ")
-        while a.text[start] in " \t\\\r\n":
+        start = analysis.lines.start(statement) + len("from ")
+        while analysis.text[start] in " \t\\\r\n":
             start += 1
         end = start + len(statement.module or "")
         return Rewrite([Edit(start, end, module)], message)
-    edits = imports.remove_aliases(a.lines, statement, {alias})
-    new = a.import_after(statement, module, "BF16Optimizer", alias.asname)
+    edits = imports.remove_aliases(analysis.lines, statement, {alias})
+    new = analysis.import_after(statement, module, "BF16Optimizer", alias.asname)
     return Rewrite(edits, message, [new])
 
 
@@ -242,17 +245,17 @@ def _mentions(node: ast.AST, names: set[str]) -> bool:
     return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
 
 
-def _is_sum(a: FileAnalysis, call: ast.Call) -> bool:
+def _is_sum(analysis: FileAnalysis, call: ast.Call) -> bool:
     op = next(
         (k.value for k in call.keywords if k.arg == "op"),
         call.args[1] if len(call.args) > 1 else None,
     )
-    return op is None or a.resolves_to(op, "torch.distributed.ReduceOp.SUM")
+    return op is None or analysis.resolves_to(op, "torch.distributed.ReduceOp.SUM")
 
 
-def _divided_later(a: FileAnalysis, function: ast.AST, name: str, after: int) -> bool:
+def _divided_later(analysis: FileAnalysis, function: ast.AST, name: str, after: int) -> bool:
     for node in ast.walk(function):
-        if not hasattr(node, "lineno") or a.lines.start(node) < after:
+        if not hasattr(node, "lineno") or analysis.lines.start(node) < after:
             continue
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
             if isinstance(node.left, ast.Name) and node.left.id == name:

@@ -44,12 +44,14 @@ class ParamShapesRule:
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)
     EMITS: ClassVar[dict[str, str]] = {}
 
-    def analyze(self, a: FileAnalysis) -> None:
-        for node in ast.walk(a.tree):
+    def analyze(self, analysis: FileAnalysis) -> None:
+        for node in ast.walk(analysis.tree):
             if isinstance(node, (ast.For, ast.comprehension)):
-                self._loop(a, node.iter, node.target, node)
+                self._loop(analysis, node.iter, node.target, node)
 
-    def _loop(self, a: FileAnalysis, iterator: ast.expr, target: ast.expr, loop: ast.AST) -> None:
+    def _loop(
+        self, analysis: FileAnalysis, iterator: ast.expr, target: ast.expr, loop: ast.AST
+    ) -> None:
         if not (
             isinstance(iterator, ast.Call)
             and isinstance(iterator.func, ast.Attribute)
@@ -57,12 +59,12 @@ class ParamShapesRule:
         ):
             return
         model = iterator.func.value
-        ties, deferred = a.ties.of(model)
-        untraced = _self_attribute(model) and a.named_like_model(model)
-        if a.is_ignored(iterator) or not (ties or deferred or untraced):
+        ties, deferred = analysis.ties.of(model)
+        untraced = _self_attribute(model) and analysis.named_like_model(model)
+        if analysis.is_ignored(iterator) or not (ties or deferred or untraced):
             return
         parameter = _parameter_name(target, iterator.func.attr)
-        owner = a.names.parent.get(loop) if isinstance(loop, ast.comprehension) else loop
+        owner = analysis.names.parent.get(loop) if isinstance(loop, ast.comprehension) else loop
         read = next(
             (
                 n
@@ -76,7 +78,7 @@ class ParamShapesRule:
         )
         if read is None:
             return
-        text = a.source(model)
+        text = analysis.source(model)
         message = (
             f"{parameter}.{read.attr} of {text}'s parameters: FSDP1 gave flat 1-D shards here, "
             "FSDP2 gives each parameter's full shape; check what this selects (e.g. weight "
@@ -84,7 +86,7 @@ class ParamShapesRule:
             "intended"
         )
         marker = Rewrite([], message, review=True)
-        a.add(
+        analysis.add(
             self.CODE,
             read,
             message,

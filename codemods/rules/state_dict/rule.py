@@ -188,38 +188,38 @@ class StateDictRule:
         "fsdp2_port.load_module_state_dict": "fsdp2_port:load_module_state_dict",
     }
 
-    def analyze(self, a: FileAnalysis) -> None:
-        self.a = a
+    def analyze(self, analysis: FileAnalysis) -> None:
+        self.analysis = analysis
         self.handled: set[ast.AST] = set()
         self.persistent = any(
-            a.fsdp1_name(node) == _FSDP + "set_state_dict_type"
-            or a.resolves_to(node, "fsdp2_port.set_state_dict_type")
-            for node in a.names.by_type[ast.Attribute]
+            analysis.fsdp1_name(node) == _FSDP + "set_state_dict_type"
+            or analysis.resolves_to(node, "fsdp2_port.set_state_dict_type")
+            for node in analysis.names.by_type[ast.Attribute]
         )
-        for node in a.names.by_type[ast.Call]:
+        for node in analysis.names.by_type[ast.Call]:
             assert isinstance(node, ast.Call)
-            if node in self.handled or a.is_ignored(node):
+            if node in self.handled or analysis.is_ignored(node):
                 continue
-            name = a.fsdp1_name(node.func)
+            name = analysis.fsdp1_name(node.func)
             if name == _FSDP + "state_dict_type":
                 self._context(node)
             elif name == _FSDP + "set_state_dict_type":
                 self._runtime_call(
                     node, "set_state_dict_type", "a persistent FSDP1 state-dict type"
                 )
-        for node in a.names.by_type[ast.Call]:
+        for node in analysis.names.by_type[ast.Call]:
             assert isinstance(node, ast.Call)
-            if a.resolves_to(node.func, "fsdp2_port.state_dict_type"):
+            if analysis.resolves_to(node.func, "fsdp2_port.state_dict_type"):
                 # an earlier run's block: its state dicts are already FSDP1's on any model
-                self.handled.update(_block_calls(a, node))
-        for node in a.names.by_type[ast.Call]:
+                self.handled.update(_block_calls(analysis, node))
+        for node in analysis.names.by_type[ast.Call]:
             assert isinstance(node, ast.Call)
-            if node not in self.handled and not a.is_ignored(node):
+            if node not in self.handled and not analysis.is_ignored(node):
                 self._call(node, None, frozenset())
 
     # -- with FSDP.state_dict_type(...) ------------------------------------------------------------
     def _context(self, call: ast.Call) -> None:
-        a = self.a
+        analysis = self.analysis
         self.handled.add(call)
         bound = calls.bind(call, _CONTEXT)
         if bound is None or "module" not in bound or "state_dict_type" not in bound:
@@ -227,9 +227,11 @@ class StateDictRule:
                 call, "state_dict_type", "FSDP.state_dict_type(...) with unusual arguments"
             )
             return
-        kind = (a.fsdp1_name(bound["state_dict_type"].value) or "").removeprefix("StateDictType.")
-        item = a.names.parent.get(call)
-        statement = a.names.parent.get(item) if isinstance(item, ast.withitem) else None
+        kind = (analysis.fsdp1_name(bound["state_dict_type"].value) or "").removeprefix(
+            "StateDictType."
+        )
+        item = analysis.names.parent.get(call)
+        statement = analysis.names.parent.get(item) if isinstance(item, ast.withitem) else None
         if isinstance(statement, ast.With):  # the body's calls follow the block, never a default
             block_calls = [
                 n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)
@@ -238,7 +240,7 @@ class StateDictRule:
             block_calls = []
         if kind == "LOCAL_STATE_DICT":
             self.handled.update(block_calls)
-            a.add_tied(
+            analysis.add_tied(
                 self.CODE,
                 call,
                 bound["module"].value,
@@ -254,7 +256,7 @@ class StateDictRule:
             and item.optional_vars is None  # type: ignore[union-attr]
             and isinstance(literal, Options)
         ):
-            group = frozenset({f"state_dict:{a.site_id(call)}"})
+            group = frozenset({f"state_dict:{analysis.site_id(call)}"})
             if self._pure_block(call, statement, bound["module"].value, literal, group):
                 return
         self._runtime_call(call, "state_dict_type", "an FSDP1 state-dict block")
@@ -273,8 +275,8 @@ class StateDictRule:
     ) -> bool:
         """The block's state-dict calls rewritten and the ``with`` removed; False (nothing
         added) when the body calls code that may take a state dict itself."""
-        a = self.a
-        text = a.source(model)
+        analysis = self.analysis
+        text = analysis.source(model)
         body = [n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)]
         ours = [n for n in body if n not in self.handled and self._is_state_call(n, text)]
         if any(not self._safe(n) for n in body if n not in ours and n not in self.handled):
@@ -287,12 +289,12 @@ class StateDictRule:
         message = "with FSDP.state_dict_type(...) removed: FSDP2 chooses the state dict per call"
         if options.note:
             message += "; " + options.note
-        ties, deferred = a.ties.of(model)
-        a.add(
+        ties, deferred = analysis.ties.of(model)
+        analysis.add(
             self.CODE,
             call,
             "kept: FSDP.state_dict_type(...) block",
-            Rewrite(_unwrap(a, statement), message),
+            Rewrite(_unwrap(analysis, statement), message),
             "ALWAYS",
             ties=ties,
             deferred=deferred,
@@ -329,17 +331,17 @@ class StateDictRule:
         self, arg: calls.Argument | None, full: bool, family: str
     ) -> tuple[bool, bool] | None:
         """``(offload_to_cpu, rank0_only)`` of a literal config (FSDP1's defaults when absent)."""
-        a = self.a
+        analysis = self.analysis
         if arg is None or calls.is_none(arg.value):
             return False, False
         value: ast.AST = arg.value
         if isinstance(value, ast.Name):
-            binding = a.sole_binding(value)
+            binding = analysis.sole_binding(value)
             if binding is None or binding.value is None:
                 return None
             value = binding.value
         expected = ("Full" if full else "Sharded") + family
-        if not (isinstance(value, ast.Call) and a.fsdp1_name(value.func) == expected):
+        if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == expected):
             return None
         names = ("offload_to_cpu", "rank0_only") if full else ("offload_to_cpu", "_use_dtensor")
         bound = calls.bind(value, names)
@@ -352,24 +354,24 @@ class StateDictRule:
 
     def _drop_config_binding(self, arg: calls.Argument | None, group: frozenset[str]) -> None:
         """A config bound to a name just for this block (same scope, used once) goes with it."""
-        a = self.a
+        analysis = self.analysis
         if arg is None or not isinstance(arg.value, ast.Name):
             return
-        binding = a.sole_binding(arg.value)
-        if binding is None or len(a.uses_of(binding)) != 1:
+        binding = analysis.sole_binding(arg.value)
+        if binding is None or len(analysis.uses_of(binding)) != 1:
             return
-        statement = a.names.statement(binding.node)
-        if not isinstance(statement, ast.Assign) or a.names.scope_of(
+        statement = analysis.names.statement(binding.node)
+        if not isinstance(statement, ast.Assign) or analysis.names.scope_of(
             statement
-        ) is not a.names.scope_of(arg.value):
+        ) is not analysis.names.scope_of(arg.value):
             return
-        start = a.statement_start(statement)
-        a.add(
+        start = analysis.statement_start(statement)
+        analysis.add(
             self.CODE,
             statement,
             "kept: a state-dict config binding",
             Rewrite(
-                [Edit(start, a.lines.line_end(a.lines.end(statement) - 1), "")],
+                [Edit(start, analysis.lines.line_end(analysis.lines.end(statement) - 1), "")],
                 "state-dict config binding removed (its only use was rewritten)",
             ),
             "ALWAYS",
@@ -378,26 +380,26 @@ class StateDictRule:
 
     def _safe(self, call: ast.Call) -> bool:
         """A call that cannot be taking the model's state dict under the block's type."""
-        names = self.a.names.qualified(call.func)
+        names = self.analysis.names.qualified(call.func)
         if names & _FSDP1_CHECKPOINT:
             return False
         if names and all(n.startswith(_SAFE_PREFIXES) for n in names):
             return True
         func = call.func
         if isinstance(func, ast.Attribute) and func.attr in ("state_dict", "load_state_dict"):
-            return not self.a.ties.of(func.value)[0]  # another module's: not this model's
+            return not self.analysis.ties.of(func.value)[0]  # another module's: not this model's
         return isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS
 
     def _is_state_call(self, call: ast.Call, model: str) -> bool:
-        name = self.a.fsdp1_name(call.func)
+        name = self.analysis.fsdp1_name(call.func)
         if name in (_FSDP + "optim_state_dict", _FSDP + "optim_state_dict_to_load"):
             return True
         func = call.func
         return (
             isinstance(func, ast.Attribute)
             and func.attr in ("state_dict", "load_state_dict")
-            and self.a.source(func.value) == model
-        ) or _to_load_inside(self.a, call)
+            and self.analysis.source(func.value) == model
+        ) or _to_load_inside(self.analysis, call)
 
     # -- the calls ---------------------------------------------------------------------------------
     def _call(
@@ -413,12 +415,14 @@ class StateDictRule:
     ) -> None:
         """The site for one state-dict call: in a pure block about ``model`` (``options``),
         inside a runtime block about ``block`` (``runtime_only``), or on its own."""
-        a = self.a
-        name = a.fsdp1_name(call.func)
-        if a.names.qualified(call.func) & _FSDP1_CHECKPOINT:
+        analysis = self.analysis
+        name = analysis.fsdp1_name(call.func)
+        if analysis.names.qualified(call.func) & _FSDP1_CHECKPOINT:
             self.handled.add(call)
-            ties, deferred = a.ties.of(block) if block is not None else (frozenset(), frozenset())
-            a.add(
+            ties, deferred = (
+                analysis.ties.of(block) if block is not None else (frozenset(), frozenset())
+            )
+            analysis.add(
                 self.CODE,
                 call,
                 "load_sharded_optimizer_state_dict reads FSDP1's sharded layout (ShardedTensor): "
@@ -436,22 +440,22 @@ class StateDictRule:
             self._to_load(call, options, groups, anchor)
         elif not runtime_only and isinstance(call.func, ast.Attribute):
             if call.func.attr in ("state_dict", "load_state_dict"):
-                if model is None or a.source(call.func.value) == model:
+                if model is None or analysis.source(call.func.value) == model:
                     self._module_call(call, options, groups, anchor)
 
     def _optim(
         self, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
     ) -> None:
-        a = self.a
+        analysis = self.analysis
         bound = calls.bind(call, ("model", "optim", "optim_state_dict", "group"))
-        if options is None and not a.options.runtime_dependency and not self.persistent:
+        if options is None and not analysis.options.runtime_dependency and not self.persistent:
             options = DEFAULT
         if options is None or bound is None or set(bound) != {"model", "optim"}:
             self._runtime_call(call, "optim_state_dict", "FSDP.optim_state_dict(...)", groups)
             return
         new = _new(
             "get_optimizer_state_dict",
-            [a.source(bound["model"].value), a.source(bound["optim"].value)],
+            [analysis.source(bound["model"].value), analysis.source(bound["optim"].value)],
             options.optim,
         )
         self._pure_site(
@@ -469,21 +473,21 @@ class StateDictRule:
         dict of an optimizer that has not stepped holds no state, so the load restored no
         moments; ``get_optimizer_state_dict`` holds it (lr 0 step), so the migration restores
         them. Marked, with the model."""
-        a = self.a
-        function = a.names.function_of(call) or a.tree
-        if not _fresh(a, optim, call):
+        analysis = self.analysis
+        function = analysis.names.function_of(call) or analysis.tree
+        if not _fresh(analysis, optim, call):
             return
-        statement = a.names.statement(call)
+        statement = analysis.names.statement(call)
         names = {t.id for t in getattr(statement, "targets", []) if isinstance(t, ast.Name)}
         for node in ast.walk(function):
-            if not (isinstance(node, ast.Call) and a.resolves_to(node.func, *_DCP_LOADS)):
+            if not (isinstance(node, ast.Call) and analysis.resolves_to(node.func, *_DCP_LOADS)):
                 continue
             used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
             if names & used or any(n is call for n in ast.walk(node)):
                 break
         else:
             return
-        ties, deferred = a.ties.of(model)
+        ties, deferred = analysis.ties.of(model)
         message = (
             "a DCP resume through FSDP.optim_state_dict: on FSDP1 an optimizer that has not "
             "stepped gives no state, so this load restored no Adam moments; "
@@ -491,7 +495,7 @@ class StateDictRule:
             "differs from the FSDP1 one from the first step after the resume (check which you "
             "want)"
         )
-        a.add(
+        analysis.add(
             self.CODE,
             call,
             message,
@@ -508,9 +512,9 @@ class StateDictRule:
     ) -> None:
         """``o.load_state_dict(FSDP.optim_state_dict_to_load(...))``, or the same in two
         consecutive statements through a name used nowhere else."""
-        a = self.a
-        parts = _to_load_parts(a, call)
-        parent = a.names.parent.get(call)
+        analysis = self.analysis
+        parts = _to_load_parts(analysis, call)
+        parent = analysis.names.parent.get(call)
         outer: ast.Call | None = None
         pair: tuple[ast.Assign, ast.stmt] | None = None
         if isinstance(parent, ast.Call) and _loads(parent, call):
@@ -523,12 +527,12 @@ class StateDictRule:
                 call, "optim_state_dict_to_load", "FSDP.optim_state_dict_to_load(...)", groups
             )
             return
-        model, optim, state = (a.source(p) for p in parts)
-        if options is None and not a.options.runtime_dependency and not self.persistent:
+        model, optim, state = (analysis.source(p) for p in parts)
+        if options is None and not analysis.options.runtime_dependency and not self.persistent:
             options = DEFAULT
         if options is None or outer is None:
-            if not a.options.runtime_dependency:
-                a.add_tied(
+            if not analysis.options.runtime_dependency:
+                analysis.add_tied(
                     self.CODE,
                     call,
                     parts[0],
@@ -540,11 +544,11 @@ class StateDictRule:
                 return
             in_order = call.keywords or (call.args and call.args[0] is parts[0])
             if in_order:  # torch >= 2.1's order, or keywords: only the function changes
-                edit = a.replace(call.func, "fsdp2_port.optim_state_dict_to_load")
+                edit = analysis.replace(call.func, "fsdp2_port.optim_state_dict_to_load")
             else:
                 text = f"fsdp2_port.optim_state_dict_to_load({model}, {optim}, {state})"
-                edit = a.replace(call, text)
-            a.add(
+                edit = analysis.replace(call, text)
+            analysis.add(
                 self.CODE,
                 call,
                 "kept: FSDP.optim_state_dict_to_load(...)",
@@ -552,7 +556,7 @@ class StateDictRule:
                     [edit],
                     "FSDP.optim_state_dict_to_load -> fsdp2_port.optim_state_dict_to_load: "
                     + _RUNTIME,
-                    [a.module_import("fsdp2_port")],
+                    [analysis.module_import("fsdp2_port")],
                 ),
                 "ALWAYS",
                 groups=groups,
@@ -561,15 +565,19 @@ class StateDictRule:
         self.handled.add(outer)
         new = _new("set_optimizer_state_dict", [model, optim, state], options.optim)
         if pair is None:
-            edits = [a.replace(outer, new.text)]
+            edits = [analysis.replace(outer, new.text)]
         else:
             assign, load = pair
             edits = [
-                Edit(a.lines.start(assign), a.lines.end(assign), new.text),
-                Edit(a.statement_start(load), a.lines.line_end(a.lines.end(load) - 1), ""),
+                Edit(analysis.lines.start(assign), analysis.lines.end(assign), new.text),
+                Edit(
+                    analysis.statement_start(load),
+                    analysis.lines.line_end(analysis.lines.end(load) - 1),
+                    "",
+                ),
             ]
-        ties, deferred = a.ties.of(parts[0])
-        a.add(
+        ties, deferred = analysis.ties.of(parts[0])
+        analysis.add(
             self.CODE,
             call,
             "kept: FSDP.optim_state_dict_to_load(...)",
@@ -591,15 +599,15 @@ class StateDictRule:
         is, or may turn out to be, built by an FSDP1 constructor of the run, or that is known to
         be FSDP1 (FSDP1's FULL default, spelled out when the model migrates: FSDP2's own default
         is sharded). Receivers the run ties to no model are left alone, silently."""
-        a = self.a
+        analysis = self.analysis
         func = call.func
         assert isinstance(func, ast.Attribute)
         receiver = func.value
         plain = options is None
         if plain:
-            ties, deferred = a.ties.of(receiver)
-            if not (ties or deferred or a.ties.known_fsdp1(receiver)):
-                if a.options.runtime_dependency and a.named_like_model(receiver):
+            ties, deferred = analysis.ties.of(receiver)
+            if not (ties or deferred or analysis.ties.known_fsdp1(receiver)):
+                if analysis.options.runtime_dependency and analysis.named_like_model(receiver):
                     self.handled.add(call)
                     self._module_runtime_call(call, receiver, groups)
                 return
@@ -610,10 +618,10 @@ class StateDictRule:
             options = DEFAULT
         assert options is not None
         self.handled.add(call)
-        text = a.source(receiver)
+        text = analysis.source(receiver)
         if func.attr == "state_dict":
             if call.args or call.keywords:
-                a.add_tied(
+                analysis.add_tied(
                     self.CODE,
                     call,
                     receiver,
@@ -636,7 +644,7 @@ class StateDictRule:
             return
         bound = calls.bind(call, ("state_dict", "strict", "assign"))
         if bound is None or "state_dict" not in bound or "assign" in bound:
-            a.add_tied(
+            analysis.add_tied(
                 self.CODE,
                 call,
                 receiver,
@@ -648,9 +656,9 @@ class StateDictRule:
             return
         load = options.load
         if "strict" in bound:
-            strict = f"strict={a.source(bound['strict'].value)}"
+            strict = f"strict={analysis.source(bound['strict'].value)}"
             load = f"StateDictOptions({strict})" if load is None else load[:-1] + f", {strict})"
-        new = _new("set_model_state_dict", [text, a.source(bound["state_dict"].value)], load)
+        new = _new("set_model_state_dict", [text, analysis.source(bound["state_dict"].value)], load)
         self._pure_site(
             call,
             receiver,
@@ -669,11 +677,11 @@ class StateDictRule:
         ``fsdp2_port.module_state_dict(m, ...)``/``load_module_state_dict(m, ...)``, FSDP1's
         answer on FSDP2 and each module's own on anything else. Rewritten when the models it
         may hold migrate; nothing at all when the run ties it to no FSDP1 model."""
-        a = self.a
+        analysis = self.analysis
         func = call.func
         assert isinstance(func, ast.Attribute)
-        if not a.options.runtime_dependency:
-            a.add_tied(
+        if not analysis.options.runtime_dependency:
+            analysis.add_tied(
                 self.CODE,
                 call,
                 receiver,
@@ -686,12 +694,12 @@ class StateDictRule:
             return
         function = "module_state_dict" if func.attr == "state_dict" else "load_module_state_dict"
         rewrite = Rewrite(
-            a.receiver_first(call, f"fsdp2_port.{function}"),
+            analysis.receiver_first(call, f"fsdp2_port.{function}"),
             f"{func.attr}() -> fsdp2_port.{function}(...): FSDP1's answer on FSDP2 models "
             "(full by default), each module's own on any other",
-            [a.module_import("fsdp2_port")],
+            [analysis.module_import("fsdp2_port")],
         )
-        a.add_tied(
+        analysis.add_tied(
             self.CODE,
             call,
             receiver,
@@ -700,18 +708,18 @@ class StateDictRule:
             groups=groups,
             quiet=True,
             # right on any module: also where the run ties no model, if named like one
-            either=rewrite if a.named_like_model(receiver) else None,
+            either=rewrite if analysis.named_like_model(receiver) else None,
         )
 
     def _paired_load(self, assign: ast.Assign) -> tuple[ast.Assign, ast.stmt] | None:
         """``osd = FSDP.optim_state_dict_to_load(...)`` directly followed by the statement
         ``o.load_state_dict(osd)``, with ``osd`` used nowhere else."""
-        a = self.a
+        analysis = self.analysis
         if len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name):
             return None
-        bindings = a.names.bindings_of(assign.targets[0])
-        uses = a.uses_of(bindings[0]) if len(bindings) == 1 else []
-        body = _block_of(a, assign)
+        bindings = analysis.names.bindings_of(assign.targets[0])
+        uses = analysis.uses_of(bindings[0]) if len(bindings) == 1 else []
+        body = _block_of(analysis, assign)
         if len(uses) != 1 or body is None or body.index(assign) + 1 >= len(body):
             return None
         following = body[body.index(assign) + 1]
@@ -725,11 +733,11 @@ class StateDictRule:
         self, call: ast.Call, function: str, what: str, groups: frozenset[str] = frozenset()
     ) -> None:
         """``FSDP.<function>(...)`` -> ``fsdp2_port.<function>(...)``, the same arguments."""
-        a = self.a
+        analysis = self.analysis
         self.handled.add(call)
         first = call.args[0] if call.args else (call.keywords[0].value if call.keywords else call)
-        if not a.options.runtime_dependency:
-            a.add_tied(
+        if not analysis.options.runtime_dependency:
+            analysis.add_tied(
                 self.CODE,
                 call,
                 first,
@@ -740,11 +748,11 @@ class StateDictRule:
             )
             return
         rewrite = Rewrite(
-            [a.replace(call.func, f"fsdp2_port.{function}")],
+            [analysis.replace(call.func, f"fsdp2_port.{function}")],
             f"FSDP.{function} -> fsdp2_port.{function}: {_RUNTIME}",
-            [a.module_import("fsdp2_port")],
+            [analysis.module_import("fsdp2_port")],
         )
-        a.add(self.CODE, call, f"kept: {what}", rewrite, "ALWAYS", groups=groups)
+        analysis.add(self.CODE, call, f"kept: {what}", rewrite, "ALWAYS", groups=groups)
 
     def _pure_site(
         self,
@@ -756,16 +764,16 @@ class StateDictRule:
         anchor,
         plain: bool = False,
     ) -> None:
-        a = self.a
+        analysis = self.analysis
         rewrite = Rewrite(
-            [a.replace(call, new.text)], message, self._imports(anchor or call.func, new)
+            [analysis.replace(call, new.text)], message, self._imports(anchor or call.func, new)
         )
-        ties, deferred = a.ties.of(model)
-        fsdp1 = a.ties.known_fsdp1(model)
+        ties, deferred = analysis.ties.of(model)
+        fsdp1 = analysis.ties.known_fsdp1(model)
         requirement: Requirement = "ALWAYS"
         if plain:  # FSDP1's default spelled out: only once the model is FSDP2
             requirement = "MODELS" if ties or deferred else "RUN"
-        a.add(
+        analysis.add(
             self.CODE,
             call,
             "kept: an FSDP1 state-dict call",
@@ -780,10 +788,13 @@ class StateDictRule:
         )
 
     def _imports(self, anchor: ast.AST, new: _New) -> list[NeededImport]:
-        a = self.a
-        if isinstance(anchor, (ast.Attribute, ast.Name)) and a.fsdp1_name(anchor) is not None:
-            return [a.import_for(anchor, MODULE, name) for name in new.names]
-        return [a.module_level_import(MODULE, name) for name in new.names]
+        analysis = self.analysis
+        if (
+            isinstance(anchor, (ast.Attribute, ast.Name))
+            and analysis.fsdp1_name(anchor) is not None
+        ):
+            return [analysis.import_for(anchor, MODULE, name) for name in new.names]
+        return [analysis.module_level_import(MODULE, name) for name in new.names]
 
 
 @dataclass(frozen=True)
@@ -810,8 +821,8 @@ def _expression_call(statement: ast.stmt) -> ast.Call | None:
     return None
 
 
-def _block_of(a: FileAnalysis, statement: ast.stmt) -> list[ast.stmt] | None:
-    parent = a.names.parent.get(statement)
+def _block_of(analysis: FileAnalysis, statement: ast.stmt) -> list[ast.stmt] | None:
+    parent = analysis.names.parent.get(statement)
     for field in ("body", "orelse", "finalbody"):
         block = getattr(parent, field, None)
         if isinstance(block, list) and statement in block:
@@ -831,18 +842,20 @@ def _loads(outer: ast.Call, inner: ast.AST) -> bool:
     )
 
 
-def _to_load_inside(a: FileAnalysis, call: ast.Call) -> bool:
+def _to_load_inside(analysis: FileAnalysis, call: ast.Call) -> bool:
     """``o.load_state_dict(FSDP.optim_state_dict_to_load(...))``: the outer call of a pair."""
     return bool(
         isinstance(call.func, ast.Attribute)
         and call.func.attr == "load_state_dict"
         and len(call.args) == 1
         and isinstance(call.args[0], ast.Call)
-        and a.fsdp1_name(call.args[0].func) == _FSDP + "optim_state_dict_to_load"
+        and analysis.fsdp1_name(call.args[0].func) == _FSDP + "optim_state_dict_to_load"
     )
 
 
-def _to_load_parts(a: FileAnalysis, call: ast.Call) -> tuple[ast.expr, ast.expr, ast.expr] | None:
+def _to_load_parts(
+    analysis: FileAnalysis, call: ast.Call
+) -> tuple[ast.expr, ast.expr, ast.expr] | None:
     """``(model, optim, optim_state_dict)`` in whichever of FSDP1's two orders is used.
 
     torch >= 2.1: ``(model, optim, optim_state_dict)``; before: ``(optim_state_dict, model,
@@ -861,81 +874,81 @@ def _to_load_parts(a: FileAnalysis, call: ast.Call) -> tuple[ast.expr, ast.expr,
     if len(call.args) != 3:
         return None
     first, second, third = call.args
-    parent = a.names.parent.get(call)
+    parent = analysis.names.parent.get(call)
     optimizer = None
     if isinstance(parent, ast.Call) and _loads(parent, call):
         assert isinstance(parent.func, ast.Attribute)
-        optimizer = a.source(parent.func.value)
+        optimizer = analysis.source(parent.func.value)
     if optimizer is not None:
-        if a.source(second) == optimizer and a.source(third) != optimizer:
+        if analysis.source(second) == optimizer and analysis.source(third) != optimizer:
             return first, second, third
-        if a.source(third) == optimizer and a.source(second) != optimizer:
+        if analysis.source(third) == optimizer and analysis.source(second) != optimizer:
             return second, third, first
         return None
-    if a.ties.of(first)[0] or a.ties.known_fsdp1(first):
+    if analysis.ties.of(first)[0] or analysis.ties.known_fsdp1(first):
         return first, second, third
-    if a.ties.of(second)[0] or a.ties.known_fsdp1(second):
+    if analysis.ties.of(second)[0] or analysis.ties.known_fsdp1(second):
         return second, third, first
     return None
 
 
-def _block_calls(a: FileAnalysis, context: ast.Call) -> list[ast.Call]:
+def _block_calls(analysis: FileAnalysis, context: ast.Call) -> list[ast.Call]:
     """The calls in the body of the ``with`` whose item is ``context``."""
-    item = a.names.parent.get(context)
-    statement = a.names.parent.get(item) if isinstance(item, ast.withitem) else None
+    item = analysis.names.parent.get(context)
+    statement = analysis.names.parent.get(item) if isinstance(item, ast.withitem) else None
     if not isinstance(statement, ast.With):
         return []
     return [n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)]
 
 
-def _fresh(a: FileAnalysis, optim: ast.expr, use: ast.AST) -> bool:
+def _fresh(analysis: FileAnalysis, optim: ast.expr, use: ast.AST) -> bool:
     """``optim`` is built in this function (``optimizer = AdamW(...)``) and not stepped before
     ``use``: it has no state yet."""
     if not isinstance(optim, ast.Name):
         return False
-    binding = a.sole_binding(optim)
+    binding = analysis.sole_binding(optim)
     if binding is None or not isinstance(binding.value, ast.Call):
         return False
-    if a.names.function_of(binding.node) is not a.names.function_of(use):
+    if analysis.names.function_of(binding.node) is not analysis.names.function_of(use):
         return False
-    before = a.lines.start(use)
+    before = analysis.lines.start(use)
     return not any(
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr == "step"
         and isinstance(node.func.value, ast.Name)
         and node.func.value.id == optim.id
-        and a.lines.start(node) < before
-        for node in a.names.by_type[ast.Call]
+        and analysis.lines.start(node) < before
+        for node in analysis.names.by_type[ast.Call]
     )
 
 
-def _unwrap(a: FileAnalysis, statement: ast.With) -> list[Edit]:
+def _unwrap(analysis: FileAnalysis, statement: ast.With) -> list[Edit]:
     """Edits that remove a ``with`` header and take its body one level out.
 
     The header's trailing comment stays, as a comment line above the body. Lines inside a
     multi-line string are not touched (their leading whitespace is data).
     """
-    text = a.text
-    start = a.statement_start(statement)
-    indent = a.lines.indent_at(start)
+    text = analysis.text
+    start = analysis.statement_start(statement)
+    indent = analysis.lines.indent_at(start)
     first = statement.body[0]
-    body_start = a.lines.start(first)
-    colon = text.rindex(":", a.lines.end(statement.items[-1].context_expr), body_start)
-    if a.lines.line_of(colon) == a.lines.line_of(body_start):
+    body_start = analysis.lines.start(first)
+    colon = text.rindex(":", analysis.lines.end(statement.items[-1].context_expr), body_start)
+    if analysis.lines.line_of(colon) == analysis.lines.line_of(body_start):
         return [Edit(start + len(indent), body_start, "")]
-    header_end = a.lines.line_end(colon)
+    header_end = analysis.lines.line_end(colon)
     comment = text[colon + 1 : header_end].strip()
-    keep = f"{indent}{comment}{a.lines.newline()}" if comment.startswith("#") else ""
+    keep = f"{indent}{comment}{analysis.lines.newline()}" if comment.startswith("#") else ""
     edits = [Edit(start, header_end, keep)]
-    step = len(a.lines.indent_at(body_start)) - len(indent)
+    step = len(analysis.lines.indent_at(body_start)) - len(indent)
     protected = _string_continuations(statement)
-    last_line = a.lines.line_of(a.lines.end(statement.body[-1]) - 1)
-    for line in range(a.lines.line_of(header_end), last_line + 1):
+    last_line = analysis.lines.line_of(analysis.lines.end(statement.body[-1]) - 1)
+    for line in range(analysis.lines.line_of(header_end), last_line + 1):
         if line in protected:
             continue
-        line_start = a.lines.starts[line - 1]
-        remove = min(step, len(a.lines.indent_at(line_start)))
+        line_start = analysis.lines.starts[line - 1]
+        remove = min(step, len(analysis.lines.indent_at(line_start)))
         if remove:
             edits.append(Edit(line_start, line_start + remove, ""))
     return edits
