@@ -1,17 +1,10 @@
-"""F2P002 / F2P003 / F2P004: FSDP1 constructors become FSDP2, whatever their arguments.
+"""F2P002 / F2P003 / F2P004: FSDP1 constructors become FSDP2 (what becomes what: ``CODES``).
 
-- Literal arguments (F2P002, F2P003 with a literal wrap policy, F2P004 for the policy objects):
-  the pure-torch rewrite. ``FSDP(m, ...)`` becomes ``fully_shard(m, ...)`` with FSDP2 keywords,
-  after a loop that applies ``fully_shard`` to every submodule the literal policy selects,
-  children first. Exact: children get ``cast_forward_inputs=False`` as FSDP1 casts only the
-  root's inputs; ``device_id`` moves the module first, as FSDP1 does.
-- Anything else (runtime strategy, any policy, a kwargs dict, process groups, meta init...):
-  ``fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)``, which applies FSDP2 as FSDP1
-  would have; ``functools.partial(FSDP, ...)`` factories likewise.
-- With ``--no-runtime-dependency`` those are marked instead, with what blocks a pure rewrite.
-- FSDP1 subclasses and ``wrapper_cls=FSDP`` (``enable_wrap``/``wrap``) build FSDP1 models in
-  ways no call-site rewrite can follow: marked, and they keep the run's other models honest
-  (a run with one of them left is not all-FSDP2).
+Invariants: the pure rewrite is exact (children get ``cast_forward_inputs=False``, as FSDP1
+casts only the root's inputs; ``device_id`` moves the module first, as FSDP1 does); anything
+it cannot prove goes to ``fully_shard_like_fsdp1`` with the same arguments (or, without the
+runtime dependency, a marker naming what blocks it). FSDP1 subclasses and ``wrapper_cls=FSDP``
+are marked and keep the run's other models honest.
 """
 
 from __future__ import annotations

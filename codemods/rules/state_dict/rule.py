@@ -1,26 +1,11 @@
-"""F2P008: FSDP1 state-dict plumbing -> ``torch.distributed.checkpoint.state_dict``.
+"""F2P008: FSDP1 state-dict plumbing -> ``torch.distributed.checkpoint.state_dict`` (what
+becomes what: ``CODES``).
 
-Every rewrite here is right under FSDP1 and FSDP2 alike, so none waits for a model to migrate:
-
-- ``with FSDP.state_dict_type(m, FULL|SHARDED[, cfg[, optim_cfg]]):`` with literal arguments,
-  whose body takes state dicts only through ``m`` itself: the ``with`` goes (its body stays, one
-  level out) and in the body ``m.state_dict()`` -> ``get_model_state_dict(m, options=...)``,
-  ``m.load_state_dict(sd)`` -> ``set_model_state_dict``, ``FSDP.optim_state_dict(m, o)`` ->
-  ``get_optimizer_state_dict``, ``o.load_state_dict(FSDP.optim_state_dict_to_load(...))``
-  (either argument order, keywords, or through a name) -> ``set_optimizer_state_dict``.
-- Any other shape (a type or config chosen at run time, a block around calls that may take a
-  state dict themselves, a context kept in a variable or returned by a helper, a persistent
-  ``FSDP.set_state_dict_type``): the same call on ``fsdp2_port`` (``state_dict_type``,
-  ``set_state_dict_type``, ``optim_state_dict``, ``optim_state_dict_to_load``), which give FSDP1's
-  behaviour on FSDP2 modules too. Without the runtime dependency, marked.
-- On a model built here, outside any block, ``m.state_dict()`` / ``m.load_state_dict(sd)`` are
-  FSDP1's FULL default; they become the full-state-dict calls when the model migrates (FSDP2's
-  plain ``state_dict()`` is sharded), unless the file sets a persistent type.
-- LOCAL_STATE_DICT has no FSDP2 form: marked, and a model it is about stays FSDP1.
-
-``rank0_only`` vs ``cpu_offload``: FSDP2 gives the full state dict to rank 0 only exactly when it
-offloads. Offloading without ``rank0_only`` goes to the runtime form; ``rank0_only`` without
-offloading becomes the full dict on every rank (more memory, the same values on rank 0).
+Invariants: every rewrite here is right under FSDP1 and FSDP2 alike, so none waits for a model
+to migrate, except a plain ``m.state_dict()``/``load_state_dict`` of a model built here (FSDP1's
+FULL default), which follows its model. LOCAL_STATE_DICT has no FSDP2 form: it holds its model.
+FSDP2 gives the full state dict to rank 0 only exactly when it offloads, so ``cpu_offload``
+without ``rank0_only`` goes to the runtime form.
 """
 
 from __future__ import annotations
