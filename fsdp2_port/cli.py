@@ -8,14 +8,19 @@ output for every outcome, errors included.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_C = TypeVar("_C", bound="DataclassInstance")
 
 _USAGE = """\
 usage: fsdp2-port COMMAND [ARGS...]
@@ -53,36 +58,10 @@ def _wants_json(argv: list[str]) -> bool:
     return "--format=json" in head or ("--format", "json") in pairs
 
 
-def _dumps(obj: Any) -> str:
-    """Strict JSON (no NaN/Infinity tokens): a non-finite float becomes "nan"/"inf"/"-inf"."""
-
-    def clean(x: Any) -> Any:
-        if isinstance(x, float) and not math.isfinite(x):
-            return str(x)
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        return x
-
-    return json.dumps(clean(obj), indent=2, allow_nan=False)
-
-
 def _write_html(path: Path | None, page: str) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")
-
-
-def _error_page(command: str, message: str, details: str) -> str:
-    from fsdp2_port.prove import report_html
-
-    return report_html.render(
-        title=f"fsdp2-port {command}",
-        verdict=f"ERROR: {message}",
-        outcome="error",
-        details=details.splitlines(),
-    )
 
 
 def _migrate(argv: list[str]) -> int:
@@ -91,11 +70,85 @@ def _migrate(argv: list[str]) -> int:
     return migrate_main(argv)
 
 
+# -- verify and compare: shared options, one way out ------------------------------------------
+
+
+def _add_proof_options(
+    parser: _Parser, *, quantities: tuple[str, ...], dtype: str, timeout: float, timeout_help: str
+) -> _Parser:
+    """The options ``verify`` and ``compare`` both take, after their own: ``--dtype`` (naming
+    its tolerances, the ``quantities`` rows of ``judge.TOLERANCE``), ``--timeout``,
+    ``--format``, ``--html``."""
+    from fsdp2_port.prove.judge import DTYPES, TOLERANCE
+
+    rtols = "; ".join(
+        f"{d} " + ", ".join(f"{q} {TOLERANCE[q][d]:g}" for q in quantities) for d in DTYPES
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=dtype,
+        help=f"what the runs compute in, which sets the relative tolerances: {rtols} "
+        "(default %(default)s)",
+    )
+    parser.add_argument("--timeout", type=float, default=timeout, help=timeout_help)
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--html", type=Path, metavar="PATH", help="also write an HTML report")
+    return parser
+
+
+def _config(kind: type[_C], args: argparse.Namespace, **given: Any) -> _C:
+    """A ``kind`` (a Config dataclass) from the parsed options named as its fields, and
+    ``given``."""
+    names = {f.name for f in fields(kind)}
+    return kind(**{**{k: v for k, v in vars(args).items() if k in names}, **given})
+
+
+@dataclass
+class _Output:
+    """Where a ``verify`` or ``compare`` outcome goes: standard output (its text, or exactly
+    one JSON object with ``--format json``), standard error, and the ``--html`` page."""
+
+    command: str
+    as_json: bool
+    error_json: Callable[[str, int, str], dict[str, Any]]  # (message, code, details) -> object
+    html: Path | None = None
+    speaks: bool = True  # False: a rank of torchrun's job other than 0, which prints nothing
+
+    def error(
+        self, message: str, details: str = "", code: int = 2, this_rank_only: bool = False
+    ) -> int:
+        """Return ``code``, saying ``details`` (a traceback, the usage) above a last line that
+        names the failure; ``this_rank_only``: on standard error even where others speak."""
+        from fsdp2_port.prove.judge import error_page, json_text
+
+        if self.speaks:
+            if self.as_json:
+                print(json_text(self.error_json(message, code, details)))
+            _write_html(self.html, error_page(self.command, message, details))
+        if self.speaks or this_rank_only:
+            last = f"fsdp2-port {self.command}: {message}"
+            print(f"{details.rstrip()}\n{last}".lstrip(), file=sys.stderr)
+        return code
+
+    def verdict(self, payload: dict[str, Any], text: str | None, page: str, code: int) -> int:
+        """Return ``code``, printing ``payload`` (JSON) or ``text`` and writing ``page``."""
+        from fsdp2_port.prove.judge import json_text
+
+        if self.speaks:
+            if self.as_json:
+                print(json_text(payload))
+            elif text is not None:
+                print(text)
+            _write_html(self.html, page)
+        return code
+
+
 # -- verify -----------------------------------------------------------------------------------
 
 
-def _verify_parser() -> argparse.ArgumentParser:
-    from fsdp2_port.prove.verify import LOCAL_WORLD_SIZE, STRATEGIES, Config
+def _verify_parser() -> _Parser:
+    from fsdp2_port.prove.verify import LOCAL_WORLD_SIZE, QUANTITIES, STRATEGIES, Config
 
     d = Config()  # the defaults live there, once
     parser = _Parser(
@@ -121,7 +174,6 @@ def _verify_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--steps", type=int, default=d.steps)
     parser.add_argument("--strategy", choices=STRATEGIES, default=d.strategy)
-    parser.add_argument("--dtype", choices=("bf16", "fp32"), default=d.dtype)
     parser.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm)
     parser.add_argument("--lr", type=float, default=d.lr)
     parser.add_argument("--device", choices=("cpu", "cuda"), default=d.device)
@@ -131,94 +183,62 @@ def _verify_parser() -> argparse.ArgumentParser:
         default=d.judge_old_clip,
         help="hold the old rank-local clip to the tolerances too (it should fail)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=d.timeout,
-        help="seconds before hung ranks are killed (under torchrun: a collective fails)",
+    return _add_proof_options(
+        parser,
+        quantities=QUANTITIES,
+        dtype=d.dtype,
+        timeout=d.timeout,
+        timeout_help="seconds before hung ranks are killed (under torchrun: a collective fails)",
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument("--html", type=Path, metavar="PATH", help="also write an HTML report")
-    return parser
 
 
 def _verify(argv: list[str]) -> int:
     from fsdp2_port.prove import verify as v
-    from fsdp2_port.prove.launch import Interrupted, RankFailure, RankTimeout
+    from fsdp2_port.prove.judge import exit_code
+    from fsdp2_port.prove.launch import Interrupted, RankFailure, RankTimeout, backend, exit_now
 
-    as_json = _wants_json(argv)
     # Under torchrun every rank runs this; rank 0 speaks for the job. The verdict is the same
     # on every rank (rank 0's figures are broadcast), so every rank exits with its code.
     speaks = not v.under_torchrun() or os.environ.get("RANK") == "0"
-    html: Path | None = None
-
-    def error(message: str, details: str = "", this_rank_only: bool = False, code: int = 2) -> int:
-        """Exit ``code``; ``details`` (a traceback, the usage) above a last line naming the
-        failure."""
-        if speaks:
-            if as_json:
-                out = {"verdict": "error", "ok": False, "exit_code": code, "error": message}
-                print(_dumps({**out, "details": details}))
-            _write_html(html, _error_page("verify", message, details))
-        if speaks or this_rank_only:
-            print(f"{details.rstrip()}\nfsdp2-port verify: {message}".lstrip(), file=sys.stderr)
-        return code
-
+    out = _Output("verify", _wants_json(argv), v.error_json, speaks=speaks)
+    parser = _verify_parser()
     try:
-        args = _verify_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except _UsageError as e:
-        return error(f"error: {e}", _verify_parser().format_usage())
-    html = args.html
-    config = v.Config(
-        model=args.model,
-        world_size=args.world_size,
-        steps=args.steps,
-        strategy=args.strategy,
-        dtype=args.dtype,
-        max_grad_norm=args.max_grad_norm,
-        lr=args.lr,
-        device=args.device,
-        judge_old_clip=args.judge_old_clip,
-        timeout=args.timeout,
-    )
+        return out.error(f"error: {e}", parser.format_usage())
+    out.html = args.html
     try:
-        config = v.resolved(config)
+        config = v.resolved(_config(v.Config, args))
         if speaks:
             ranks = f"torchrun's {config.world_size}" if v.under_torchrun() else config.world_size
-            backend = "gloo" if args.device == "cpu" else "nccl"
             print(
                 f"fsdp2-port verify: training 4 arms for {args.steps} steps on {ranks} "
-                f"{backend} ranks...",
+                f"{backend(args.device)} ranks...",
                 file=sys.stderr,
             )
         report = v.verify(config)
     except v.VerifyError as e:
-        return error(str(e), e.user_traceback)
+        return out.error(str(e), e.user_traceback)
     except (RankFailure, RankTimeout) as e:
-        return error(f"a rank failed: {type(e).__name__} (tracebacks above)", str(e))
+        return out.error(f"a rank failed: {type(e).__name__} (tracebacks above)", str(e))
     except Interrupted as e:  # SIGTERM, SIGHUP, SIGINT: the ranks are gone already
-        return error(str(e), code=e.exit_code)
+        return out.error(str(e), code=e.exit_code)
     except KeyboardInterrupt:  # raised by code of the user's, not by a signal to verify
-        return error("interrupted: KeyboardInterrupt", code=128 + signal.SIGINT)
+        return out.error("interrupted: KeyboardInterrupt", code=128 + signal.SIGINT)
     except SystemExit as e:  # sys.exit() in code of the user's that verify did not call
-        return error(f"SystemExit: {e.code} in the user's code", traceback.format_exc())
+        return out.error(f"SystemExit: {e.code} in the user's code", traceback.format_exc())
     except Exception as e:
         if not v.under_torchrun():
             raise
         # this process is one rank of torchrun's job: its failure, its traceback
         message = f"rank {os.environ['RANK']} failed: {type(e).__name__}: {e}"
-        return error(message, traceback.format_exc(), this_rank_only=True)
-    if speaks:
-        if as_json:
-            print(_dumps({**v.asdict(report), "ok": report.ok, "verdict": report.verdict}))
-        else:
-            print(v.format_text(report))
-        _write_html(html, v.html_report(report))
+        return out.error(message, traceback.format_exc(), this_rank_only=True)
+    code = out.verdict(
+        v.as_json(report), v.format_text(report), v.html_report(report), exit_code(report.verdict)
+    )
     if v.under_torchrun():  # a rank of torchrun's job: see launch.exit_now
-        from fsdp2_port.prove.launch import exit_now
-
-        exit_now(0 if report.ok else 1)
-    return 0 if report.ok else 1
+        exit_now(code)
+    return code
 
 
 # -- compare ----------------------------------------------------------------------------------
@@ -237,7 +257,7 @@ def _key_value(kind: type):
     return parse
 
 
-def _compare_parser() -> argparse.ArgumentParser:
+def _compare_parser() -> _Parser:
     from fsdp2_port.prove import compare as c
 
     d = c.Config()
@@ -276,70 +296,40 @@ def _compare_parser() -> argparse.ArgumentParser:
         metavar="NAME=X",
         help="a metric's relative tolerance instead of --dtype's",
     )
-    parser.add_argument(
-        "--dtype",
-        choices=sorted(c.TOLERANCE),
-        default=d.dtype,
-        help=f"what the runs compute in: tolerance fp32 {c.TOLERANCE['fp32']:g}, "
-        f"bf16 {c.TOLERANCE['bf16']:g} (default {d.dtype})",
+    return _add_proof_options(
+        parser,
+        quantities=("metric",),
+        dtype=d.dtype,
+        timeout=d.timeout,
+        timeout_help="seconds each run may take (default %(default)g)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=d.timeout,
-        help="seconds each run may take (default %(default)g)",
-    )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument("--html", type=Path, metavar="PATH", help="also write an HTML report")
-    return parser
 
 
 def _compare(argv: list[str]) -> int:
     from fsdp2_port.prove import compare as c
+    from fsdp2_port.prove.launch import Interrupted
 
-    as_json = _wants_json(argv)
+    out = _Output("compare", _wants_json(argv), c.error_json)
     split = argv.index("--") if "--" in argv else len(argv)
-    html: Path | None = None
+    parser = _compare_parser()
     try:
-        args = _compare_parser().parse_args(argv[:split])
-        html = args.html
-        config = c.Config(
-            old=args.old,
-            new=args.new,
-            script_args=tuple(argv[split + 1 :]),
-            launcher=args.launcher,
-            nproc_per_node=args.nproc_per_node,
-            nnodes=args.nnodes,
-            node_rank=args.node_rank,
-            rdzv_endpoint=args.rdzv_endpoint,
-            rdzv_id=args.rdzv_id,
-            metrics=dict(args.metric),
-            rtol=dict(args.rtol),
-            dtype=args.dtype,
-            timeout=args.timeout,
-        )
+        args = parser.parse_args(argv[:split])
+    except _UsageError as e:
+        return out.error(f"error: {e}", parser.format_usage())
+    out.html = args.html
+    try:
+        given = dict(metrics=dict(args.metric), rtol=dict(args.rtol))
+        config = _config(c.Config, args, script_args=tuple(argv[split + 1 :]), **given)
         result = c.compare(config)
-    except (_UsageError, c.CompareError) as e:
-        if as_json:
-            print(_dumps({"verdict": "error", "exit_code": 2, "error": str(e)}))
-        print(f"fsdp2-port compare: error: {e}", file=sys.stderr)
-        _write_html(html, _error_page("compare", f"error: {e}", ""))
-        return 2
-    except c.Interrupted as e:
-        if as_json:
-            print(_dumps({"verdict": "error", "exit_code": e.exit_code, "error": str(e)}))
-        print(f"fsdp2-port compare: {e}", file=sys.stderr)
-        _write_html(html, _error_page("compare", str(e), ""))
-        return e.exit_code
-    if as_json:
-        print(_dumps(c.as_json(result)))
-    elif result.verdict != "error":
-        print(c.format_text(result))
-    if result.verdict == "error":
+    except c.CompareError as e:
+        return out.error(f"error: {e}")
+    except Interrupted as e:
+        return out.error(str(e), code=e.exit_code)
+    failed = result.verdict == "error"
+    if failed:
         print(c.format_error(result), file=sys.stderr)
-    if html is not None:
-        _write_html(html, c.html_report(result))
-    return result.exit_code
+    text = None if failed else c.format_text(result)
+    return out.verdict(c.as_json(result), text, c.html_report(result), result.exit_code)
 
 
 # -- convert-checkpoint -----------------------------------------------------------------------

@@ -22,8 +22,8 @@ from fsdp2_port.prove.compare import (
     judge_runs,
     parse_log,
     patterns,
-    relative_difference,
 )
+from fsdp2_port.prove.judge import relative_difference
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"

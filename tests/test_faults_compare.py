@@ -18,15 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp2_port.prove.compare import (
-    GRACE_S,
-    KILL_WAIT_S,
-    READ_WAIT_S,
-    Config,
-    Run,
-    judge,
-    judge_runs,
-)
+from fsdp2_port.prove.compare import Config, Run, judge, judge_runs
+from fsdp2_port.prove.launch import GRACE_S, KILL_WAIT_S, READ_WAIT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 # compare's own bound after its trigger (SIGTERM, grace, SIGKILL, output), plus interpreter

@@ -2,18 +2,16 @@
 
 ``fsdp2-port compare OLD NEW -- ARGS`` runs OLD, then NEW, with the same arguments (through
 torchrun by default, or directly for scripts that start their own ranks), reads the per-step
-metrics each prints on its standard output, and judges NEW against OLD step by step with
-one relative tolerance per metric. Invariants:
+metrics each prints on its standard output, and judges NEW against OLD step by step
+(``judge``: one relative tolerance per metric). Invariants:
 
 - a metric belongs to the step named on the same line (``step N``); lines without a step
   are not read; for each step and metric the last value logged wins;
-- a step logged by one run only, a metric one run logs at a step and the other does not, a
-  relative difference beyond the tolerance, or a NaN (in NEW where OLD is a number, in OLD,
-  or in both: NaN against NaN is not comparable, never "same") makes the runs *different*;
+- a step or metric logged by one run only, or a departure by ``judge``'s rules (NaN is never
+  the same) makes the runs *different*;
 - a run that fails, times out, or logs no step both runs can be compared at is an *error*,
   reported with that run's exit status and the tail of its output;
-- nothing of a run outlives it: at its end, its timeout, or a signal to compare, every
-  process that inherited its run id is ended (SIGTERM, SIGKILL ``GRACE_S`` later).
+- nothing of a run outlives it (``launch.run_command``).
 
 Imports no torch: it launches the runs and reads their output.
 """
@@ -23,22 +21,24 @@ from __future__ import annotations
 import math
 import os
 import re
-import signal
-import subprocess
 import sys
-import threading
-import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from fsdp2_port.prove import report_html
-from fsdp2_port.prove.launch import GRACE_S as GRACE_S  # re-exported: compare's bounds
-from fsdp2_port.prove.launch import KILL_WAIT_S as KILL_WAIT_S
-from fsdp2_port.prove.launch import SIGNALS, end_processes, signals_interrupt
-from fsdp2_port.prove.launch import Interrupted as Interrupted
-from fsdp2_port.prove.launch import run_pids as _run_pids
+from fsdp2_port.prove.judge import (
+    TOLERANCE,
+    check_dtype,
+    check_timeout,
+    departures_at,
+    error_payload,
+    exit_code,
+    outcome,
+    relative_difference,
+    relative_differences,
+)
+from fsdp2_port.prove.launch import run_command, signals_interrupt
 
 NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 STEP = r"(?i)\bstep\b\s*[:=]?\s*(\d+)"
@@ -46,25 +46,9 @@ DEFAULT_METRICS = {
     "loss": rf"(?i)\bloss\b\s*[:=]?\s*({NUMBER})",
     "grad_norm": rf"(?i)\b(?:grad[ _-]?norm|gnorm|norm)\b\s*[:=]?\s*({NUMBER})",
 }
-# Relative tolerances, one per metric, from the precision the runs compute in.
-# fp32: a faithful migration changes only the order of fp32 sums (FSDP1 reduces flat
-# parameters, FSDP2 each parameter; the norm adds its pieces in another order), a few ulps
-# (1.2e-7) per operation; 1e-5 leaves ~100 ulps for that to compound over layers and steps,
-# and is still orders of magnitude below what a real change moves (the rank-local clip
-# shrinks a 2-rank norm by ~30%).
-# bf16 compute: the sums may still be in fp32, but when their order flips a rounding to bf16
-# (unit roundoff 2^-9 ~ 2e-3) a value moves by up to one bf16 step; a loss or norm averages
-# many such values, so aggregates move far less (~1e-4 on the demo). 2e-3 is one bf16
-# rounding: anything beyond it is not rounding noise.
-TOLERANCE = {"fp32": 1e-5, "bf16": 2e-3}
 LAUNCHERS = ("torchrun", "none")
 RUNS = ("old", "new")
 TAIL_LINES = 40  # torchrun alone prints ~25 lines after a worker's own error
-# Owning the processes of a run (``fsdp2_port.prove.launch``, shared with verify): every one
-# inherits RUN_ID_VAR; ending a run sends SIGTERM, then SIGKILL to what is left after GRACE_S;
-# READ_WAIT_S bounds the wait for the end of the run's output.
-RUN_ID_VAR = "FSDP2_PORT_COMPARE_RUN"
-READ_WAIT_S = 2.0
 
 
 class CompareError(ValueError):
@@ -116,7 +100,7 @@ class Result:
 
     @property
     def exit_code(self) -> int:
-        return {"same": 0, "elsewhere": 0, "different": 1}.get(self.verdict, 2)
+        return exit_code(self.verdict)
 
 
 # -- the request ------------------------------------------------------------------------------
@@ -141,16 +125,15 @@ def patterns(extra: Mapping[str, str]) -> tuple[re.Pattern[str], dict[str, re.Pa
 def tolerances(
     dtype: str, metrics: Sequence[str], overrides: Mapping[str, float]
 ) -> dict[str, float]:
-    """One relative tolerance per metric: ``TOLERANCE[dtype]`` unless overridden."""
-    if dtype not in TOLERANCE:
-        raise CompareError(f"--dtype must be one of {sorted(TOLERANCE)}")
+    """One relative tolerance per metric: ``TOLERANCE["metric"][dtype]`` unless overridden."""
+    check_dtype(dtype, CompareError)
     unknown = sorted(set(overrides) - set(metrics))
     if unknown:
         raise CompareError(f"--rtol names no metric: {unknown}; metrics: {list(metrics)}")
     bad = {name: x for name, x in overrides.items() if not 0 <= x < math.inf}
     if bad:
         raise CompareError(f"--rtol must be a finite number >= 0, got {bad}")
-    return {name: float(overrides.get(name, TOLERANCE[dtype])) for name in metrics}
+    return {name: float(overrides.get(name, TOLERANCE["metric"][dtype])) for name in metrics}
 
 
 def launch_command(config: Config, script: str, label: str) -> list[str]:
@@ -194,10 +177,7 @@ def check(config: Config) -> None:
         raise CompareError(f"--nproc-per-node must be >= 1, got {config.nproc_per_node}")
     if config.node_rank is not None and config.node_rank < 0:
         raise CompareError(f"--node-rank must be >= 0, got {config.node_rank}")
-    if not 0 < config.timeout < math.inf:
-        raise CompareError(
-            f"--timeout must be a finite number of seconds > 0, got {config.timeout}"
-        )
+    check_timeout(config.timeout, CompareError)
     given = [name for name, value in torchrun_only.items() if value is not None]
     if config.launcher == "none" and given:
         raise CompareError(f"{', '.join(given)}: only with --launcher torchrun")
@@ -209,78 +189,6 @@ def check(config: Config) -> None:
             raise CompareError(f"no such script: {script}")
     _, metrics = patterns(config.metrics)
     tolerances(config.dtype, list(metrics), config.rtol)
-
-
-# -- running ----------------------------------------------------------------------------------
-
-
-def run_script(script: str, command: list[str], timeout: float) -> Run:
-    """Run ``command`` to completion and leave nothing of it running.
-
-    The run gets its own session and ``RUN_ID_VAR`` set to a value unique to it, which every
-    process it starts inherits, also one that starts a session of its own. When the launcher
-    exits, at ``timeout``, and on any exception (``Interrupted``, Ctrl-C), ``end_run`` ends
-    every process of the run. Standard output unbuffered, so a run killed at the deadline
-    still shows its last lines.
-    """
-    run_id = uuid.uuid4().hex
-    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
-    env[RUN_ID_VAR] = run_id
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,  # no terminal signal reaches it: compare decides
-    )
-    outputs = [_reader(proc.stdout), _reader(proc.stderr)]
-    try:
-        returncode: int | None = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        returncode = None
-    finally:
-        end_run(proc, run_id)
-    stdout, stderr = (read() for read in outputs)
-    return Run(script, command, returncode, time.monotonic() - start, stdout, stderr)
-
-
-def _reader(stream: IO[str] | None) -> Callable[[], str]:
-    """Read ``stream`` to its end in a thread; the function returned gives what was read,
-    waiting at most ``READ_WAIT_S`` for the end (a pipe some stray process still holds)."""
-    lines: list[str] = []
-    thread = threading.Thread(target=lambda: lines.extend(stream or ()), daemon=True)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    try:  # the thread inherits the mask: compare's signals reach the main thread only
-        thread.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-    def result() -> str:
-        thread.join(READ_WAIT_S)
-        return "".join(list(lines))
-
-    return result
-
-
-def end_run(proc: subprocess.Popen, run_id: str, grace: float | None = None) -> None:
-    """SIGTERM to the run's process group and to every process carrying its run id, SIGKILL
-    to whatever is left ``grace`` seconds later (``GRACE_S``); returns when nothing of the
-    run is left, or ``KILL_WAIT_S`` after the SIGKILL. Signals to compare wait meanwhile."""
-    end_processes(
-        run_id,
-        RUN_ID_VAR,
-        groups=[proc.pid],
-        exited=lambda: proc.poll() is not None,
-        grace=grace,
-    )
-
-
-def run_pids(run_id: str) -> list[int]:
-    """Live processes (not zombies) whose environment holds ``RUN_ID_VAR=run_id``."""
-    return _run_pids(run_id, RUN_ID_VAR)
 
 
 # -- reading and judging ----------------------------------------------------------------------
@@ -306,15 +214,6 @@ def parse_log(
     return steps
 
 
-def relative_difference(old: float, new: float) -> float:
-    """|new - old| / |old|: 0 when equal, inf against a zero or a NaN in either run."""
-    if old == new:
-        return 0.0
-    if old == 0 or math.isnan(old) or math.isnan(new):
-        return math.inf
-    return abs(new - old) / abs(old)
-
-
 def judge(
     old: Mapping[int, Mapping[str, float]],
     new: Mapping[int, Mapping[str, float]],
@@ -327,19 +226,16 @@ def judge(
         if only:
             failures.append(f"steps logged by {label} only: {_ranges(only)}")
     for s in sorted(set(old) & set(new)):
-        for name, rtol in tolerance.items():
-            a, b = old[s].get(name), new[s].get(name)
-            if a is None and b is None:
-                continue
-            if a is None or b is None:
-                failures.append(f"step {s}: {name} logged by {'old' if b is None else 'new'} only")
-                continue
-            diff = relative_difference(a, b)
-            if math.isnan(a) and math.isnan(b):
-                failures.append(f"step {s}: {name} is NaN in both runs: not comparable")
-            elif not diff <= rtol:
+        for d in departures_at(s, old[s], new[s], tolerance):
+            if d.baseline is None or d.value is None:
+                alone = "old" if d.value is None else "new"
+                failures.append(f"step {s}: {d.metric} logged by {alone} only")
+            elif d.not_comparable:
+                failures.append(f"step {s}: {d.metric} is NaN in both runs: not comparable")
+            else:
                 failures.append(
-                    f"step {s}: {name} {b!r} vs {a!r}, relative difference {diff:.2e} > {rtol:g}"
+                    f"step {s}: {d.metric} {d.value!r} vs {d.baseline!r}, "
+                    f"relative difference {d.difference:.2e} > {d.rtol:g}"
                 )
     return failures
 
@@ -417,7 +313,8 @@ def compare(config: Config) -> Result:
         for label, script in zip(RUNS, (config.old, config.new)):
             print(f"fsdp2-port compare: running {label}: {script}", file=sys.stderr, flush=True)
             command = launch_command(config, script, label)
-            runs[label] = run_script(script, command, config.timeout)
+            ended = run_command(command, config.timeout)
+            runs[label] = Run(script, command, **asdict(ended))
             if not runs[label].ok:
                 break
     return judge_runs(config, runs)
@@ -533,6 +430,12 @@ def as_json(result: Result) -> dict[str, Any]:
     }
 
 
+def error_json(message: str, code: int, details: str) -> dict[str, Any]:
+    """What ``--format json`` prints for a refused or interrupted request (``details`` go to
+    standard error only)."""
+    return error_payload(message, code)
+
+
 def html_report(result: Result) -> str:
     """The result as one self-contained page (``fsdp2-port compare --html``)."""
     steps = list(result.steps)
@@ -540,15 +443,7 @@ def html_report(result: Result) -> str:
         m: {label: [result.steps[s][label].get(m) for s in steps] for label in RUNS}
         for m in result.metrics
     }
-    rel_diffs = {
-        m: {
-            "new": [
-                None if a is None or b is None else relative_difference(a, b)
-                for a, b in zip(curves[m]["old"], curves[m]["new"])
-            ]
-        }
-        for m in result.metrics
-    }
+    rel_diffs = {m: relative_differences(curves[m], "old") for m in result.metrics}
     details = list(result.failures)
     if result.verdict == "error":
         details = format_error(result).splitlines()[1:]
@@ -562,9 +457,7 @@ def html_report(result: Result) -> str:
     return report_html.render(
         title=f"fsdp2-port compare: {result.config['old']} vs {result.config['new']}",
         verdict=f"VERDICT: {headline(result)}",
-        outcome={"same": "pass", "elsewhere": "pass", "different": "fail"}.get(
-            result.verdict, "error"
-        ),
+        outcome=outcome(result.verdict),
         details=details,
         steps=steps,
         curves=curves,

@@ -1,17 +1,16 @@
-"""Run a function on N local ranks, and own every process a run starts.
+"""The one runner of ``verify``, ``compare`` and the tests: it owns every process it starts.
 
-``run_ranks``: a free port, a timeout, the failing rank's traceback. A hung collective kills
-every rank when the timeout expires (``RankTimeout``, naming the ranks that never finished);
-an exception on any rank kills the others at once (``RankFailure``, with every failed rank's
-traceback, the first cause first). Used by ``fsdp2-port verify`` and by the test suite.
+- Every process of a run inherits a run id in its environment and is found again in
+  ``/proc/PID/environ`` whatever its session or group (``run_pids``); ending a run sends it
+  SIGTERM, then SIGKILL ``GRACE_S`` later (``end_processes``). Nothing of a run outlives it:
+  not at its end, a failure, its timeout, nor an exception in the caller.
+- ``run_command``: one command line (compare's runs), its output read to the end.
+- ``run_ranks``: a function on N local ranks (verify, tests); a hung collective is killed at the
+  timeout (``RankTimeout``), a failing rank ends the others at once (``RankFailure``, every
+  failed rank's traceback, the first cause first).
+- ``signals_interrupt``: SIGTERM, SIGHUP, SIGINT raise ``Interrupted`` (exit 128 + n).
 
-Owning processes (shared by ``run_ranks`` and ``fsdp2-port compare``): every process of a
-run inherits an environment variable holding a run id, found again in ``/proc/PID/environ``
-whatever its session or process group (``run_pids``); ``end_processes`` sends SIGTERM, then
-SIGKILL ``GRACE_S`` later to what is left. ``signals_interrupt`` turns SIGTERM, SIGHUP and
-SIGINT into ``Interrupted`` (exit code 128 + the signal) so that the caller ends its runs.
-
-Imports no torch until ranks are started: ``compare`` uses the ownership part without it.
+Imports no torch until ranks start: ``compare`` runs commands without it.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ import multiprocessing.resource_tracker
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -29,7 +29,8 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from dataclasses import dataclass
+from typing import IO, Any
 
 # Children are forked from a server that has imported torch but run no op (no OpenMP pool),
 # which starts ranks in a fraction of the time a fresh interpreter takes. (The stdlib's
@@ -42,10 +43,17 @@ _CTX.set_forkserver_preload(["torch", "torch.distributed", "fsdp2_port.prove.lau
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # SIGTERM first, SIGKILL to what is left after GRACE_S (time for a launcher to stop its
 # workers and for a worker's own SIGTERM handler); KILL_WAIT_S bounds the wait after the
-# SIGKILL.
-GRACE_S, KILL_WAIT_S, POLL_S = 5.0, 2.0, 0.05
-# The variable every process of ``run_ranks``' ranks inherits (see ``_ranks_id``).
-RANKS_VAR = "FSDP2_PORT_RANKS_RUN"
+# SIGKILL; READ_WAIT_S the wait for the end of a command's output.
+GRACE_S, KILL_WAIT_S, POLL_S, READ_WAIT_S = 5.0, 2.0, 0.05, 2.0
+# The variables that carry a run id: into every process of a ``run_command`` run, and into
+# every process of ``run_ranks``' ranks (see ``_ranks_id``).
+COMMAND_RUN_VAR = "FSDP2_PORT_COMPARE_RUN"
+RANKS_RUN_VAR = "FSDP2_PORT_RANKS_RUN"
+
+
+def backend(device: str) -> str:
+    """The process group backend for ranks on ``device`` ("cpu", "cuda")."""
+    return "nccl" if device == "cuda" else "gloo"
 
 
 def run_pids(run_id: str, var: str) -> list[int]:
@@ -121,13 +129,19 @@ def end_processes(
         _unblock(mask)
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not)."""
+def _stat(pid: int) -> list[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command name (state, parent, ...); empty
+    when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+            return f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
-        return False
+        return []
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    return _stat(pid)[:1] not in ([], [b"Z"])  # gone, or a zombie
 
 
 def _block(signals: Iterable[int]) -> Any:
@@ -176,6 +190,73 @@ def signals_interrupt(what: str = "the runs") -> Iterator[None]:
             signal.signal(sig, old)
 
 
+# -- commands -----------------------------------------------------------------------------------
+
+
+@dataclass
+class CommandRun:
+    """A finished ``run_command``: its exit status (None: killed at the timeout), how long it
+    took, and everything it printed."""
+
+    returncode: int | None
+    seconds: float
+    stdout: str
+    stderr: str
+
+
+def run_command(command: list[str], timeout: float) -> CommandRun:
+    """Run ``command`` to completion and leave nothing of it running.
+
+    The run gets its own session (no terminal signal reaches it: the caller decides) and
+    ``COMMAND_RUN_VAR`` set to an id of its own, which every process it starts inherits. When
+    the command exits, at ``timeout``, and on any exception (``Interrupted``, Ctrl-C), every
+    process of the run is ended (``end_processes``). Standard output is unbuffered, so a run
+    killed at the deadline still shows its last lines.
+    """
+    run_id = uuid.uuid4().hex
+    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
+    env[COMMAND_RUN_VAR] = run_id
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    outputs = [_reader(proc.stdout), _reader(proc.stderr)]
+    try:
+        returncode: int | None = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        returncode = None
+    finally:
+        end_processes(
+            run_id, COMMAND_RUN_VAR, groups=[proc.pid], exited=lambda: proc.poll() is not None
+        )
+    stdout, stderr = (read() for read in outputs)
+    return CommandRun(returncode, time.monotonic() - start, stdout, stderr)
+
+
+def _reader(stream: IO[str] | None) -> Callable[[], str]:
+    """Read ``stream`` to its end in a thread; the function returned gives what was read,
+    waiting at most ``READ_WAIT_S`` for the end (a pipe some stray process still holds)."""
+    lines: list[str] = []
+    thread = threading.Thread(target=lambda: lines.extend(stream or ()), daemon=True)
+    mask = _block(SIGNALS)
+    try:  # the thread inherits the mask: signals reach the main thread only
+        thread.start()
+    finally:
+        _unblock(mask)
+
+    def result() -> str:
+        thread.join(READ_WAIT_S)
+        return "".join(list(lines))
+
+    return result
+
+
 # -- ranks --------------------------------------------------------------------------------------
 
 _RANKS_ID: dict[int, str] = {}  # this process's id -> the run id its ranks inherit
@@ -191,15 +272,15 @@ def _ranks_id() -> str:
     forked child makes its own); the forkserver itself carries it too, see ``_spare``.
     """
     run_id = _RANKS_ID.setdefault(os.getpid(), f"{os.getpid()}-{uuid.uuid4().hex}")
-    saved = os.environ.get(RANKS_VAR)
-    os.environ[RANKS_VAR] = run_id
+    saved = os.environ.get(RANKS_RUN_VAR)
+    os.environ[RANKS_RUN_VAR] = run_id
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
         if saved is None:
-            del os.environ[RANKS_VAR]
+            del os.environ[RANKS_RUN_VAR]
         else:
-            os.environ[RANKS_VAR] = saved
+            os.environ[RANKS_RUN_VAR] = saved
     return run_id
 
 
@@ -210,15 +291,11 @@ def _spare(run_id: str, forkserver: bool) -> list[int]:
     (kept for the next ``run_ranks``)."""
     me = str(os.getpid()).encode()
     tracker = getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None)
-    spare = []
-    for pid in run_pids(run_id, RANKS_VAR):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[1] == me and (forkserver or pid == tracker):
-                    spare.append(pid)
-        except (OSError, IndexError):
-            continue
-    return spare
+    return [
+        pid
+        for pid in run_pids(run_id, RANKS_RUN_VAR)
+        if _stat(pid)[1:2] == [me] and (forkserver or pid == tracker)
+    ]
 
 
 class RankFailure(RuntimeError):
@@ -287,7 +364,7 @@ def run_ranks(
     Nothing of the run outlives it: when it returns or raises (a failure, the timeout, an
     exception in this process such as ``Interrupted`` or KeyboardInterrupt), every rank and
     every process a rank started, also in a session of its own, is ended (``end_processes``
-    by ``RANKS_VAR``). On an exception in this process the forkserver goes too; the resource
+    by ``RANKS_RUN_VAR``). On an exception in this process the forkserver goes too; the resource
     tracker ends with this process.
     """
     run_id = _ranks_id()
@@ -314,7 +391,7 @@ def run_ranks(
                 p.kill()
         end_processes(
             run_id,
-            RANKS_VAR,
+            RANKS_RUN_VAR,
             pids=[p.pid for p in procs if p.pid is not None],
             spare=_spare(run_id, forkserver=finished),
             exited=lambda: not any(p.pid is not None and p.is_alive() for p in procs),

@@ -8,7 +8,7 @@ Four arms train one model from one seed on the same global batches:
 - ``old_clip``: FSDP1 with each rank clipping its shard by its own norm (the seed's bug).
 
 The sharded arms must match the reference per step (loss, grad norm) and in the final
-parameters within tolerances derived from the dtype; ``old_clip`` is shown, and judged
+parameters within ``judge``'s tolerances for the dtype; ``old_clip`` is shown, and judged
 only when asked (it is expected to fail, which proves the harness can say no).
 
 Ranks: spawned here (``config.world_size`` local processes), or, when this process was
@@ -38,11 +38,20 @@ from torch import nn
 
 from fsdp2_port import versions
 from fsdp2_port.prove import report_html
-from fsdp2_port.prove.compare import relative_difference
-from fsdp2_port.prove.launch import Interrupted, run_ranks, signals_interrupt
+from fsdp2_port.prove.judge import (
+    TOLERANCE,
+    check_dtype,
+    check_timeout,
+    departures_at,
+    error_payload,
+    outcome,
+    relative_differences,
+)
+from fsdp2_port.prove.launch import Interrupted, backend, run_ranks, signals_interrupt
 
 DEFAULT_MODEL = "fsdp2_port.prove.tiny_transformer:tiny_transformer"
 ARMS = ("reference", "fsdp1", "fsdp2", "old_clip")
+QUANTITIES = ("loss", "norm", "param")  # what is judged, each a row of ``judge.TOLERANCE``
 STRATEGIES = ("full_shard", "shard_grad_op", "hybrid")
 EQUIVALENT = "EQUIVALENT: FSDP1 + compat and FSDP2 + fsdp2_port match the reference"
 LOCAL_WORLD_SIZE = 2  # ranks spawned when neither torchrun nor the caller says
@@ -94,14 +103,6 @@ class Report:
     @property
     def verdict(self) -> str:
         return "equivalent" if self.ok else "not-equivalent"
-
-
-def tolerances(dtype: str) -> dict[str, float]:
-    """Relative tolerances. fp32: only summation order differs between world sizes. bf16:
-    gradients are rounded to 8 bits in backward and again in the bf16 reduction."""
-    if dtype == "fp32":
-        return {"loss": 1e-5, "norm": 1e-5, "param": 1e-5}
-    return {"loss": 1e-2, "norm": 2e-2, "param": 1e-2}
 
 
 # -- the request ------------------------------------------------------------------------------
@@ -274,10 +275,7 @@ def check_numbers(config: Config) -> None:
         raise VerifyError(f"--max-grad-norm must be a number > 0 (inf: no clipping), got {mgn!r}")
     if not _is_real(config.lr) or not (0 < config.lr < math.inf):
         raise VerifyError(f"--lr must be a finite number > 0, got {config.lr!r}")
-    if not _is_real(config.timeout) or not (0 < config.timeout < math.inf):
-        raise VerifyError(
-            f"--timeout must be a finite number of seconds > 0, got {config.timeout!r}"
-        )
+    check_timeout(config.timeout, VerifyError)
 
 
 def check(config: Config) -> None:
@@ -285,8 +283,7 @@ def check(config: Config) -> None:
     assert config.world_size is not None
     if config.strategy not in STRATEGIES:
         raise VerifyError(f"--strategy must be one of {STRATEGIES}")
-    if config.dtype not in ("bf16", "fp32"):
-        raise VerifyError("--dtype must be bf16 or fp32")
+    check_dtype(config.dtype, VerifyError)
     check_numbers(config)
     if config.strategy == "hybrid" and (config.world_size < 4 or config.world_size % 2):
         raise VerifyError("--strategy hybrid needs an even --world-size >= 4 (2 replicas)")
@@ -451,11 +448,15 @@ def _worker(rank: int, world: int, config: Config, out_path: str) -> None:
 
 def _spawned(config: Config) -> dict[str, Any]:
     assert config.world_size is not None
-    backend = "nccl" if config.device == "cuda" else "gloo"
     with tempfile.TemporaryDirectory() as tmp:
         out_path = os.path.join(tmp, "arms.json")
         run_ranks(
-            _worker, config.world_size, config, out_path, timeout=config.timeout, backend=backend
+            _worker,
+            config.world_size,
+            config,
+            out_path,
+            timeout=config.timeout,
+            backend=backend(config.device),
         )
         with open(out_path) as f:
             return json.load(f)
@@ -469,8 +470,7 @@ def _in_this_job(config: Config) -> dict[str, Any]:
     if not joined:
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=timedelta(seconds=config.timeout))
+        dist.init_process_group(backend(device.type), timeout=timedelta(seconds=config.timeout))
     try:
         figures: list[Any] = [_arms(config, device)]
         dist.broadcast_object_list(figures, src=0)
@@ -500,7 +500,7 @@ def verify(config: Config) -> Report:
         with signals_interrupt("verify's ranks"):
             check(config)
             arms = _spawned(config)
-    tol = tolerances(config.dtype)
+    tol = {q: TOLERANCE[q][config.dtype] for q in QUANTITIES}
     report = Report(
         config={
             **{
@@ -514,25 +514,37 @@ def verify(config: Config) -> Report:
         norms={a: arms[a]["norms"] for a in ARMS},
         param_diff={a: arms[a]["param_diff"] for a in ARMS if a != "reference"},
     )
-    judged = ["fsdp1", "fsdp2"] + (["old_clip"] if config.judge_old_clip else [])
-    ref_losses, ref_norms = report.losses["reference"], report.norms["reference"]
-    for arm in judged:
-        for step, (loss, want) in enumerate(zip(report.losses[arm], ref_losses)):
-            if not relative_difference(want, loss) <= tol["loss"]:
-                report.failures.append(
-                    f"{arm}: step {step} loss {loss:.6g} vs reference {want:.6g}"
-                )
-        for step, (norm, want) in enumerate(zip(report.norms[arm], ref_norms)):
-            if not relative_difference(want, norm) <= tol["norm"]:
-                report.failures.append(
-                    f"{arm}: step {step} grad norm {norm:.6g} vs reference {want:.6g}"
-                )
+    for arm in _judged(report.config):
+        for name, series, rtol in (
+            ("loss", report.losses, tol["loss"]),
+            ("grad norm", report.norms, tol["norm"]),
+        ):
+            for step, (want, got) in enumerate(zip(series["reference"], series[arm])):
+                if departures_at(step, {name: want}, {name: got}, {name: rtol}):
+                    report.failures.append(
+                        f"{arm}: step {step} {name} {got:.6g} vs reference {want:.6g}"
+                    )
         if not report.param_diff[arm] <= tol["param"]:
             report.failures.append(
                 f"{arm}: parameters differ by {report.param_diff[arm]:.3g} (relative), "
                 f"tolerance {tol['param']:g}"
             )
     return report
+
+
+def _judged(config: dict[str, Any]) -> list[str]:
+    """The arms held to the tolerances: the fixed ones, and the old clip when asked."""
+    return ["fsdp1", "fsdp2"] + (["old_clip"] if config["judge_old_clip"] else [])
+
+
+def as_json(report: Report) -> dict[str, Any]:
+    """What ``--format json`` prints for a verdict."""
+    return {**asdict(report), "ok": report.ok, "verdict": report.verdict}
+
+
+def error_json(message: str, code: int, details: str) -> dict[str, Any]:
+    """What ``--format json`` prints for an error: ``details``, the user's traceback or usage."""
+    return error_payload(message, code, ok=False, details=details)
 
 
 def format_text(report: Report) -> str:
@@ -569,12 +581,7 @@ def format_text(report: Report) -> str:
 def html_report(report: Report) -> str:
     """The report as one self-contained page (``fsdp2-port verify --html``)."""
     c, steps = report.config, list(range(len(report.losses["reference"])))
-    judged = ["fsdp1", "fsdp2"] + (["old_clip"] if c["judge_old_clip"] else [])
-
-    def rel(values: dict[str, list[float]]) -> dict[str, list[float | None]]:
-        ref = values["reference"]
-        return {a: [relative_difference(r, x) for x, r in zip(values[a], ref)] for a in ARMS[1:]}
-
+    judged = _judged(c)
     params = [
         f"parameters after the last step, ||{a} - reference|| / ||reference|| = {d:.3g}"
         + ("" if a in judged else " (shown, not judged)")
@@ -583,11 +590,14 @@ def html_report(report: Report) -> str:
     return report_html.render(
         title=f"fsdp2-port verify: {c['model']}",
         verdict=EQUIVALENT if report.ok else "NOT EQUIVALENT",
-        outcome="pass" if report.ok else "fail",
+        outcome=outcome(report.verdict),
         details=[*report.failures, *params],
         steps=steps,
         curves={"loss": report.losses, "grad norm": report.norms},
-        rel_diffs={"loss": rel(report.losses), "grad norm": rel(report.norms)},
+        rel_diffs={
+            "loss": relative_differences(report.losses, "reference"),
+            "grad norm": relative_differences(report.norms, "reference"),
+        },
         tolerance={"loss": report.tolerance["loss"], "grad norm": report.tolerance["norm"]},
         baseline="reference",
         settings={**c, "tolerance": ", ".join(f"{k} {v:g}" for k, v in report.tolerance.items())},
