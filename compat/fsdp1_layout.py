@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterable, Sequence
-from itertools import chain
 
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.tensor import DTensor
 
+from fsdp2_port.fsdp1 import torch_internals
 from fsdp2_port.fsdp1.torch_internals import is_fsdp1_flattened as _is_fsdp_flattened
 
 
@@ -58,15 +58,13 @@ def _owning_groups(states: Iterable[FSDP]) -> dict[int, dist.ProcessGroup | None
     """id(parameter) -> its shard group, for flat parameters and original-parameter views."""
     owners: dict[int, dist.ProcessGroup | None] = {}
     for state in states:
-        handle = state._handle
-        if handle is None:
+        shards = torch_internals.fsdp1_shards(state)
+        if shards is None:
             continue
-        group = handle.process_group if handle.uses_sharded_strategy else None
-        flat = handle.flat_param
+        flat, group, views = shards
         owners[id(flat)] = group
-        if handle._use_orig_params:
-            for p in chain(flat._params or (), flat._shared_params or ()):
-                owners[id(p)] = group
+        for p in views:
+            owners[id(p)] = group
     return owners
 
 

@@ -16,9 +16,9 @@ from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
 from compat.bf16_optimizer import BF16Optimizer
+from fsdp2_port.fsdp1 import torch_internals
 
 _MASTER = "fp32_master"
-_WRAPPER = "_fsdp_wrapped_module."
 
 
 def fsdp2_state_dict(optimizer: BF16Optimizer, root: FSDP | None = None) -> dict[str, Any]:
@@ -107,6 +107,6 @@ def _prefix_of(root: nn.Module, module: nn.Module) -> str:
     """``module``'s name inside ``root`` as FSDP1 writes FQNs (wrappers left out), dotted."""
     for name, m in root.named_modules():
         if m is module:
-            name = name.replace(_WRAPPER, "").replace("_fsdp_wrapped_module", "").strip(".")
+            name = torch_internals.without_fsdp1_wrappers(name)
             return f"{name}." if name else ""
     raise ValueError("the optimizer's model is not inside the given FSDP1 root")

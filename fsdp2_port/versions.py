@@ -1,11 +1,14 @@
 """What moved between torch releases, decided once, with ``packaging.version``.
 
-Imports no torch: the codemods read the import paths of a *target* release from here on
-machines that have no torch at all.
+Every switch on the torch release lives here: release comparisons, and the probes of the
+installed torch where the release a feature came with is not pinned. Imports no torch: the
+codemods read the import paths of a *target* release from here on machines that have no torch
+at all (a probe imports it when called).
 """
 
 from __future__ import annotations
 
+import functools
 from importlib import metadata
 
 from packaging.version import Version
@@ -36,6 +39,20 @@ def fully_shard_module(torch_version: str | Version) -> str:
     if v >= FSDP2_COMPOSABLE:
         return "torch.distributed._composable.fsdp"
     raise ValueError(f"FSDP2 (fully_shard) needs torch >= {FSDP2_COMPOSABLE}, not {torch_version}")
+
+
+@functools.cache
+def mesh_knows_its_root() -> bool:
+    """Whether the installed torch's ``DeviceMesh`` knows the mesh it was sliced from
+    (``torch_internals`` entry ``device_mesh_root``); older releases keep that in torch's mesh
+    environment (entry ``mesh_resources``, deprecated where the method exists).
+
+    A probe of the installed torch, not a release number: the release the method came with is
+    not pinned here. Torch is imported when this is first called, not before.
+    """
+    from fsdp2_port.fsdp1 import torch_internals
+
+    return torch_internals.has("device_mesh_root")
 
 
 #: The oldest torch the runtime parts (optimizer, clip, verify, compat) run on: public FSDP2.

@@ -1,44 +1,115 @@
 """The private torch entry points fsdp2-port calls are still there, with the parameters we pass.
 
 When a torch release moves or changes one, these fail naming it: update
-``fsdp2_port/torch_internals.py`` (and what calls it) before anything runs wrong.
+``fsdp2_port/fsdp1/torch_internals.py`` (and what calls it) before anything runs wrong.
+Every entry of ``ENTRY_POINTS`` is checked, whatever its kind.
 """
 
+import importlib
 import inspect
+import warnings
 from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from fsdp2_port.fsdp1 import torch_internals
 from fsdp2_port.fsdp1.torch_internals import ENTRY_POINTS
 
 
-def _parameters(fn) -> list[tuple[str, bool]]:
-    """``(name, has a default)`` of a Python function or of a torch operator's schema."""
+def _signatures(fn) -> list[list[tuple[str, bool]]]:
+    """``(name, has a default)`` of each way to call ``fn``: a Python function's signature, or
+    every overload of a torch operator's schema."""
     try:
         return [
-            (p.name, p.default is not inspect.Parameter.empty)
-            for p in inspect.signature(fn).parameters.values()
+            [
+                (p.name, p.default is not inspect.Parameter.empty)
+                for p in inspect.signature(fn).parameters.values()
+            ]
         ]
     except ValueError:  # a builtin: torch.<op> is aten::<op>
-        schema = getattr(torch.ops.aten, fn.__name__).default._schema
-        return [(a.name, a.has_default_value()) for a in schema.arguments]
+        packet = getattr(torch.ops.aten, fn.__name__)
+        return [
+            [(a.name, a.has_default_value()) for a in getattr(packet, o)._schema.arguments]
+            for o in packet.overloads()
+        ]
+
+
+def _takes(params: list[tuple[str, bool]], ours: tuple[str, ...]) -> bool:
+    """Whether a call passing ``ours`` fits: they come first, every other one has a default."""
+    names = [name for name, _ in params]
+    return names[: len(ours)] == list(ours) and all(d for _, d in params[len(ours) :])
+
+
+@pytest.fixture(scope="module")
+def instances():
+    """A torch object of each class whose instance attributes are entry points, made once:
+    an FSDP1 instance (on a one-rank gloo group, destroyed afterwards), its handle and flat
+    parameter, an optimizer and a scheduler."""
+    made: dict[str, object] = {}
+    started = []
+
+    def fsdp1():
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+            started.append(True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # FSDP1's deprecation
+            model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+            return FSDP(model, use_orig_params=True, device_id=torch.device("cpu"))
+
+    def optimizer():
+        return torch.optim.SGD([nn.Parameter(torch.zeros(2))], lr=0.1)
+
+    builders = {
+        "FullyShardedDataParallel": fsdp1,
+        "FlatParamHandle": lambda: get("FullyShardedDataParallel")._handle,
+        "FlatParameter": lambda: get("FlatParamHandle").flat_param,
+        "Optimizer": optimizer,
+        "LRScheduler": lambda: torch.optim.lr_scheduler.LambdaLR(optimizer(), lambda s: 1.0),
+    }
+
+    def get(owner: str):
+        assert owner in builders, f"no {owner} to check its attributes on: add a builder here"
+        if owner not in made:
+            made[owner] = builders[owner]()
+        return made[owner]
+
+    yield get
+    made.clear()
+    if started:
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("key", sorted(ENTRY_POINTS))
-def test_entry_point_exists_with_our_parameters(key):
+def test_entry_point_is_in_this_torch(key, instances):
+    """Every entry, whatever its kind, against the installed torch."""
     entry = ENTRY_POINTS[key]
-    params = _parameters(torch_internals.load(key))
-    names = [name for name, _ in params]
-    assert names[: len(entry.params)] == list(entry.params), (
-        f"{entry.module}.{entry.name} now takes {names}, fsdp2-port passes {entry.params}"
-    )
-    rest = params[len(entry.params) :]
-    assert all(has_default for _, has_default in rest), (
-        f"{entry.module}.{entry.name} has new required parameters {rest}"
-    )
+    where = f"{entry.module}.{entry.name}"
+    if entry.only_without is not None and torch_internals.has(entry.only_without):
+        if not torch_internals.has(key):
+            pytest.skip(f"{where}: only used without {entry.only_without}, which this torch has")
+    if entry.kind == "attribute":
+        owner, attribute = entry.name.split(".")
+        cls = getattr(importlib.import_module(entry.module), owner)
+        instance = instances(owner)
+        assert isinstance(instance, cls)
+        assert hasattr(instance, attribute), f"{where}: torch's {owner} no longer sets it"
+        return
+    found = torch_internals.load(key)  # ImportError naming it when it is gone
+    if entry.kind == "constant":
+        assert found == entry.value, f"{where} is now {found!r}, fsdp2-port pins {entry.value!r}"
+    elif entry.kind == "function":
+        ways = _signatures(found)
+        assert any(_takes(params, entry.params) for params in ways), (
+            f"{where} now takes {ways}, fsdp2-port passes {entry.params} (and nothing else)"
+        )
+    else:
+        assert entry.kind == "value" and found is not None
 
 
 def test_a_missing_entry_point_is_named(monkeypatch):
@@ -96,6 +167,11 @@ def test_what_the_entry_points_return():
         device_handle=None,
     )
     assert meta.weight.device.type == "cpu"
+    assert torch_internals.fsdp1_ignored_states(model, [model[1]], None) == (
+        state._ignored_modules,
+        state._ignored_params,
+        state._ignored_buffer_names,
+    )
 
 
 def test_sharded_tensor_pickles_the_state_convert_reads(monkeypatch):
@@ -117,3 +193,69 @@ def test_sharded_tensor_pickles_the_state_convert_reads(monkeypatch):
     state = api.ShardedTensor.__getstate__(fake)
     assert state[:2] == (["shards"], "metadata")
     assert state[2].local_world_size == 2
+
+
+def test_fsdp1_layout_read_through_the_boundary(instances):
+    """What compat and fsdp1_api read of an FSDP1 instance: flat parameter, shard group,
+    original-parameter views, wrapped module, and FSDP1's parameter names without wrappers."""
+    fsdp1 = instances("FullyShardedDataParallel")
+    flat, group, views = torch_internals.fsdp1_shards(fsdp1)
+    assert flat is fsdp1._handle.flat_param
+    assert group is None  # one rank: FSDP1 keeps the flat parameter whole (NO_SHARD)
+    assert [v.shape for v in views] == [p.shape for p in fsdp1.module.parameters()]
+    assert all(torch_internals.is_fsdp1_flattened(t) for t in (flat, *views))
+    assert torch_internals.fsdp1_wrapped_module(fsdp1) is fsdp1.module
+    with pytest.raises(AttributeError):
+        torch_internals.fsdp1_wrapped_module(nn.Linear(1, 1))
+    names = [n for n, _ in fsdp1.named_parameters()]
+    assert [torch_internals.without_fsdp1_wrappers(n) for n in names] == [
+        "0.weight",
+        "0.bias",
+        "1.weight",
+        "1.bias",
+    ]
+    assert torch_internals.without_fsdp1_wrappers("_fsdp_wrapped_module") == ""
+
+
+def test_root_mesh_on_either_release(instances, monkeypatch):
+    """The mesh a slice was cut from, by the method or (older torch) the mesh environment;
+    the norm's copy count asks versions which."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from fsdp2_port import versions
+    from fsdp2_port.train import grad_norm
+
+    instances("FullyShardedDataParallel")  # a process group
+    mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("a", "b"))
+    assert versions.mesh_knows_its_root() == hasattr(mesh, "_get_root_mesh")
+    if versions.mesh_knows_its_root():
+        assert torch_internals.root_mesh(mesh["a"]) is mesh
+        assert torch_internals.root_mesh(mesh) is mesh
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated where the method exists
+        assert torch_internals.root_mesh_from_environment(mesh["b"]) is mesh
+        monkeypatch.setattr(versions, "mesh_knows_its_root", lambda: False)
+        assert grad_norm._root_mesh(mesh["a"]) is mesh
+
+
+def test_step_hooks_and_scheduler_state():
+    param = nn.Parameter(torch.zeros(2))
+    opt = torch.optim.SGD([param], lr=0.1)
+    assert not torch_internals.optimizer_has_step_hooks(opt)
+    handle = opt.register_step_pre_hook(lambda *a: None)
+    assert torch_internals.optimizer_has_step_hooks(opt)
+    handle.remove()
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    handle = register_optimizer_step_post_hook(lambda *a: None)
+    try:
+        assert torch_internals.optimizer_has_step_hooks(opt)
+    finally:
+        handle.remove()
+    assert not torch_internals.optimizer_has_step_hooks(opt)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    count = scheduler._step_count
+    torch_internals.count_scheduler_step(scheduler)
+    torch_internals.set_scheduler_last_lr(scheduler, [0.5])
+    assert scheduler._step_count == count + 1
+    assert scheduler.get_last_lr() == [0.5]

@@ -48,8 +48,7 @@ from torch import Tensor, nn
 from fsdp2_port.fsdp1 import torch_internals
 
 FORMATS = ("auto", "specforge", "full", "dcp", "sharded", "local")
-_FLAT = "_flat_param"
-_WRAPPER = "_fsdp_wrapped_module."
+_FLAT = torch_internals.FSDP1_FLAT_PARAM
 
 
 class ConversionError(ValueError):
@@ -289,7 +288,7 @@ def unit_order(units: Sequence[str], layout: Layout) -> list[str]:
 
 
 def _clean(fqn: str) -> str:
-    return fqn.replace(_WRAPPER, "").replace("_fsdp_wrapped_module", "").strip(".")
+    return torch_internals.without_fsdp1_wrappers(fqn)
 
 
 # -- positional state (SpecForge masters, an optimizer's own state_dict) ---------------------

@@ -35,6 +35,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from fsdp2_port.fsdp1 import torch_internals
+
 if TYPE_CHECKING:
     from torch.distributed.fsdp import (
         OptimStateDictConfig,
@@ -134,7 +136,7 @@ def fsdp_wrapped_module(module: Any) -> Any:
 
     if isinstance(module, FSDPModule):
         return module
-    return module._fsdp_wrapped_module
+    return torch_internals.fsdp1_wrapped_module(module)
 
 
 # -- which implementation a model gets ------------------------------------------------------------

@@ -26,7 +26,6 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, cast
 
 import torch
@@ -49,14 +48,16 @@ from torch.distributed.fsdp.wrap import CustomPolicy, ModuleWrapPolicy
 
 from fsdp2_port.fsdp1 import torch_internals
 
-HYBRID = (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2)
+#: ``ShardingStrategy._HYBRID_SHARD_ZERO2`` (private: pinned in torch_internals)
+HYBRID_SHARD_ZERO2: ShardingStrategy = torch_internals.load("hybrid_shard_zero2")
+HYBRID = (ShardingStrategy.HYBRID_SHARD, HYBRID_SHARD_ZERO2)
 #: FSDP2's ``reshard_after_forward`` for each FSDP1 strategy. ``None`` is FSDP2's "True, except
 #: for the root", which is FSDP1's behaviour: its root keeps the parameters for the backward.
 RESHARD_AFTER_FORWARD: dict[ShardingStrategy, bool | None] = {
     ShardingStrategy.FULL_SHARD: None,
     ShardingStrategy.HYBRID_SHARD: None,
     ShardingStrategy.SHARD_GRAD_OP: False,
-    ShardingStrategy._HYBRID_SHARD_ZERO2: False,
+    HYBRID_SHARD_ZERO2: False,
     ShardingStrategy.NO_SHARD: False,
 }
 #: Dimension names of the 2-D meshes built here (FSDP2 needs names on an HSDP mesh).
@@ -160,15 +161,7 @@ class _Ignored:
 
 def _ignored(module: nn.Module, ignored_modules: Any, ignored_states: Any) -> _Ignored:
     """What FSDP1 ignores for a unit built on ``module`` from these arguments, by FSDP1's code."""
-    state = SimpleNamespace()
-    torch_internals.call(
-        "init_ignored_module_states",
-        state=state,
-        module=module,
-        ignored_modules=ignored_modules,
-        ignored_states=ignored_states,
-    )
-    return _Ignored(state._ignored_modules, state._ignored_params, state._ignored_buffer_names)
+    return _Ignored(*torch_internals.fsdp1_ignored_states(module, ignored_modules, ignored_states))
 
 
 @dataclass

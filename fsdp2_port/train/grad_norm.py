@@ -37,11 +37,16 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
-from torch.utils._foreach_utils import (
-    _device_has_foreach_support,
-    _group_tensors_by_device_and_dtype,
-    _has_foreach_support,
-)
+
+from fsdp2_port import versions
+from fsdp2_port.fsdp1 import torch_internals
+
+# torch's own foreach helpers and kernels (private: pinned in torch_internals)
+_device_has_foreach_support = torch_internals.load("device_has_foreach_support")
+_group_tensors_by_device_and_dtype = torch_internals.load("group_tensors_by_device_and_dtype")
+_has_foreach_support = torch_internals.load("has_foreach_support")
+_foreach_norm = torch_internals.load("foreach_norm")
+_foreach_mul_ = torch_internals.load("foreach_mul_")
 
 NonFinitePolicy = Literal["skip", "raise", "ignore"]
 NONFINITE_POLICIES: tuple[str, ...] = ("skip", "raise", "ignore")
@@ -75,6 +80,13 @@ def copies_of(t: Tensor, group: dist.ProcessGroup) -> int:
     return copies * _root_mesh(mesh).size() // mesh.size()
 
 
+def _root_mesh(mesh: DeviceMesh) -> DeviceMesh:
+    """The mesh ``mesh`` was sliced from (itself if none); older torch kept it elsewhere."""
+    if versions.mesh_knows_its_root():
+        return torch_internals.root_mesh(mesh)
+    return torch_internals.root_mesh_from_environment(mesh)
+
+
 def copies_of_each(tensors: Sequence[Tensor], group: dist.ProcessGroup) -> list[int]:
     """``copies_of`` for every tensor, worked out once per (mesh, placements)."""
     return local_pieces(tensors, group)[1]
@@ -105,15 +117,6 @@ def local_pieces(
         pieces.append(t.to_local())
         copies.append(c)
     return pieces, copies
-
-
-def _root_mesh(mesh: DeviceMesh) -> DeviceMesh:
-    """The mesh ``mesh`` was sliced from (itself if none); older torch kept it elsewhere."""
-    if hasattr(mesh, "_get_root_mesh"):
-        return mesh._get_root_mesh()
-    from torch.distributed.device_mesh import _mesh_resources
-
-    return _mesh_resources.get_root_mesh(mesh)
 
 
 def check_norm_type(norm_type: float) -> float:
@@ -199,7 +202,7 @@ def local_norms(
         if (foreach is None and _has_foreach_support(group_tensors, device)) or (
             foreach and _device_has_foreach_support(device)
         ):
-            norms.extend(torch._foreach_norm(group_tensors, norm_type, dtype=acc))
+            norms.extend(_foreach_norm(group_tensors, norm_type, dtype=acc))
         elif foreach:
             raise RuntimeError(f"foreach=True, but {device.type} tensors have no foreach kernels")
         else:
@@ -355,7 +358,7 @@ def scale_(tensors: Sequence[Tensor], coefficient: Tensor, foreach: bool | None 
         if (foreach is None and _has_foreach_support(group_tensors, device)) or (
             foreach and _device_has_foreach_support(device)
         ):
-            torch._foreach_mul_(group_tensors, coef)
+            _foreach_mul_(group_tensors, coef)
         elif foreach:
             raise RuntimeError(f"foreach=True, but {device.type} tensors have no foreach kernels")
         else:

@@ -26,10 +26,13 @@ import torch
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 from torch.optim.adamw import adamw
-from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 from fsdp2_port.fsdp1 import torch_internals
 from fsdp2_port.train import grad_norm
+
+# torch's foreach kernels (private: pinned in torch_internals)
+_foreach_add_ = torch_internals.load("foreach_add_")
+_foreach_copy_ = torch_internals.load("foreach_copy_")
 
 #: The default kernel per device type, when a group leaves ``foreach``/``fused`` unset: torch's
 #: own default there, bit for bit. On the CPU single-tensor and foreach agree and single-tensor
@@ -98,12 +101,7 @@ def supports(
     """
     if type(optimizer) is not torch.optim.AdamW:
         return False
-    if (
-        optimizer._optimizer_step_pre_hooks
-        or optimizer._optimizer_step_post_hooks
-        or _global_optimizer_pre_hooks
-        or _global_optimizer_post_hooks
-    ):
+    if torch_internals.optimizer_has_step_hooks(optimizer):
         return False
     if (
         getattr(optimizer, "grad_scale", None) is not None
@@ -220,7 +218,7 @@ def update(
             mine = {id(p) for p in group["params"]}
             steps = [st["step"] for m, st in zip(masters, shards.states) if id(m) in mine]
             if steps:
-                torch._foreach_add_(steps, 1)
+                _foreach_add_(steps, 1)
     buffers = _buffers(plan, shards)
     grad_scale = coefficient.reciprocal() if clips_in_kernel(optimizer) else None
     for group, segments in plan:
@@ -230,7 +228,7 @@ def update(
         _adamw(group, segments, shards, grads_32, grad_scale)
         lowp = [(p, k, s, e) for k, s, e in segments if (p := shards.params[k]) is not None]
         if lowp:
-            torch._foreach_copy_(
+            _foreach_copy_(
                 [_part(p, s, e) for p, _, s, e in lowp],
                 [_part(shards.masters[k], s, e) for _, k, s, e in lowp],
             )
@@ -275,7 +273,7 @@ def cast_fp32(pairs: Sequence[tuple[Tensor, Tensor | None]]) -> list[Tensor]:
     copy for all), or the gradient itself where there is no destination (fp32 already)."""
     copies = [(g, d) for g, d in pairs if d is not None]
     if copies:
-        torch._foreach_copy_([d for _, d in copies], [g for g, _ in copies])
+        _foreach_copy_([d for _, d in copies], [g for g, _ in copies])
     return [g if d is None else d for g, d in pairs]
 
 

@@ -13,6 +13,8 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler
 
+from fsdp2_port.fsdp1 import torch_internals
+
 LR_SCHEDULERS: tuple[str, ...] = ("cosine", "constant")
 
 
@@ -49,9 +51,9 @@ class WarmupLR(LRScheduler):
             super().step()
             return
         self.last_epoch += 1
-        self._step_count += 1
+        torch_internals.count_scheduler_step(self)
         self.after_scheduler.step()
-        self._last_lr = self.after_scheduler.get_last_lr()
+        torch_internals.set_scheduler_last_lr(self, self.after_scheduler.get_last_lr())
 
     def state_dict(self) -> dict[str, Any]:
         state = {

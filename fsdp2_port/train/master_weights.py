@@ -29,6 +29,8 @@ from fsdp2_port.fsdp1 import torch_internals
 from fsdp2_port.train import grad_norm, local_adamw
 from fsdp2_port.train.lr_schedules import build_scheduler
 
+_foreach_copy_ = torch_internals.load("foreach_copy_")  # private torch: see torch_internals
+
 
 class MasterWeightOptimizer:
     """AdamW on fp32 masters of (usually bf16) parameters, clipped by the global norm.
@@ -231,7 +233,7 @@ class MasterWeightOptimizer:
         pairs = [(self.model_params[i], self.fp32_params[i]) for i in indices]
         pairs = [(p, m) for p, m in pairs if m is not p]
         if pairs:
-            torch._foreach_copy_(
+            _foreach_copy_(
                 [local_adamw.local(p) for p, _ in pairs], [local_adamw.local(m) for _, m in pairs]
             )
 
