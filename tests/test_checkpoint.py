@@ -96,6 +96,7 @@ def _load_then_continue(rank, world, dtype_name, ckpt, ref_path):
 
 
 @pytest.mark.parametrize("save_world,load_world,dtype", [(2, 4, "float32"), (4, 2, "bfloat16")])
+@pytest.mark.slow
 def test_dcp_reshards_masters_and_moments_bitwise(tmp_path, save_world, load_world, dtype):
     ckpt, ref = str(tmp_path / "ckpt"), str(tmp_path / "ref.pt")
     run_ranks(_save_then_continue, save_world, dtype, ckpt, ref)
@@ -195,5 +196,6 @@ def _fsdp1_and_fsdp2_agree(rank, world):
         assert math.isclose(losses[0].item(), losses[1].item(), rel_tol=1e-5), (step, losses)
 
 
+@pytest.mark.slow
 def test_fsdp1_compat_and_fsdp2_native_give_the_same_norms_and_losses():
     run_ranks(_fsdp1_and_fsdp2_agree, 2)

@@ -163,6 +163,7 @@ def test_json_for_every_outcome_and_no_torch_in_the_parent(tmp_path):
     assert "step 1: loss 1.6 vs 1.5" in run.stdout
 
 
+@pytest.mark.slow
 def test_a_run_past_its_timeout_or_interrupted_leaves_no_process(tmp_path):
     """Both stop the run's whole process group (here a script and the child it started)."""
     pids = tmp_path / "pids"
@@ -207,6 +208,7 @@ def _alive(pid: int) -> bool:
 # -- real runs: 2 gloo ranks ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_correct_migration_is_the_same_under_torchrun(tmp_path):
     run = _compare(
         SCRIPTS / "train_fsdp1.py",
@@ -228,6 +230,7 @@ def test_a_correct_migration_is_the_same_under_torchrun(tmp_path):
     assert "torch.distributed.run" in report["runs"]["new"]["command"]
 
 
+@pytest.mark.slow
 def test_the_rank_local_clip_is_different_with_ranks_the_scripts_spawn():
     run = _compare(
         SCRIPTS / "train_fsdp1.py",

@@ -27,6 +27,8 @@ from fsdp2_port.prove.launch import run_ranks
 from tests.models import Block, global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop
 
+pytestmark = pytest.mark.slow  # gloo ranks
+
 CPU = torch.device("cpu")
 LR, MAX_NORM, STEPS = 1e-2, 1.0, 4
 TOL = {  # dtype -> (norm rtol, parameter atol), justified in the module docstring

@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from codemods import fsdp1
+
+pytestmark = pytest.mark.slow  # migrates, then trains both scripts on 2 ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,6 +23,8 @@ from fsdp2_port.prove.launch import run_ranks
 from tests.models import global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop
 
+pytestmark = pytest.mark.slow  # gloo ranks
+
 LR, MAX_NORM = 1e-2, 1.0
 WORLD = {"fsdp": 2, "hsdp": 4, "fsdp_tp": 4, "expert_submesh": 4, "plain_param": 2}
 HIDDEN = {"fsdp_tp": 18}  # TP splits the hidden dim evenly; elsewhere 17 makes uneven shards

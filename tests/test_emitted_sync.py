@@ -9,12 +9,15 @@ buffer must equal rank 0's initial ones bit for bit (a broadcast copies bytes).
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from codemods import engine, registry
 from codemods.options import Options
 from fsdp2_port.prove.launch import run_ranks
+
+pytestmark = pytest.mark.slow  # gloo ranks
 
 SOURCE = """\
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP

@@ -93,6 +93,7 @@ def _assert_run_gone(pids, n):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.slow
 def test_a_signal_ends_the_whole_run(tmp_path, sig):
     pids, proc = _start(tmp_path, "--format", "json")
     _wait_for_pids(pids, 3)
@@ -107,6 +108,7 @@ def test_a_signal_ends_the_whole_run(tmp_path, sig):
     _assert_run_gone(pids, 3)
 
 
+@pytest.mark.slow
 def test_the_timeout_ends_the_whole_run_in_bounded_time(tmp_path):
     pids, proc = _start(tmp_path, "--timeout", "3", "--format", "json")
     stdout, _ = proc.communicate(timeout=3 + BOUND_S + 10)
@@ -116,6 +118,7 @@ def test_the_timeout_ends_the_whole_run_in_bounded_time(tmp_path):
     _assert_run_gone(pids, 3)
 
 
+@pytest.mark.slow
 def test_the_timeout_ends_torchrun_and_a_worker_in_its_own_session(tmp_path):
     """torchrun itself, its worker (ignoring SIGTERM) and the worker's two children."""
     pids, proc = _start(

@@ -176,6 +176,7 @@ def _refusals_on_dtensors(rank, world, tmp_path):
         _refused_dcp_load_changes_nothing(opt, path, match)
 
 
+@pytest.mark.slow
 def test_refused_dcp_load_changes_nothing_on_two_ranks(tmp_path):
     """DTensor masters and moments sharded over 2 gloo ranks; 60 s is ~10x its run time."""
     run_ranks(_refusals_on_dtensors, 2, tmp_path, timeout=60)

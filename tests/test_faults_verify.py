@@ -156,6 +156,7 @@ def _wait_for_pids(pids, n, proc, timeout=90):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.slow
 def test_a_signal_ends_every_rank_and_its_children(factories, sig):
     pids = factories / "pids"
     env = {**os.environ, "FAULTS_TEST_TAG": TAG, "PIDS": str(pids)}
@@ -210,6 +211,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.slow
 def test_a_hung_rank_leaves_no_process_of_its_own(factories):
     pids = factories / "pids"
     with pytest.raises(RankTimeout):

@@ -222,6 +222,7 @@ def _model_state_dicts(rank, world, path):
     assert fsdp2_port.get_state_dict_type(m2).state_dict_type == SHARDED  # nothing changed
 
 
+@pytest.mark.slow
 def test_model_state_dicts_match_fsdp1(tmp_path):
     run_ranks(_model_state_dicts, 2, str(tmp_path), timeout=TIMEOUT)
 
@@ -330,6 +331,7 @@ def _optimizer_state(rank, world):
         fsdp2_port.optim_state_dict_to_load(m2, fresh, full, is_named_optimizer=True)
 
 
+@pytest.mark.slow
 def test_optimizer_state_matches_fsdp1():
     run_ranks(_optimizer_state, 2, timeout=TIMEOUT)
 
@@ -409,6 +411,7 @@ def _no_sync_and_unwrapped(rank, world):
     assert fsdp2_port.unwrapped(m2) is m2
 
 
+@pytest.mark.slow
 def test_no_sync_and_unwrapped_on_fsdp2_ddp_and_fsdp1():
     run_ranks(_no_sync_and_unwrapped, 2, timeout=TIMEOUT)
 

@@ -246,6 +246,7 @@ def _clip_and_full_params(rank, world):
         fsdp2_port.fsdp_wrapped_module(ddp)
 
 
+@pytest.mark.slow
 def test_clip_summon_fsdp_modules_match_fsdp1():
     run_ranks(_clip_and_full_params, 2, timeout=TIMEOUT)
 
@@ -407,6 +408,7 @@ def _assert_osd_ids(got: dict, want: dict) -> None:
             assert torch.equal(got["state"][p_id][key], value), (p_id, key)
 
 
+@pytest.mark.slow
 def test_legacy_optimizer_state_matches_fsdp1():
     run_ranks(_legacy_optimizer_state, 2, timeout=TIMEOUT)
 

@@ -30,10 +30,12 @@ def _sleeps_on_one_rank(rank, world):
     dist.barrier()
 
 
+@pytest.mark.slow
 def test_ranks_run_and_reduce():
     run_ranks(_sums, 2)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_fails_fast_with_its_traceback():
     start = time.monotonic()
     with pytest.raises(RankFailure, match="ValueError: boom on rank 1"):
@@ -41,6 +43,7 @@ def test_a_failing_rank_fails_fast_with_its_traceback():
     assert time.monotonic() - start < 20
 
 
+@pytest.mark.slow
 def test_a_hung_rank_is_killed_at_the_deadline():
     start = time.monotonic()
     with pytest.raises(RankTimeout, match="did not finish"):

@@ -573,6 +573,7 @@ def _compare_group(rank: int, world: int, group: str) -> None:
     "group, world",
     [("policies", 2), ("mixed_precision", 2), ("init", 2), ("hybrid_4_ranks", 4)],
 )
+@pytest.mark.slow
 def test_trains_like_fsdp1(group, world):
     run_ranks(_compare_group, world, group, timeout=240)
 
@@ -696,5 +697,6 @@ def _refusals(rank: int, world: int) -> None:
     _tools_refuse_the_other_fsdp()
 
 
+@pytest.mark.slow
 def test_refusals_that_need_ranks():
     run_ranks(_refusals, 2, timeout=120)

@@ -124,6 +124,7 @@ def test_fused_is_fsdp2_ports_default_only():
     assert not other.defaults["fused"]
 
 
+@pytest.mark.slow
 def test_local_path_is_optimizer_step_on_fsdp2():
     run_ranks(_on_fsdp2, 2)
 

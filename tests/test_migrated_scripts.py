@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # fsdp2-port compare: torchrun, 2 ranks
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "migration"
 

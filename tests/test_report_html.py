@@ -131,6 +131,7 @@ def test_pages_are_self_contained(tmp_path):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed: apt-get install chromium")
+@pytest.mark.slow
 def test_chromium_shows_curves_tolerances_and_verdicts(tmp_path):
     compare = Charts()
     compare.feed(_dom(_compare_page(tmp_path), tmp_path / "profile"))

@@ -283,6 +283,7 @@ def converted(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", sorted(SPECFORGE_RUNS))
+@pytest.mark.slow
 def test_converted_specforge_is_fsdp1s_own_full_state(converted, name):
     truth = torch.load(converted / f"ref_{name}.pt", weights_only=False)["truth"]
     got = torch.load(converted / f"{name}.pt", weights_only=False)
@@ -295,10 +296,12 @@ def test_converted_specforge_is_fsdp1s_own_full_state(converted, name):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.slow
 def test_old_checkpoints_resume_on_fsdp2(converted, world):
     run_ranks(_fsdp2_job, world, str(converted))
 
 
+@pytest.mark.slow
 def test_refusals(converted, tmp_path):
     d = converted
     sf = f"{d}/specforge_{{rank}}.pt"

@@ -17,6 +17,8 @@ from compat.transition import fsdp2_state_dict
 from fsdp2_port.prove.launch import run_ranks
 from tests.models import Block, global_batch, local_rows, loss_fn, make_model
 
+pytestmark = pytest.mark.slow  # gloo ranks
+
 LR, MAX_NORM, SAVE_AT, TOTAL = 1e-2, 1.0, 3, 6
 KW = dict(max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1)
 

@@ -32,6 +32,7 @@ def _in_process(capsys, *args):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_default_model_bf16_two_ranks_is_equivalent_text():
     run = _cli("--world-size", "2", "--dtype", "bf16", "--steps", "3")
     assert run.returncode == 0, run.stdout + run.stderr
@@ -41,6 +42,7 @@ def test_default_model_bf16_two_ranks_is_equivalent_text():
     assert len(table) == 3
 
 
+@pytest.mark.slow
 def test_default_model_fp32_four_ranks_json():
     run = _cli("--world-size", "4", "--dtype", "fp32", "--steps", "2", "--format", "json")
     assert run.returncode == 0, run.stdout + run.stderr
@@ -57,11 +59,13 @@ def test_default_model_fp32_four_ranks_json():
 @pytest.mark.parametrize(
     "strategy,world,dtype", [("hybrid", 4, "fp32"), ("shard_grad_op", 2, "bf16")]
 )
+@pytest.mark.slow
 def test_other_strategies_are_equivalent(strategy, world, dtype):
     report = assert_equivalent(world_size=world, steps=2, strategy=strategy, dtype=dtype)
     assert report.ok and len(report.losses["fsdp2"]) == 2
 
 
+@pytest.mark.slow
 def test_the_harness_can_say_no():
     run = _cli("--world-size", "2", "--dtype", "fp32", "--steps", "2", "--judge-old-clip")
     assert run.returncode == 1, run.stdout + run.stderr
@@ -71,11 +75,13 @@ def test_the_harness_can_say_no():
         assert_equivalent(world_size=2, steps=1, dtype="fp32", judge_old_clip=True)
 
 
+@pytest.mark.slow
 def test_a_users_factory_by_module_path():
     report = assert_equivalent("tests.verify_factories:stack", world_size=2, steps=2, dtype="fp32")
     assert report.losses["reference"][0] > 0
 
 
+@pytest.mark.slow
 def test_a_token_lm_needs_no_batch_function(tmp_path):
     """First module an nn.Embedding: token batches; bf16 here, fp32 in the torchrun test."""
     html = tmp_path / "verify.html"
@@ -98,6 +104,7 @@ def test_a_token_lm_needs_no_batch_function(tmp_path):
     assert "EQUIVALENT" in page and page.count("<polyline") >= 8
 
 
+@pytest.mark.slow
 def test_torchrun_started_verify_uses_the_jobs_ranks():
     """The same request, spawned and under torchrun: the same verdict and figures."""
     args = ["--model", "tests.verify_factories:token_lm", "--dtype", "fp32", "--steps", "2"]

@@ -97,6 +97,7 @@ def wait_for(mark: Path, process: subprocess.Popen) -> None:
         time.sleep(0.002)
 
 
+@pytest.mark.slow
 def test_sigkill_at_20_random_moments_leaves_a_repairable_tree(tmp_path, package_states, capsys):
     original, migrated = package_states
     generator = random.Random(21)
