@@ -137,7 +137,26 @@ class Names:
         scope, bindings = self.lookup(node.id, self.scope_of(node))
         if scope is None:
             return {f"builtins.{node.id}"} if node.id in _BUILTINS else set()
+        alias = self._alias(bindings)
+        if alias is not None:
+            return self.qualified(alias)
         return {b.qualified for b in bindings if b.qualified is not None}
+
+    def _alias(self, bindings: list[Binding]) -> ast.expr | None:
+        """The chain a name bound once in its scope is an alias of (``Wrapper = fsdp.FSDP``,
+        ``FSDP1Module: TypeAlias = FSDP``, ``old_hook = _runtime_utils._post_backward_hook``),
+        which it then resolves like."""
+        if len(bindings) != 1:
+            return None
+        value = bindings[0].value
+        if bindings[0].kind != "assign" or not isinstance(value, (ast.Name, ast.Attribute)):
+            return None
+        head = value
+        while isinstance(head, ast.Attribute):
+            head = head.value
+        if isinstance(head, ast.Name) and head.id == bindings[0].name:
+            return None  # x = x.y: not an alias of itself
+        return value
 
     def imports(self) -> Iterator[Binding]:
         """Every import binding of the module, in every scope."""

@@ -26,6 +26,30 @@ def name_node(a: FileAnalysis, identifier: str, occurrence: int = -1) -> ast.Nam
 
 
 # -- names -------------------------------------------------------------------------------------
+def test_a_name_bound_once_to_a_chain_resolves_like_it():
+    a = analysis(
+        """
+        from typing import TypeAlias
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed import fsdp
+
+        FSDP1Module: TypeAlias = FSDP
+        Wrapper = fsdp.FullyShardedDataParallel
+        Twice = FSDP
+        Twice = None
+
+        def f():
+            hook = fsdp.wrap
+            return FSDP1Module, Wrapper, Twice, hook
+        """
+    )
+    full = {"torch.distributed.fsdp.FullyShardedDataParallel"}
+    assert a.names.qualified(name_node(a, "FSDP1Module")) == full
+    assert a.names.qualified(name_node(a, "Wrapper")) == full
+    assert a.names.qualified(name_node(a, "Twice")) == set(), "bound twice: not an alias"
+    assert a.names.qualified(name_node(a, "hook")) == {"torch.distributed.fsdp.wrap"}
+
+
 def test_qualified_names_follow_python_scoping():
     a = analysis(
         """
@@ -51,7 +75,12 @@ def test_qualified_names_follow_python_scoping():
         n for n in a.names.by_type[ast.Attribute] if a.source(n) == "F.FullyShardedDataParallel"
     )
     assert qualified(attribute) == set(), "a parameter shadows the module alias"
-    assert qualified(name_node(a, "FSDP", 1)) == set(), "a method does not see its class body"
+    in_method = next(
+        n
+        for n in a.names.by_type[ast.Name]
+        if n.id == "FSDP" and isinstance(n.ctx, ast.Load) and n.lineno == 9  # type: ignore[attr-defined]
+    )
+    assert qualified(in_method) == set(), "a method does not see its class body"
     assert qualified(name_node(a, "FSDP", -1)) == {
         "torch.distributed.fsdp.FullyShardedDataParallel"
     }

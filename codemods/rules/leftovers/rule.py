@@ -50,6 +50,8 @@ class LeftoversRule:
         reach = list(itertools.accumulate((e for _, e in covered), max))
         for node in [*analysis.names.by_type[ast.Name], *analysis.names.by_type[ast.Attribute]]:
             assert isinstance(node, (ast.Name, ast.Attribute))
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                continue  # an alias's own name (``Wrapper = FSDP``): its value is the reference
             parent = analysis.names.parent.get(node)
             if isinstance(parent, ast.Attribute) and analysis.fsdp1_name(parent) is not None:
                 continue  # the longer chain is the reference
