@@ -151,7 +151,7 @@ class Names:
         value = bindings[0].value
         if bindings[0].kind != "assign" or not isinstance(value, (ast.Name, ast.Attribute)):
             return None
-        head = value
+        head: ast.expr = value
         while isinstance(head, ast.Attribute):
             head = head.value
         if isinstance(head, ast.Name) and head.id == bindings[0].name:

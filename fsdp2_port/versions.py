@@ -1,9 +1,9 @@
 """What moved between torch releases, decided once, with ``packaging.version``.
 
-Every switch on the torch release lives here: release comparisons, and the probes of the
-installed torch where the release a feature came with is not pinned. Imports no torch: the
-codemods read the import paths of a *target* release from here on machines that have no torch
-at all (a probe imports it when called).
+Every switch of the runtime on the installed torch release lives here: release comparisons,
+and probes where the release a feature came with is not pinned. Imports no torch (a probe
+imports it when called). Where a *target* release keeps FSDP2 is the codemod's own table
+(``codemods.options``: the codemods import nothing from here).
 """
 
 from __future__ import annotations
@@ -13,10 +13,6 @@ from importlib import metadata
 
 from packaging.version import Version
 
-#: ``fully_shard`` and its policies live in ``torch.distributed.fsdp`` from this release on.
-FSDP2_PUBLIC = Version("2.6")
-#: ...and in ``torch.distributed._composable.fsdp`` from this one up to the public release.
-FSDP2_COMPOSABLE = Version("2.4")
 #: Before this release FSDP2 on gloo silently scales gradients by the world size.
 FSDP2_GLOO_CORRECT = Version("2.9")
 
@@ -29,16 +25,6 @@ def release(version: str | Version) -> Version:
 def installed_torch() -> Version:
     """The installed torch release, read from its metadata (torch is not imported)."""
     return release(metadata.version("torch"))
-
-
-def fully_shard_module(torch_version: str | Version) -> str:
-    """The module that exports ``fully_shard``, ``FSDPModule`` and the FSDP2 policies."""
-    v = release(torch_version)
-    if v >= FSDP2_PUBLIC:
-        return "torch.distributed.fsdp"
-    if v >= FSDP2_COMPOSABLE:
-        return "torch.distributed._composable.fsdp"
-    raise ValueError(f"FSDP2 (fully_shard) needs torch >= {FSDP2_COMPOSABLE}, not {torch_version}")
 
 
 @functools.cache
@@ -55,8 +41,9 @@ def mesh_knows_its_root() -> bool:
     return torch_internals.has("device_mesh_root")
 
 
-#: The oldest torch the runtime parts (optimizer, clip, verify, compat) run on: public FSDP2.
-TORCH_REQUIRED = FSDP2_PUBLIC
+#: The oldest torch the runtime parts (optimizer, clip, verify, compat) run on: the first with
+#: ``fully_shard`` in ``torch.distributed.fsdp``.
+TORCH_REQUIRED = Version("2.6")
 
 
 def require_torch() -> Version:

@@ -43,12 +43,7 @@ BOUNDARY = "fsdp2_port/fsdp1/torch_internals.py"
 OURS = {"fsdp2_port", "compat", "codemods", "tests"}
 #: ``(file, name)`` found outside the boundary in files this change does not own, and why
 #: they stay for now. Each must still be found (a fixed one is taken off this list).
-KNOWN = {
-    ("fsdp2_port/prove/verify.py", "_fsdp_wrapped_module"): (
-        "verify strips FSDP1's wrapper prefix from parameter names itself; it should call "
-        "torch_internals.without_fsdp1_wrappers (prove/ is edited under another issue)"
-    ),
-}
+KNOWN: dict[tuple[str, str], str] = {}
 _REFLECTION = {"getattr", "hasattr", "setattr", "delattr"}
 _IMPORTERS = {"importlib.import_module", "import_module", "__import__"}
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\.?$")

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fsdp2_port import versions
+from fsdp2_port.fsdp1 import torch_internals
 from fsdp2_port.prove import report_html
 from fsdp2_port.prove.judge import (
     TOLERANCE,
@@ -357,7 +358,7 @@ def _full_params(model: nn.Module, arm: str) -> dict[str, torch.Tensor]:
     if arm in ("fsdp1", "old_clip"):
         with FSDP.summon_full_params(model):
             return {
-                n.replace("_fsdp_wrapped_module.", ""): p.detach().float().cpu().clone()
+                torch_internals.without_fsdp1_wrappers(n): p.detach().float().cpu().clone()
                 for n, p in model.named_parameters()
             }
     return {
