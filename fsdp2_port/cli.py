@@ -150,7 +150,7 @@ class _Output:
 def _verify_parser() -> _Parser:
     from fsdp2_port.prove.verify import LOCAL_WORLD_SIZE, QUANTITIES, STRATEGIES, Config
 
-    d = Config()  # the defaults live there, once
+    defaults = Config()  # the defaults live there, once
     parser = _Parser(
         prog="fsdp2-port verify",
         description="Train one model from one seed in four arms (single-process reference, "
@@ -161,7 +161,7 @@ def _verify_parser() -> _Parser:
     )
     parser.add_argument(
         "--model",
-        default=d.model,
+        default=defaults.model,
         metavar="MODULE:FACTORY",
         help="returns a model, (model, batch_fn) or (model, batch_fn, loss_fn); "
         "default: the bundled tiny transformer",
@@ -169,38 +169,38 @@ def _verify_parser() -> _Parser:
     parser.add_argument(
         "--world-size",
         type=int,
-        default=d.world_size,
+        default=defaults.world_size,
         help=f"ranks to spawn (default {LOCAL_WORLD_SIZE}); under torchrun, the job's",
     )
-    parser.add_argument("--steps", type=int, default=d.steps)
-    parser.add_argument("--strategy", choices=STRATEGIES, default=d.strategy)
-    parser.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm)
-    parser.add_argument("--lr", type=float, default=d.lr)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=d.device)
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--strategy", choices=STRATEGIES, default=defaults.strategy)
+    parser.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm)
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=defaults.device)
     parser.add_argument(
         "--judge-old-clip",
         action="store_true",
-        default=d.judge_old_clip,
+        default=defaults.judge_old_clip,
         help="hold the old rank-local clip to the tolerances too (it should fail)",
     )
     return _add_proof_options(
         parser,
         quantities=QUANTITIES,
-        dtype=d.dtype,
-        timeout=d.timeout,
+        dtype=defaults.dtype,
+        timeout=defaults.timeout,
         timeout_help="seconds before hung ranks are killed (under torchrun: a collective fails)",
     )
 
 
 def _verify(argv: list[str]) -> int:
-    from fsdp2_port.prove import verify as v
+    from fsdp2_port.prove import verify
     from fsdp2_port.prove.judge import exit_code
     from fsdp2_port.prove.launch import Interrupted, RankFailure, RankTimeout, backend, exit_now
 
     # Under torchrun every rank runs this; rank 0 speaks for the job. The verdict is the same
     # on every rank (rank 0's figures are broadcast), so every rank exits with its code.
-    speaks = not v.under_torchrun() or os.environ.get("RANK") == "0"
-    out = _Output("verify", _wants_json(argv), v.error_json, speaks=speaks)
+    speaks = not verify.under_torchrun() or os.environ.get("RANK") == "0"
+    out = _Output("verify", _wants_json(argv), verify.error_json, speaks=speaks)
     parser = _verify_parser()
     try:
         args = parser.parse_args(argv)
@@ -208,16 +208,18 @@ def _verify(argv: list[str]) -> int:
         return out.error(f"error: {e}", parser.format_usage())
     out.html = args.html
     try:
-        config = v.resolved(_config(v.Config, args))
+        config = verify.resolved(_config(verify.Config, args))
         if speaks:
-            ranks = f"torchrun's {config.world_size}" if v.under_torchrun() else config.world_size
+            ranks = (
+                f"torchrun's {config.world_size}" if verify.under_torchrun() else config.world_size
+            )
             print(
                 f"fsdp2-port verify: training 4 arms for {args.steps} steps on {ranks} "
                 f"{backend(args.device)} ranks...",
                 file=sys.stderr,
             )
-        report = v.verify(config)
-    except v.VerifyError as e:
+        report = verify.verify(config)
+    except verify.VerifyError as e:
         return out.error(str(e), e.user_traceback)
     except (RankFailure, RankTimeout) as e:
         return out.error(f"a rank failed: {type(e).__name__} (tracebacks above)", str(e))
@@ -228,15 +230,18 @@ def _verify(argv: list[str]) -> int:
     except SystemExit as e:  # sys.exit() in code of the user's that verify did not call
         return out.error(f"SystemExit: {e.code} in the user's code", traceback.format_exc())
     except Exception as e:
-        if not v.under_torchrun():
+        if not verify.under_torchrun():
             raise
         # this process is one rank of torchrun's job: its failure, its traceback
         message = f"rank {os.environ['RANK']} failed: {type(e).__name__}: {e}"
         return out.error(message, traceback.format_exc(), this_rank_only=True)
     code = out.verdict(
-        v.as_json(report), v.format_text(report), v.html_report(report), exit_code(report.verdict)
+        verify.as_json(report),
+        verify.format_text(report),
+        verify.html_report(report),
+        exit_code(report.verdict),
     )
-    if v.under_torchrun():  # a rank of torchrun's job: see launch.exit_now
+    if verify.under_torchrun():  # a rank of torchrun's job: see launch.exit_now
         exit_now(code)
     return code
 
@@ -258,9 +263,9 @@ def _key_value(kind: type):
 
 
 def _compare_parser() -> _Parser:
-    from fsdp2_port.prove import compare as c
+    from fsdp2_port.prove import compare
 
-    d = c.Config()
+    defaults = compare.Config()
     parser = _Parser(
         prog="fsdp2-port compare",
         usage="fsdp2-port compare OLD NEW [options] -- SCRIPT_ARGS...",
@@ -272,13 +277,15 @@ def _compare_parser() -> _Parser:
     )
     parser.add_argument("old", metavar="OLD", help="the original script (e.g. FSDP1)")
     parser.add_argument("new", metavar="NEW", help="its migration (e.g. FSDP2)")
-    parser.add_argument("--launcher", choices=c.LAUNCHERS, default=d.launcher)
+    parser.add_argument("--launcher", choices=compare.LAUNCHERS, default=defaults.launcher)
     run = parser.add_argument_group("torchrun (with --launcher torchrun)")
-    run.add_argument("--nproc-per-node", type=int, default=d.nproc_per_node, help="default 2")
-    run.add_argument("--nnodes", default=d.nnodes, help="default 1 (--standalone)")
-    run.add_argument("--node-rank", type=int, default=d.node_rank)
-    run.add_argument("--rdzv-endpoint", default=d.rdzv_endpoint, metavar="HOST:PORT")
-    run.add_argument("--rdzv-id", default=d.rdzv_id)
+    run.add_argument(
+        "--nproc-per-node", type=int, default=defaults.nproc_per_node, help="default 2"
+    )
+    run.add_argument("--nnodes", default=defaults.nnodes, help="default 1 (--standalone)")
+    run.add_argument("--node-rank", type=int, default=defaults.node_rank)
+    run.add_argument("--rdzv-endpoint", default=defaults.rdzv_endpoint, metavar="HOST:PORT")
+    run.add_argument("--rdzv-id", default=defaults.rdzv_id)
     parser.add_argument(
         "--metric",
         action="append",
@@ -299,17 +306,17 @@ def _compare_parser() -> _Parser:
     return _add_proof_options(
         parser,
         quantities=("metric",),
-        dtype=d.dtype,
-        timeout=d.timeout,
+        dtype=defaults.dtype,
+        timeout=defaults.timeout,
         timeout_help="seconds each run may take (default %(default)g)",
     )
 
 
 def _compare(argv: list[str]) -> int:
-    from fsdp2_port.prove import compare as c
+    from fsdp2_port.prove import compare
     from fsdp2_port.prove.launch import Interrupted
 
-    out = _Output("compare", _wants_json(argv), c.error_json)
+    out = _Output("compare", _wants_json(argv), compare.error_json)
     split = argv.index("--") if "--" in argv else len(argv)
     parser = _compare_parser()
     try:
@@ -319,17 +326,17 @@ def _compare(argv: list[str]) -> int:
     out.html = args.html
     try:
         given = dict(metrics=dict(args.metric), rtol=dict(args.rtol))
-        config = _config(c.Config, args, script_args=tuple(argv[split + 1 :]), **given)
-        result = c.compare(config)
-    except c.CompareError as e:
+        config = _config(compare.Config, args, script_args=tuple(argv[split + 1 :]), **given)
+        result = compare.compare(config)
+    except compare.CompareError as e:
         return out.error(f"error: {e}")
     except Interrupted as e:
         return out.error(str(e), code=e.exit_code)
     failed = result.verdict == "error"
     if failed:
-        print(c.format_error(result), file=sys.stderr)
-    text = None if failed else c.format_text(result)
-    return out.verdict(c.as_json(result), text, c.html_report(result), result.exit_code)
+        print(compare.format_error(result), file=sys.stderr)
+    text = None if failed else compare.format_text(result)
+    return out.verdict(compare.as_json(result), text, compare.html_report(result), result.exit_code)
 
 
 # -- convert-checkpoint -----------------------------------------------------------------------
