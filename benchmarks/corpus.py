@@ -42,22 +42,16 @@ def audits(files: list[str]) -> dict[str, audit.Audit]:
     return out
 
 
-def live_calls(files: list[str]) -> tuple[int, int, list[str], int]:
-    """``(FSDP1 constructors, FSDP2 constructors, live FSDP1 calls, bridge calls)`` of a run's
-    output, read independently of the codemod (``benchmarks/live_fsdp1.py``)."""
-    fsdp1 = fsdp2 = bridges = 0
-    live: list[str] = []
+def readings(files: list[str]) -> dict[str, live_fsdp1.Reading]:
+    """Each file's output read independently of the codemod (``benchmarks/live_fsdp1.py``)."""
+    out = {}
     for path in files:
         text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
         try:
-            reading = live_fsdp1.read(path, text)
+            out[path] = live_fsdp1.read(path, text)
         except SyntaxError:
             continue
-        fsdp1 += reading.fsdp1_constructors
-        fsdp2 += reading.fsdp2_constructors
-        bridges += reading.bridges
-        live += reading.live
-    return fsdp1, fsdp2, live, bridges
+    return out
 
 
 def _marker(directory: Path, finding) -> dict:
@@ -81,13 +75,25 @@ def run_repository(directory: Path) -> dict:
     seconds = time.perf_counter() - start
     second = list(engine.migrate_files(files, codes, Options()))
     after = audits(files)
-    fsdp1_left, fsdp2_made, live, bridges = live_calls(files)
+    read = readings(files)
+    fsdp1_left = sum(r.fsdp1_constructors for r in read.values())
+    fsdp2_made = sum(r.fsdp2_constructors for r in read.values())
+    live = [call for r in read.values() for call in r.live]
+    bridges = sum(r.bridges for r in read.values())
     moved = sum(a.constructors for a in before.values()) > 0 and fsdp2_made > 0
     # every constructor moved by both readings (the audit also follows aliases such as
     # ``Wrapper: TypeAlias = FSDP``, the live-call reading does not)
     all_moved = moved and fsdp1_left == 0 and sum(a.constructors for a in after.values()) == 0
+    # files that built FSDP1 models and build none now: FSDP1 names they still import
+    migrated_files = [
+        p for p, a in before.items() if a.constructors and p in after and not after[p].constructors
+    ]
     return {
         "bridges": bridges,
+        "migrated_files": len(migrated_files),
+        "fsdp1_imports_in_migrated_files": [
+            f"{p}: {name}" for p in migrated_files if p in read for name in read[p].fsdp1_imports
+        ],
         # every constructor moved: an FSDP1 call that can still run is on a migrated model
         "live_on_migrated": live if all_moved else [],
         # some stay FSDP1: a live call may be theirs (listed for a person to judge)
@@ -146,8 +152,13 @@ def main() -> int:
                 "constructors_after",
                 "wrapper_classes",
                 "review",
+                "migrated_files",
             ):
                 totals[key] += report[key]
+            totals["fsdp1_imports"] += len(report["fsdp1_imports_in_migrated_files"])
+            totals["files_importing_fsdp1"] += len(
+                {x.rsplit(": ", 1)[0] for x in report["fsdp1_imports_in_migrated_files"]}
+            )
             for key in lists:
                 totals[key] += len(report[key])
             migrated = report["constructors_before"] - report["constructors_after"]
@@ -167,8 +178,10 @@ def main() -> int:
     print(
         f"\n{len(reports)} repositories, {totals['files']} files: {migrated} of "
         f"{totals['constructors_before']} FSDP1 constructors migrated ({share:.0%}), "
-        f"{plain} of them to plain fully_shard code and {totals['bridges']} to "
-        "fully_shard_like_fsdp1; "
+        f"{plain} of them to plain fully_shard code ({plain / max(migrated, 1):.0%}) and "
+        f"{totals['bridges']} to fully_shard_like_fsdp1; {totals['migrated_files']} files whose "
+        f"models all migrated, {totals['files_importing_fsdp1']} of them importing "
+        f"{totals['fsdp1_imports']} FSDP1 names; "
         f"{totals['wrapper_classes']} FSDP1 subclasses / wrapper_cls=FSDP (marked); "
         f"{totals['live_on_migrated']} FSDP1 calls live on migrated models; "
         f"{totals['live_to_judge']} live FSDP1 calls in runs that keep FSDP1 models (to judge); "

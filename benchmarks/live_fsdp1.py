@@ -45,6 +45,17 @@ _DDP = {
 _METHODS = {"no_sync", "clip_grad_norm_", "summon_full_params", "check_is_root"}
 _ATTRIBUTES = {"_handle", "_fsdp_wrapped_module", "_flat_param", "_all_handles", "_is_root"}
 _JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+#: What ``torch.distributed.fsdp`` exports that is FSDP2's (importing these is no FSDP1 name).
+_FSDP2_NAMES = {
+    "fully_shard",
+    "FSDPModule",
+    "MixedPrecisionPolicy",
+    "CPUOffloadPolicy",
+    "OffloadPolicy",
+    "UnshardHandle",
+    "register_fsdp_forward_method",
+    "FullyShardedDataParallel2",
+}
 
 
 @dataclass
@@ -54,6 +65,9 @@ class Reading:
     #: calls of the bridge (``fully_shard_like_fsdp1``, or a ``partial`` of it)
     bridges: int = 0
     live: list[str] = field(default_factory=list)
+    #: FSDP1 names the file imports (``ShardingStrategy``, ``wrap.transformer_auto_wrap_policy``,
+    #: the ``torch.distributed.fsdp`` module used for FSDP1 names...), as ``qualified`` names
+    fsdp1_imports: list[str] = field(default_factory=list)
 
 
 def read(path: str, text: str) -> Reading:
@@ -61,7 +75,7 @@ def read(path: str, text: str) -> Reading:
     tree = ast.parse(text)
     names = _imported(tree)
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    reading = Reading()
+    reading = Reading(fsdp1_imports=_fsdp1_imports(tree))
     ddp_names = _bound_to(tree, names, _DDP)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -182,6 +196,30 @@ def _bound_to(tree: ast.AST, names: dict[str, str], classes: set[str]) -> set[st
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             if _qualified(node.value.func, names) in classes:
                 out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return out
+
+
+def _fsdp1_imports(tree: ast.AST) -> list[str]:
+    """The FSDP1 names imported anywhere in the file: from ``torch.distributed.fsdp`` (or its
+    FSDP1 submodules) anything that is not FSDP2's; a whole FSDP1 submodule."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module == "torch.distributed.fsdp" or node.module.startswith(
+                "torch.distributed.fsdp."
+            ):
+                if node.module.startswith("torch.distributed.fsdp._fully_shard"):
+                    continue
+                out += [f"{node.module}.{a.name}" for a in node.names if a.name not in _FSDP2_NAMES]
+            elif node.module == "torch.distributed":
+                out += [f"torch.distributed.{a.name}" for a in node.names if a.name == "fsdp"]
+        elif isinstance(node, ast.Import):
+            out += [
+                a.name
+                for a in node.names
+                if a.name.startswith("torch.distributed.fsdp.")
+                and not a.name.startswith("torch.distributed.fsdp._fully_shard")
+            ]
     return out
 
 
