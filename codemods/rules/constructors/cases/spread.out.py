@@ -1,0 +1,60 @@
+import functools
+
+from torch.distributed.fsdp import ShardingStrategy
+from fsdp2_port import fully_shard_like_fsdp1
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
+
+from mymodel import get_block
+import torch
+
+
+def build(policy, reference, rank, cfg):
+    wrap_class = get_block(policy)
+    policy.to(rank)
+    if cfg.dtype is not None:
+        for owner in policy.modules():  # buffer_dtype
+            if not isinstance(owner, torch.nn.modules.batchnorm._BatchNorm):
+                for buffer in owner.buffers(recurse=False):
+                    if buffer.is_floating_point():
+                        buffer.data = buffer.to(cfg.dtype)
+    for submodule in reversed(list(policy.modules())):
+        if submodule is not policy and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+            fully_shard(
+                submodule,
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=cfg.dtype),
+            )
+        elif submodule is not policy and isinstance(submodule, (wrap_class,)):
+            fully_shard(
+                submodule,
+                reshard_after_forward=True,
+                mp_policy=MixedPrecisionPolicy(param_dtype=cfg.dtype, reduce_dtype=cfg.dtype, cast_forward_inputs=False),
+            )
+    policy = fully_shard(policy, reshard_after_forward=True, mp_policy=MixedPrecisionPolicy(param_dtype=cfg.dtype, reduce_dtype=cfg.dtype))
+    reference.to(rank)
+    for submodule in reversed(list(reference.modules())):
+        if submodule is not reference and isinstance(submodule, (wrap_class,)):
+            fully_shard(submodule, reshard_after_forward=True)
+    reference = fully_shard(reference, reshard_after_forward=True)
+    return policy, reference
+
+
+def read_elsewhere(model):
+    options = {"sharding_strategy": ShardingStrategy.SHARD_GRAD_OP}
+    print(options)
+    return fully_shard_like_fsdp1(model, **options)
+
+
+def offload_flag(model, args):
+    return fully_shard(model, offload_policy=CPUOffloadPolicy() if args["offload"] else OffloadPolicy())
+
+
+def strategy_by_name(model, classes):
+    for submodule in reversed(list(model.modules())):
+        if submodule is not model and isinstance(submodule, tuple(classes)):
+            fully_shard(submodule, reshard_after_forward=False)
+    return fully_shard(model, reshard_after_forward=False)

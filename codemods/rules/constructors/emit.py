@@ -1,0 +1,127 @@
+"""The text of the plain FSDP2 form: the call's new arguments and the lines before it.
+
+In FSDP1's order: the module moves to ``device_id``, its states are broadcast from rank 0
+(``sync_module_states``), floating buffers take ``buffer_dtype``, the policy's units are
+sharded children first (BatchNorm units in full precision where FSDP1 kept them so), then the
+root. Lines longer than 100 characters are split one argument a line, as a formatter would.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from codemods import calls
+from codemods.analysis import FileAnalysis
+from codemods.rules.constructors.pure import Pure
+from codemods.text import Edit
+
+_LINE_LENGTH = 100
+#: FSDP1's ``MixedPrecision._module_classes_to_ignore`` default: under a wrap policy these are
+#: units of their own, in full precision, their inputs cast up and their outputs back.
+NORMS = "torch.nn.modules.batchnorm._BatchNorm"
+
+
+def argument_edits(analysis: FileAnalysis, call: ast.Call, pure: Pure) -> list[Edit]:
+    """Every FSDP1 argument but the module goes; the FSDP2 keywords take the place of the
+    first of them."""
+    dropped = [a.node for a in calls.arguments(call) if a.value is not pure.module]
+    if not dropped:
+        return []
+    first = analysis.lines.start(dropped[0])
+    own_line = not analysis.text[analysis.lines.line_start(first) : first].strip()
+    newline, indent = analysis.lines.newline(), analysis.lines.indent_at(first)
+    separator = f",{newline}{indent}" if own_line else ", "
+    replace = {dropped[0]: separator.join(pure.root)} if pure.root else {}
+    return calls.edit_arguments(analysis.lines, call, set(dropped) - set(replace), replace)
+
+
+def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure) -> str:
+    """What runs before the root's ``fully_shard``, at the statement's indentation."""
+    indent = analysis.lines.indent_at(analysis.statement_start(statement))
+    newline = analysis.lines.newline()
+    unit = indent_unit(analysis)
+    root = analysis.source(pure.module)  # type: ignore[arg-type]
+    out = []
+    if pure.device is not None:
+        out.append(f"{indent}{root}.to({pure.device})")
+    if pure.sync is not None:
+        inner = indent + (unit if pure.sync else "")
+        if pure.sync:
+            out.append(f"{indent}if {pure.sync}:")
+        out.append(
+            f"{inner}for tensor in [*{root}.parameters(), *{root}.buffers()]:  # sync_module_states"
+        )
+        out.append(f"{inner}{unit}torch.distributed.broadcast(tensor.detach(), src=0)")
+    if pure.buffer_dtype is not None:
+        out += _buffer_casts(pure, root, indent, unit)
+    if pure.classes is not None:
+        out += _units(analysis, statement, pure, root, indent, unit)
+    return "".join(line + newline for line in out)
+
+
+def _buffer_casts(pure: Pure, root: str, indent: str, unit: str) -> list[str]:
+    """FSDP1's ``buffer_dtype``: floating buffers take it (not those of the BatchNorm units it
+    keeps in full precision); a dtype only known at run time may be None: no cast then."""
+    dtype = pure.buffer_dtype
+    known = dtype is not None and dtype.startswith("torch.")
+    head = indent if known else indent + unit
+    out = [] if known else [f"{indent}if {dtype} is not None:"]
+    if pure.full_precision_norms is not None:
+        out += [
+            f"{head}for owner in {root}.modules():  # buffer_dtype",
+            f"{head}{unit}if not isinstance(owner, {NORMS}):",
+            f"{head}{unit}{unit}for buffer in owner.buffers(recurse=False):",
+            f"{head}{unit * 3}if buffer.is_floating_point():",
+            f"{head}{unit * 4}buffer.data = buffer.to({dtype})",
+        ]
+    else:
+        out += [
+            f"{head}for buffer in {root}.buffers():  # buffer_dtype",
+            f"{head}{unit}if buffer.is_floating_point():",
+            f"{head}{unit}{unit}buffer.data = buffer.to({dtype})",
+        ]
+    return out
+
+
+def _units(
+    analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: str, indent: str, unit: str
+) -> list[str]:
+    name = "submodule"
+    if analysis.names.lookup(name, analysis.names.scope_of(statement))[0] is not None:
+        name = "fsdp_submodule"
+    inner = indent + unit + unit
+    out = [f"{indent}for {name} in reversed(list({root}.modules())):"]
+    if pure.full_precision_norms is not None:
+        norms = (
+            "mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, "
+            f"output_dtype={pure.full_precision_norms})"
+        )
+        out.append(f"{indent}{unit}if {name} is not {root} and isinstance({name}, {NORMS}):")
+        out += _call(name, [norms], inner, unit).splitlines()
+        out.append(
+            f"{indent}{unit}elif {name} is not {root} and isinstance({name}, {pure.classes}):"
+        )
+    else:
+        out.append(f"{indent}{unit}if {name} is not {root} and isinstance({name}, {pure.classes}):")
+    out += _call(name, pure.children, inner, unit).splitlines()
+    return out
+
+
+def _call(target: str, keywords: list[str], indent: str, unit: str) -> str:
+    call = f"{indent}fully_shard({target}{''.join(', ' + k for k in keywords)})"
+    if len(call) <= _LINE_LENGTH:
+        return call
+    arguments = "".join(f"{indent}{unit}{x},\n" for x in [target, *keywords])
+    return f"{indent}fully_shard(\n{arguments}{indent})"
+
+
+def indent_unit(analysis: FileAnalysis) -> str:
+    """The file's own indentation step (four spaces when it has no indented line)."""
+    for statement in analysis.names.by_type[ast.FunctionDef] + analysis.names.by_type[ast.ClassDef]:
+        body = getattr(statement, "body", None)
+        if body:
+            outer = analysis.lines.indent_at(analysis.statement_start(statement))  # type: ignore[arg-type]
+            inner = analysis.lines.indent_at(analysis.lines.start(body[0]))
+            if inner.startswith(outer) and len(inner) > len(outer):
+                return inner[len(outer) :]
+    return "    "

@@ -1,0 +1,499 @@
+"""The plain FSDP2 form of one FSDP1 constructor call, or what blocks it.
+
+Values are followed to where they are written: the call itself, a name bound once in the same
+scope (or a script's module constant), a ``dict(...)``/``{...}`` spread with ``**``. A binding
+is removable when every read of it is a constructor's (``Removable.users``); the rule removes
+it only when all those constructors take the plain form. Only values that evaluate to the same
+thing twice (names, attribute chains, constants) are inlined into more than one place.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from codemods import calls
+from codemods.analysis import FileAnalysis
+
+#: ``FullyShardedDataParallel.__init__`` parameters, in positional order.
+PARAMETERS = (
+    "module",
+    "process_group",
+    "sharding_strategy",
+    "cpu_offload",
+    "auto_wrap_policy",
+    "backward_prefetch",
+    "mixed_precision",
+    "ignored_modules",
+    "param_init_fn",
+    "device_id",
+    "sync_module_states",
+    "forward_prefetch",
+    "limit_all_gathers",
+    "use_orig_params",
+    "ignored_states",
+    "device_mesh",
+)
+_RESHARD = {
+    "FULL_SHARD": True,
+    "SHARD_GRAD_OP": False,
+    "HYBRID_SHARD": True,
+    "_HYBRID_SHARD_ZERO2": False,
+}
+_MIXED = (
+    "param_dtype",
+    "reduce_dtype",
+    "buffer_dtype",
+    "keep_low_precision_grads",
+    "cast_forward_inputs",
+    "cast_root_forward_inputs",
+    "_module_classes_to_ignore",
+)
+#: Accepted by FSDP1 with no effect on the numbers; FSDP2 has no such argument.
+_NO_EFFECT = ("limit_all_gathers", "use_orig_params", "forward_prefetch", "backward_prefetch")
+_DEVICE_FUNCTIONS = (
+    "torch.device",
+    "torch.cuda.current_device",
+    "torch.accelerator.current_device_index",
+)
+SPREAD = "FSDP1 keyword arguments"
+
+
+@dataclass(frozen=True)
+class Removable:
+    """A binding the plain form inlines (``what`` it held), read only by ``users``."""
+
+    what: str
+    statement: ast.stmt
+    users: frozenset[ast.Call]
+
+
+@dataclass
+class Pure:
+    """A plain FSDP2 rewrite in the making, or why there is none."""
+
+    blockers: list[str] = field(default_factory=list)
+    #: the module, and the values of the other arguments, wherever they are written
+    module: ast.expr | None = None
+    values: dict[str, ast.expr] = field(default_factory=dict)
+    #: keyword texts for fully_shard on the root and on the units the policy selects
+    root: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    #: the ``isinstance`` target of the units (``(Block, Embedding)``, ``tuple(classes)``)
+    classes: str | None = None
+    removable: list[Removable] = field(default_factory=list)
+    #: FSDP2 names the rewrite imports
+    names: set[str] = field(default_factory=set)
+    #: ``sync_module_states``: None (off), "" (on), or the run-time flag's text
+    sync: str | None = None
+    #: ``device_id``'s text, when the module moves there first
+    device: str | None = None
+    #: ``buffer_dtype``'s text: floating buffers are cast to it
+    buffer_dtype: str | None = None
+    #: the param dtype's text when FSDP1 keeps BatchNorm units in full precision (a policy
+    #: with mixed precision: ``MixedPrecision._module_classes_to_ignore``'s default)
+    full_precision_norms: str | None = None
+
+
+def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
+    """The plain FSDP2 conversion of a constructor call, or what blocks it."""
+    out = Pure()
+    if not _read_arguments(analysis, call, out):
+        return out
+    values = out.values
+    out.names.add("fully_shard")
+    _strategy_and_mesh(analysis, out)
+    group = values.get("process_group")
+    if group is not None and not (
+        calls.is_none(group) or analysis.resolves_to(group, "torch.distributed.group.WORLD")
+    ):
+        out.blockers.append("process_group other than WORLD")
+    _mixed_precision(analysis, out)
+    _offload(analysis, out)
+    _wrap_policy(analysis, out)
+    for name in ("ignored_modules", "ignored_states", "param_init_fn"):
+        if name in values and not calls.is_none(values[name]):
+            out.blockers.append(f"{name} is set")
+    _sync(analysis, out)
+    for name in _NO_EFFECT:
+        value = values.get(name)
+        if value is not None and not (calls.is_simple(value) or _is_fsdp1(analysis, value)):
+            out.blockers.append(f"{name} is computed by a call: assign it to a name first")
+    device = values.get("device_id")
+    if device is not None and not calls.is_none(device):
+        if not (calls.is_simple(device) or _device_call(analysis, device)):
+            out.blockers.append("device_id is an expression")
+        out.device = analysis.source(device)
+    needs_simple = out.classes is not None or out.device is not None or out.buffer_dtype
+    if needs_simple and not calls.is_simple(out.module):  # type: ignore[arg-type]
+        out.blockers.append("the module expression is used twice: assign it to a name first")
+    if out.full_precision_norms is not None:
+        out.names.add("MixedPrecisionPolicy")
+    return out
+
+
+# -- arguments -----------------------------------------------------------------------------------
+
+
+def _read_arguments(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
+    """``out.module`` and ``out.values`` from the call and what it spreads; False if blocked."""
+    position = 0
+    for argument in calls.arguments(call):
+        if isinstance(argument.node, ast.keyword) and argument.keyword is None:
+            spread = _spread(analysis, argument.value, out)
+            if spread is None:
+                return False
+            entries = spread
+        elif argument.star:
+            out.blockers.append("*args: spell the arguments out")
+            return False
+        elif argument.keyword is None:
+            if position:
+                out.blockers.append("arguments by position: pass them by keyword")
+                return False
+            entries = {"module": argument.value}
+            position += 1
+        else:
+            entries = {argument.keyword: argument.value}
+        for name, value in entries.items():
+            if name not in PARAMETERS or name in out.values or (name == "module" and out.module):
+                out.blockers.append(f"{name}: an unknown or repeated argument")
+                return False
+            if name == "module":
+                out.module = value
+            else:
+                out.values[name] = value
+    if out.module is None:
+        out.blockers.append("no module argument")
+        return False
+    return True
+
+
+def _spread(analysis: FileAnalysis, value: ast.expr, out: Pure) -> dict[str, ast.expr] | None:
+    """The entries of ``**name`` when ``name`` is a ``dict(...)``/``{...}`` of literal keys
+    bound once and read only by constructors' ``**``."""
+    binding = _binding(analysis, value)
+    entries = _dict_entries(analysis, binding.value) if binding and binding.value else None
+    if binding is None or entries is None:
+        out.blockers.append("**kwargs that are not a dict of literal keys bound here")
+        return None
+    users = _spread_users(analysis, binding)
+    if users is None:
+        out.blockers.append("**kwargs read by other code than FSDP(...) calls")
+        return None
+    out.removable.append(Removable(SPREAD, analysis.names.statement(binding.node), users))
+    return entries
+
+
+def _dict_entries(analysis: FileAnalysis, value: ast.expr) -> dict[str, ast.expr] | None:
+    if isinstance(value, ast.Dict):
+        if not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
+            return None
+        return {k.value: v for k, v in zip(value.keys, value.values)}  # type: ignore[union-attr]
+    if (
+        isinstance(value, ast.Call)
+        and analysis.resolves_to(value.func, "builtins.dict")
+        and not value.args
+        and all(k.arg is not None for k in value.keywords)
+    ):
+        return {k.arg: k.value for k in value.keywords}  # type: ignore[misc]
+    return None
+
+
+def _binding(analysis: FileAnalysis, value: ast.expr):  # -> Binding | None
+    """The single ``name = ...`` binding ``value`` reads, in its own scope (or a script's
+    module constant)."""
+    if not isinstance(value, ast.Name):
+        return None
+    binding = analysis.sole_binding(value)
+    if binding is None:
+        return None
+    statement = analysis.names.statement(binding.node)
+    if not isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        return None
+    same_scope = analysis.names.scope_of(statement) is analysis.names.scope_of(value)
+    if same_scope or _private_constant(analysis, statement, value.id):
+        return binding
+    return None
+
+
+def _spread_users(analysis: FileAnalysis, binding) -> frozenset[ast.Call] | None:
+    """The constructor calls that spread ``binding`` (None if anything else reads it)."""
+    users = set()
+    for use in analysis.uses_of(binding):
+        keyword = analysis.names.parent.get(use)
+        call = analysis.names.parent.get(keyword) if keyword is not None else None
+        if not (
+            isinstance(keyword, ast.keyword)
+            and keyword.arg is None
+            and isinstance(call, ast.Call)
+            and call in analysis.ties.constructors
+            and call not in analysis.ties.factories
+        ):
+            return None
+        users.add(call)
+    return frozenset(users)
+
+
+def _value(analysis: FileAnalysis, out: Pure, what: str) -> ast.expr | None:
+    """An argument's value, looking through a name bound once whose every read is a
+    constructor's ``what`` (directly, or in a spread dict); blocked otherwise."""
+    value = out.values.get(what)
+    if value is None or calls.is_none(value):
+        return None
+    if not isinstance(value, ast.Name):
+        return value
+    binding = _binding(analysis, value)
+    if binding is None or binding.value is None:
+        out.blockers.append(f"{what} is not written at the call")
+        return None
+    users: set[ast.Call] = set()
+    for use in analysis.uses_of(binding):
+        found = _reader(analysis, use, what)
+        if found is None:
+            out.blockers.append(f"{what} is read by other code than FSDP(...) calls")
+            return None
+        users |= found
+    out.removable.append(Removable(what, analysis.names.statement(binding.node), frozenset(users)))
+    return binding.value
+
+
+def _reader(analysis: FileAnalysis, use: ast.Name, what: str) -> frozenset[ast.Call] | None:
+    """The constructors a read of a binding feeds as ``what``: a keyword of the call, or an
+    entry of a dict they spread."""
+    keyword = analysis.names.parent.get(use)
+    holder = analysis.names.parent.get(keyword) if keyword is not None else None
+    if isinstance(keyword, ast.keyword) and keyword.arg == what and isinstance(holder, ast.Call):
+        if holder in analysis.ties.constructors and holder not in analysis.ties.factories:
+            return frozenset({holder})
+        if analysis.resolves_to(holder.func, "builtins.dict"):
+            return _dict_readers(analysis, holder)
+        return None
+    if isinstance(keyword, ast.Dict):
+        index = keyword.values.index(use) if use in keyword.values else -1
+        key = keyword.keys[index] if index >= 0 else None
+        if isinstance(key, ast.Constant) and key.value == what:
+            return _dict_readers(analysis, keyword)
+    return None
+
+
+def _dict_readers(analysis: FileAnalysis, literal: ast.expr) -> frozenset[ast.Call] | None:
+    statement = analysis.names.statement(literal)
+    if not (isinstance(statement, ast.Assign) and statement.value is literal):
+        return None
+    target = statement.targets[0]
+    if len(statement.targets) != 1 or not isinstance(target, ast.Name):
+        return None
+    binding = next(
+        (b for b in analysis.names.bindings_of(target) if b.node is target),
+        None,
+    )
+    return _spread_users(analysis, binding) if binding is not None else None
+
+
+def _private_constant(analysis: FileAnalysis, statement: ast.stmt, name: str) -> bool:
+    """A module-level constant no other module can import: ``_NAME``, or any name of a script
+    (a file that runs ``if __name__ == "__main__"``). Inlining it and removing it is safe."""
+    if not isinstance(analysis.names.parent.get(statement), ast.Module):
+        return False
+    return name.startswith("_") or any(
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+        for node in analysis.tree.body
+    )
+
+
+# -- what each argument becomes ------------------------------------------------------------------
+
+
+def _strategy_and_mesh(analysis: FileAnalysis, out: Pure) -> None:
+    strategy = _value(analysis, out, "sharding_strategy")
+    mesh = out.values.get("device_mesh")
+    if strategy is not None:
+        kind = (analysis.fsdp1_name(strategy) or "").removeprefix("ShardingStrategy.")
+        if kind not in _RESHARD:
+            out.blockers.append(
+                "sharding_strategy is not a literal FULL_SHARD/SHARD_GRAD_OP/HYBRID_SHARD"
+            )
+        elif kind.startswith(("HYBRID", "_HYBRID")) and (mesh is None or calls.is_none(mesh)):
+            out.blockers.append(f"{kind} without device_mesh: FSDP2 needs a 2-D mesh")
+        else:
+            text = f"reshard_after_forward={_RESHARD[kind]}"
+            out.root.append(text)
+            out.children.append(text)
+    if mesh is not None and not calls.is_none(mesh):
+        if not calls.is_simple(mesh):
+            out.blockers.append("device_mesh is an expression: assign it to a name first")
+        text = f"mesh={analysis.source(mesh)}"
+        out.root.insert(0, text)
+        out.children.insert(0, text)
+
+
+def _mixed_precision(analysis: FileAnalysis, out: Pure) -> None:
+    value = _value(analysis, out, "mixed_precision")
+    if value is None:
+        return
+    if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"):
+        out.blockers.append("mixed_precision is not a literal MixedPrecision(...)")
+        return
+    bound = calls.bind(value, _MIXED)
+    if bound is None:
+        out.blockers.append("MixedPrecision(...) with unusual arguments")
+        return
+    fields = []
+    for name in ("param_dtype", "reduce_dtype"):
+        if name in bound and not calls.is_none(bound[name].value):
+            if not calls.is_simple(bound[name].value):
+                out.blockers.append(f"MixedPrecision {name} is an expression")
+            fields.append(f"{name}={analysis.source(bound[name].value)}")
+    flags = {n: calls.literal_bool(bound[n].value) for n in bound if n.startswith(("cast", "keep"))}
+    if any(v is None for v in flags.values()):
+        out.blockers.append("MixedPrecision flags are runtime values")
+        return
+    if flags.get("keep_low_precision_grads"):
+        out.blockers.append("keep_low_precision_grads=True")
+    if "_module_classes_to_ignore" in bound:
+        out.blockers.append("_module_classes_to_ignore is set")
+    buffer = bound.get("buffer_dtype")
+    if buffer is not None and not calls.is_none(buffer.value):
+        if not calls.is_simple(buffer.value):
+            out.blockers.append("MixedPrecision buffer_dtype is an expression")
+        out.buffer_dtype = analysis.source(buffer.value)
+    param = bound.get("param_dtype")
+    out.full_precision_norms = (
+        analysis.source(param.value) if param is not None else "None"
+    )  # kept only with a policy (see _wrap_policy)
+    root_cast = flags.get("cast_root_forward_inputs", True) or flags.get(
+        "cast_forward_inputs", False
+    )
+    child_cast = flags.get("cast_forward_inputs", False)
+    if not fields:
+        return
+    out.names.add("MixedPrecisionPolicy")
+    root = ", ".join(fields + ([] if root_cast else ["cast_forward_inputs=False"]))
+    child = ", ".join(fields + ([] if child_cast else ["cast_forward_inputs=False"]))
+    out.root.append(f"mp_policy=MixedPrecisionPolicy({root})")
+    out.children.append(f"mp_policy=MixedPrecisionPolicy({child})")
+
+
+def _offload(analysis: FileAnalysis, out: Pure) -> None:
+    value = _value(analysis, out, "cpu_offload")
+    if value is None:
+        return
+    if isinstance(value, ast.IfExp):  # CPUOffload(...) if flag else None
+        if not _is_flag(value.test):
+            out.blockers.append("cpu_offload is chosen by an expression")
+            return
+        branches = [_offloads(analysis, b, out) for b in (value.body, value.orelse)]
+        if None in branches:
+            return
+        if branches[0] == branches[1]:
+            chosen = "CPUOffloadPolicy()" if branches[0] else None
+        else:
+            out.names.add("OffloadPolicy")
+            policies = ["CPUOffloadPolicy()" if b else "OffloadPolicy()" for b in branches]
+            chosen = f"{policies[0]} if {analysis.source(value.test)} else {policies[1]}"
+    else:
+        offloads = _offloads(analysis, value, out)
+        if offloads is None:
+            return
+        chosen = "CPUOffloadPolicy()" if offloads else None
+    if chosen is not None:
+        out.names.add("CPUOffloadPolicy")
+        out.root.append(f"offload_policy={chosen}")
+        out.children.append(f"offload_policy={chosen}")
+
+
+def _offloads(analysis: FileAnalysis, value: ast.expr, out: Pure) -> bool | None:
+    """Whether a literal ``CPUOffload(...)`` (or None) offloads; None when blocked."""
+    if calls.is_none(value):
+        return False
+    if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "CPUOffload"):
+        out.blockers.append("cpu_offload is not a literal CPUOffload(...)")
+        return None
+    bound = calls.bind(value, ("offload_params",))
+    if bound is None:
+        out.blockers.append("CPUOffload(...) with unusual arguments")
+        return None
+    if "offload_params" not in bound:
+        return False
+    flag = calls.literal_bool(bound["offload_params"].value)
+    if flag is None:
+        out.blockers.append("CPUOffload(offload_params=<runtime value>)")
+    return flag
+
+
+def _wrap_policy(analysis: FileAnalysis, out: Pure) -> None:
+    value = _value(analysis, out, "auto_wrap_policy")
+    if value is None:
+        out.full_precision_norms = None  # FSDP1 overrides BatchNorm only under a policy
+        return
+    classes = None
+    if isinstance(value, ast.Call):
+        if (
+            analysis.fsdp1_name(value.func) == "ModuleWrapPolicy"
+            and len(value.args) == 1
+            and not value.keywords
+        ):
+            classes = _classes(analysis, value.args[0])
+        elif (
+            analysis.resolves_to(value.func, "functools.partial")
+            and len(value.args) == 1
+            and analysis.fsdp1_name(value.args[0]) == "transformer_auto_wrap_policy"
+            and len(value.keywords) == 1
+            and value.keywords[0].arg == "transformer_layer_cls"
+        ):
+            classes = _classes(analysis, value.keywords[0].value)
+    if classes is None:
+        out.blockers.append(
+            "auto_wrap_policy is not transformer_auto_wrap_policy/ModuleWrapPolicy of classes"
+        )
+        return
+    out.classes = classes
+
+
+def _classes(analysis: FileAnalysis, node: ast.expr) -> str | None:
+    """The ``isinstance`` target for a policy's classes: a literal collection, or a name."""
+    if isinstance(node, (ast.Set, ast.List, ast.Tuple)) and node.elts:
+        if not all(calls.is_simple(e) and not isinstance(e, ast.Starred) for e in node.elts):
+            return None
+        kinds = [analysis.source(e) for e in node.elts]
+        return "(" + ", ".join(kinds) + ("," if len(kinds) == 1 else "") + ")"
+    if calls.is_simple(node) and not isinstance(node, ast.Constant):
+        return f"tuple({analysis.source(node)})"
+    return None
+
+
+def _sync(analysis: FileAnalysis, out: Pure) -> None:
+    sync = out.values.get("sync_module_states")
+    if sync is None or calls.is_none(sync):
+        return
+    flag = calls.literal_bool(sync)
+    if flag is None and not _is_flag(sync):
+        out.blockers.append("sync_module_states is an expression: assign it to a name first")
+    elif flag is not False:
+        out.sync = "" if flag else analysis.source(sync)
+
+
+def _is_flag(node: ast.expr) -> bool:
+    """A value read without side effects: a name, an attribute chain, ``x["key"]``."""
+    if isinstance(node, ast.Subscript):
+        return _is_flag(node.value) and isinstance(node.slice, ast.Constant)
+    return calls.is_simple(node)
+
+
+def _is_fsdp1(analysis: FileAnalysis, node: ast.expr) -> bool:
+    return isinstance(node, (ast.Name, ast.Attribute)) and analysis.fsdp1_name(node) is not None
+
+
+def _device_call(analysis: FileAnalysis, node: ast.AST) -> bool:
+    """``torch.device("cuda", 0)``, ``torch.cuda.current_device()``: a value with no side
+    effect, safe to evaluate earlier."""
+    return (
+        isinstance(node, ast.Call)
+        and analysis.resolves_to(node.func, *_DEVICE_FUNCTIONS)
+        and all(calls.is_simple(x) for x in node.args)
+        and not node.keywords
+    )
