@@ -32,8 +32,9 @@ class FileAnalysis(ParsedFile):
         self._loads: dict[str, list[ast.Name]] | None = None  # name -> its loads (uses_of)
         #: (span, group) of code that runs only when a type check holds (see F2P005).
         self.guards: list[tuple[tuple[int, int], str]] = []
-        #: (span, why) of FSDP1 branches that no FSDP2 model reaches (see F2P005).
-        self.dead_branches: list[tuple[tuple[int, int], str]] = []
+        #: (span, why, deleted) of FSDP1 branches that no FSDP2 model reaches (see F2P005):
+        #: their sites become markers, or nothing when the branch is deleted.
+        self.dead_branches: list[tuple[tuple[int, int], str, bool]] = []
         self.ties = Ties(self)
 
     def finish(self) -> FilePlan:
@@ -57,7 +58,7 @@ class FileAnalysis(ParsedFile):
         inside = [g for (start, end), g in self.guards if start <= site.start and site.end <= end]
         if inside:
             site = replace(site, groups=site.groups | set(inside))
-        for (start, end), why in self.dead_branches:
+        for (start, end), why, deleted in self.dead_branches:
             if start <= site.start and site.end <= end:
                 site = replace(
                     site,
@@ -68,6 +69,7 @@ class FileAnalysis(ParsedFile):
                     deferred=frozenset(),
                     groups=frozenset(),
                     keep_message=f"{site.keep_message}; {why}",
+                    silent=site.silent or deleted,
                 )
         return site
 

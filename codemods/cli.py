@@ -78,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="emit torch-only code, never calls into fsdp2_port (what needs it is marked)",
     )
+    parser.add_argument(
+        "--drop-fsdp1-branches",
+        action="store_true",
+        help="delete the FSDP1 branch of a type dispatch that also has an FSDP2 branch "
+        "(library code kept for both versions on purpose keeps it otherwise)",
+    )
     parser.add_argument("--list-rules", action="store_true", help="print the rule codes and exit")
     return parser
 
@@ -100,7 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         codes = registry.select(_codes(args.select), _codes(args.ignore))
         options = Options.for_torch(
-            args.target_torch, runtime_dependency=not args.no_runtime_dependency
+            args.target_torch,
+            runtime_dependency=not args.no_runtime_dependency,
+            drop_fsdp1_branches=args.drop_fsdp1_branches,
         )
     except ValueError as error:
         parser.print_usage(sys.stderr)

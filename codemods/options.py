@@ -30,8 +30,16 @@ class Options:
     fsdp2_module: str = "torch.distributed.fsdp"
     #: False: emitted code calls torch only, never ``fsdp2_port``.
     runtime_dependency: bool = True
+    #: True: the FSDP1 branch of a dispatch that also has an FSDP2 branch is deleted.
+    drop_fsdp1_branches: bool = False
 
     @classmethod
-    def for_torch(cls, target_torch: str, *, runtime_dependency: bool = True) -> Options:
+    def for_torch(
+        cls,
+        target_torch: str,
+        *,
+        runtime_dependency: bool = True,
+        drop_fsdp1_branches: bool = False,
+    ) -> Options:
         """Options for a target torch release; raises ValueError below 2.4."""
-        return cls(fully_shard_module(target_torch), runtime_dependency)
+        return cls(fully_shard_module(target_torch), runtime_dependency, drop_fsdp1_branches)

@@ -35,6 +35,11 @@ class MigrateCommand(CodemodCommand):
         arg_parser.add_argument(
             "--no-runtime-dependency", action="store_true", help="emit torch-only code"
         )
+        arg_parser.add_argument(
+            "--drop-fsdp1-branches",
+            action="store_true",
+            help="delete the FSDP1 branch of an FSDP1/FSDP2 type dispatch",
+        )
 
     def __init__(
         self,
@@ -43,6 +48,7 @@ class MigrateCommand(CodemodCommand):
         ignore: str = "",
         target_torch: str = "2.6",
         no_runtime_dependency: bool = False,
+        drop_fsdp1_branches: bool = False,
     ) -> None:
         super().__init__(context)
 
@@ -50,7 +56,11 @@ class MigrateCommand(CodemodCommand):
             return [c.strip().upper() for c in codes.split(",") if c.strip()]
 
         self.codes = registry.select(split(select), split(ignore))
-        self.options = Options.for_torch(target_torch, runtime_dependency=not no_runtime_dependency)
+        self.options = Options.for_torch(
+            target_torch,
+            runtime_dependency=not no_runtime_dependency,
+            drop_fsdp1_branches=drop_fsdp1_branches,
+        )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         code = tree.code

@@ -6,6 +6,7 @@ A rule's cases (``codemods/rules/<rule>/cases/``) run with only that rule, the c
 ``tests/codemods/fixtures/`` (imports, whole models) run every rule and snapshot everything.
 
 A case's first lines may set options: ``# fixture: no-runtime-dependency``,
+``# fixture: drop-fsdp1-branches``,
 ``# fixture: target-torch 2.5``. ``FSDP2_PORT_REGENERATE=1`` rewrites the expected files
 from the current output (then read the diff before committing it).
 """
@@ -65,6 +66,8 @@ def options_for(text: str) -> Options:
         return Options.for_torch("2.5")
     if "# fixture: no-runtime-dependency" in text:
         return Options(runtime_dependency=False)
+    if "# fixture: drop-fsdp1-branches" in text:
+        return Options(drop_fsdp1_branches=True)
     return Options()
 
 

@@ -17,6 +17,7 @@ from codemods.text import split_lines
 DROPPED_WITH_THEIR_NODE = {
     "imports/imports": ["# the wrapper, going away"],
     "constructors/runtime": ["# the FSDP1 wrapper"],
+    "isinstance_check/drop": ["# FSDP1's own clip"],  # in the FSDP1 branch it deletes
 }
 
 

@@ -28,11 +28,13 @@ class IsinstanceRule:
             topic="the FSDP1 class as a type",
             rewritten=(
                 "`isinstance(x, FSDP)` / `issubclass` (in tuples and unions), annotations → "
-                "`FSDPModule`, with the models they see"
+                "`FSDPModule`, with the models they see; with `--drop-fsdp1-branches`, the "
+                "FSDP1 branch of an `if isinstance(x, FSDP): ... elif isinstance(x, "
+                "FSDPModule):` dispatch is deleted (review)"
             ),
             marked=(
-                "a check guarding FSDP1-only code that stays; the FSDP1 branch of an `if "
-                "isinstance(x, FSDP): ... elif isinstance(x, FSDPModule):` dispatch (left as is: "
+                "a check guarding FSDP1-only code that stays; the FSDP1 branch of such a "
+                "dispatch, without the flag (left as is: library code may keep both on purpose; "
                 "it no longer runs once the model is FSDP2)"
             ),
         ),
@@ -62,10 +64,27 @@ class IsinstanceRule:
         if dispatch is not None:
             message = (
                 "FSDP1 branch of a type dispatch that has an FSDP2 branch: it no longer runs "
-                "once the model is FSDP2; delete it with the last FSDP1 model"
+                "once the model is FSDP2; delete it with the last FSDP1 model "
+                "(--drop-fsdp1-branches)"
             )
-            analysis.add(self.CODE, call, message)
-            analysis.dead_branches.append((dispatch, message))
+            statement = analysis.names.parent.get(call)
+            assert isinstance(statement, ast.If)
+            following = statement.orelse[0]
+            assert isinstance(following, ast.If)
+            at = analysis.lines.start(following)
+            elif_ = analysis.text[at : at + 4] == "elif"  # not ``else:`` then a nested ``if``
+            deleted = analysis.options.drop_fsdp1_branches and elif_
+            rewrite = None
+            if deleted:
+                start, end = analysis.lines.start(call), analysis.lines.start(following.test)
+                rewrite = Rewrite(
+                    [Edit(start, end, "")],
+                    "FSDP1 branch of a type dispatch deleted (--drop-fsdp1-branches): FSDP1 "
+                    "models no longer have a branch here",
+                    review=True,
+                )
+            analysis.add(self.CODE, call, message, rewrite, "ALWAYS" if deleted else "NEVER")
+            analysis.dead_branches.append((dispatch, message, deleted))
             return
         if isinstance(kinds, ast.Tuple) and any(
             analysis.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
