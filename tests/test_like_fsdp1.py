@@ -12,7 +12,9 @@ as real training code does), and checks:
 - training: 3 steps of a global-norm clip (``compat.clip_grad_norm_`` on FSDP1,
   ``fsdp2_port.clip_grad_norm_`` on FSDP2; clipping fires) and AdamW, elementwise, so FSDP1's
   flat parameters and FSDP2's DTensors step alike: per-step losses and pre-clip norms, then
-  the full parameters.
+  the full parameters;
+- no FSDP1 code: ``fully_shard_like_fsdp1(...)`` and the FSDP2 side's training steps run under
+  ``fsdp2_port.prove.no_fsdp1.forbid_fsdp1_calls``, on every rank (FSDP1 stays the reference).
 
 Tolerances (``TOL``). fp32: both reduce the same per-rank gradients, but FSDP1 divides by the
 world size before and after its reduce-scatter and FSDP2 once, and the norms are summed in
@@ -67,6 +69,7 @@ import compat
 import fsdp2_port
 from fsdp2_port.fsdp1.like_fsdp1 import fully_shard_like_fsdp1
 from fsdp2_port.prove.launch import run_ranks
+from fsdp2_port.prove.no_fsdp1 import forbid_fsdp1_calls
 from tests.models import IN, OUT, Block, global_batch, local_rows, loss_fn
 
 CPU = torch.device("cpu")
@@ -528,7 +531,11 @@ def _compare(rank: int, world: int, name: str, case: Case) -> None:
     with _no_cpu_check():
         theirs = FSDP(theirs_model, **(case.fsdp1_kwargs or case.kwargs)(theirs_model))
     ours_model = case.model(rank)
-    ours = fully_shard_like_fsdp1(ours_model, **case.kwargs(ours_model))
+    # the arguments are the caller's values (building a ModuleWrapPolicy runs FSDP1's __init__);
+    # sharding and training run no FSDP1 code at all
+    ours_kwargs = case.kwargs(ours_model)
+    with forbid_fsdp1_calls():
+        ours = fully_shard_like_fsdp1(ours_model, **ours_kwargs)
     assert ours is ours_model and isinstance(ours, FSDPModule), where
     assert _fsdp2_units(ours) == _fsdp1_units(theirs) - _empty_containers(theirs), where
     if case.model is _rank_dependent_net:  # every rank now holds rank 0's states
@@ -537,7 +544,8 @@ def _compare(rank: int, world: int, name: str, case: Case) -> None:
             assert torch.equal(p, rank0.get_parameter(n)), (where, n)
         assert torch.equal(ours.bn.running_mean, rank0.bn.running_mean), where
     theirs_history = _train(theirs, _fsdp1_clip, rank, world)
-    ours_history = _train(ours, _fsdp2_clip, rank, world)
+    with forbid_fsdp1_calls():
+        ours_history = _train(ours, _fsdp2_clip, rank, world)
     layout, want = _fsdp2_layout(ours), _fsdp1_layout(theirs)
     if case.fsdp1_kwargs is not None:  # the FSDP1 arm ran without offload
         want = {n: {**u, "offload": layout[n]["offload"]} for n, u in want.items()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -264,6 +265,16 @@ def _command(*args: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+def test_command_runs_a_clean_script_as_main_with_its_arguments(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(_CLEAN)
+    done = _command(str(script), "--steps", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "trained __main__" in done.stdout
+    assert "no_fsdp1" not in done.stderr
+
+
+@pytest.mark.slow
 def test_command_reports_fsdp1_calls_and_exits_3_or_the_scripts_own_failure(tmp_path):
     script = tmp_path / "old.py"
     script.write_text(_FSDP1)
@@ -279,6 +290,49 @@ def test_command_reports_fsdp1_calls_and_exits_3_or_the_scripts_own_failure(tmp_
     assert _command(str(tmp_path / "missing.py")).returncode == 2
 
 
+@pytest.mark.slow
+def test_command_under_torchrun_checks_each_rank(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(_CLEAN.replace("store=dist.HashStore(), rank=0, world_size=1", ""))
+    old = tmp_path / "old.py"
+    old.write_text(_FSDP1.replace("store=dist.HashStore(), rank=0, world_size=1", ""))
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    launch = [*torchrun, "--nproc-per-node", "2", "-m", "fsdp2_port.prove.no_fsdp1"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    clean = subprocess.run(
+        [*launch, str(script), "--steps", "2"], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert clean.stdout.count("trained") == clean.stdout.count("__main__") == 2  # interleaved
+    dirty = subprocess.run(
+        [*launch, str(old), "0"], capture_output=True, text=True, env=env, timeout=240
+    )
+    # the first rank to exit 3 makes torchrun end the other, which may not have reported yet
+    assert dirty.returncode != 0
+    assert re.search(r"no_fsdp1: rank [01]: ", dirty.stderr), dirty.stderr[-3000:]
+    assert "FullyShardedDataParallel.__init__, called from" in dirty.stderr
+
+
 def test_the_command_imports_no_torch_before_the_script():
     source = inspect.getsource(sys.modules["fsdp2_port.prove.no_fsdp1"])
     assert "import torch" not in source
+
+
+def test_a_script_ending_with_os_exit_is_reported_first(tmp_path: Path) -> None:
+    """launch.exit_now (os._exit, no interpreter shutdown) must not hide FSDP1 calls."""
+    script = tmp_path / "ends_hard.py"
+    script.write_text(
+        "import torch.distributed.fsdp.wrap as wrap\n"
+        "from torch import nn\n"
+        "from fsdp2_port.prove.launch import exit_now\n"
+        "wrap.always_wrap_policy(nn.Linear(1, 1), True, 0)\n"
+        "exit_now(0)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "fsdp2_port.prove.no_fsdp1", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 3, run.stderr
+    assert "always_wrap_policy" in run.stderr

@@ -65,8 +65,27 @@ def instances():
     def optimizer():
         return torch.optim.SGD([nn.Parameter(torch.zeros(2))], lr=0.1)
 
+    def module_wrap_policy():
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        return ModuleWrapPolicy({nn.Linear})
+
+    def custom_policy():
+        from torch.distributed.fsdp.wrap import CustomPolicy
+
+        return CustomPolicy(lambda module: False)
+
+    def mixed_precision():
+        from torch.distributed.fsdp import MixedPrecision
+
+        return MixedPrecision(param_dtype=torch.bfloat16)
+
     builders = {
         "FullyShardedDataParallel": fsdp1,
+        "ModuleWrapPolicy": module_wrap_policy,
+        "CustomPolicy": custom_policy,
+        "_Policy": module_wrap_policy,
+        "MixedPrecision": mixed_precision,
         "FlatParamHandle": lambda: get("FullyShardedDataParallel")._handle,
         "FlatParameter": lambda: get("FlatParamHandle").flat_param,
         "Optimizer": optimizer,
@@ -137,41 +156,45 @@ def test_dcp_load_lives_where_the_optimizer_looks_for_it():
 
 
 def test_what_the_entry_points_return():
-    """The results we read: ignored-state attributes, the materialise flags."""
-    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
-    state = SimpleNamespace()
-    torch_internals.call(
-        "init_ignored_module_states",
-        state=state,
-        module=model,
-        ignored_modules=[model[1]],
-        ignored_states=None,
+    """What fsdp1.units reads of FSDP1's policy and config objects, and the torch helpers it
+    calls: their values on real objects."""
+    from torch.distributed._composable.replicate import replicate
+    from torch.distributed.fsdp import MixedPrecision
+    from torch.distributed.fsdp.wrap import CustomPolicy, ModuleWrapPolicy, _Policy
+
+    policy = ModuleWrapPolicy([nn.Linear, nn.Linear, nn.ReLU])
+    assert torch_internals.module_wrap_policy_classes(policy) == {nn.Linear, nn.ReLU}
+    choose = lambda module: True  # noqa: E731
+    assert torch_internals.custom_policy_lambda_fn(CustomPolicy(choose)) is choose
+    assert torch_internals.load("policy_base") is _Policy
+    mwp_runner = torch_internals.policy_runner(ModuleWrapPolicy)
+    assert mwp_runner is ModuleWrapPolicy._run_policy
+    assert torch_internals.policy_runner(CustomPolicy) is not mwp_runner
+
+    class Mine(_Policy):
+        def _run_policy(self, root_module, ignored_modules, root_kwargs):
+            return {root_module: {"seen": ignored_modules}}
+
+    model = nn.Linear(2, 2)
+    assert torch_internals.run_policy(
+        Mine(), root_module=model, ignored_modules={1}, root_kwargs={}
+    ) == {model: {"seen": {1}}}
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    classes = torch_internals.mixed_precision_classes_to_ignore(MixedPrecision())
+    assert tuple(classes) == (_BatchNorm,)
+    for key in ("module_wrap_policy", "wrap_module_cls_individually", "or_policy"):
+        assert torch_internals.load(key).__module__ == "torch.distributed.fsdp.wrap"
+    assert torch_internals.call("composable_registry", module=model) is None
+    replicated = nn.Linear(2, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        replicate(replicated)
+    assert "replicate" in torch_internals.call("composable_registry", module=replicated)
+    doubled = torch_internals.call(
+        "apply_to_tensors", fn=lambda t: t * 2, container=(torch.ones(1), {"a": [torch.ones(1)]})
     )
-    assert state._ignored_modules == {model[1]}
-    assert state._ignored_params == set(model[1].parameters())
-    assert state._ignored_buffer_names == {
-        "1.running_mean",
-        "1.running_var",
-        "1.num_batches_tracked",
-    }
-    with torch.device("meta"):
-        meta = nn.Linear(2, 2)
-    assert torch_internals.call(
-        "need_to_materialize_module", module=meta, ignored_params=set(), ignored_modules=set()
-    ) == (True, False)
-    torch_internals.call(
-        "materialize_meta_module",
-        root_module=meta,
-        device_from_device_id=torch.device("cpu"),
-        ignored_modules=set(),
-        device_handle=None,
-    )
-    assert meta.weight.device.type == "cpu"
-    assert torch_internals.fsdp1_ignored_states(model, [model[1]], None) == (
-        state._ignored_modules,
-        state._ignored_params,
-        state._ignored_buffer_names,
-    )
+    assert doubled[0].item() == 2 and doubled[1]["a"][0].item() == 2
 
 
 def test_sharded_tensor_pickles_the_state_convert_reads(monkeypatch):

@@ -4,18 +4,22 @@
 same arguments, as FSDP1's own objects and with values known only at run time, and a run that
 computes what FSDP1's computed. Invariants:
 
-- The units are the modules FSDP1 wraps, chosen by FSDP1's own auto-wrap (``torch_internals``)
-  with ``_Builder.shard_unit`` in place of the wrapper class: children first, each with its own
-  FSDP1 kwargs (``CustomPolicy`` overrides, ``mixed_precision=None`` for
+- The units are the modules FSDP1 wraps, chosen by our own code with FSDP1's semantics
+  (``fsdp1.units``; tested against FSDP1's choice while torch ships it), ``_Builder.shard_unit``
+  called where FSDP1 constructs each child: children first, each with its own FSDP1 kwargs
+  (``CustomPolicy`` overrides, ``mixed_precision=None`` for
   ``MixedPrecision._module_classes_to_ignore``), then the root with the caller's.
-- Each unit goes through FSDP1's constructor steps in FSDP1's order: materialise meta modules,
-  move to ``device_id``, broadcast module states, shard. RNG draws, broadcast sources and the
-  modules each step touches are FSDP1's.
+- Each unit goes through FSDP1's constructor steps in FSDP1's order: resolve what it ignores,
+  materialise meta modules, move to ``device_id``, broadcast module states, shard. RNG draws,
+  broadcast sources and the modules each step touches are FSDP1's.
+- No FSDP1 implementation code runs, at set-up or in training: FSDP1's policy functions and
+  objects are read, never called (``tests/test_like_fsdp1.py`` holds every case to zero calls
+  with ``fsdp2_port.prove.no_fsdp1``). Only torch's FSDP2, DTensor and distributed code run.
 - Every argument maps to its FSDP2 equivalent, or has no numerical effect (the README says
   which), or raises ``ValueError`` naming the argument and the FSDP2 way. Nothing is dropped.
 
-Loading this module loads FSDP1 (its enums are the signature's defaults): ``fsdp2_port``
-exports it lazily.
+Loading this module imports FSDP1's modules (its enums are the signature's defaults, its
+policy and config classes are what the arguments are): ``fsdp2_port`` exports it lazily.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ from torch.distributed.fsdp import (
 )
 from torch.distributed.fsdp.wrap import CustomPolicy, ModuleWrapPolicy
 
-from fsdp2_port.fsdp1 import torch_internals
+from fsdp2_port.fsdp1 import torch_internals, units
+from fsdp2_port.fsdp1.units import Ignored
 
 #: ``ShardingStrategy._HYBRID_SHARD_ZERO2`` (private: pinned in torch_internals)
 HYBRID_SHARD_ZERO2: ShardingStrategy = torch_internals.load("hybrid_shard_zero2")
@@ -119,25 +124,18 @@ def fully_shard_like_fsdp1(
             "fully_shard_like_fsdp1 needs an initialised process group, as FSDP1 does: call "
             "torch.distributed.init_process_group() first"
         )
+    # FSDP1's first step: what the root ignores (its children ignore its ignored parameters)
+    root = units.resolve_ignored(module, kwargs["ignored_modules"], kwargs["ignored_states"])
     builder = _Builder(module, _device_type(module, device_id, device_mesh))
     if sharding_strategy in HYBRID and device_mesh is None:
         # FSDP1 makes its (intra-node, inter-node) groups once, at the root, and hands them to
         # every unit it wraps.
         kwargs["process_group"] = builder.shared_hybrid_groups(sharding_strategy, process_group)
     if auto_wrap_policy is not None:
-        root = _ignored(module, kwargs["ignored_modules"], kwargs["ignored_states"])
         root_kwargs = {k: v for k, v in kwargs.items() if k != "ignored_modules"}
         root_kwargs["ignored_states"] = root.params  # what FSDP1 passes its children
-        torch_internals.call(
-            "auto_wrap",
-            root_module=module,
-            policy=auto_wrap_policy,
-            ignored_modules=root.modules,
-            ignored_params=root.params,
-            root_kwargs=root_kwargs,
-            fsdp_fn=builder.shard_unit,
-        )
-    builder.shard_unit(module, **kwargs)
+        units.wrap_units(module, auto_wrap_policy, root, root_kwargs, builder.shard_unit)
+    builder.shard(module, _unit_kwargs(kwargs), root)
     builder.finish()
     return module
 
@@ -148,20 +146,6 @@ _DEFAULTS = {
     for name, p in inspect.signature(fully_shard_like_fsdp1).parameters.items()
     if name not in ("module", "auto_wrap_policy")
 }
-
-
-@dataclass
-class _Ignored:
-    """FSDP1's view of what a unit ignores: module subtrees, parameters, buffer names."""
-
-    modules: set[nn.Module]
-    params: set[nn.Parameter]
-    buffer_names: set[str]
-
-
-def _ignored(module: nn.Module, ignored_modules: Any, ignored_states: Any) -> _Ignored:
-    """What FSDP1 ignores for a unit built on ``module`` from these arguments, by FSDP1's code."""
-    return _Ignored(*torch_internals.fsdp1_ignored_states(module, ignored_modules, ignored_states))
 
 
 @dataclass
@@ -183,7 +167,12 @@ class _Builder:
     def shard_unit(self, module: nn.Module, **kwargs: Any) -> nn.Module:
         """One FSDP1 constructor on ``module``, its auto-wrap aside, done with ``fully_shard``."""
         kw = _unit_kwargs(kwargs)
-        ignored = _ignored(module, kw["ignored_modules"], kw["ignored_states"])
+        return self.shard(
+            module, kw, units.resolve_ignored(module, kw["ignored_modules"], kw["ignored_states"])
+        )
+
+    def shard(self, module: nn.Module, kw: dict[str, Any], ignored: Ignored) -> nn.Module:
+        """``shard_unit`` with the kwargs checked and what the unit ignores resolved."""
         if _is_container(module):
             # fully_shard refuses containers; FSDP1 wraps them, and is only right when the
             # container manages nothing (its modules are units of their own).
@@ -252,46 +241,29 @@ class _Builder:
     def _materialize(
         self,
         module: nn.Module,
-        ignored: _Ignored,
+        ignored: Ignored,
         param_init_fn: Callable[[nn.Module], None] | None,
         device: torch.device,
     ) -> None:
         """FSDP1's meta-device init: ``param_init_fn`` or ``reset_parameters``, breadth first
         over the unit's modules; the units built before it are done, like ignored modules."""
+        is_meta, is_deferred = units.needs_materialization(module, ignored)
         stop = ignored.modules | set(self.units)
-        is_meta, is_deferred = torch_internals.call(
-            "need_to_materialize_module",
-            module=module,
-            ignored_params=ignored.params,
-            ignored_modules=stop,
-        )
         if (is_meta or is_deferred) and param_init_fn is not None:
-            torch_internals.call(
-                "materialize_with_param_init_fn",
-                root_module=module,
-                param_init_fn=param_init_fn,
-                ignored_modules=stop,
-            )
+            units.materialize(module, stop, param_init_fn, device)
         elif is_meta:
-            torch_internals.call(
-                "materialize_meta_module",
-                root_module=module,
-                device_from_device_id=device,
-                ignored_modules=stop,
-                device_handle=None,  # only read when no device is given
-            )
+            units.materialize(module, stop, None, device)
         elif is_deferred:
             raise ValueError(
                 "a torchdistX deferred-init module without param_init_fn: pass param_init_fn "
                 "(as FSDP1 allows), or materialise the module before sharding it"
             )
 
-    def _move(self, module: nn.Module, ignored: _Ignored, device: torch.device) -> None:
+    def _move(self, module: nn.Module, ignored: Ignored, device: torch.device) -> None:
         """FSDP1's ``device_id``: the unit's CPU parameters and buffers go to ``device``,
         those of ignored modules stay where they are."""
         if device.type == "cpu":
             return
-        ignored_buffers = {b for m in ignored.modules for b in m.buffers()}
         with torch.no_grad():
             for m in _unit_modules(module, set(self.units)):
                 for p in m.parameters(recurse=False):
@@ -300,10 +272,10 @@ class _Builder:
                         if p.grad is not None:
                             p.grad.data = p.grad.to(device)
                 for b in m.buffers(recurse=False):
-                    if b.device.type == "cpu" and b not in ignored_buffers:
+                    if b.device.type == "cpu" and b not in ignored.buffers:
                         b.data = b.to(device)
 
-    def _sync(self, module: nn.Module, ignored: _Ignored, mesh: DeviceMesh) -> None:
+    def _sync(self, module: nn.Module, ignored: Ignored, mesh: DeviceMesh) -> None:
         """FSDP1's ``sync_module_states``: the unit's parameters and every buffer not broadcast
         yet, from the first rank of each mesh dimension's group, across replicas first (FSDP1's
         inter-node group, then intra-node), so that every rank ends with its root's states."""
@@ -331,20 +303,21 @@ class _Builder:
                 )
 
     def _cast_buffers(
-        self, module: nn.Module, ignored: _Ignored, mixed_precision: MixedPrecision | None
+        self, module: nn.Module, ignored: Ignored, mixed_precision: MixedPrecision | None
     ) -> None:
         """FSDP1's ``buffer_dtype``: each buffer takes its innermost unit's (FSDP1 casts at the
-        first forward; units are built innermost first, so the first to see a buffer decides)."""
+        first forward; units are built innermost first, so the first to see a buffer decides),
+        except the buffers of the unit's ignored modules."""
         dtype = None if mixed_precision is None else mixed_precision.buffer_dtype
-        for name, buffer in module.named_buffers():
+        for buffer in module.buffers():
             if buffer in self.typed:
                 continue
             self.typed.add(buffer)
             if dtype is not None and torch.is_floating_point(buffer):
-                if name not in ignored.buffer_names:
+                if buffer not in ignored.buffers:
                     buffer.data = buffer.to(dtype)
 
-    def _check_container_manages_nothing(self, module: nn.Module, ignored: _Ignored) -> None:
+    def _check_container_manages_nothing(self, module: nn.Module, ignored: Ignored) -> None:
         managed = [
             name
             for name, p in module.named_parameters()

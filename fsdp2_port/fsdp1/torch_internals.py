@@ -1,8 +1,9 @@
 """Every private torch name fsdp2-port touches, pinned in one place.
 
 ``fully_shard_like_fsdp1`` must select, ignore, materialise and broadcast exactly what FSDP1
-does, so it calls FSDP1's own machinery instead of re-implementing it; the norm and the
-optimizer use torch's foreach kernels and read its hook registries; compat reads FSDP1's flat
+does without running FSDP1's code, so it reads FSDP1's policy objects and broadcasts with
+torch's bucketed helper; the norm and the optimizer use torch's foreach kernels and read its
+hook registries; compat reads FSDP1's flat
 parameters; the checkpoint converter reads FSDP1's pickles. None of that is public. Each name
 is an entry of ``ENTRY_POINTS``: the torch module that defines it, the name there, what kind
 of thing it is, the parameters we pass (always by keyword where we can, so that a renamed
@@ -25,7 +26,6 @@ import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import chain
-from types import SimpleNamespace
 from typing import Any, Literal
 
 #: ``function``: a callable we call (``params``: what we pass, in torch's order); methods are
@@ -54,70 +54,95 @@ class EntryPoint:
 
 
 ENTRY_POINTS: dict[str, EntryPoint] = {
-    # -- FSDP1's constructor, for fully_shard_like_fsdp1 ------------------------------------
-    "auto_wrap": EntryPoint(
-        "torch.distributed.fsdp._wrap_utils",
-        "_auto_wrap",
-        ("root_module", "policy", "ignored_modules", "ignored_params", "root_kwargs", "fsdp_fn"),
-        "2.1",
-        "FSDP1's auto-wrap: runs the policy (_Policy._run_policy, or _recursive_wrap for "
-        "callables) and calls fsdp_fn(module, **kwargs) children first, with each module's "
-        "own kwargs (CustomPolicy overrides, mixed_precision=None for _module_classes_to_ignore)",
-    ),
-    "init_ignored_module_states": EntryPoint(
-        "torch.distributed.fsdp._init_utils",
-        "_init_ignored_module_states",
-        ("state", "module", "ignored_modules", "ignored_states"),
-        "2.1",
-        "sets state._ignored_modules (subtrees included), state._ignored_params and "
-        "state._ignored_buffer_names from FSDP1's ignored_modules / ignored_states "
-        "(fsdp1_ignored_states)",
-    ),
-    "ignored_modules": EntryPoint(
-        "torch.distributed.fsdp.fully_sharded_data_parallel",
-        "FullyShardedDataParallel._ignored_modules",
+    # -- FSDP1's constructor, for fully_shard_like_fsdp1 (read, never called) ----------------
+    "policy_base": EntryPoint(
+        "torch.distributed.fsdp.wrap",
+        "_Policy",
         (),
         "2.1",
-        "the ignored module subtrees _init_ignored_module_states sets on an FSDP1 state",
-        kind="attribute",
+        "the base of FSDP1's policy objects: an auto_wrap_policy that is one selects its targets "
+        "with _run_policy, any other is a callable asked module by module (fsdp1.units)",
+        kind="value",
     ),
-    "ignored_params": EntryPoint(
-        "torch.distributed.fsdp.fully_sharded_data_parallel",
-        "FullyShardedDataParallel._ignored_params",
+    "run_policy": EntryPoint(
+        "torch.distributed.fsdp.wrap",
+        "_Policy._run_policy",
         (),
         "2.1",
-        "the ignored parameters _init_ignored_module_states sets on an FSDP1 state",
+        "(root_module, ignored_modules, root_kwargs) -> {module: kwargs}: a _Policy's "
+        "selection. Read to tell ModuleWrapPolicy's and CustomPolicy's (re-done in fsdp1.units) "
+        "from a user's own subclass, whose method is user code and is called "
+        "(policy_runner, run_policy)",
         kind="attribute",
     ),
-    "ignored_buffer_names": EntryPoint(
-        "torch.distributed.fsdp.fully_sharded_data_parallel",
-        "FullyShardedDataParallel._ignored_buffer_names",
+    "module_wrap_policy_classes": EntryPoint(
+        "torch.distributed.fsdp.wrap",
+        "ModuleWrapPolicy._module_classes",
         (),
         "2.1",
-        "the ignored buffers' names _init_ignored_module_states sets on an FSDP1 state (their "
-        "dtype is left alone by mixed precision)",
+        "the set of module classes a ModuleWrapPolicy wraps (module_wrap_policy_classes)",
         kind="attribute",
     ),
-    "need_to_materialize_module": EntryPoint(
-        "torch.distributed.fsdp._init_utils",
-        "_need_to_materialize_module",
-        ("module", "ignored_params", "ignored_modules"),
+    "custom_policy_lambda_fn": EntryPoint(
+        "torch.distributed.fsdp.wrap",
+        "CustomPolicy._lambda_fn",
+        (),
         "2.1",
-        "(has meta parameters or buffers, uses torchdistX deferred init) for one FSDP1 unit",
+        "the user's function a CustomPolicy asks about each module (custom_policy_lambda_fn)",
+        kind="attribute",
     ),
-    "materialize_with_param_init_fn": EntryPoint(
-        "torch.distributed.fsdp._init_utils",
-        "_materialize_with_param_init_fn",
-        ("root_module", "param_init_fn", "ignored_modules"),
-        "2.1",
-        "calls param_init_fn on the unit's modules, breadth first, stopping at ignored modules",
+    "mixed_precision_classes_to_ignore": EntryPoint(
+        "torch.distributed.fsdp.api",
+        "MixedPrecision._module_classes_to_ignore",
+        (),
+        "2.0",
+        "the module classes (BatchNorm) FSDP1 makes units of their own without mixed precision "
+        "when there is an auto_wrap_policy (a dataclass field; "
+        "mixed_precision_classes_to_ignore)",
+        kind="attribute",
     ),
-    "materialize_meta_module": EntryPoint(
-        "torch.distributed.fsdp._init_utils",
-        "_materialize_meta_module",
-        ("root_module", "device_from_device_id", "ignored_modules", "device_handle"),
+    "module_wrap_policy": EntryPoint(
+        "torch.distributed.fsdp.wrap",
+        "_module_wrap_policy",
+        (),
+        "2.0",
+        "FSDP1's class-based policy function: recognised in a functools.partial and evaluated "
+        "by fsdp1.units, never called",
+        kind="value",
+    ),
+    "wrap_module_cls_individually": EntryPoint(
+        "torch.distributed.fsdp.wrap",
+        "_wrap_module_cls_individually",
+        (),
+        "1.13",
+        "FSDP1's policy function for mixed precision's exceptions: recognised and evaluated "
+        "by fsdp1.units, never called",
+        kind="value",
+    ),
+    "or_policy": EntryPoint(
+        "torch.distributed.fsdp.wrap",
+        "_or_policy",
+        (),
+        "1.13",
+        "FSDP1's union of policy functions (functools.partial(_or_policy, policies=[...])): "
+        "recognised and evaluated by fsdp1.units, each policy in turn, never called",
+        kind="value",
+    ),
+    "composable_registry": EntryPoint(
+        "torch.distributed._composable.contract",
+        "_get_registry",
+        ("module",),
         "2.1",
-        "to_empty + reset_parameters on the unit's modules that hold states, breadth first",
+        "the composable APIs applied to a module ({name: item} or None): FSDP1 ignores the "
+        "modules composable replicate was applied to (fsdp1.units.resolve_ignored)",
+    ),
+    "apply_to_tensors": EntryPoint(
+        "torch.distributed.utils",
+        "_apply_to_tensors",
+        ("fn", "container"),
+        "1.13",
+        "fn on every tensor of nested containers, rebuilt: torch's traversal that FSDP1's and "
+        "FSDP2's input casts use, for the fp32 hooks around mixed precision's exceptions",
     ),
     "sync_params_and_buffers": EntryPoint(
         "torch.distributed.utils",
@@ -500,20 +525,31 @@ def refuse_fsdp1_tensors(tensors: Iterable[object], tool: str, instead: str) -> 
         )
 
 
-def fsdp1_ignored_states(
-    module: Any, ignored_modules: Any, ignored_states: Any
-) -> tuple[set[Any], set[Any], set[str]]:
-    """What FSDP1 ignores for a unit built on ``module`` with these arguments, by FSDP1's own
-    code: (module subtrees, parameters, buffer names)."""
-    state = SimpleNamespace()
-    call(
-        "init_ignored_module_states",
-        state=state,
-        module=module,
-        ignored_modules=ignored_modules,
-        ignored_states=ignored_states,
-    )
-    return state._ignored_modules, state._ignored_params, state._ignored_buffer_names
+def policy_runner(policy_class: Any) -> Any:
+    """The ``_run_policy`` function a ``_Policy`` class defines or inherits (compared, by
+    ``fsdp1.units``, with ModuleWrapPolicy's and CustomPolicy's; not called)."""
+    return policy_class._run_policy
+
+
+def run_policy(policy: Any, **kwargs: Any) -> Any:
+    """``policy._run_policy(root_module=, ignored_modules=, root_kwargs=)`` for a ``_Policy``
+    whose method is the user's own (FSDP1 calls it so)."""
+    return policy._run_policy(**kwargs)
+
+
+def module_wrap_policy_classes(policy: Any) -> Any:
+    """The module classes a ``ModuleWrapPolicy`` wraps."""
+    return policy._module_classes
+
+
+def custom_policy_lambda_fn(policy: Any) -> Any:
+    """The user's ``lambda_fn`` of a ``CustomPolicy``."""
+    return policy._lambda_fn
+
+
+def mixed_precision_classes_to_ignore(mixed_precision: Any) -> Any:
+    """``MixedPrecision._module_classes_to_ignore``: the classes run without mixed precision."""
+    return mixed_precision._module_classes_to_ignore
 
 
 def fsdp1_shards(state: Any) -> tuple[Any, Any, list[Any]] | None:
