@@ -65,6 +65,7 @@ def main() -> int:
         str(migrated),
         "--nproc-per-node",
         "2",
+        "--forbid-fsdp1",  # the migration must run no FSDP1 code, not only train the same
         "--html",
         str(args.out / "compare.html"),
         "--",

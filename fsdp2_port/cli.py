@@ -278,6 +278,13 @@ def _compare_parser() -> _Parser:
     parser.add_argument("old", metavar="OLD", help="the original script (e.g. FSDP1)")
     parser.add_argument("new", metavar="NEW", help="its migration (e.g. FSDP2)")
     parser.add_argument("--launcher", choices=compare.LAUNCHERS, default=defaults.launcher)
+    parser.add_argument(
+        "--forbid-fsdp1",
+        action="store_true",
+        help="run NEW under fsdp2_port.prove.no_fsdp1: it fails (exit 3) if its code, or "
+        "fsdp2_port's, calls FSDP1's implementation; ranks a script spawns itself "
+        "(--launcher none) are not checked",
+    )
     run = parser.add_argument_group("torchrun (with --launcher torchrun)")
     run.add_argument(
         "--nproc-per-node", type=int, default=defaults.nproc_per_node, help="default 2"

@@ -55,6 +55,10 @@ class CompareError(ValueError):
     """A bad request (pattern, tolerance, launcher options): one line, before any run."""
 
 
+#: The module NEW runs under with ``forbid_fsdp1``.
+GUARD = "fsdp2_port.prove.no_fsdp1"
+
+
 @dataclass(frozen=True)
 class Config:
     old: str = ""
@@ -70,6 +74,9 @@ class Config:
     rtol: Mapping[str, float] = field(default_factory=dict)  # NAME -> rtol, overrides
     dtype: str = "bf16"
     timeout: float = 3600.0
+    #: NEW runs under ``fsdp2_port.prove.no_fsdp1``: a call of FSDP1's implementation from
+    #: its code (or fsdp2_port's) fails it (on every rank, each checking itself)
+    forbid_fsdp1: bool = False
 
 
 @dataclass
@@ -139,8 +146,11 @@ def tolerances(
 def launch_command(config: Config, script: str, label: str) -> list[str]:
     """The command line of one run; ``{run}`` in the script's arguments becomes ``label``."""
     args = [a.replace("{run}", label) for a in config.script_args]
+    target = [script]
+    if config.forbid_fsdp1 and label == "new":
+        target = ["-m", GUARD, script]
     if config.launcher == "none":
-        return [sys.executable, script, *args]
+        return [sys.executable, *target, *args]
     nproc = 2 if config.nproc_per_node is None else config.nproc_per_node
     if config.nnodes in (None, "1") and config.rdzv_endpoint is None:
         rendezvous = ["--standalone"]
@@ -157,7 +167,7 @@ def launch_command(config: Config, script: str, label: str) -> list[str]:
         *rendezvous,
         "--nproc-per-node",
         str(nproc),
-        script,
+        *target,
         *args,
     ]
 

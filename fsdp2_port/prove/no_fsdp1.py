@@ -25,10 +25,11 @@ neither in the user's code nor inside ``fsdp2_port``. What counts, for each Pyth
   not reported.
 
 What it cannot see: calls made from C++ threads torch starts (no Python caller: not counted),
-threads already running when the guard starts, work done in other processes (under
+threads already running when the guard starts, and work done in other processes (under
 ``torchrun`` each rank runs the command and checks itself; ranks a script spawns are not
-checked), and a run ended by ``os._exit``. FSDP1's autograd hooks run from the autograd engine,
-torch's caller: not counted at run time, but the call that registered them (``FSDP(...)``) was.
+checked). A run that ends with ``os._exit`` (``launch.exit_now``) is reported before it ends.
+FSDP1's autograd hooks run from the autograd engine, torch's caller: not counted at run time,
+but the call that registered them (``FSDP(...)``) was.
 
 ``python -m fsdp2_port.prove.no_fsdp1 SCRIPT [ARGS...]`` (or ``-m MODULE [ARGS...]``) runs the
 script as ``__main__`` with its arguments under the guard; afterwards it prints every FSDP1 call
@@ -49,7 +50,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 #: The exit status of the command when the script ran FSDP1 code (and itself exited 0).
 EXIT_FSDP1_CALLS = 3
@@ -297,7 +298,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.argv = [target, *rest]
     status = 0
+    real_exit = os._exit
     with record_fsdp1_calls() as recorded:
+
+        def exit_reporting(status: int) -> NoReturn:
+            """``os._exit`` (``launch.exit_now``: a rank that skips the interpreter's shutdown)
+            ends the process here: the report comes first."""
+            sys.stdout.flush()
+            real_exit(_reported(recorded, status))
+
+        os._exit = exit_reporting
         try:
             if as_module:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -310,11 +320,18 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException:
             traceback.print_exc()
             status = 1
+        finally:
+            os._exit = real_exit
     sys.stdout.flush()
+    return _reported(recorded, status)
+
+
+def _reported(recorded: FSDP1Calls, status: int) -> int:
+    """Print what was recorded; the status to end with (3 instead of 0 after FSDP1 calls)."""
     if recorded:
-        print(f"no_fsdp1: {_rank_prefix()}{recorded.report()}", file=sys.stderr)
+        print(f"no_fsdp1: {_rank_prefix()}{recorded.report()}", file=sys.stderr, flush=True)
         if status == 0:
-            status = EXIT_FSDP1_CALLS
+            return EXIT_FSDP1_CALLS
     return status
 
 
