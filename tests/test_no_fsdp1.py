@@ -336,3 +336,26 @@ def test_a_script_ending_with_os_exit_is_reported_first(tmp_path: Path) -> None:
     )
     assert run.returncode == 3, run.stderr
     assert "always_wrap_policy" in run.stderr
+
+
+@pytest.mark.slow
+def test_forked_children_exit_as_they_asked_and_only_the_guarded_process_reports(tmp_path):
+    """A ``fork`` child (DataLoader workers, pools) ends with ``os._exit`` as well: it must not
+    report the parent's calls again nor exit 3."""
+    script = tmp_path / "forks.py"
+    script.write_text(
+        "import multiprocessing\n"
+        "import torch.distributed.fsdp.wrap as wrap\n"
+        "from torch import nn\n"
+        "from fsdp2_port.prove.launch import exit_now\n"
+        "wrap.always_wrap_policy(nn.Linear(1, 1), True, 0)\n"
+        "child = multiprocessing.get_context('fork').Process(target=print, args=('child',))\n"
+        "child.start()\n"
+        "child.join()\n"
+        "print('child exit', child.exitcode, flush=True)\n"
+        "exit_now(0)\n"
+    )
+    done = _command(str(script))
+    assert done.returncode == EXIT_FSDP1_CALLS, done.stderr
+    assert "child exit 0" in done.stdout
+    assert done.stderr.count("no_fsdp1:") == 1, done.stderr

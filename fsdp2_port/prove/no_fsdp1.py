@@ -298,14 +298,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.argv = [target, *rest]
     status = 0
-    real_exit = os._exit
+    real_exit, guarded = os._exit, os.getpid()
     with record_fsdp1_calls() as recorded:
 
         def exit_reporting(status: int) -> NoReturn:
             """``os._exit`` (``launch.exit_now``: a rank that skips the interpreter's shutdown)
-            ends the process here: the report comes first."""
+            ends the process here: the report comes first. A process forked from it (a
+            ``fork`` multiprocessing child ends with ``os._exit`` too) exits as it asked: the
+            report and the status are the guarded process's."""
             sys.stdout.flush()
-            real_exit(_reported(recorded, status))
+            real_exit(_reported(recorded, status) if os.getpid() == guarded else status)
 
         os._exit = exit_reporting
         try:

@@ -21,27 +21,49 @@ _LINE_LENGTH = 100
 NORMS = "torch.nn.modules.batchnorm._BatchNorm"
 
 
-def argument_edits(analysis: FileAnalysis, call: ast.Call, pure: Pure) -> list[Edit]:
+def module_name(analysis: FileAnalysis, statement: ast.stmt, pure: Pure) -> str:
+    """What the emitted code calls the module: its own text, or, when it is an expression
+    read more than once, the name it is bound to first (the statement's own target, or a
+    fresh ``module``)."""
+    assert pure.module is not None
+    if not pure.hoisted:
+        return analysis.source(pure.module)
+    targets = getattr(statement, "targets", None)
+    if targets and len(targets) == 1 and calls.is_simple(targets[0]):
+        return analysis.source(targets[0])
+    scope = analysis.names.scope_of(statement)
+    for name in ("module", "fsdp_module", "fsdp2_module"):
+        if analysis.names.lookup(name, scope)[0] is None:
+            return name
+    return "fsdp2_root_module"
+
+
+def argument_edits(analysis: FileAnalysis, call: ast.Call, pure: Pure, module: str) -> list[Edit]:
     """Every FSDP1 argument but the module goes; the FSDP2 keywords take the place of the
-    first of them."""
+    first of them; a hoisted module is read from its name."""
+    assert pure.module is not None
+    renamed = [analysis.replace(pure.module, module)] if pure.hoisted else []
     dropped = [a.node for a in calls.arguments(call) if a.value is not pure.module]
     if not dropped:
-        return []
+        return renamed
     first = analysis.lines.start(dropped[0])
     own_line = not analysis.text[analysis.lines.line_start(first) : first].strip()
     newline, indent = analysis.lines.newline(), analysis.lines.indent_at(first)
     separator = f",{newline}{indent}" if own_line else ", "
     replace = {dropped[0]: separator.join(pure.root)} if pure.root else {}
-    return calls.edit_arguments(analysis.lines, call, set(dropped) - set(replace), replace)
+    return renamed + calls.edit_arguments(
+        analysis.lines, call, set(dropped) - set(replace), replace
+    )
 
 
-def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure) -> str:
+def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: str) -> str:
     """What runs before the root's ``fully_shard``, at the statement's indentation."""
     indent = analysis.lines.indent_at(analysis.statement_start(statement))
     newline = analysis.lines.newline()
     unit = indent_unit(analysis)
-    root = analysis.source(pure.module)  # type: ignore[arg-type]
     out = []
+    if pure.hoisted:
+        out.append(f"{indent}{root} = {analysis.source(pure.module)}")  # type: ignore[arg-type]
     if pure.device is not None:
         out.append(f"{indent}{root}.to({pure.device})")
     if pure.sync is not None:

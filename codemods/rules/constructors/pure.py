@@ -93,6 +93,9 @@ class Pure:
     #: the param dtype's text when FSDP1 keeps BatchNorm units in full precision (a policy
     #: with mixed precision: ``MixedPrecision._module_classes_to_ignore``'s default)
     full_precision_norms: str | None = None
+    #: the module is an expression read more than once (``FSDP(Net(), ...)`` with a policy):
+    #: it is bound to a name first, once
+    hoisted: bool = False
 
 
 def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
@@ -124,9 +127,13 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
         if not (calls.is_simple(device) or _device_call(analysis, device)):
             out.blockers.append("device_id is an expression")
         out.device = analysis.source(device)
-    needs_simple = out.classes is not None or out.device is not None or out.buffer_dtype
-    if needs_simple and not calls.is_simple(out.module):  # type: ignore[arg-type]
-        out.blockers.append("the module expression is used twice: assign it to a name first")
+    needs_simple = (
+        out.classes is not None
+        or out.device is not None
+        or out.buffer_dtype is not None
+        or out.sync is not None
+    )
+    out.hoisted = needs_simple and not calls.is_simple(out.module)  # type: ignore[arg-type]
     if out.full_precision_norms is not None:
         out.names.add("MixedPrecisionPolicy")
     return out

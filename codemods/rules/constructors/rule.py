@@ -127,6 +127,9 @@ class ConstructorRule:
         )
         if needs_lines and not _stands_alone(analysis, statement):
             found.blockers.append("the call shares its line with other code: put it on its own")
+        elif needs_lines and getattr(statement, "value", None) is not call:
+            # code put before the statement must run exactly when the call does
+            found.blockers.append("the call is part of an expression: give it a statement")
         if not found.blockers:
             self._plain(analysis, call, cid, found)
             return found
@@ -168,9 +171,10 @@ class ConstructorRule:
 
     def _plain(self, analysis: FileAnalysis, call: ast.Call, cid: str, found: Pure) -> None:
         statement = analysis.names.statement(call)
+        module = emit.module_name(analysis, statement, found)
         edits = [analysis.replace(call.func, "fully_shard")]
-        edits += emit.argument_edits(analysis, call, found)
-        before = emit.lines_before(analysis, statement, found)
+        edits += emit.argument_edits(analysis, call, found, module)
+        before = emit.lines_before(analysis, statement, found, module)
         if before:
             start = analysis.statement_start(statement)
             edits.append(Edit(start, start, before))

@@ -38,3 +38,12 @@ def offload_flag(model, args):
 def strategy_by_name(model, classes):
     strategy = ShardingStrategy.SHARD_GRAD_OP
     return FSDP(model, sharding_strategy=strategy, auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes))
+
+
+def conditional(model, classes, wrap):
+    model = FSDP(model, auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes)) if wrap else model
+    return model
+
+
+def built_here(make, classes):
+    return FSDP(make(), auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes))

@@ -8,6 +8,7 @@ from torch.distributed.fsdp import (
     OffloadPolicy,
     fully_shard,
 )
+from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
 from mymodel import get_block
 import torch
@@ -58,3 +59,16 @@ def strategy_by_name(model, classes):
         if submodule is not model and isinstance(submodule, tuple(classes)):
             fully_shard(submodule, reshard_after_forward=False)
     return fully_shard(model, reshard_after_forward=False)
+
+
+def conditional(model, classes, wrap):
+    model = fully_shard_like_fsdp1(model, auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes)) if wrap else model
+    return model
+
+
+def built_here(make, classes):
+    module = make()
+    for submodule in reversed(list(module.modules())):
+        if submodule is not module and isinstance(submodule, tuple(classes)):
+            fully_shard(submodule)
+    return fully_shard(module)
