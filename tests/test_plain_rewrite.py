@@ -5,7 +5,8 @@ BatchNorm's running statistics) must agree.
 
 The sources are what real code writes (``**kwargs`` from a dict shared by two constructors, a
 policy and mixed precision bound to names, a runtime class set, ``buffer_dtype``, offload
-chosen by a flag, BatchNorm under a policy with mixed precision); the migration must be plain:
+chosen by a flag, BatchNorm under a policy with mixed precision; Lumina's shape: a lambda
+policy, a process group, strategy and dtype chosen by a key); the migration must be plain:
 no ``fully_shard_like_fsdp1`` and no FSDP1 name left. CPU offload needs an accelerator (pinned
 memory), so its branch is checked as text only.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from codemods import engine, registry
@@ -32,7 +34,11 @@ import functools
 import torch
 from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-from torch.distributed.fsdp.wrap import ModuleWrapPolicy, transformer_auto_wrap_policy
+from torch.distributed.fsdp.wrap import (
+    ModuleWrapPolicy,
+    lambda_auto_wrap_policy,
+    transformer_auto_wrap_policy,
+)
 
 
 def build(net, twin, block, dtype, offload):
@@ -54,6 +60,25 @@ def build(net, twin, block, dtype, offload):
 def build_by_classes(net, classes):
     policy = ModuleWrapPolicy(classes)
     net = FSDP(net, auto_wrap_policy=policy, device_id=torch.device("cpu"))
+    return net
+
+
+def build_by_choices(net, group, choice, precision):
+    net = FSDP(
+        net,
+        auto_wrap_policy=functools.partial(
+            lambda_auto_wrap_policy, lambda_fn=lambda m: m in list(net.blocks)
+        ),
+        process_group=group,
+        sharding_strategy={
+            "fsdp": ShardingStrategy.FULL_SHARD,
+            "sdp": ShardingStrategy.SHARD_GRAD_OP,
+        }[choice],
+        mixed_precision=MixedPrecision(
+            param_dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[precision],
+        ),
+        device_id=torch.device("cpu"),
+    )
     return net
 """
 
@@ -117,9 +142,13 @@ def _compare(rank: int, world: int, source: str, migrated: str, case: str, rtol:
             model, twin = namespace["build"](_net(), _net(), GainBlock, torch.bfloat16, False)
             results.append(_train(model, rank, world, torch.bfloat16))
             results.append(_train(twin, rank, world, torch.float32))
-        else:
+        elif case == "classes":
             model = namespace["build_by_classes"](_net(), {GainBlock, nn.BatchNorm1d})
             results.append(_train(model, rank, world, torch.float32))
+        else:  # a lambda policy, a process group, strategy and dtype chosen by a key
+            group = dist.new_group(list(range(world)))
+            model = namespace["build_by_choices"](_net(), group, "sdp", "bf16")
+            results.append(_train(model, rank, world, torch.bfloat16))
     half = len(results) // 2
     for old, new in zip(results[:half], results[half:]):
         for step, (a, b) in enumerate(zip(old, new)):
@@ -138,7 +167,7 @@ def migrated() -> str:
 
 @pytest.mark.parametrize(
     ("case", "rtol"),
-    [("shared", 1e-6), ("classes", 1e-6)],
+    [("shared", 1e-6), ("classes", 1e-6), ("choices", 1e-6)],
 )
 def test_plain_rewrite_trains_as_fsdp1_did(migrated: str, case: str, rtol: float) -> None:
     run_ranks(_compare, 2, SOURCE, migrated, case, rtol, timeout=120)

@@ -12,7 +12,7 @@ import ast
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
-from codemods.rules.constructors.pure import Pure
+from codemods.rules.constructors.pure import UNIT, Pure
 from codemods.text import Edit
 
 _LINE_LENGTH = 100
@@ -64,6 +64,9 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
     out = []
     if pure.hoisted:
         out.append(f"{indent}{root} = {analysis.source(pure.module)}")  # type: ignore[arg-type]
+    for name, value in pure.bound_first:
+        first, *rest = value.split("\n")
+        out += [f"{indent}{name} = {first}", *(indent + line for line in rest)]
     if pure.device is not None:
         out.append(f"{indent}{root}.to({pure.device})")
     if pure.sync is not None:
@@ -73,10 +76,13 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
         out.append(
             f"{inner}for tensor in [*{root}.parameters(), *{root}.buffers()]:  # sync_module_states"
         )
-        out.append(f"{inner}{unit}torch.distributed.broadcast(tensor.detach(), src=0)")
+        source = "src=0"  # FSDP1 broadcast from its group's first rank
+        if pure.group_mesh is not None:
+            source = f"group={pure.group_mesh}.get_group(), group_src=0"
+        out.append(f"{inner}{unit}torch.distributed.broadcast(tensor.detach(), {source})")
     if pure.buffer_dtype is not None:
         out += _buffer_casts(pure, root, indent, unit)
-    if pure.classes is not None:
+    if pure.selects is not None:
         out += _units(analysis, statement, pure, root, indent, unit)
     return "".join(line + newline for line in out)
 
@@ -118,13 +124,15 @@ def _units(
             "mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, "
             f"output_dtype={pure.full_precision_norms})"
         )
+        # FSDP1 wrapped them with the root's arguments, mixed precision aside
+        same = [k for k in pure.children if not k.startswith("mp_policy=")]
         out.append(f"{indent}{unit}if {name} is not {root} and isinstance({name}, {NORMS}):")
-        out += _call(name, [norms], inner, unit).splitlines()
-        out.append(
-            f"{indent}{unit}elif {name} is not {root} and isinstance({name}, {pure.classes}):"
-        )
+        out += _call(name, [*same, norms], inner, unit).splitlines()
+        keyword = "elif"
     else:
-        out.append(f"{indent}{unit}if {name} is not {root} and isinstance({name}, {pure.classes}):")
+        keyword = "if"
+    selects = pure.selects.replace(UNIT, name)  # type: ignore[union-attr]
+    out.append(f"{indent}{unit}{keyword} {name} is not {root} and {selects}:")
     out += _call(name, pure.children, inner, unit).splitlines()
     return out
 

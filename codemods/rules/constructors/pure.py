@@ -57,6 +57,14 @@ _DEVICE_FUNCTIONS = (
     "torch.accelerator.current_device_index",
 )
 SPREAD = "FSDP1 keyword arguments"
+#: Where ``fully_shard`` lives from torch 2.6, which also broadcasts by ``group_src``.
+FSDP2_PUBLIC_MODULE = "torch.distributed.fsdp"
+#: Stands for the unit in ``Pure.selects``.
+UNIT = "\x00unit\x00"
+_DEVICE_TYPES = {
+    "torch.cuda.current_device": "cuda",
+    "torch.accelerator.current_device_index": None,
+}
 
 
 @dataclass(frozen=True)
@@ -79,8 +87,9 @@ class Pure:
     #: keyword texts for fully_shard on the root and on the units the policy selects
     root: list[str] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
-    #: the ``isinstance`` target of the units (``(Block, Embedding)``, ``tuple(classes)``)
-    classes: str | None = None
+    #: the condition a unit meets, ``UNIT`` standing for it (``isinstance(UNIT, (Block,))``,
+    #: ``UNIT in list(model.layers)``): FSDP1's wrap policy as code
+    selects: str | None = None
     removable: list[Removable] = field(default_factory=list)
     #: FSDP2 names the rewrite imports
     names: set[str] = field(default_factory=set)
@@ -88,6 +97,8 @@ class Pure:
     sync: str | None = None
     #: ``device_id``'s text, when the module moves there first
     device: str | None = None
+    #: the mesh a process group became: ``sync_module_states`` broadcasts within its group
+    group_mesh: str | None = None
     #: ``buffer_dtype``'s text: floating buffers are cast to it
     buffer_dtype: str | None = None
     #: the param dtype's text when FSDP1 keeps BatchNorm units in full precision (a policy
@@ -96,6 +107,9 @@ class Pure:
     #: the module is an expression read more than once (``FSDP(Net(), ...)`` with a policy):
     #: it is bound to a name first, once
     hoisted: bool = False
+    #: ``(name, expression)`` evaluated once before anything else, as FSDP1 evaluated its
+    #: arguments (a mesh from a process group, a dtype computed at run time)
+    bound_first: list[tuple[str, str]] = field(default_factory=list)
 
 
 def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
@@ -106,12 +120,8 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
     values = out.values
     out.names.add("fully_shard")
     _strategy_and_mesh(analysis, out)
-    group = values.get("process_group")
-    if group is not None and not (
-        calls.is_none(group) or analysis.resolves_to(group, "torch.distributed.group.WORLD")
-    ):
-        out.blockers.append("process_group other than WORLD")
-    _mixed_precision(analysis, out)
+    _process_group(analysis, call, out)
+    _mixed_precision(analysis, call, out)
     _offload(analysis, out)
     _wrap_policy(analysis, out)
     for name in ("ignored_modules", "ignored_states", "param_init_fn"):
@@ -128,7 +138,7 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
             out.blockers.append("device_id is an expression")
         out.device = analysis.source(device)
     needs_simple = (
-        out.classes is not None
+        out.selects is not None
         or out.device is not None
         or out.buffer_dtype is not None
         or out.sync is not None
@@ -320,14 +330,18 @@ def _strategy_and_mesh(analysis: FileAnalysis, out: Pure) -> None:
     mesh = out.values.get("device_mesh")
     if strategy is not None:
         kind = (analysis.fsdp1_name(strategy) or "").removeprefix("ShardingStrategy.")
-        if kind not in _RESHARD:
-            out.blockers.append(
-                "sharding_strategy is not a literal FULL_SHARD/SHARD_GRAD_OP/HYBRID_SHARD"
-            )
-        elif kind.startswith(("HYBRID", "_HYBRID")) and (mesh is None or calls.is_none(mesh)):
+        reshard = _reshard(analysis, strategy)
+        if kind.startswith(("HYBRID", "_HYBRID")) and (mesh is None or calls.is_none(mesh)):
             out.blockers.append(f"{kind} without device_mesh: FSDP2 needs a 2-D mesh")
+        elif kind in _RESHARD:
+            reshard = str(_RESHARD[kind])
+        if reshard is None:
+            out.blockers.append(
+                "sharding_strategy is not FULL_SHARD/SHARD_GRAD_OP (or a choice between them "
+                "written here)"
+            )
         else:
-            text = f"reshard_after_forward={_RESHARD[kind]}"
+            text = f"reshard_after_forward={reshard}"
             out.root.append(text)
             out.children.append(text)
     if mesh is not None and not calls.is_none(mesh):
@@ -338,7 +352,78 @@ def _strategy_and_mesh(analysis: FileAnalysis, out: Pure) -> None:
         out.children.insert(0, text)
 
 
-def _mixed_precision(analysis: FileAnalysis, out: Pure) -> None:
+def _reshard(analysis: FileAnalysis, node: ast.expr) -> str | None:
+    """``reshard_after_forward``'s text for a choice between non-hybrid strategies written
+    here: ``{"fsdp": FULL_SHARD, "sdp": SHARD_GRAD_OP}[key]``, ``A if flag else B``."""
+    kind = (analysis.fsdp1_name(node) or "").removeprefix("ShardingStrategy.")
+    if kind in ("FULL_SHARD", "SHARD_GRAD_OP"):
+        return str(_RESHARD[kind])
+    if isinstance(node, ast.IfExp) and _is_flag(node.test):
+        body, orelse = _reshard(analysis, node.body), _reshard(analysis, node.orelse)
+        if body is not None and orelse is not None:
+            return f"{body} if {analysis.source(node.test)} else {orelse}"
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Dict)
+        and _is_flag(node.slice)
+        and all(isinstance(k, ast.Constant) for k in node.value.keys)
+    ):
+        texts = [_reshard(analysis, v) for v in node.value.values]
+        if all(x is not None for x in texts):
+            keys = [analysis.source(k) for k in node.value.keys]  # type: ignore[arg-type]
+            pairs = ", ".join(f"{k}: {x}" for k, x in zip(keys, texts))
+            return f"{{{pairs}}}[{analysis.source(node.slice)}]"
+    return None
+
+
+def _process_group(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
+    """A process group other than WORLD: a 1-D mesh over it, built once; its device type is
+    the one ``device_id`` names (FSDP1 took it from there)."""
+    group = out.values.get("process_group")
+    if group is None or calls.is_none(group):
+        return
+    if analysis.resolves_to(group, "torch.distributed.group.WORLD"):
+        return
+    if isinstance(group, ast.Tuple) or "device_mesh" in out.values:
+        out.blockers.append("process_group is a pair of groups (or comes with device_mesh)")
+        return
+    device_type = _device_type(analysis, out.values.get("device_id"))
+    if device_type is None:
+        out.blockers.append("process_group without a device_id naming the device type")
+        return
+    name = _fresh(analysis, call, out, "mesh")
+    mesh = f'DeviceMesh.from_group({analysis.source(group)}, "{device_type}")'
+    out.bound_first.append((name, mesh))
+    out.names.add("DeviceMesh")
+    out.group_mesh = name
+    out.root.insert(0, f"mesh={name}")
+    out.children.insert(0, f"mesh={name}")
+
+
+def _device_type(analysis: FileAnalysis, device: ast.expr | None) -> str | None:
+    """``"cuda"`` for ``torch.cuda.current_device()`` or ``torch.device("cuda", ...)``."""
+    if not isinstance(device, ast.Call):
+        return None
+    if analysis.resolves_to(device.func, "torch.cuda.current_device"):
+        return "cuda"
+    if analysis.resolves_to(device.func, "torch.device") and device.args:
+        first = device.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            return first.value.split(":")[0]
+    return None
+
+
+def _fresh(analysis: FileAnalysis, call: ast.Call, out: Pure, base: str) -> str:
+    """A name free in the call's scope (and not taken by this rewrite)."""
+    scope = analysis.names.scope_of(call)
+    taken = {name for name, _ in out.bound_first}
+    for name in (base, f"fsdp_{base}", f"fsdp2_{base}"):
+        if name not in taken and analysis.names.lookup(name, scope)[0] is None:
+            return name
+    return f"fsdp2_{base}_{len(taken)}"
+
+
+def _mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     value = _value(analysis, out, "mixed_precision")
     if value is None:
         return
@@ -350,11 +435,13 @@ def _mixed_precision(analysis: FileAnalysis, out: Pure) -> None:
         out.blockers.append("MixedPrecision(...) with unusual arguments")
         return
     fields = []
-    for name in ("param_dtype", "reduce_dtype"):
+    dtypes: dict[str, str] = {}
+    for name in ("param_dtype", "reduce_dtype", "buffer_dtype"):
         if name in bound and not calls.is_none(bound[name].value):
-            if not calls.is_simple(bound[name].value):
-                out.blockers.append(f"MixedPrecision {name} is an expression")
-            fields.append(f"{name}={analysis.source(bound[name].value)}")
+            dtypes[name] = _once(analysis, call, out, name, bound[name].value)
+    fields = [
+        f"{name}={dtypes[name]}" for name in ("param_dtype", "reduce_dtype") if name in dtypes
+    ]
     flags = {n: calls.literal_bool(bound[n].value) for n in bound if n.startswith(("cast", "keep"))}
     if any(v is None for v in flags.values()):
         out.blockers.append("MixedPrecision flags are runtime values")
@@ -363,15 +450,9 @@ def _mixed_precision(analysis: FileAnalysis, out: Pure) -> None:
         out.blockers.append("keep_low_precision_grads=True")
     if "_module_classes_to_ignore" in bound:
         out.blockers.append("_module_classes_to_ignore is set")
-    buffer = bound.get("buffer_dtype")
-    if buffer is not None and not calls.is_none(buffer.value):
-        if not calls.is_simple(buffer.value):
-            out.blockers.append("MixedPrecision buffer_dtype is an expression")
-        out.buffer_dtype = analysis.source(buffer.value)
-    param = bound.get("param_dtype")
-    out.full_precision_norms = (
-        analysis.source(param.value) if param is not None else "None"
-    )  # kept only with a policy (see _wrap_policy)
+    out.buffer_dtype = dtypes.get("buffer_dtype")
+    # kept only with a policy (see _wrap_policy)
+    out.full_precision_norms = dtypes.get("param_dtype", "None")
     root_cast = flags.get("cast_root_forward_inputs", True) or flags.get(
         "cast_forward_inputs", False
     )
@@ -383,6 +464,25 @@ def _mixed_precision(analysis: FileAnalysis, out: Pure) -> None:
     child = ", ".join(fields + ([] if child_cast else ["cast_forward_inputs=False"]))
     out.root.append(f"mp_policy=MixedPrecisionPolicy({root})")
     out.children.append(f"mp_policy=MixedPrecisionPolicy({child})")
+
+
+def _once(analysis: FileAnalysis, call: ast.Call, out: Pure, base: str, value: ast.expr) -> str:
+    """A value's text where the rewrite may read it several times: its own when it reads the
+    same every time, else a name it is bound to first (evaluated once, as FSDP1 did)."""
+    if calls.is_simple(value):
+        return analysis.source(value)
+    name = _fresh(analysis, call, out, base)
+    out.bound_first.append((name, _dedented(analysis, value)))
+    return name
+
+
+def _dedented(analysis: FileAnalysis, value: ast.expr) -> str:
+    """A value's source with its continuation lines moved left as far as its first line's
+    indentation allows (it moves to a statement of its own, less indented)."""
+    lines = analysis.source(value).splitlines()
+    indent = len(analysis.lines.indent_at(analysis.lines.start(value)))
+    rest = [line[indent:] if line[:indent].isspace() else line for line in lines[1:]]
+    return "\n".join([lines[0], *rest])
 
 
 def _offload(analysis: FileAnalysis, out: Pure) -> None:
@@ -437,39 +537,83 @@ def _wrap_policy(analysis: FileAnalysis, out: Pure) -> None:
     if value is None:
         out.full_precision_norms = None  # FSDP1 overrides BatchNorm only under a policy
         return
-    classes = None
+    selects = None
     if isinstance(value, ast.Call):
+        policy = analysis.fsdp1_name(value.args[0]) if value.args else None
+        keyword = value.keywords[0] if len(value.keywords) == 1 else None
         if (
             analysis.fsdp1_name(value.func) == "ModuleWrapPolicy"
             and len(value.args) == 1
             and not value.keywords
         ):
-            classes = _classes(analysis, value.args[0])
+            selects = _classes(analysis, value.args[0])
         elif (
             analysis.resolves_to(value.func, "functools.partial")
             and len(value.args) == 1
-            and analysis.fsdp1_name(value.args[0]) == "transformer_auto_wrap_policy"
-            and len(value.keywords) == 1
-            and value.keywords[0].arg == "transformer_layer_cls"
+            and keyword is not None
         ):
-            classes = _classes(analysis, value.keywords[0].value)
-    if classes is None:
+            if policy == "transformer_auto_wrap_policy" and keyword.arg == "transformer_layer_cls":
+                selects = _classes(analysis, keyword.value)
+            elif policy == "lambda_auto_wrap_policy" and keyword.arg == "lambda_fn":
+                selects = _predicate(analysis, keyword.value)
+    if selects is None:
         out.blockers.append(
-            "auto_wrap_policy is not transformer_auto_wrap_policy/ModuleWrapPolicy of classes"
+            "auto_wrap_policy is not transformer_auto_wrap_policy/ModuleWrapPolicy of classes "
+            "or lambda_auto_wrap_policy"
         )
         return
-    out.classes = classes
+    out.selects = selects
+
+
+def _predicate(analysis: FileAnalysis, fn: ast.expr) -> str | None:
+    """``lambda_fn`` as a condition on ``UNIT``: a one-argument lambda's body with its
+    argument replaced, or a call of a named function."""
+    if calls.is_simple(fn) and not isinstance(fn, ast.Constant):
+        return f"{analysis.source(fn)}({UNIT})"
+    if not isinstance(fn, ast.Lambda) or len(fn.args.args) != 1 or _other_arguments(fn):
+        return None
+    argument = fn.args.args[0].arg
+    rebinds = [
+        n
+        for n in ast.walk(fn.body)
+        if isinstance(n, (ast.Lambda, ast.comprehension, ast.NamedExpr))
+    ]
+    if rebinds:
+        return f"({analysis.source(fn)})({UNIT})"
+    reads = sorted(
+        (n for n in ast.walk(fn.body) if isinstance(n, ast.Name) and n.id == argument),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    text = analysis.source(fn.body)
+    base = analysis.lines.start(fn.body)
+    for read in reversed(reads):
+        start, end = analysis.lines.start(read) - base, analysis.lines.end(read) - base
+        text = text[:start] + UNIT + text[end:]
+    if "\n" in text:
+        return f"({analysis.source(fn)})({UNIT})"
+    return f"({text})"
+
+
+def _other_arguments(fn: ast.Lambda) -> bool:
+    arguments = fn.args
+    return bool(
+        arguments.posonlyargs
+        or arguments.kwonlyargs
+        or arguments.vararg
+        or arguments.kwarg
+        or arguments.defaults
+    )
 
 
 def _classes(analysis: FileAnalysis, node: ast.expr) -> str | None:
-    """The ``isinstance`` target for a policy's classes: a literal collection, or a name."""
+    """The condition on ``UNIT`` for a policy's classes: a literal collection, or a name."""
     if isinstance(node, (ast.Set, ast.List, ast.Tuple)) and node.elts:
         if not all(calls.is_simple(e) and not isinstance(e, ast.Starred) for e in node.elts):
             return None
         kinds = [analysis.source(e) for e in node.elts]
-        return "(" + ", ".join(kinds) + ("," if len(kinds) == 1 else "") + ")"
+        return f"isinstance({UNIT}, (" + ", ".join(kinds) + ("," if len(kinds) == 1 else "") + "))"
     if calls.is_simple(node) and not isinstance(node, ast.Constant):
-        return f"tuple({analysis.source(node)})"
+        return f"isinstance({UNIT}, tuple({analysis.source(node)}))"
     return None
 
 
@@ -482,6 +626,8 @@ def _sync(analysis: FileAnalysis, out: Pure) -> None:
         out.blockers.append("sync_module_states is an expression: assign it to a name first")
     elif flag is not False:
         out.sync = "" if flag else analysis.source(sync)
+        if out.group_mesh is not None and analysis.options.fsdp2_module != FSDP2_PUBLIC_MODULE:
+            out.blockers.append("sync_module_states within a process group before torch 2.6")
 
 
 def _is_flag(node: ast.expr) -> bool:

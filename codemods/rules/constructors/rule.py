@@ -87,6 +87,8 @@ class ConstructorRule:
         "MixedPrecisionPolicy": "torch.distributed.fsdp:MixedPrecisionPolicy",
         "CPUOffloadPolicy": "torch.distributed.fsdp:CPUOffloadPolicy",
         "OffloadPolicy": "torch.distributed.fsdp:OffloadPolicy",
+        "DeviceMesh.from_group": "torch.distributed.device_mesh:DeviceMesh.from_group",
+        "torch.distributed.broadcast": "torch.distributed:broadcast",
         "fully_shard_like_fsdp1": "fsdp2_port:fully_shard_like_fsdp1",
     }
 
@@ -120,10 +122,12 @@ class ConstructorRule:
         found = pure(analysis, call)
         statement = analysis.names.statement(call)
         needs_lines = (
-            found.classes is not None
+            found.selects is not None
             or found.device is not None
             or found.sync is not None
             or found.buffer_dtype is not None
+            or bool(found.bound_first)
+            or found.hoisted
         )
         if needs_lines and not _stands_alone(analysis, statement):
             found.blockers.append("the call shares its line with other code: put it on its own")
@@ -179,18 +183,24 @@ class ConstructorRule:
             start = analysis.statement_start(statement)
             edits.append(Edit(start, start, before))
         imports = [
-            analysis.import_for(call.func, analysis.options.fsdp2_module, n)
+            analysis.import_for(
+                call.func,
+                "torch.distributed.device_mesh"
+                if n == "DeviceMesh"
+                else analysis.options.fsdp2_module,
+                n,
+            )
             for n in sorted(found.names)
         ]
         if found.sync is not None:
             imports.append(analysis.module_import("torch.distributed"))
-        if found.full_precision_norms is not None and found.classes is not None:
+        if found.full_precision_norms is not None and found.selects is not None:
             imports.append(analysis.module_import("torch"))
         code, message = "F2P002", "FSDP(...) -> fully_shard(...)"
-        if found.classes is not None:
+        if found.selects is not None:
             code = "F2P003"
             message = (
-                "FSDP(..., auto_wrap_policy=<classes>) -> fully_shard on each submodule it "
+                "FSDP(..., auto_wrap_policy=<policy>) -> fully_shard on each submodule it "
                 "selects, then on the root"
             )
         analysis.add(

@@ -27,6 +27,7 @@ def build(policy, reference, rank, cfg):
         if submodule is not policy and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
             fully_shard(
                 submodule,
+                reshard_after_forward=True,
                 mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=cfg.dtype),
             )
         elif submodule is not policy and isinstance(submodule, (wrap_class,)):

@@ -1,0 +1,68 @@
+import functools
+
+import torch
+from fsdp2_port import fully_shard_like_fsdp1
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+import fs_init
+
+
+def setup_fsdp_sync(model, args):
+    mesh = DeviceMesh.from_group(fs_init.get_data_parallel_group(), "cuda")
+    param_dtype = {
+        "fp32": torch.float,
+        "bf16": torch.bfloat16,
+    }[args.precision]
+    model.to(torch.cuda.current_device())
+    for tensor in [*model.parameters(), *model.buffers()]:  # sync_module_states
+        torch.distributed.broadcast(tensor.detach(), group=mesh.get_group(), group_src=0)
+    for submodule in reversed(list(model.modules())):
+        if submodule is not model and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+            fully_shard(
+                submodule,
+                mesh=mesh,
+                reshard_after_forward={"fsdp": True, "sdp": False}[args.data_parallel],
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=param_dtype),
+            )
+        elif submodule is not model and (submodule in model.get_fsdp_wrap_module_list()):
+            fully_shard(
+                submodule,
+                mesh=mesh,
+                reshard_after_forward={"fsdp": True, "sdp": False}[args.data_parallel],
+                mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32, cast_forward_inputs=False),
+            )
+    model = fully_shard(
+        model,
+        mesh=mesh,
+        reshard_after_forward={"fsdp": True, "sdp": False}[args.data_parallel],
+        mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32),
+    )
+    torch.cuda.synchronize()
+    return model
+
+
+def by_function(model, is_block, shard):
+    param_dtype = next(model.parameters()).dtype
+    for submodule in reversed(list(model.modules())):
+        if submodule is not model and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+            fully_shard(
+                submodule,
+                reshard_after_forward=True if shard else False,
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=param_dtype),
+            )
+        elif submodule is not model and is_block(submodule):
+            fully_shard(
+                submodule,
+                reshard_after_forward=True if shard else False,
+                mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, cast_forward_inputs=False),
+            )
+    return fully_shard(
+        model,
+        reshard_after_forward=True if shard else False,
+        mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype),
+    )
+
+
+def no_device_type(model, group):
+    return fully_shard_like_fsdp1(model, process_group=group)
