@@ -146,7 +146,8 @@ def _is_fsdp1(module: nn.Module) -> bool:
     """Whether ``module`` holds FSDP1 instances; a mix with FSDP2 modules is refused."""
     from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 
-    if not FullyShardedDataParallel.fsdp_modules(module):
+    # what FSDP.fsdp_modules(module) finds, without running FSDP1 code on an FSDP2 model
+    if not any(isinstance(m, FullyShardedDataParallel) for m in module.modules()):
         return False
     if any(isinstance(m, FSDPModule) for m in module.modules()):
         raise ValueError(
