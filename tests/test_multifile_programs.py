@@ -102,6 +102,7 @@ def _compare(original: Path, migrated: Path, dtype: str, args: list[str], *extra
         "json",
         "--timeout",
         "240",
+        "--forbid-fsdp1",
         *extra,
         "--",
         *args,
