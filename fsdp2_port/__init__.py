@@ -14,6 +14,7 @@ _LAZY = {
     "BF16Optimizer": "fsdp2_port.train.bf16_optimizer",
     "clip_grad_norm_": "fsdp2_port.train.clip",
     "fully_shard_like_fsdp1": "fsdp2_port.fsdp1.like_fsdp1",
+    "materialize_like_fsdp1": "fsdp2_port.fsdp1.like_fsdp1",
     "global_grad_norm": "fsdp2_port.train.clip",
     # FSDP1's module APIs, right on FSDP1, FSDP2 and DDP alike (the codemod's runtime target)
     "fsdp_modules": "fsdp2_port.fsdp1.fsdp1_api",

@@ -6,7 +6,8 @@ BatchNorm's running statistics) must agree.
 The sources are what real code writes (``**kwargs`` from a dict shared by two constructors, a
 policy and mixed precision bound to names, a runtime class set, ``buffer_dtype``, offload
 chosen by a flag, BatchNorm under a policy with mixed precision; Lumina's shape: a lambda
-policy, a process group, strategy and dtype chosen by a key); the migration must be plain:
+policy, a process group, strategy and dtype chosen by a key; ``param_init_fn`` on a meta-device
+model, through ``fsdp2_port.materialize_like_fsdp1``); the migration must be plain:
 no ``fully_shard_like_fsdp1`` and no FSDP1 name left. CPU offload needs an accelerator (pinned
 memory), so its branch is checked as text only.
 
@@ -63,6 +64,18 @@ def build_by_classes(net, classes):
     return net
 
 
+def build_on_meta(net, classes, init):
+    net = FSDP(
+        net,
+        auto_wrap_policy=functools.partial(
+            transformer_auto_wrap_policy, transformer_layer_cls=classes
+        ),
+        param_init_fn=init,
+        device_id=torch.device("cpu"),
+    )
+    return net
+
+
 def build_by_choices(net, group, choice, precision):
     net = FSDP(
         net,
@@ -116,6 +129,17 @@ def _net() -> Net:
     return Net()
 
 
+def _init(module: nn.Module) -> None:
+    """A ``param_init_fn`` that draws from the RNG: only FSDP1's order of calls gives FSDP1's
+    weights."""
+    module.to_empty(device="cpu", recurse=False)
+    with torch.no_grad():
+        for parameter in module.parameters(recurse=False):
+            parameter.normal_(0, 0.3)
+        for name, buffer in module.named_buffers(recurse=False):
+            buffer.fill_(1 if name in ("running_var", "gain") else 0)
+
+
 def _train(model: nn.Module, rank: int, world: int, dtype: torch.dtype) -> list[torch.Tensor]:
     """Losses of 4 Adam steps on this rank's rows, then the eval output on a fixed batch."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -145,6 +169,12 @@ def _compare(rank: int, world: int, source: str, migrated: str, case: str, rtol:
         elif case == "classes":
             model = namespace["build_by_classes"](_net(), {GainBlock, nn.BatchNorm1d})
             results.append(_train(model, rank, world, torch.float32))
+        elif case == "meta":  # param_init_fn on a meta-device model: its RNG draws in order
+            with torch.device("meta"):
+                net = Net()
+            torch.manual_seed(7)
+            model = namespace["build_on_meta"](net, {GainBlock, nn.BatchNorm1d}, _init)
+            results.append(_train(model, rank, world, torch.float32))
         else:  # a lambda policy, a process group, strategy and dtype chosen by a key
             group = dist.new_group(list(range(world)))
             model = namespace["build_by_choices"](_net(), group, "sdp", "bf16")
@@ -167,7 +197,7 @@ def migrated() -> str:
 
 @pytest.mark.parametrize(
     ("case", "rtol"),
-    [("shared", 1e-6), ("classes", 1e-6), ("choices", 1e-6)],
+    [("shared", 1e-6), ("classes", 1e-6), ("choices", 1e-6), ("meta", 1e-6)],
 )
 def test_plain_rewrite_trains_as_fsdp1_did(migrated: str, case: str, rtol: float) -> None:
     run_ranks(_compare, 2, SOURCE, migrated, case, rtol, timeout=120)

@@ -140,6 +140,49 @@ def fully_shard_like_fsdp1(
     return module
 
 
+def materialize_like_fsdp1(
+    module: nn.Module,
+    param_init_fn: Callable[[nn.Module], None] | None = None,
+    is_unit: Callable[[nn.Module], bool] | None = None,
+    device: int | torch.device | None = None,
+) -> nn.Module:
+    """FSDP1's meta-device initialisation, for code that calls ``fully_shard`` itself: the
+    submodules ``is_unit`` selects (FSDP1's units, children first), then ``module``. A unit
+    whose own parameters or buffers (not those of a unit before it) are on the meta device gets
+    ``param_init_fn`` on each of its modules breadth first, or, without one, ``to_empty`` on
+    ``device`` and ``reset_parameters``: FSDP1's calls in FSDP1's order, so an initialiser that
+    draws from the RNG draws what it drew under FSDP1. Runs no FSDP1 code; returns ``module``."""
+    nothing = Ignored(set(), set(), set())
+    if device is not None:
+        target = _as_device(device)
+    elif torch.accelerator.is_available():
+        accelerator = torch.accelerator.current_accelerator()
+        assert accelerator is not None
+        target = torch.device(accelerator.type, torch.accelerator.current_device_index())
+    else:
+        target = torch.device("cpu")
+    done: set[nn.Module] = set()
+    chosen = [m for m in _post_order(module) if m is not module and is_unit and is_unit(m)]
+    for unit in [*dict.fromkeys(chosen), module]:
+        is_meta, is_deferred = units.needs_materialization(unit, nothing)
+        if is_meta or (is_deferred and param_init_fn is not None):
+            units.materialize(unit, set(done), param_init_fn, target)
+        elif is_deferred:
+            raise ValueError(
+                "a torchdistX deferred-init module without param_init_fn: pass param_init_fn, "
+                "or materialise the module first"
+            )
+        done.add(unit)
+    return module
+
+
+def _post_order(module: nn.Module) -> Iterator[nn.Module]:
+    """``module``'s tree children first, in FSDP1's wrapping order."""
+    for child in module.children():
+        yield from _post_order(child)
+    yield module
+
+
 #: FSDP1's keyword arguments and their defaults, ``module`` and ``auto_wrap_policy`` aside.
 _DEFAULTS = {
     name: p.default

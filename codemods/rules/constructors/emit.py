@@ -46,6 +46,11 @@ def argument_edits(analysis: FileAnalysis, call: ast.Call, pure: Pure, module: s
     dropped = [a.node for a in calls.arguments(call) if a.value is not pure.module]
     if not dropped:
         return renamed
+    opening = analysis.text.index("(", analysis.lines.end(call.func))
+    closing = analysis.lines.end(call) - 1
+    inside = analysis.text[opening + 1 : closing]
+    if not pure.root and "\n" in inside and "#" not in inside:
+        return [Edit(opening + 1, closing, module)]  # fully_shard(model): one line again
     first = analysis.lines.start(dropped[0])
     own_line = not analysis.text[analysis.lines.line_start(first) : first].strip()
     newline, indent = analysis.lines.newline(), analysis.lines.indent_at(first)
@@ -67,6 +72,13 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
     for name, value in pure.bound_first:
         first, *rest = value.split("\n")
         out += [f"{indent}{name} = {first}", *(indent + line for line in rest)]
+    if pure.init_fn is not None:
+        arguments = [root, pure.init_fn]
+        if pure.selects is not None:
+            arguments.append(f"is_unit=lambda unit: {pure.selects.replace(UNIT, 'unit')}")
+        if pure.device is not None:
+            arguments.append(f"device={pure.device}")
+        out += _call("fsdp2_port.materialize_like_fsdp1", arguments, indent, unit).splitlines()
     if pure.device is not None:
         out.append(f"{indent}{root}.to({pure.device})")
     if pure.sync is not None:
@@ -127,22 +139,27 @@ def _units(
         # FSDP1 wrapped them with the root's arguments, mixed precision aside
         same = [k for k in pure.children if not k.startswith("mp_policy=")]
         out.append(f"{indent}{unit}if {name} is not {root} and isinstance({name}, {NORMS}):")
-        out += _call(name, [*same, norms], inner, unit).splitlines()
+        out += _shard(name, [*same, norms], inner, unit).splitlines()
         keyword = "elif"
     else:
         keyword = "if"
     selects = pure.selects.replace(UNIT, name)  # type: ignore[union-attr]
     out.append(f"{indent}{unit}{keyword} {name} is not {root} and {selects}:")
-    out += _call(name, pure.children, inner, unit).splitlines()
+    out += _shard(name, pure.children, inner, unit).splitlines()
     return out
 
 
-def _call(target: str, keywords: list[str], indent: str, unit: str) -> str:
-    call = f"{indent}fully_shard({target}{''.join(', ' + k for k in keywords)})"
+def _shard(target: str, keywords: list[str], indent: str, unit: str) -> str:
+    return _call("fully_shard", [target, *keywords], indent, unit)
+
+
+def _call(function: str, arguments: list[str], indent: str, unit: str) -> str:
+    """A call statement, split one argument a line when it would pass the line length."""
+    call = f"{indent}{function}({', '.join(arguments)})"
     if len(call) <= _LINE_LENGTH:
         return call
-    arguments = "".join(f"{indent}{unit}{x},\n" for x in [target, *keywords])
-    return f"{indent}fully_shard(\n{arguments}{indent})"
+    listed = "".join(f"{indent}{unit}{x},\n" for x in arguments)
+    return f"{indent}{function}(\n{listed}{indent})"
 
 
 def indent_unit(analysis: FileAnalysis) -> str:

@@ -99,6 +99,8 @@ class Pure:
     device: str | None = None
     #: the mesh a process group became: ``sync_module_states`` broadcasts within its group
     group_mesh: str | None = None
+    #: ``param_init_fn``'s text: ``fsdp2_port.materialize_like_fsdp1`` runs it as FSDP1 did
+    init_fn: str | None = None
     #: ``buffer_dtype``'s text: floating buffers are cast to it
     buffer_dtype: str | None = None
     #: the param dtype's text when FSDP1 keeps BatchNorm units in full precision (a policy
@@ -124,9 +126,18 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
     _mixed_precision(analysis, call, out)
     _offload(analysis, out)
     _wrap_policy(analysis, out)
-    for name in ("ignored_modules", "ignored_states", "param_init_fn"):
+    for name in ("ignored_modules", "ignored_states"):
         if name in values and not calls.is_none(values[name]):
             out.blockers.append(f"{name} is set")
+    init = values.get("param_init_fn")
+    if init is not None and not calls.is_none(init):
+        if analysis.options.runtime_dependency:
+            source = analysis.source(init)
+            out.init_fn = (
+                _once(analysis, call, out, "param_init_fn", init) if "\n" in source else source
+            )
+        else:
+            out.blockers.append("param_init_fn is set (fsdp2_port.materialize_like_fsdp1 runs it)")
     _sync(analysis, out)
     for name in _NO_EFFECT:
         value = values.get(name)
@@ -138,7 +149,8 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
             out.blockers.append("device_id is an expression")
         out.device = analysis.source(device)
     needs_simple = (
-        out.selects is not None
+        out.init_fn is not None
+        or out.selects is not None
         or out.device is not None
         or out.buffer_dtype is not None
         or out.sync is not None
@@ -482,6 +494,11 @@ def _dedented(analysis: FileAnalysis, value: ast.expr) -> str:
     lines = analysis.source(value).splitlines()
     indent = len(analysis.lines.indent_at(analysis.lines.start(value)))
     rest = [line[indent:] if line[:indent].isspace() else line for line in lines[1:]]
+    if rest and not isinstance(
+        value, (ast.Dict, ast.List, ast.Set, ast.Tuple, ast.Call, ast.Subscript)
+    ):
+        inner = [f"    {line}" for line in rest]  # continued in brackets
+        return "\n".join([f"({lines[0]}", *inner[:-1], inner[-1] + ")"])
     return "\n".join([lines[0], *rest])
 
 

@@ -34,17 +34,22 @@ class ConstructorRule:
             rewritten=(
                 "values followed to where they are written (the call, a name bound once in its "
                 "scope, a script's constant, a `dict(...)`/`{...}` spread with `**` by "
-                "constructors only): `FSDP(m, ...)` → `fully_shard(m, ...)` (`sharding_strategy` "
-                "→ `reshard_after_forward`, HYBRID + `device_mesh` → 2-D `mesh`, "
-                "`MixedPrecision` → `MixedPrecisionPolicy` (children get "
-                "`cast_forward_inputs=False`: FSDP1 casts only the root's inputs), "
-                "`buffer_dtype` → floating buffers cast first, `CPUOffload` → `CPUOffloadPolicy` "
-                "(also `CPUOffload(...) if flag else None`), `device_id` → `.to()` first, "
-                "`sync_module_states` → a broadcast of every parameter and buffer from rank 0 "
-                "(under `if <flag>:` when chosen at run time), no-effect arguments dropped); "
-                "**anything else** → `fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)` "
-                "(runtime strategies, other wrap policies, process groups, `ignored_modules`, "
-                "`param_init_fn`...); `functools.partial(FSDP, ...)` → "
+                "constructors only; what FSDP1 evaluated once is bound once, first): "
+                "`FSDP(m, ...)` → `fully_shard(m, ...)` (`sharding_strategy`, or a choice "
+                "between FULL_SHARD and SHARD_GRAD_OP by a key or a flag, → "
+                "`reshard_after_forward`; HYBRID + `device_mesh` → 2-D `mesh`; a process group "
+                "→ `DeviceMesh.from_group(group, <device_id's type>)`; `MixedPrecision` → "
+                "`MixedPrecisionPolicy` (children get `cast_forward_inputs=False`: FSDP1 casts "
+                "only the root's inputs); `buffer_dtype` → floating buffers cast first; "
+                "`CPUOffload` → `CPUOffloadPolicy` (also `CPUOffload(...) if flag else None`); "
+                "`param_init_fn` → `fsdp2_port.materialize_like_fsdp1(...)` first (FSDP1's "
+                "calls in FSDP1's order); `device_id` → `.to()` first; `sync_module_states` → "
+                "a broadcast of every parameter and buffer from the group's first rank (under "
+                "`if <flag>:` when chosen at run time); no-effect arguments dropped; a module "
+                "given as an expression is bound to a name first); **anything else** → "
+                "`fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)` (strategies "
+                "computed elsewhere, other wrap policies, HSDP without a mesh, "
+                "`ignored_modules`...); `functools.partial(FSDP, ...)` → "
                 "`partial(fully_shard_like_fsdp1, ...)`"
             ),
             marked=(
@@ -54,16 +59,17 @@ class ConstructorRule:
         ),
         "F2P003": Code(
             summary=(
-                "FSDP(..., auto_wrap_policy=<classes>) -> fully_shard on each selected "
+                "FSDP(..., auto_wrap_policy=<policy>) -> fully_shard on each selected "
                 "submodule, then the root"
             ),
-            topic="wrap policies of classes",
+            topic="wrap policies",
             rewritten=(
-                "`auto_wrap_policy=partial(transformer_auto_wrap_policy, "
-                "transformer_layer_cls=<classes>)` / `ModuleWrapPolicy(<classes>)` (a literal "
-                "collection or a name) → a loop applying `fully_shard` to each matching "
-                "submodule, children first, then the root; with mixed precision, BatchNorm "
-                "modules are units of their own in full precision, as FSDP1 made them"
+                "`partial(transformer_auto_wrap_policy, transformer_layer_cls=<classes>)` / "
+                "`ModuleWrapPolicy(<classes>)` (a literal collection or a name), "
+                "`partial(lambda_auto_wrap_policy, lambda_fn=<fn>)` (a lambda's body as the "
+                "condition) → a loop applying `fully_shard` to each selected submodule, "
+                "children first, then the root; with mixed precision, BatchNorm modules are "
+                "units of their own in full precision, as FSDP1 made them"
             ),
             marked="—",
         ),
@@ -88,6 +94,7 @@ class ConstructorRule:
         "CPUOffloadPolicy": "torch.distributed.fsdp:CPUOffloadPolicy",
         "OffloadPolicy": "torch.distributed.fsdp:OffloadPolicy",
         "DeviceMesh.from_group": "torch.distributed.device_mesh:DeviceMesh.from_group",
+        "fsdp2_port.materialize_like_fsdp1": "fsdp2_port:materialize_like_fsdp1",
         "torch.distributed.broadcast": "torch.distributed:broadcast",
         "fully_shard_like_fsdp1": "fsdp2_port:fully_shard_like_fsdp1",
     }
@@ -122,7 +129,8 @@ class ConstructorRule:
         found = pure(analysis, call)
         statement = analysis.names.statement(call)
         needs_lines = (
-            found.selects is not None
+            found.init_fn is not None
+            or found.selects is not None
             or found.device is not None
             or found.sync is not None
             or found.buffer_dtype is not None
@@ -194,6 +202,8 @@ class ConstructorRule:
         ]
         if found.sync is not None:
             imports.append(analysis.module_import("torch.distributed"))
+        if found.init_fn is not None:
+            imports.append(analysis.module_import("fsdp2_port"))
         if found.full_precision_norms is not None and found.selects is not None:
             imports.append(analysis.module_import("torch"))
         code, message = "F2P002", "FSDP(...) -> fully_shard(...)"
