@@ -9,8 +9,8 @@ import fsdp2_port
 
 def qlora(model, args):
     param_init_fn = (lambda module: module.to_empty(device=torch.device("cuda"), recurse=False)
-    if args["low_memory"] and args["rank"] != 0
-    else None)
+        if args["low_memory"] and args["rank"] != 0
+        else None)
     fsdp2_port.materialize_like_fsdp1(
         model,
         param_init_fn,
