@@ -318,26 +318,6 @@ def test_the_command_imports_no_torch_before_the_script():
     assert "import torch" not in source
 
 
-def test_a_script_ending_with_os_exit_is_reported_first(tmp_path: Path) -> None:
-    """launch.exit_now (os._exit, no interpreter shutdown) must not hide FSDP1 calls."""
-    script = tmp_path / "ends_hard.py"
-    script.write_text(
-        "import torch.distributed.fsdp.wrap as wrap\n"
-        "from torch import nn\n"
-        "from fsdp2_port.prove.launch import exit_now\n"
-        "wrap.always_wrap_policy(nn.Linear(1, 1), True, 0)\n"
-        "exit_now(0)\n"
-    )
-    run = subprocess.run(
-        [sys.executable, "-m", "fsdp2_port.prove.no_fsdp1", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 3, run.stderr
-    assert "always_wrap_policy" in run.stderr
-
-
 @pytest.mark.slow
 def test_forked_children_exit_as_they_asked_and_only_the_guarded_process_reports(tmp_path):
     """A ``fork`` child (DataLoader workers, pools) ends with ``os._exit`` as well: it must not
