@@ -49,3 +49,42 @@ def local_rows(t: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 def loss_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scale: float = 100.0):
     """Mean squared error, scaled so gradients are large enough for clipping to fire."""
     return ((model(x).float() - y) ** 2).mean() * scale
+
+
+class GainBlock(Block):
+    """A block with a float buffer in its forward (``buffer_dtype`` matters) and its own
+    ``reset_parameters`` drawing from the RNG (the order of meta-device init matters)."""
+
+    def __init__(self, d: int, h: int) -> None:
+        super().__init__(d, h)
+        self.register_buffer("gain", torch.empty(d))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.gain.copy_(1 + 0.1 * torch.randn(self.gain.shape))
+
+    def forward(self, x):
+        # in place: the activation keeps its dtype, and a bf16 gain (buffer_dtype) gives
+        # other numbers than an fp32 one
+        return super().forward(x).mul_(self.gain)
+
+
+class NormNet(nn.Module):
+    """embed, BatchNorm (FSDP1's mixed-precision exception), 3 GainBlocks, head: 1556 params.
+
+    embed has no bias: BatchNorm would cancel it, leaving a gradient of rounding noise that
+    Adam scales up to full steps, differently for any two summation orders."""
+
+    def __init__(self, d: int = 12, h: int = 17, n_blocks: int = 3) -> None:
+        super().__init__()
+        self.embed = nn.Linear(IN, d, bias=False)
+        self.bn = nn.BatchNorm1d(d)
+        self.blocks = nn.ModuleList(GainBlock(d, h) for _ in range(n_blocks))
+        self.head = nn.Linear(d, OUT)
+
+    def forward(self, x):
+        x = self.bn(self.embed(x))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)

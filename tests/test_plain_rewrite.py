@@ -25,7 +25,8 @@ from torch import nn
 from codemods import engine, registry
 from codemods.options import Options
 from fsdp2_port.prove.launch import run_ranks
-from tests.models import IN, OUT, Block, global_batch, local_rows, loss_fn
+from tests.models import GainBlock, global_batch, local_rows, loss_fn
+from tests.models import NormNet as Net
 
 pytestmark = pytest.mark.slow  # gloo ranks
 
@@ -94,34 +95,6 @@ def build_by_choices(net, group, choice, precision):
     )
     return net
 """
-
-
-class GainBlock(Block):
-    """A block with a float buffer in its forward: ``buffer_dtype`` changes the numbers."""
-
-    def __init__(self, d: int, h: int) -> None:
-        super().__init__(d, h)
-        self.register_buffer("gain", 1 + 0.1 * torch.randn(d))
-
-    def forward(self, x):
-        return super().forward(x).mul_(self.gain)
-
-
-class Net(nn.Module):
-    """embed, BatchNorm (FSDP1 keeps it in full precision under a policy), blocks, head."""
-
-    def __init__(self, d: int = 12, h: int = 17) -> None:
-        super().__init__()
-        self.embed = nn.Linear(IN, d, bias=False)
-        self.bn = nn.BatchNorm1d(d)
-        self.blocks = nn.ModuleList(GainBlock(d, h) for _ in range(2))
-        self.head = nn.Linear(d, OUT)
-
-    def forward(self, x):
-        x = self.bn(self.embed(x))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
 
 
 def _net() -> Net:
