@@ -61,10 +61,6 @@ SPREAD = "FSDP1 keyword arguments"
 FSDP2_PUBLIC_MODULE = "torch.distributed.fsdp"
 #: Stands for the unit in ``Pure.selects``.
 UNIT = "\x00unit\x00"
-_DEVICE_TYPES = {
-    "torch.cuda.current_device": "cuda",
-    "torch.accelerator.current_device_index": None,
-}
 
 
 @dataclass(frozen=True)
