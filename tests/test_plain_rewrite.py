@@ -7,7 +7,8 @@ The sources are what real code writes (``**kwargs`` from a dict shared by two co
 policy and mixed precision bound to names, a runtime class set, ``buffer_dtype``, offload
 chosen by a flag, BatchNorm under a policy with mixed precision; Lumina's shape: a lambda
 policy, a process group, strategy and dtype chosen by a key; ``param_init_fn`` on a meta-device
-model, through ``fsdp2_port.materialize_like_fsdp1``); the migration must be plain:
+model, through ``fsdp2_port.materialize_like_fsdp1``; mixed precision chosen by an ``if``, the
+BatchNorm exception then decided at run time); the migration must be plain:
 no ``fully_shard_like_fsdp1`` and no FSDP1 name left. CPU offload needs an accelerator (pinned
 memory), so its branch is checked as text only.
 
@@ -72,6 +73,19 @@ def build_on_meta(net, classes, init):
             transformer_auto_wrap_policy, transformer_layer_cls=classes
         ),
         param_init_fn=init,
+        device_id=torch.device("cpu"),
+    )
+    return net
+
+
+def build_with_reduce_dtype(net, classes, half):
+    precision = None
+    if half:
+        precision = MixedPrecision(reduce_dtype=torch.bfloat16)
+    net = FSDP(
+        net,
+        mixed_precision=precision,
+        auto_wrap_policy=ModuleWrapPolicy(classes),
         device_id=torch.device("cpu"),
     )
     return net
@@ -142,6 +156,9 @@ def _compare(rank: int, world: int, source: str, migrated: str, case: str, rtol:
         elif case == "classes":
             model = namespace["build_by_classes"](_net(), {GainBlock, nn.BatchNorm1d})
             results.append(_train(model, rank, world, torch.float32))
+        elif case == "chosen":  # mixed precision chosen at run time: bf16 reductions
+            model = namespace["build_with_reduce_dtype"](_net(), {GainBlock}, True)
+            results.append(_train(model, rank, world, torch.float32))
         elif case == "meta":  # param_init_fn on a meta-device model: its RNG draws in order
             with torch.device("meta"):
                 net = Net()
@@ -170,7 +187,13 @@ def migrated() -> str:
 
 @pytest.mark.parametrize(
     ("case", "rtol"),
-    [("shared", 1e-6), ("classes", 1e-6), ("choices", 1e-6), ("meta", 1e-6)],
+    [
+        ("shared", 1e-6),
+        ("classes", 1e-6),
+        ("choices", 1e-6),
+        ("meta", 1e-6),
+        ("chosen", 1e-6),
+    ],
 )
 def test_plain_rewrite_trains_as_fsdp1_did(migrated: str, case: str, rtol: float) -> None:
     run_ranks(_compare, 2, SOURCE, migrated, case, rtol, timeout=120)

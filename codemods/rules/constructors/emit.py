@@ -138,7 +138,8 @@ def _units(
         )
         # FSDP1 wrapped them with the root's arguments, mixed precision aside
         same = [k for k in pure.children if not k.startswith("mp_policy=")]
-        out.append(f"{indent}{unit}if {name} is not {root} and isinstance({name}, {NORMS}):")
+        when = f" and {pure.norms_when}" if pure.norms_when else ""
+        out.append(f"{indent}{unit}if {name} is not {root}{when} and isinstance({name}, {NORMS}):")
         out += _shard(name, [*same, norms], inner, unit).splitlines()
         keyword = "elif"
     else:

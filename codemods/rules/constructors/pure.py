@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
+from codemods.text import Edit
 
 #: ``FullyShardedDataParallel.__init__`` parameters, in positional order.
 PARAMETERS = (
@@ -97,6 +98,10 @@ class Pure:
     group_mesh: str | None = None
     #: ``param_init_fn``'s text: ``fsdp2_port.materialize_like_fsdp1`` runs it as FSDP1 did
     init_fn: str | None = None
+    #: when the BatchNorm exception applies only at run time (mixed precision chosen there)
+    norms_when: str | None = None
+    #: edits where the values are written (a binding that now holds the FSDP2 value)
+    edits: list[Edit] = field(default_factory=list)
     #: ``buffer_dtype``'s text: floating buffers are cast to it
     buffer_dtype: str | None = None
     #: the param dtype's text when FSDP1 keeps BatchNorm units in full precision (a policy
@@ -432,6 +437,8 @@ def _fresh(analysis: FileAnalysis, call: ast.Call, out: Pure, base: str) -> str:
 
 
 def _mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
+    if _chosen_mixed_precision(analysis, call, out):
+        return
     value = _value(analysis, out, "mixed_precision")
     if value is None:
         return
@@ -472,6 +479,54 @@ def _mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     child = ", ".join(fields + ([] if child_cast else ["cast_forward_inputs=False"]))
     out.root.append(f"mp_policy=MixedPrecisionPolicy({root})")
     out.children.append(f"mp_policy=MixedPrecisionPolicy({child})")
+
+
+def _chosen_mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
+    """Mixed precision chosen at run time: a name bound in the call's scope more than once,
+    each time to None or to a ``MixedPrecision`` that casts nothing (its ``reduce_dtype``
+    alone), and read by this call only. Each ``MixedPrecision`` becomes the
+    ``MixedPrecisionPolicy`` it means where it is written; the call reads the name."""
+    name = out.values.get("mixed_precision")
+    if not isinstance(name, ast.Name):
+        return False
+    bindings = analysis.names.bindings_of(name)
+    scope = analysis.names.scope_of(call)
+    if len(bindings) < 2 or any(
+        b.kind != "assign" or b.value is None or analysis.names.scope_of(b.node) is not scope
+        for b in bindings
+    ):
+        return False
+    if any(
+        _reader(analysis, use, "mixed_precision") != {call}
+        for b in bindings
+        for use in analysis.uses_of(b)
+    ):
+        return False
+    edits = []
+    for binding in bindings:
+        value = binding.value
+        assert value is not None
+        if calls.is_none(value):
+            continue
+        if not (
+            isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"
+        ):
+            return False
+        bound = calls.bind(value, _MIXED)
+        if bound is None or set(bound) - {"reduce_dtype", "param_dtype"}:
+            return False
+        if "param_dtype" in bound and not calls.is_none(bound["param_dtype"].value):
+            return False  # it casts: units and root would need different policies
+        if not all(calls.is_simple(a.value) for a in bound.values()):
+            return False
+        edits.append(analysis.replace(value.func, "MixedPrecisionPolicy"))
+    out.edits += edits
+    out.names.add("MixedPrecisionPolicy")
+    text = f"mp_policy={name.id} or MixedPrecisionPolicy()"
+    out.root.append(text)
+    out.children.append(text)
+    out.full_precision_norms, out.norms_when = "None", f"{name.id} is not None"
+    return True
 
 
 def _once(analysis: FileAnalysis, call: ast.Call, out: Pure, base: str, value: ast.expr) -> str:

@@ -184,7 +184,7 @@ class ConstructorRule:
     def _plain(self, analysis: FileAnalysis, call: ast.Call, cid: str, found: Pure) -> None:
         statement = analysis.names.statement(call)
         module = emit.module_name(analysis, statement, found)
-        edits = [analysis.replace(call.func, "fully_shard")]
+        edits = [analysis.replace(call.func, "fully_shard"), *found.edits]
         edits += emit.argument_edits(analysis, call, found, module)
         before = emit.lines_before(analysis, statement, found, module)
         if before:

@@ -1,0 +1,40 @@
+from functools import partial
+
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import MixedPrecision
+from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+from mymodel import Block
+
+
+def ml4m(model, dtype, policy_classes):
+    if dtype == torch.bfloat16:
+        mp_policy = MixedPrecision(reduce_dtype=torch.bfloat16)
+    else:
+        mp_policy = None  # defaults to fp32
+    model = FSDP(
+        model,
+        auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls=policy_classes),
+        mixed_precision=mp_policy,
+        device_id=torch.cuda.current_device(),
+        use_orig_params=True,
+    )
+    return model
+
+
+def flava(model, config, half_dtype):
+    mp = None
+    if config.half_reduce:
+        mp = MixedPrecision(
+            reduce_dtype=half_dtype,
+        )
+    model = FSDP(model, mixed_precision=mp, auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={Block}))
+    return model
+
+
+def casts(model, flag):
+    mp = None
+    if flag:
+        mp = MixedPrecision(param_dtype=torch.bfloat16)
+    return FSDP(model, mixed_precision=mp)

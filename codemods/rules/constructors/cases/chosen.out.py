@@ -1,0 +1,54 @@
+from functools import partial
+
+import torch
+from fsdp2_port import fully_shard_like_fsdp1
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import MixedPrecision
+
+from mymodel import Block
+
+
+def ml4m(model, dtype, policy_classes):
+    if dtype == torch.bfloat16:
+        mp_policy = MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)
+    else:
+        mp_policy = None  # defaults to fp32
+    model.to(torch.cuda.current_device())
+    for submodule in reversed(list(model.modules())):
+        if submodule is not model and mp_policy is not None and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+            fully_shard(
+                submodule,
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=None),
+            )
+        elif submodule is not model and isinstance(submodule, tuple(policy_classes)):
+            fully_shard(submodule, mp_policy=mp_policy or MixedPrecisionPolicy())
+    model = fully_shard(
+        model,
+        mp_policy=mp_policy or MixedPrecisionPolicy(),
+    )
+    return model
+
+
+def flava(model, config, half_dtype):
+    mp = None
+    if config.half_reduce:
+        mp = MixedPrecisionPolicy(
+            reduce_dtype=half_dtype,
+        )
+    for submodule in reversed(list(model.modules())):
+        if submodule is not model and mp is not None and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+            fully_shard(
+                submodule,
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=None),
+            )
+        elif submodule is not model and isinstance(submodule, (Block,)):
+            fully_shard(submodule, mp_policy=mp or MixedPrecisionPolicy())
+    model = fully_shard(model, mp_policy=mp or MixedPrecisionPolicy())
+    return model
+
+
+def casts(model, flag):
+    mp = None
+    if flag:
+        mp = MixedPrecision(param_dtype=torch.bfloat16)
+    return fully_shard_like_fsdp1(model, mixed_precision=mp)
