@@ -122,7 +122,7 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
         return out
     values = out.values
     out.names.add("fully_shard")
-    _strategy_and_mesh(analysis, out)
+    _strategy_and_mesh(analysis, call, out)
     _process_group(analysis, call, out)
     _mixed_precision(analysis, call, out)
     _offload(analysis, out)
@@ -338,9 +338,12 @@ def _private_constant(analysis: FileAnalysis, statement: ast.stmt, name: str) ->
 # -- what each argument becomes ------------------------------------------------------------------
 
 
-def _strategy_and_mesh(analysis: FileAnalysis, out: Pure) -> None:
-    strategy = _value(analysis, out, "sharding_strategy")
+def _strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     mesh = out.values.get("device_mesh")
+    if _chosen_strategy(analysis, call, out):
+        strategy = None
+    else:
+        strategy = _value(analysis, out, "sharding_strategy")
     if strategy is not None:
         kind = (analysis.fsdp1_name(strategy) or "").removeprefix("ShardingStrategy.")
         reshard = _reshard(analysis, strategy)
@@ -363,6 +366,42 @@ def _strategy_and_mesh(analysis: FileAnalysis, out: Pure) -> None:
         text = f"mesh={analysis.source(mesh)}"
         out.root.insert(0, text)
         out.children.insert(0, text)
+
+
+def _chosen_strategy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
+    """A strategy chosen in branches: a name bound in the call's scope more than once, each
+    time to FULL_SHARD or SHARD_GRAD_OP (or a choice between them), read by this call only.
+    Each binding is rewritten to the ``reshard_after_forward`` it means, under that name
+    (when it is free), and the call reads it."""
+    name = out.values.get("sharding_strategy")
+    if not isinstance(name, ast.Name):
+        return False
+    bindings = analysis.names.bindings_of(name)
+    scope = analysis.names.scope_of(call)
+    if len(bindings) < 2 or any(
+        b.kind != "assign"
+        or b.value is None
+        or analysis.names.scope_of(b.node) is not scope
+        or not isinstance(analysis.names.statement(b.node), ast.Assign)
+        for b in bindings
+    ):
+        return False
+    reads = [use for b in bindings for use in analysis.uses_of(b)]
+    if any(_reader(analysis, use, "sharding_strategy") != {call} for use in reads):
+        return False
+    values = [_reshard(analysis, b.value) for b in bindings]  # type: ignore[arg-type]
+    if any(v is None for v in values):
+        return False
+    free = analysis.names.lookup("reshard_after_forward", scope)[0] is None
+    renamed = "reshard_after_forward" if free else name.id
+    for binding, value in zip(bindings, values):
+        out.edits.append(analysis.replace(binding.value, value))  # type: ignore[arg-type]
+        if free:
+            out.edits.append(analysis.replace(binding.node, renamed))
+    text = f"reshard_after_forward={renamed}"
+    out.root.append(text)
+    out.children.append(text)
+    return True
 
 
 def _reshard(analysis: FileAnalysis, node: ast.expr) -> str | None:

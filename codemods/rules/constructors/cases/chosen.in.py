@@ -38,3 +38,26 @@ def casts(model, flag):
     if flag:
         mp = MixedPrecision(param_dtype=torch.bfloat16)
     return FSDP(model, mixed_precision=mp)
+
+
+def verl(actor_module, auto_wrap_policy_found):
+    from torch.distributed.fsdp import ShardingStrategy
+
+    if auto_wrap_policy_found is None:
+        sharding_strategy = ShardingStrategy.SHARD_GRAD_OP
+    else:
+        sharding_strategy = ShardingStrategy.FULL_SHARD
+    actor_module_fsdp = FSDP(actor_module, sharding_strategy=sharding_strategy, use_orig_params=False)
+    return actor_module_fsdp
+
+
+def qlora(model, args):
+    from torch.distributed.fsdp import ShardingStrategy
+
+    if args["sharding_strategy"] == "full_shard":
+        sharding_strategy = ShardingStrategy.FULL_SHARD
+    elif args["sharding_strategy"] == "ddp":
+        sharding_strategy = ShardingStrategy.NO_SHARD
+    else:
+        raise ValueError("Invalid FSDP sharding strategy")
+    return FSDP(model, sharding_strategy=sharding_strategy)

@@ -52,3 +52,25 @@ def casts(model, flag):
     if flag:
         mp = MixedPrecision(param_dtype=torch.bfloat16)
     return fully_shard_like_fsdp1(model, mixed_precision=mp)
+
+
+def verl(actor_module, auto_wrap_policy_found):
+
+    if auto_wrap_policy_found is None:
+        reshard_after_forward = False
+    else:
+        reshard_after_forward = True
+    actor_module_fsdp = fully_shard(actor_module, reshard_after_forward=reshard_after_forward)
+    return actor_module_fsdp
+
+
+def qlora(model, args):
+    from torch.distributed.fsdp import ShardingStrategy
+
+    if args["sharding_strategy"] == "full_shard":
+        sharding_strategy = ShardingStrategy.FULL_SHARD
+    elif args["sharding_strategy"] == "ddp":
+        sharding_strategy = ShardingStrategy.NO_SHARD
+    else:
+        raise ValueError("Invalid FSDP sharding strategy")
+    return fully_shard_like_fsdp1(model, sharding_strategy=sharding_strategy)
