@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
+from codemods.names import Binding
 from codemods.text import Edit
 
 #: ``FullyShardedDataParallel.__init__`` parameters, in positional order.
@@ -230,7 +231,7 @@ def _dict_entries(analysis: FileAnalysis, value: ast.expr) -> dict[str, ast.expr
     return None
 
 
-def _binding(analysis: FileAnalysis, value: ast.expr):  # -> Binding | None
+def _binding(analysis: FileAnalysis, value: ast.expr) -> Binding | None:
     """The single ``name = ...`` binding ``value`` reads, in its own scope (or a script's
     module constant)."""
     if not isinstance(value, ast.Name):
@@ -247,7 +248,7 @@ def _binding(analysis: FileAnalysis, value: ast.expr):  # -> Binding | None
     return None
 
 
-def _spread_users(analysis: FileAnalysis, binding) -> frozenset[ast.Call] | None:
+def _spread_users(analysis: FileAnalysis, binding: Binding) -> frozenset[ast.Call] | None:
     """The constructor calls that spread ``binding`` (None if anything else reads it)."""
     users = set()
     for use in analysis.uses_of(binding):
@@ -368,27 +369,39 @@ def _strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> Non
         out.children.insert(0, text)
 
 
+def _chosen(
+    analysis: FileAnalysis, call: ast.Call, name: ast.expr | None, what: str
+) -> list[Binding] | None:
+    """The bindings of a value chosen at run time: ``name`` bound more than once, every time
+    by ``name = value`` in the call's scope, and read only as this call's ``what``; None
+    otherwise."""
+    if not isinstance(name, ast.Name):
+        return None
+    bindings = analysis.names.bindings_of(name)
+    scope = analysis.names.scope_of(call)
+    if len(bindings) < 2 or any(
+        b.kind != "assign" or b.value is None or analysis.names.scope_of(b.node) is not scope
+        for b in bindings
+    ):
+        return None
+    if any(_reader(analysis, use, what) != {call} for b in bindings for use in analysis.uses_of(b)):
+        return None
+    return bindings
+
+
 def _chosen_strategy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
     """A strategy chosen in branches: a name bound in the call's scope more than once, each
     time to FULL_SHARD or SHARD_GRAD_OP (or a choice between them), read by this call only.
     Each binding is rewritten to the ``reshard_after_forward`` it means, under that name
     (when it is free), and the call reads it."""
     name = out.values.get("sharding_strategy")
-    if not isinstance(name, ast.Name):
-        return False
-    bindings = analysis.names.bindings_of(name)
-    scope = analysis.names.scope_of(call)
-    if len(bindings) < 2 or any(
-        b.kind != "assign"
-        or b.value is None
-        or analysis.names.scope_of(b.node) is not scope
-        or not isinstance(analysis.names.statement(b.node), ast.Assign)
-        for b in bindings
+    bindings = _chosen(analysis, call, name, "sharding_strategy")
+    if bindings is None or not all(
+        isinstance(analysis.names.statement(b.node), ast.Assign) for b in bindings
     ):
-        return False
-    reads = [use for b in bindings for use in analysis.uses_of(b)]
-    if any(_reader(analysis, use, "sharding_strategy") != {call} for use in reads):
-        return False
+        return False  # (an annotated binding would keep its FSDP1 annotation)
+    assert isinstance(name, ast.Name)
+    scope = analysis.names.scope_of(call)
     values = [_reshard(analysis, b.value) for b in bindings]  # type: ignore[arg-type]
     if any(v is None for v in values):
         return False
@@ -526,21 +539,10 @@ def _chosen_mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -
     alone), and read by this call only. Each ``MixedPrecision`` becomes the
     ``MixedPrecisionPolicy`` it means where it is written; the call reads the name."""
     name = out.values.get("mixed_precision")
-    if not isinstance(name, ast.Name):
+    bindings = _chosen(analysis, call, name, "mixed_precision")
+    if bindings is None:
         return False
-    bindings = analysis.names.bindings_of(name)
-    scope = analysis.names.scope_of(call)
-    if len(bindings) < 2 or any(
-        b.kind != "assign" or b.value is None or analysis.names.scope_of(b.node) is not scope
-        for b in bindings
-    ):
-        return False
-    if any(
-        _reader(analysis, use, "mixed_precision") != {call}
-        for b in bindings
-        for use in analysis.uses_of(b)
-    ):
-        return False
+    assert isinstance(name, ast.Name)
     edits = []
     for binding in bindings:
         value = binding.value
