@@ -153,14 +153,9 @@ def materialize_like_fsdp1(
     ``device`` and ``reset_parameters``: FSDP1's calls in FSDP1's order, so an initialiser that
     draws from the RNG draws what it drew under FSDP1. Runs no FSDP1 code; returns ``module``."""
     nothing = Ignored(set(), set(), set())
-    if device is not None:
-        target = _as_device(device)
-    elif torch.accelerator.is_available():
-        accelerator = torch.accelerator.current_accelerator()
-        assert accelerator is not None
-        target = torch.device(accelerator.type, torch.accelerator.current_device_index())
-    else:
-        target = torch.device("cpu")
+    target = (
+        _as_device(device) if device is not None else _current(_device_type(module, None, None))
+    )
     done: set[nn.Module] = set()
     chosen = [m for m in _post_order(module) if m is not module and is_unit and is_unit(m)]
     for unit in [*dict.fromkeys(chosen), module]:
@@ -461,15 +456,17 @@ def _device_type(module: nn.Module, device_id: Any, device_mesh: DeviceMesh | No
     return "cpu" if accelerator is None else accelerator.type
 
 
+def _current(device_type: str) -> torch.device:
+    """The device FSDP2 uses for ``device_type``: the CPU, or the current device of that type."""
+    if device_type == "cpu":
+        return torch.device("cpu")
+    return torch.device(device_type, torch.get_device_module(device_type).current_device())
+
+
 def _unit_device(device_id: Any, mesh: DeviceMesh) -> torch.device:
     """Where FSDP2 puts the unit (the mesh's device type, the current device), checked against
     ``device_id``: FSDP2 has no per-module device, so it must be the current one."""
-    if mesh.device_type == "cpu":
-        device = torch.device("cpu")
-    else:
-        device = torch.device(
-            mesh.device_type, torch.get_device_module(mesh.device_type).current_device()
-        )
+    device = _current(mesh.device_type)
     if device_id is not None:
         wanted = _as_device(device_id)
         if wanted.type != device.type or wanted.index not in (None, device.index):
