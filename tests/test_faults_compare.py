@@ -20,6 +20,7 @@ import pytest
 
 from fsdp2_port.prove.compare import Config, Run, judge, judge_runs
 from fsdp2_port.prove.launch import GRACE_S, KILL_WAIT_S, READ_WAIT_S
+from tests.processes import tagged
 
 ROOT = Path(__file__).resolve().parents[1]
 # compare's own bound after its trigger (SIGTERM, grace, SIGKILL, output), plus interpreter
@@ -46,18 +47,8 @@ time.sleep(120)
 """
 
 
-def _tagged():
-    """Live processes (zombies are dead) whose environment holds this test's TAG."""
-    needle = f"FAULTS_TEST_TAG={TAG}".encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
+def _tagged() -> list[int]:
+    return tagged("FAULTS_TEST_TAG", TAG)
 
 
 TAG = uuid.uuid4().hex

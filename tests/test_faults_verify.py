@@ -20,6 +20,7 @@ import pytest
 from fsdp2_port.cli import main
 from fsdp2_port.prove import verify as v
 from fsdp2_port.prove.launch import GRACE_S, KILL_WAIT_S, RankTimeout, run_ranks
+from tests.processes import tagged
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = uuid.uuid4().hex
@@ -130,18 +131,8 @@ def test_keyboard_interrupt_in_a_factory_exits_130(capsys, factories, no_spawn):
     assert code == 130 and report["exit_code"] == 130 and report["verdict"] == "error"
 
 
-def _tagged():
-    """Live processes (zombies are dead) whose environment holds this test's TAG."""
-    needle = f"FAULTS_TEST_TAG={TAG}".encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
+def _tagged() -> list[int]:
+    return tagged("FAULTS_TEST_TAG", TAG)
 
 
 def _wait_for_pids(pids, n, proc, timeout=90):

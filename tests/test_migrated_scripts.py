@@ -26,20 +26,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import fsdp2_port_cli
+
 pytestmark = pytest.mark.slow  # fsdp2-port compare: torchrun, 2 ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "migration"
-
-
-def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fsdp2_port", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +41,7 @@ def folders(tmp_path_factory):
     original, migrated = base / "fsdp1", base / "fsdp2"
     shutil.copytree(SCRIPTS, original)
     shutil.copytree(SCRIPTS, migrated)
-    done = _run("migrate", "--write", "--format", "json", str(migrated))
+    done = fsdp2_port_cli("migrate", "--write", "--format", "json", str(migrated))
     assert done.returncode == 0, done.stderr
     findings = json.loads(done.stdout)
     assert [f for f in findings if f["severity"] == "review"] == [], "no finding to review"
@@ -80,7 +72,7 @@ STILL_FSDP1 = {"kwargs_policy.py": "ModuleWrapPolicy.__init__, built by the scri
 def test_the_migration_trains_like_the_original(folders, script, ranks, dtype, args, tmp_path):
     original, migrated = folders
     args = [a.replace("{dir}", str(tmp_path)) for a in args]
-    done = _run(
+    done = fsdp2_port_cli(
         "compare",
         str(original / script),
         str(migrated / script),

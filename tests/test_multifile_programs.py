@@ -23,11 +23,11 @@ from __future__ import annotations
 import ast
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.processes import fsdp2_port_cli
 
 pytestmark = pytest.mark.slow  # fsdp2-port compare: torchrun, 2 ranks
 
@@ -48,16 +48,6 @@ FSDP1_CALLS = frozenset(
         "sharded_optim_state_dict",
     }
 )
-
-
-def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fsdp2_port", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _fsdp1_left(source: str) -> list[str]:
@@ -82,15 +72,15 @@ def _migrate(program: str, base: Path) -> tuple[Path, Path, list[dict]]:
     original, migrated = base / "fsdp1" / program, base / "fsdp2" / program
     shutil.copytree(PROGRAMS / program, original)
     shutil.copytree(PROGRAMS / program, migrated)
-    done = _run("migrate", "--write", "--format", "json", str(migrated))
+    done = fsdp2_port_cli("migrate", "--write", "--format", "json", str(migrated))
     assert done.returncode == 0, done.stdout + done.stderr
-    again = _run("migrate", "--check", str(migrated))
+    again = fsdp2_port_cli("migrate", "--check", str(migrated))
     assert again.returncode == 0, "a second run changes nothing: " + again.stdout + again.stderr
     return original, migrated, json.loads(done.stdout)
 
 
 def _compare(original: Path, migrated: Path, dtype: str, args: list[str], *extra: str) -> dict:
-    done = _run(
+    done = fsdp2_port_cli(
         "compare",
         str(original / "train.py"),
         str(migrated / "train.py"),
