@@ -103,6 +103,24 @@ class Pure:
     norms_when: str | None = None
     #: edits where the values are written (a binding that now holds the FSDP2 value)
     edits: list[Edit] = field(default_factory=list)
+
+    @property
+    def reads_module_before(self) -> bool:
+        """Code before the root's ``fully_shard`` reads the module (init, move, broadcast,
+        buffer casts, the unit loop)."""
+        return (
+            self.init_fn is not None
+            or self.selects is not None
+            or self.device is not None
+            or self.buffer_dtype is not None
+            or self.sync is not None
+        )
+
+    @property
+    def writes_lines_before(self) -> bool:
+        """Lines go before the call's statement: it must stand alone and hold the call."""
+        return self.reads_module_before or bool(self.bound_first)
+
     #: ``buffer_dtype``'s text: floating buffers are cast to it
     buffer_dtype: str | None = None
     #: the param dtype's text when FSDP1 keeps BatchNorm units in full precision (a policy
@@ -150,14 +168,7 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
         if not (calls.is_simple(device) or _device_call(analysis, device)):
             out.blockers.append("device_id is an expression")
         out.device = analysis.source(device)
-    needs_simple = (
-        out.init_fn is not None
-        or out.selects is not None
-        or out.device is not None
-        or out.buffer_dtype is not None
-        or out.sync is not None
-    )
-    out.hoisted = needs_simple and not calls.is_simple(out.module)  # type: ignore[arg-type]
+    out.hoisted = out.reads_module_before and not calls.is_simple(out.module)  # type: ignore[arg-type]
     if out.full_precision_norms is not None:
         out.names.add("MixedPrecisionPolicy")
     return out

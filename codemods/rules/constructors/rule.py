@@ -128,15 +128,7 @@ class ConstructorRule:
             return None
         found = pure(analysis, call)
         statement = analysis.names.statement(call)
-        needs_lines = (
-            found.init_fn is not None
-            or found.selects is not None
-            or found.device is not None
-            or found.sync is not None
-            or found.buffer_dtype is not None
-            or bool(found.bound_first)
-            or found.hoisted
-        )
+        needs_lines = found.writes_lines_before
         if needs_lines and not _stands_alone(analysis, statement):
             found.blockers.append("the call shares its line with other code: put it on its own")
         elif needs_lines and getattr(statement, "value", None) is not call:
