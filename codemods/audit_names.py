@@ -373,9 +373,6 @@ class Scopes:
             scope = scope.parent
         return None if scope is None else scope.node
 
-    def enclosing_class(self, node: ast.AST) -> ast.ClassDef | None:
-        return next((a for a in self.ancestors(node) if isinstance(a, ast.ClassDef)), None)
-
 
 def _inside(node: ast.AST, child: ast.AST) -> bool:
     """Whether ``child`` of the scope node ``node`` runs in ``node``'s own scope (decorators,

@@ -62,11 +62,6 @@ def rules_for(codes: Iterable[str]) -> list[Rule]:
     return [rule() for rule in RULES if wanted & rule.CODES.keys()]
 
 
-def rule_of(code: str) -> type[Rule]:
-    """The rule whose sites carry ``code``."""
-    return next(rule for rule in RULES if code in rule.CODES)
-
-
 def rules_table() -> str:
     """The rules table of ``docs/migrate.md``, in markdown."""
     rows = ["| code | what | rewritten | marked |", "| --- | --- | --- | --- |"]
