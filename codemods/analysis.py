@@ -299,8 +299,13 @@ class FileAnalysis(ParsedFile):
         """``from module import name`` after the module's leading imports."""
         return self._after_leading_imports(module, name)
 
-    def module_import(self, module: str) -> NeededImport:
-        """``import module`` after the module's leading imports."""
+    def module_import(self, module: str, used_at: ast.AST | None = None) -> NeededImport:
+        """``import module`` after the module's leading imports; nothing where the code at
+        ``used_at`` already sees the name bound (``torch`` imported lazily in a function)."""
+        top = module.split(".", 1)[0]
+        if used_at is not None and self.names.lookup(top, self.names.scope_of(used_at))[0]:
+            anchor = self.statement_start(self.names.statement(used_at))
+            return NeededImport(module, None, anchor, self.lines.indent_at(anchor))
         return self._after_leading_imports(module, None)
 
     def _after_leading_imports(self, module: str, name: str | None) -> NeededImport:

@@ -156,7 +156,7 @@ class ClipGradRule:
             *analysis.receiver_first(call, "torch.nn.utils.clip_grad_norm_", ".parameters()"),
             Edit(end, end, ".full_tensor()"),
         ]
-        return Rewrite(edits, _TORCH_ONLY, [analysis.module_import("torch")], review=True)
+        return Rewrite(edits, _TORCH_ONLY, [analysis.module_import("torch", call)], review=True)
 
 
 def _takes_parameters(call: ast.Call) -> bool:

@@ -193,11 +193,11 @@ class ConstructorRule:
             for n in sorted(found.names)
         ]
         if found.sync is not None:
-            imports.append(analysis.module_import("torch.distributed"))
+            imports.append(analysis.module_import("torch.distributed", call))
         if found.init_fn is not None:
-            imports.append(analysis.module_import("fsdp2_port"))
+            imports.append(analysis.module_import("fsdp2_port", call))
         if found.full_precision_norms is not None and found.selects is not None:
-            imports.append(analysis.module_import("torch"))
+            imports.append(analysis.module_import("torch", call))
         code, message = "F2P002", "FSDP(...) -> fully_shard(...)"
         if found.selects is not None:
             code = "F2P003"
