@@ -12,7 +12,7 @@ import ast
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
-from codemods.rules.constructors.pure import UNIT, Pure
+from codemods.rules.constructors.pure import ROOT, UNIT, Pure
 from codemods.text import Edit
 
 _LINE_LENGTH = 100
@@ -70,7 +70,7 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
     if pure.hoisted:
         out.append(f"{indent}{root} = {analysis.source(pure.module)}")  # type: ignore[arg-type]
     for name, value in pure.bound_first:
-        first, *rest = value.split("\n")
+        first, *rest = value.replace(ROOT, root).split("\n")
         out += [f"{indent}{name} = {first}", *(indent + line for line in rest)]
     if pure.init_fn is not None:
         arguments = [root, pure.init_fn]
@@ -82,16 +82,7 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
     if pure.device is not None:
         out.append(f"{indent}{root}.to({pure.device})")
     if pure.sync is not None:
-        inner = indent + (unit if pure.sync else "")
-        if pure.sync:
-            out.append(f"{indent}if {pure.sync}:")
-        out.append(
-            f"{inner}for tensor in [*{root}.parameters(), *{root}.buffers()]:  # sync_module_states"
-        )
-        source = "src=0"  # FSDP1 broadcast from its group's first rank
-        if pure.group_mesh is not None:
-            source = f"group={pure.group_mesh}.get_group(), group_src=0"
-        out.append(f"{inner}{unit}torch.distributed.broadcast(tensor.detach(), {source})")
+        out += _sync(pure, root, indent, unit)
     if pure.buffer_dtype is not None:
         out += _buffer_casts(pure, root, indent, unit)
     if pure.selects is not None:
@@ -99,13 +90,34 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
     return "".join(line + newline for line in out)
 
 
+def _sync(pure: Pure, root: str, indent: str, unit: str) -> list[str]:
+    """FSDP1's ``sync_module_states``: every parameter and buffer broadcast from the first
+    rank of its group; over each dimension of a mesh only the run knows (HSDP: across
+    replicas, then within the shard group, as FSDP1 did)."""
+    out = [f"{indent}if {pure.sync}:"] if pure.sync else []
+    inner = indent + (unit if pure.sync else "")
+    source = "src=0"  # FSDP1 broadcast from its group's first rank
+    if pure.mesh_read_at_run_time:
+        out.append(f"{inner}for group in {pure.group_mesh}.get_all_groups():  # sync_module_states")
+        inner += unit
+        source = "group=group, group_src=0"
+    elif pure.group_mesh is not None:
+        source = f"group={pure.group_mesh}.get_group(), group_src=0"
+    comment = "" if pure.mesh_read_at_run_time else "  # sync_module_states"
+    out.append(f"{inner}for tensor in [*{root}.parameters(), *{root}.buffers()]:{comment}")
+    out.append(f"{inner}{unit}torch.distributed.broadcast(tensor.detach(), {source})")
+    return out
+
+
 def _buffer_casts(pure: Pure, root: str, indent: str, unit: str) -> list[str]:
     """FSDP1's ``buffer_dtype``: floating buffers take it (not those of the BatchNorm units it
     keeps in full precision); a dtype only known at run time may be None: no cast then."""
     dtype = pure.buffer_dtype
     known = dtype is not None and dtype.startswith("torch.")
-    head = indent if known else indent + unit
-    out = [] if known else [f"{indent}if {dtype} is not None:"]
+    when = [pure.buffer_when] if pure.buffer_when else []
+    when += [] if known else [f"{dtype} is not None"]
+    head = indent + unit if when else indent
+    out = [f"{indent}if {' and '.join(when)}:"] if when else []
     if pure.full_precision_norms is not None:
         out += [
             f"{head}for owner in {root}.modules():  # buffer_dtype",

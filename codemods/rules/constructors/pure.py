@@ -10,6 +10,7 @@ thing twice (names, attribute chains, constants) are inlined into more than one 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 from codemods import calls
@@ -42,6 +43,8 @@ _RESHARD = {
     "HYBRID_SHARD": True,
     "_HYBRID_SHARD_ZERO2": False,
 }
+#: Strategies whose mesh is not the default one: their ``reshard_after_forward``.
+_MESH_OF_ITS_OWN = {"HYBRID_SHARD": True, "_HYBRID_SHARD_ZERO2": False, "NO_SHARD": False}
 _MIXED = (
     "param_dtype",
     "reduce_dtype",
@@ -63,6 +66,8 @@ SPREAD = "FSDP1 keyword arguments"
 FSDP2_PUBLIC_MODULE = "torch.distributed.fsdp"
 #: Stands for the unit in ``Pure.selects``.
 UNIT = "\x00unit\x00"
+#: Stands for the root module's name in ``Pure.bound_first`` (the rule names it later).
+ROOT = "\x00root\x00"
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,15 @@ class Pure:
     norms_when: str | None = None
     #: edits where the values are written (a binding that now holds the FSDP2 value)
     edits: list[Edit] = field(default_factory=list)
+    #: the arguments only the run knows (a policy a library returns, a strategy read from a
+    #: config): each is read by an ``fsdp2_port.*_like_fsdp1`` reader in the emitted code
+    read_at_run_time: list[str] = field(default_factory=list)
+    #: the mesh is ``fsdp2_port.mesh_like_fsdp1``'s: it may be 2-D (HSDP, NO_SHARD)
+    mesh_read_at_run_time: bool = False
+    #: what tells the unit reader that FSDP1 ran under mixed precision (its BatchNorm units)
+    mixed_precision: str | None = None
+    #: when ``buffer_dtype`` applies only at run time (mixed precision chosen there)
+    buffer_when: str | None = None
 
     @property
     def reads_module_before(self) -> bool:
@@ -141,11 +155,18 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
         return out
     values = out.values
     out.names.add("fully_shard")
+    device = values.get("device_id")
+    if device is not None and not calls.is_none(device):
+        # read more than once below: a call with effects is evaluated once, first
+        simple = calls.is_simple(device) or _device_call(analysis, device)
+        out.device = (
+            analysis.source(device) if simple else _once(analysis, call, out, "device_id", device)
+        )
     _strategy_and_mesh(analysis, call, out)
     _process_group(analysis, call, out)
     _mixed_precision(analysis, call, out)
-    _offload(analysis, out)
-    _wrap_policy(analysis, out)
+    _offload(analysis, call, out)
+    _wrap_policy(analysis, call, out)
     for name in ("ignored_modules", "ignored_states"):
         if name in values and not calls.is_none(values[name]):
             out.blockers.append(f"{name} is set")
@@ -163,11 +184,6 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
         value = values.get(name)
         if value is not None and not (calls.is_simple(value) or _is_fsdp1(analysis, value)):
             out.blockers.append(f"{name} is computed by a call: assign it to a name first")
-    device = values.get("device_id")
-    if device is not None and not calls.is_none(device):
-        if not (calls.is_simple(device) or _device_call(analysis, device)):
-            out.blockers.append("device_id is an expression")
-        out.device = analysis.source(device)
     out.hoisted = out.reads_module_before and not calls.is_simple(out.module)  # type: ignore[arg-type]
     if out.full_precision_norms is not None:
         out.names.add("MixedPrecisionPolicy")
@@ -277,27 +293,38 @@ def _spread_users(analysis: FileAnalysis, binding: Binding) -> frozenset[ast.Cal
     return frozenset(users)
 
 
-def _value(analysis: FileAnalysis, out: Pure, what: str) -> ast.expr | None:
-    """An argument's value, looking through a name bound once whose every read is a
-    constructor's ``what`` (directly, or in a spread dict); blocked otherwise."""
+def _resolved(
+    analysis: FileAnalysis, out: Pure, what: str
+) -> tuple[ast.expr | None, Removable | None, str | None]:
+    """An argument's value where it is written, looking through a name bound once whose every
+    read is a constructor's ``what`` (directly, or in a spread dict), with that binding; or
+    why it cannot be read here. ``(None, None, None)``: the argument is absent or None."""
     value = out.values.get(what)
     if value is None or calls.is_none(value):
-        return None
+        return None, None, None
     if not isinstance(value, ast.Name):
-        return value
+        return value, None, None
     binding = _binding(analysis, value)
     if binding is None or binding.value is None:
-        out.blockers.append(f"{what} is not written at the call")
-        return None
+        return None, None, f"{what} is not written at the call"
     users: set[ast.Call] = set()
     for use in analysis.uses_of(binding):
         found = _reader(analysis, use, what)
         if found is None:
-            out.blockers.append(f"{what} is read by other code than FSDP(...) calls")
-            return None
+            return None, None, f"{what} is read by other code than FSDP(...) calls"
         users |= found
-    out.removable.append(Removable(what, analysis.names.statement(binding.node), frozenset(users)))
-    return binding.value
+    statement = analysis.names.statement(binding.node)
+    return binding.value, Removable(what, statement, frozenset(users)), None
+
+
+def _at_run_time(analysis: FileAnalysis, call: ast.Call, out: Pure, what: str) -> str | None:
+    """The call's own text for ``what`` (bound first when it must be evaluated once), for an
+    ``fsdp2_port`` reader to turn into its FSDP2 value at run time; None without the runtime
+    dependency."""
+    if not analysis.options.runtime_dependency:
+        return None
+    out.read_at_run_time.append(what)
+    return _once(analysis, call, out, what, out.values[what])
 
 
 def _reader(analysis: FileAnalysis, use: ast.Name, what: str) -> frozenset[ast.Call] | None:
@@ -351,33 +378,80 @@ def _private_constant(analysis: FileAnalysis, statement: ast.stmt, name: str) ->
 
 
 def _strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
+    """``sharding_strategy`` -> ``reshard_after_forward`` (and the mesh). A strategy written
+    here that needs no mesh of its own becomes its value; any other (hybrid without a mesh,
+    NO_SHARD, one only the run knows) goes to ``fsdp2_port``'s readers, which build the
+    mesh FSDP1 would have used from the group, mesh and device it was given."""
     mesh = out.values.get("device_mesh")
+    mesh = None if mesh is None or calls.is_none(mesh) else mesh
+    given = out.values.get("sharding_strategy")
     if _chosen_strategy(analysis, call, out):
-        strategy = None
-    else:
-        strategy = _value(analysis, out, "sharding_strategy")
-    if strategy is not None:
-        kind = (analysis.fsdp1_name(strategy) or "").removeprefix("ShardingStrategy.")
-        reshard = _reshard(analysis, strategy)
-        if kind.startswith(("HYBRID", "_HYBRID")) and (mesh is None or calls.is_none(mesh)):
-            out.blockers.append(f"{kind} without device_mesh: FSDP2 needs a 2-D mesh")
-        elif kind in _RESHARD:
-            reshard = str(_RESHARD[kind])
-        if reshard is None:
-            out.blockers.append(
-                "sharding_strategy is not FULL_SHARD/SHARD_GRAD_OP (or a choice between them "
-                "written here)"
-            )
-        else:
+        given = None
+    elif given is not None and not calls.is_none(given):
+        strategy, removable, blocker = _resolved(analysis, out, "sharding_strategy")
+        reshard = kind = None
+        if strategy is not None:
+            kind = (analysis.fsdp1_name(strategy) or "").removeprefix("ShardingStrategy.")
+            if kind.startswith(("HYBRID", "_HYBRID")) and mesh is not None:
+                reshard = str(_RESHARD[kind])
+            elif not kind.startswith(("HYBRID", "_HYBRID")):
+                reshard = _reshard(analysis, strategy)
+        if reshard is None and kind in _MESH_OF_ITS_OWN and analysis.options.runtime_dependency:
+            # the value is known, the mesh (FSDP1's default groups) only at run time
+            out.removable += [removable] if removable else []
+            out.read_at_run_time.append("sharding_strategy")
+            _mesh_at_run_time(analysis, call, out, analysis.source(strategy))  # type: ignore[arg-type]
+            text = f"reshard_after_forward={_MESH_OF_ITS_OWN[kind]}"
+            out.root.append(text)
+            out.children.append(text)
+        elif reshard is not None:
+            out.removable += [removable] if removable else []
             text = f"reshard_after_forward={reshard}"
             out.root.append(text)
             out.children.append(text)
-    if mesh is not None and not calls.is_none(mesh):
-        if not calls.is_simple(mesh):
-            out.blockers.append("device_mesh is an expression: assign it to a name first")
-        text = f"mesh={analysis.source(mesh)}"
+        else:
+            strategy_text = _at_run_time(analysis, call, out, "sharding_strategy")
+            if strategy_text is None:
+                out.blockers.append(
+                    blocker
+                    or "sharding_strategy is not FULL_SHARD/SHARD_GRAD_OP (or a choice between "
+                    "them written here)"
+                )
+                return
+            _mesh_at_run_time(analysis, call, out, strategy_text)
+            reshard = _fresh(analysis, call, out, "reshard_after_forward")
+            reader = f"fsdp2_port.reshard_after_forward_like_fsdp1({strategy_text})"
+            out.bound_first.append((reshard, reader))
+            text = f"reshard_after_forward={reshard}"
+            out.root.append(text)
+            out.children.append(text)
+            return
+    if mesh is not None:
+        text = f"mesh={_once(analysis, call, out, 'device_mesh', mesh)}"
         out.root.insert(0, text)
         out.children.insert(0, text)
+
+
+def _mesh_at_run_time(
+    analysis: FileAnalysis, call: ast.Call, out: Pure, strategy: str | None
+) -> None:
+    """``mesh = fsdp2_port.mesh_like_fsdp1(...)``, bound once, first: the mesh FSDP1 would
+    have used for the strategy, group, mesh and device it was given."""
+    arguments = [strategy] if strategy is not None else []
+    for name in ("process_group", "device_mesh"):
+        value = out.values.get(name)
+        if value is not None and not calls.is_none(value):
+            source = analysis.source(value)
+            text = _once(analysis, call, out, name, value) if "\n" in source else source
+            arguments.append(f"{name}={text}")
+    if out.device is not None:
+        arguments.append(f"device_id={out.device}")
+    mesh = _fresh(analysis, call, out, "mesh")
+    out.bound_first.append((mesh, f"fsdp2_port.mesh_like_fsdp1({', '.join(arguments)})"))
+    out.group_mesh = mesh
+    out.mesh_read_at_run_time = True
+    out.root.insert(0, f"mesh={mesh}")
+    out.children.insert(0, f"mesh={mesh}")
 
 
 def _chosen(
@@ -454,9 +528,10 @@ def _reshard(analysis: FileAnalysis, node: ast.expr) -> str | None:
 
 def _process_group(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     """A process group other than WORLD: a 1-D mesh over it, built once; its device type is
-    the one ``device_id`` names (FSDP1 took it from there)."""
+    the one ``device_id`` names (FSDP1 took it from there), or, when nothing written here
+    names it, the one ``fsdp2_port.mesh_like_fsdp1`` finds at run time."""
     group = out.values.get("process_group")
-    if group is None or calls.is_none(group):
+    if group is None or calls.is_none(group) or out.mesh_read_at_run_time:
         return
     if analysis.resolves_to(group, "torch.distributed.group.WORLD"):
         return
@@ -465,7 +540,11 @@ def _process_group(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
         return
     device_type = _device_type(analysis, out.values.get("device_id"))
     if device_type is None:
-        out.blockers.append("process_group without a device_id naming the device type")
+        if not analysis.options.runtime_dependency:
+            out.blockers.append("process_group without a device_id naming the device type")
+            return
+        out.read_at_run_time.append("process_group")
+        _mesh_at_run_time(analysis, call, out, None)
         return
     name = _fresh(analysis, call, out, "mesh")
     mesh = f'DeviceMesh.from_group({analysis.source(group)}, "{device_type}")'
@@ -500,19 +579,42 @@ def _fresh(analysis: FileAnalysis, call: ast.Call, out: Pure, base: str) -> str:
 
 
 def _mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
+    """``MixedPrecision`` -> ``MixedPrecisionPolicy``: written here (or chosen here between
+    None and one that only reduces in another dtype), or read by ``fsdp2_port`` at run time
+    (a policy built elsewhere, flags only the run knows)."""
     if _chosen_mixed_precision(analysis, call, out):
         return
-    value = _value(analysis, out, "mixed_precision")
-    if value is None:
+    value, removable, blocker = _resolved(analysis, out, "mixed_precision")
+    if value is not None and _literal_mixed_precision(analysis, call, out, value):
+        out.removable += [removable] if removable else []
         return
+    if value is None and blocker is None:
+        return
+    name = _at_run_time(analysis, call, out, "mixed_precision")
+    if name is None:
+        out.blockers.append(blocker or "mixed_precision is not a literal MixedPrecision(...)")
+        return
+    reader = "fsdp2_port.mp_policy_like_fsdp1"
+    out.root.append(f"mp_policy={reader}({name}, root=True)")
+    out.children.append(f"mp_policy={reader}({name})")
+    out.mixed_precision = name
+    out.buffer_dtype, out.buffer_when = f"{name}.buffer_dtype", f"{name} is not None"
+    out.full_precision_norms, out.norms_when = f"{name}.param_dtype", f"{name} is not None"
+
+
+def _literal_mixed_precision(
+    analysis: FileAnalysis, call: ast.Call, out: Pure, value: ast.expr
+) -> bool:
+    """A ``MixedPrecision(...)`` written here whose flags are literals, as FSDP2 values;
+    False (``out`` untouched) for anything else."""
     if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"):
-        out.blockers.append("mixed_precision is not a literal MixedPrecision(...)")
-        return
+        return False
     bound = calls.bind(value, _MIXED)
-    if bound is None:
-        out.blockers.append("MixedPrecision(...) with unusual arguments")
-        return
-    fields = []
+    if bound is None or "_module_classes_to_ignore" in bound:
+        return False
+    flags = {n: calls.literal_bool(bound[n].value) for n in bound if n.startswith(("cast", "keep"))}
+    if any(v is None for v in flags.values()) or flags.get("keep_low_precision_grads"):
+        return False
     dtypes: dict[str, str] = {}
     for name in ("param_dtype", "reduce_dtype", "buffer_dtype"):
         if name in bound and not calls.is_none(bound[name].value):
@@ -520,14 +622,6 @@ def _mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     fields = [
         f"{name}={dtypes[name]}" for name in ("param_dtype", "reduce_dtype") if name in dtypes
     ]
-    flags = {n: calls.literal_bool(bound[n].value) for n in bound if n.startswith(("cast", "keep"))}
-    if any(v is None for v in flags.values()):
-        out.blockers.append("MixedPrecision flags are runtime values")
-        return
-    if flags.get("keep_low_precision_grads"):
-        out.blockers.append("keep_low_precision_grads=True")
-    if "_module_classes_to_ignore" in bound:
-        out.blockers.append("_module_classes_to_ignore is set")
     out.buffer_dtype = dtypes.get("buffer_dtype")
     # kept only with a policy (see _wrap_policy)
     out.full_precision_norms = dtypes.get("param_dtype", "None")
@@ -535,13 +629,16 @@ def _mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
         "cast_forward_inputs", False
     )
     child_cast = flags.get("cast_forward_inputs", False)
+    out.mixed_precision = "MixedPrecisionPolicy()"
     if not fields:
-        return
+        return True
     out.names.add("MixedPrecisionPolicy")
     root = ", ".join(fields + ([] if root_cast else ["cast_forward_inputs=False"]))
     child = ", ".join(fields + ([] if child_cast else ["cast_forward_inputs=False"]))
     out.root.append(f"mp_policy=MixedPrecisionPolicy({root})")
     out.children.append(f"mp_policy=MixedPrecisionPolicy({child})")
+    out.mixed_precision = f"MixedPrecisionPolicy({root})"
+    return True
 
 
 def _chosen_mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
@@ -578,6 +675,7 @@ def _chosen_mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -
     out.root.append(text)
     out.children.append(text)
     out.full_precision_norms, out.norms_when = "None", f"{name.id} is not None"
+    out.mixed_precision = name.id
     return True
 
 
@@ -605,84 +703,116 @@ def _dedented(analysis: FileAnalysis, value: ast.expr) -> str:
     return "\n".join([lines[0], *rest])
 
 
-def _offload(analysis: FileAnalysis, out: Pure) -> None:
-    value = _value(analysis, out, "cpu_offload")
-    if value is None:
+def _offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
+    """``CPUOffload`` -> ``CPUOffloadPolicy``: written here (or ``CPUOffload(...) if flag else
+    None``), or read by ``fsdp2_port`` at run time."""
+    value, removable, blocker = _resolved(analysis, out, "cpu_offload")
+    if value is None and blocker is None:
         return
+    chosen = _literal_offload(analysis, value) if value is not None else None
+    if chosen is not None:
+        out.removable += [removable] if removable else []
+        if chosen:
+            out.names.update(re.findall(r"\b(CPUOffloadPolicy|OffloadPolicy)\(", chosen))
+            out.root.append(f"offload_policy={chosen}")
+            out.children.append(f"offload_policy={chosen}")
+        return
+    name = _at_run_time(analysis, call, out, "cpu_offload")
+    if name is None:
+        out.blockers.append(blocker or "cpu_offload is not a literal CPUOffload(...) (or a choice)")
+        return
+    mesh = f", {out.group_mesh}" if out.group_mesh is not None else ""
+    text = f"offload_policy=fsdp2_port.offload_policy_like_fsdp1({name}{mesh})"
+    out.root.append(text)
+    out.children.append(text)
+
+
+def _literal_offload(analysis: FileAnalysis, value: ast.expr) -> str | None:
+    """The ``offload_policy`` text of a ``CPUOffload`` written here ("" when it offloads
+    nothing); None when it is not one, or its flag is a run-time value."""
     if isinstance(value, ast.IfExp):  # CPUOffload(...) if flag else None
         if not _is_flag(value.test):
-            out.blockers.append("cpu_offload is chosen by an expression")
-            return
-        branches = [_offloads(analysis, b, out) for b in (value.body, value.orelse)]
+            return None
+        branches = [_offloads(analysis, b) for b in (value.body, value.orelse)]
         if None in branches:
-            return
+            return None
         if branches[0] == branches[1]:
-            chosen = "CPUOffloadPolicy()" if branches[0] else None
-        else:
-            out.names.add("OffloadPolicy")
-            policies = ["CPUOffloadPolicy()" if b else "OffloadPolicy()" for b in branches]
-            chosen = f"{policies[0]} if {analysis.source(value.test)} else {policies[1]}"
-    else:
-        offloads = _offloads(analysis, value, out)
-        if offloads is None:
-            return
-        chosen = "CPUOffloadPolicy()" if offloads else None
-    if chosen is not None:
-        out.names.add("CPUOffloadPolicy")
-        out.root.append(f"offload_policy={chosen}")
-        out.children.append(f"offload_policy={chosen}")
+            return "CPUOffloadPolicy()" if branches[0] else ""
+        policies = ["CPUOffloadPolicy()" if b else "OffloadPolicy()" for b in branches]
+        return f"{policies[0]} if {analysis.source(value.test)} else {policies[1]}"
+    offloads = _offloads(analysis, value)
+    if offloads is None:
+        return None
+    return "CPUOffloadPolicy()" if offloads else ""
 
 
-def _offloads(analysis: FileAnalysis, value: ast.expr, out: Pure) -> bool | None:
-    """Whether a literal ``CPUOffload(...)`` (or None) offloads; None when blocked."""
+def _offloads(analysis: FileAnalysis, value: ast.expr) -> bool | None:
+    """Whether a literal ``CPUOffload(...)`` (or None) offloads; None when it is not one."""
     if calls.is_none(value):
         return False
     if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "CPUOffload"):
-        out.blockers.append("cpu_offload is not a literal CPUOffload(...)")
         return None
     bound = calls.bind(value, ("offload_params",))
     if bound is None:
-        out.blockers.append("CPUOffload(...) with unusual arguments")
         return None
     if "offload_params" not in bound:
         return False
-    flag = calls.literal_bool(bound["offload_params"].value)
-    if flag is None:
-        out.blockers.append("CPUOffload(offload_params=<runtime value>)")
-    return flag
+    return calls.literal_bool(bound["offload_params"].value)
 
 
-def _wrap_policy(analysis: FileAnalysis, out: Pure) -> None:
-    value = _value(analysis, out, "auto_wrap_policy")
-    if value is None:
+def _wrap_policy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
+    """``auto_wrap_policy`` -> the condition a unit meets: classes or a predicate written
+    here, or membership in the units ``fsdp2_port.units_like_fsdp1`` selects at run time
+    (any other policy: a library's, a size-based one, a user's callable)."""
+    value, removable, blocker = _resolved(analysis, out, "auto_wrap_policy")
+    if value is None and blocker is None:
         out.full_precision_norms = None  # FSDP1 overrides BatchNorm only under a policy
         return
-    selects = None
-    if isinstance(value, ast.Call):
-        policy = analysis.fsdp1_name(value.args[0]) if value.args else None
-        keyword = value.keywords[0] if len(value.keywords) == 1 else None
-        if (
-            analysis.fsdp1_name(value.func) == "ModuleWrapPolicy"
-            and len(value.args) == 1
-            and not value.keywords
-        ):
-            selects = _classes(analysis, value.args[0])
-        elif (
-            analysis.resolves_to(value.func, "functools.partial")
-            and len(value.args) == 1
-            and keyword is not None
-        ):
-            if policy == "transformer_auto_wrap_policy" and keyword.arg == "transformer_layer_cls":
-                selects = _classes(analysis, keyword.value)
-            elif policy == "lambda_auto_wrap_policy" and keyword.arg == "lambda_fn":
-                selects = _predicate(analysis, keyword.value)
-    if selects is None:
+    selects = _literal_policy(analysis, value) if value is not None else None
+    if selects is not None:
+        out.removable += [removable] if removable else []
+        out.selects = selects
+        return
+    policy = _at_run_time(analysis, call, out, "auto_wrap_policy")
+    if policy is None:
         out.blockers.append(
-            "auto_wrap_policy is not transformer_auto_wrap_policy/ModuleWrapPolicy of classes "
-            "or lambda_auto_wrap_policy"
+            blocker
+            or "auto_wrap_policy is not transformer_auto_wrap_policy/ModuleWrapPolicy of "
+            "classes or lambda_auto_wrap_policy"
         )
         return
-    out.selects = selects
+    arguments = [ROOT, policy]
+    if out.mixed_precision is not None:
+        arguments.append(f"mixed_precision={out.mixed_precision}")
+        if out.mixed_precision.startswith("MixedPrecisionPolicy("):
+            out.names.add("MixedPrecisionPolicy")
+    units = _fresh(analysis, call, out, "units")
+    out.bound_first.append((units, f"fsdp2_port.units_like_fsdp1({', '.join(arguments)})"))
+    out.selects = f"{UNIT} in {units}"
+
+
+def _literal_policy(analysis: FileAnalysis, value: ast.expr) -> str | None:
+    """The condition on ``UNIT`` of a policy written here, or None."""
+    if not isinstance(value, ast.Call):
+        return None
+    policy = analysis.fsdp1_name(value.args[0]) if value.args else None
+    keyword = value.keywords[0] if len(value.keywords) == 1 else None
+    if (
+        analysis.fsdp1_name(value.func) == "ModuleWrapPolicy"
+        and len(value.args) == 1
+        and not value.keywords
+    ):
+        return _classes(analysis, value.args[0])
+    if (
+        analysis.resolves_to(value.func, "functools.partial")
+        and len(value.args) == 1
+        and keyword is not None
+    ):
+        if policy == "transformer_auto_wrap_policy" and keyword.arg == "transformer_layer_cls":
+            return _classes(analysis, keyword.value)
+        if policy == "lambda_auto_wrap_policy" and keyword.arg == "lambda_fn":
+            return _predicate(analysis, keyword.value)
+    return None
 
 
 def _predicate(analysis: FileAnalysis, fn: ast.expr) -> str | None:

@@ -3,8 +3,9 @@
 Invariants: the plain form (``pure.py`` reads the values, ``emit.py`` writes the code) is
 exact: children get ``cast_forward_inputs=False``, as FSDP1 casts only the root's inputs;
 ``device_id`` moves the module first, as FSDP1 does; BatchNorm units stay in full precision
-under a policy with mixed precision. Anything it cannot prove goes to
-``fully_shard_like_fsdp1`` with the same arguments (or, without the runtime dependency, a
+under a policy with mixed precision. A value only the run knows is read there by an
+``fsdp2_port`` reader that gives FSDP1's meaning (and runs no FSDP1 code); the code around it
+is still written out. Anything else goes to ``fully_shard_like_fsdp1`` with the same arguments (or, without the runtime dependency, a
 marker naming what blocks it). A binding the plain form inlines goes only when every
 constructor reading it takes the plain form. FSDP1 subclasses and ``wrapper_cls=FSDP`` are
 marked and keep the run's other models honest.
@@ -46,10 +47,15 @@ class ConstructorRule:
                 "calls in FSDP1's order); `device_id` → `.to()` first; `sync_module_states` → "
                 "a broadcast of every parameter and buffer from the group's first rank (under "
                 "`if <flag>:` when chosen at run time); no-effect arguments dropped; a module "
-                "given as an expression is bound to a name first); **anything else** → "
-                "`fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)` (strategies "
-                "computed elsewhere, other wrap policies, HSDP without a mesh, "
-                "`ignored_modules`...); `functools.partial(FSDP, ...)` → "
+                "given as an expression is bound to a name first); **a value only the run "
+                "knows** (a strategy, policy, `MixedPrecision`, `CPUOffload` or process group "
+                "built elsewhere; HSDP or NO_SHARD without a mesh) → the same plain form, that "
+                "value read by an `fsdp2_port.*_like_fsdp1` reader (`mesh_like_fsdp1`, "
+                "`reshard_after_forward_like_fsdp1`, `units_like_fsdp1`, `mp_policy_like_fsdp1`, "
+                "`offload_policy_like_fsdp1`: FSDP1's meaning, no FSDP1 code); **anything "
+                "else** → `fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)` (`**kwargs` "
+                "whose keys only the run knows, `ignored_modules`...); "
+                "`functools.partial(FSDP, ...)` → "
                 "`partial(fully_shard_like_fsdp1, ...)`"
             ),
             marked=(
@@ -97,6 +103,13 @@ class ConstructorRule:
         "fsdp2_port.materialize_like_fsdp1": "fsdp2_port:materialize_like_fsdp1",
         "torch.distributed.broadcast": "torch.distributed:broadcast",
         "fully_shard_like_fsdp1": "fsdp2_port:fully_shard_like_fsdp1",
+        "fsdp2_port.mesh_like_fsdp1": "fsdp2_port:mesh_like_fsdp1",
+        "fsdp2_port.reshard_after_forward_like_fsdp1": (
+            "fsdp2_port:reshard_after_forward_like_fsdp1"
+        ),
+        "fsdp2_port.mp_policy_like_fsdp1": "fsdp2_port:mp_policy_like_fsdp1",
+        "fsdp2_port.offload_policy_like_fsdp1": "fsdp2_port:offload_policy_like_fsdp1",
+        "fsdp2_port.units_like_fsdp1": "fsdp2_port:units_like_fsdp1",
     }
 
     def analyze(self, analysis: FileAnalysis) -> None:
@@ -194,7 +207,7 @@ class ConstructorRule:
         ]
         if found.sync is not None:
             imports.append(analysis.module_import("torch.distributed", call))
-        if found.init_fn is not None:
+        if found.init_fn is not None or found.read_at_run_time:
             imports.append(analysis.module_import("fsdp2_port", call))
         if found.full_precision_norms is not None and found.selects is not None:
             imports.append(analysis.module_import("torch", call))
@@ -205,6 +218,8 @@ class ConstructorRule:
                 "FSDP(..., auto_wrap_policy=<policy>) -> fully_shard on each submodule it "
                 "selects, then on the root"
             )
+        if found.read_at_run_time:
+            message += f" ({', '.join(found.read_at_run_time)} read at run time by fsdp2_port)"
         analysis.add(
             code, call, "FSDP(...) left as is", Rewrite(edits, message, imports), constructor=cid
         )

@@ -1,11 +1,11 @@
 import functools
 
 import torch
-from fsdp2_port import fully_shard_like_fsdp1
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import fs_init
+import fsdp2_port
 
 
 def setup_fsdp_sync(model, args):
@@ -65,4 +65,5 @@ def by_function(model, is_block, shard):
 
 
 def no_device_type(model, group):
-    return fully_shard_like_fsdp1(model, process_group=group)
+    mesh = fsdp2_port.mesh_like_fsdp1(process_group=group)
+    return fully_shard(model, mesh=mesh)

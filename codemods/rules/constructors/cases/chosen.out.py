@@ -1,11 +1,11 @@
 from functools import partial
 
 import torch
-from fsdp2_port import fully_shard_like_fsdp1
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp import MixedPrecision
 
 from mymodel import Block
+import fsdp2_port
 
 
 def ml4m(model, dtype, policy_classes):
@@ -51,7 +51,11 @@ def casts(model, flag):
     mp = None
     if flag:
         mp = MixedPrecision(param_dtype=torch.bfloat16)
-    return fully_shard_like_fsdp1(model, mixed_precision=mp)
+    if mp is not None and mp.buffer_dtype is not None:
+        for buffer in model.buffers():  # buffer_dtype
+            if buffer.is_floating_point():
+                buffer.data = buffer.to(mp.buffer_dtype)
+    return fully_shard(model, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mp, root=True))
 
 
 def verl(actor_module, auto_wrap_policy_found):
@@ -73,4 +77,6 @@ def qlora(model, args):
         sharding_strategy = ShardingStrategy.NO_SHARD
     else:
         raise ValueError("Invalid FSDP sharding strategy")
-    return fully_shard_like_fsdp1(model, sharding_strategy=sharding_strategy)
+    mesh = fsdp2_port.mesh_like_fsdp1(sharding_strategy)
+    reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)

@@ -1,0 +1,35 @@
+"""Values only the run knows: the plain form reads them with fsdp2_port's readers."""
+
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import ShardingStrategy
+
+from trainer.config import get_wrap_policy, precision_of
+
+
+def worker(model, cfg, device_mesh):
+    """verl's shape: every value is computed elsewhere."""
+    mixed_precision = precision_of(cfg)
+    auto_wrap_policy = get_wrap_policy(model, cfg.wrap)
+    cpu_offload = cfg.offload_policy()
+    return FSDP(
+        model,
+        param_init_fn=cfg.init_fn,
+        auto_wrap_policy=auto_wrap_policy,
+        device_id=cfg.device(),
+        sharding_strategy=getattr(ShardingStrategy, cfg.strategy),
+        mixed_precision=mixed_precision,
+        cpu_offload=cpu_offload,
+        sync_module_states=True,
+        device_mesh=device_mesh,
+    )
+
+
+def hybrid(model, block):
+    """HYBRID_SHARD without a mesh: FSDP1's default groups, built at run time."""
+    return FSDP(model, sharding_strategy=ShardingStrategy.HYBRID_SHARD, use_orig_params=True)
+
+
+def offload_flag(model, offload):
+    """A flag only the run knows."""
+    return FSDP(model, cpu_offload=offload)

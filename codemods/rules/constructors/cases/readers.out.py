@@ -1,0 +1,71 @@
+"""Values only the run knows: the plain form reads them with fsdp2_port's readers."""
+
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import ShardingStrategy
+
+from trainer.config import get_wrap_policy, precision_of
+import fsdp2_port
+
+
+def worker(model, cfg, device_mesh):
+    """verl's shape: every value is computed elsewhere."""
+    mixed_precision = precision_of(cfg)
+    auto_wrap_policy = get_wrap_policy(model, cfg.wrap)
+    cpu_offload = cfg.offload_policy()
+    device_id = cfg.device()
+    sharding_strategy = getattr(ShardingStrategy, cfg.strategy)
+    mesh = fsdp2_port.mesh_like_fsdp1(sharding_strategy, device_mesh=device_mesh, device_id=device_id)
+    reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
+    units = fsdp2_port.units_like_fsdp1(model, auto_wrap_policy, mixed_precision=mixed_precision)
+    fsdp2_port.materialize_like_fsdp1(
+        model,
+        cfg.init_fn,
+        is_unit=lambda unit: unit in units,
+        device=device_id,
+    )
+    model.to(device_id)
+    for group in mesh.get_all_groups():  # sync_module_states
+        for tensor in [*model.parameters(), *model.buffers()]:
+            torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
+    if mixed_precision is not None and mixed_precision.buffer_dtype is not None:
+        for owner in model.modules():  # buffer_dtype
+            if not isinstance(owner, torch.nn.modules.batchnorm._BatchNorm):
+                for buffer in owner.buffers(recurse=False):
+                    if buffer.is_floating_point():
+                        buffer.data = buffer.to(mixed_precision.buffer_dtype)
+    for submodule in reversed(list(model.modules())):
+        if submodule is not model and mixed_precision is not None and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+            fully_shard(
+                submodule,
+                mesh=mesh,
+                reshard_after_forward=reshard_after_forward,
+                offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload, mesh),
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=mixed_precision.param_dtype),
+            )
+        elif submodule is not model and submodule in units:
+            fully_shard(
+                submodule,
+                mesh=mesh,
+                reshard_after_forward=reshard_after_forward,
+                mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision),
+                offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload, mesh),
+            )
+    return fully_shard(
+        model,
+        mesh=mesh,
+        reshard_after_forward=reshard_after_forward,
+        mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision, root=True),
+        offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload, mesh),
+    )
+
+
+def hybrid(model, block):
+    """HYBRID_SHARD without a mesh: FSDP1's default groups, built at run time."""
+    mesh = fsdp2_port.mesh_like_fsdp1(ShardingStrategy.HYBRID_SHARD)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=True)
+
+
+def offload_flag(model, offload):
+    """A flag only the run knows."""
+    return fully_shard(model, offload_policy=fsdp2_port.offload_policy_like_fsdp1(offload))
