@@ -5,9 +5,9 @@ exact: children get ``cast_forward_inputs=False``, as FSDP1 casts only the root'
 ``device_id`` moves the module first, as FSDP1 does; BatchNorm units stay in full precision
 under a policy with mixed precision. A value only the run knows is read there by an
 ``fsdp2_port`` reader that gives FSDP1's meaning (and runs no FSDP1 code); the code around it
-is still written out. Anything else goes to ``fully_shard_like_fsdp1`` with the same arguments (or, without the runtime dependency, a
-marker naming what blocks it). A binding the plain form inlines goes only when every
-constructor reading it takes the plain form. FSDP1 subclasses and ``wrapper_cls=FSDP`` are
+is still written out. Anything else goes to ``fully_shard_like_fsdp1`` with the same
+arguments (or, without the runtime dependency, a marker naming what blocks it). A binding
+the plain form inlines goes only when every constructor reading it takes the plain form. FSDP1 subclasses and ``wrapper_cls=FSDP`` are
 marked and keep the run's other models honest.
 """
 
