@@ -15,6 +15,12 @@ _LAZY = {
     "clip_grad_norm_": "fsdp2_port.train.clip",
     "fully_shard_like_fsdp1": "fsdp2_port.fsdp1.like_fsdp1",
     "materialize_like_fsdp1": "fsdp2_port.fsdp1.like_fsdp1",
+    # one FSDP1 argument known only at run time -> its FSDP2 value (the codemod's plain form)
+    "mesh_like_fsdp1": "fsdp2_port.fsdp1.readers",
+    "mp_policy_like_fsdp1": "fsdp2_port.fsdp1.readers",
+    "offload_policy_like_fsdp1": "fsdp2_port.fsdp1.readers",
+    "reshard_after_forward_like_fsdp1": "fsdp2_port.fsdp1.readers",
+    "units_like_fsdp1": "fsdp2_port.fsdp1.readers",
     "global_grad_norm": "fsdp2_port.train.clip",
     # FSDP1's module APIs, right on FSDP1, FSDP2 and DDP alike (the codemod's runtime target)
     "fsdp_modules": "fsdp2_port.fsdp1.fsdp1_api",

@@ -17,6 +17,8 @@ computes what FSDP1's computed. Invariants:
   with ``fsdp2_port.prove.no_fsdp1``). Only torch's FSDP2, DTensor and distributed code run.
 - Every argument maps to its FSDP2 equivalent, or has no numerical effect (the README says
   which), or raises ``ValueError`` naming the argument and the FSDP2 way. Nothing is dropped.
+  The mappings of single arguments (strategy, mesh, mixed precision, offload, the checks) live
+  in ``fsdp1.readers``, whose public readers the codemod's plain form calls: one home each.
 
 Loading this module imports FSDP1's modules (its enums are the signature's defaults, its
 policy and config classes are what the arguments are): ``fsdp2_port`` exports it lazily.
@@ -26,47 +28,45 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import (
     BackwardPrefetch,
     CPUOffload,
-    CPUOffloadPolicy,
     FSDPModule,
     FullyShardedDataParallel,
     MixedPrecision,
-    MixedPrecisionPolicy,
-    OffloadPolicy,
     ShardingStrategy,
     fully_shard,
 )
 from torch.distributed.fsdp.wrap import CustomPolicy, ModuleWrapPolicy
 
-from fsdp2_port.fsdp1 import torch_internals, units
+from fsdp2_port.fsdp1 import readers, torch_internals, units
+from fsdp2_port.fsdp1.readers import (
+    HYBRID,
+    HYBRID_SHARD_ZERO2,
+    MESH_DIM_NAMES,
+    RESHARD_AFTER_FORWARD,
+)
 from fsdp2_port.fsdp1.units import Ignored
 
-#: ``ShardingStrategy._HYBRID_SHARD_ZERO2`` (private: pinned in torch_internals)
-HYBRID_SHARD_ZERO2: ShardingStrategy = torch_internals.load("hybrid_shard_zero2")
-HYBRID = (ShardingStrategy.HYBRID_SHARD, HYBRID_SHARD_ZERO2)
-#: FSDP2's ``reshard_after_forward`` for each FSDP1 strategy. ``None`` is FSDP2's "True, except
-#: for the root", which is FSDP1's behaviour: its root keeps the parameters for the backward.
-RESHARD_AFTER_FORWARD: dict[ShardingStrategy, bool | None] = {
-    ShardingStrategy.FULL_SHARD: None,
-    ShardingStrategy.HYBRID_SHARD: None,
-    ShardingStrategy.SHARD_GRAD_OP: False,
-    HYBRID_SHARD_ZERO2: False,
-    ShardingStrategy.NO_SHARD: False,
-}
-#: Dimension names of the 2-D meshes built here (FSDP2 needs names on an HSDP mesh).
-MESH_DIM_NAMES = ("replicate", "shard")
+__all__ = [
+    "BROADCAST_BUCKET_BYTES",
+    # the strategy and mesh constants live in fsdp1.readers, re-exported here
+    "HYBRID_SHARD_ZERO2",
+    "MESH_DIM_NAMES",
+    "RESHARD_AFTER_FORWARD",
+    "fully_shard_like_fsdp1",
+    "materialize_like_fsdp1",
+]
+
 #: FSDP1 broadcasts module states in buckets of this size (``PARAM_BROADCAST_BUCKET_SIZE``).
 BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024
 
@@ -126,7 +126,7 @@ def fully_shard_like_fsdp1(
         )
     # FSDP1's first step: what the root ignores (its children ignore its ignored parameters)
     root = units.resolve_ignored(module, kwargs["ignored_modules"], kwargs["ignored_states"])
-    builder = _Builder(module, _device_type(module, device_id, device_mesh))
+    builder = _Builder(module, readers.device_type(module, device_id, device_mesh))
     if sharding_strategy in HYBRID and device_mesh is None:
         # FSDP1 makes its (intra-node, inter-node) groups once, at the root, and hands them to
         # every unit it wraps.
@@ -154,7 +154,9 @@ def materialize_like_fsdp1(
     draws from the RNG draws what it drew under FSDP1. Runs no FSDP1 code; returns ``module``."""
     nothing = Ignored(set(), set(), set())
     target = (
-        _as_device(device) if device is not None else _current(_device_type(module, None, None))
+        readers.as_device(device)
+        if device is not None
+        else _current(readers.device_type(module, None, None))
     )
     done: set[nn.Module] = set()
     chosen = [m for m in _post_order(module) if m is not module and is_unit and is_unit(m)]
@@ -211,10 +213,10 @@ class _Builder:
 
     def shard(self, module: nn.Module, kw: dict[str, Any], ignored: Ignored) -> nn.Module:
         """``shard_unit`` with the kwargs checked and what the unit ignores resolved."""
-        if _is_container(module):
+        if readers.is_container(module):
             # fully_shard refuses containers; FSDP1 wraps them, and is only right when the
             # container manages nothing (its modules are units of their own).
-            self._check_container_manages_nothing(module, ignored)
+            readers.check_container_manages_nothing(module, ignored.params, self.sharded)
             return module
         strategy = kw["sharding_strategy"] or ShardingStrategy.FULL_SHARD
         mesh = self.mesh(strategy, kw["process_group"], kw["device_mesh"])
@@ -227,9 +229,9 @@ class _Builder:
         fully_shard(
             module,
             mesh=mesh,
-            reshard_after_forward=RESHARD_AFTER_FORWARD[strategy],
-            mp_policy=_mp_policy(kw["mixed_precision"], is_root=module is self.root),
-            offload_policy=_offload_policy(kw["cpu_offload"], mesh),
+            reshard_after_forward=readers.reshard_after_forward_like_fsdp1(strategy),
+            mp_policy=readers.mp_policy_like_fsdp1(kw["mixed_precision"], root=module is self.root),
+            offload_policy=readers.offload_policy_like_fsdp1(kw["cpu_offload"], mesh),
             ignored_params=ignored.params,
         )
         self._cast_buffers(module, ignored, kw["mixed_precision"])
@@ -249,21 +251,11 @@ class _Builder:
         self, strategy: ShardingStrategy, process_group: Any, device_mesh: DeviceMesh | None
     ) -> DeviceMesh:
         """The FSDP2 mesh for FSDP1's (strategy, process_group, device_mesh), built once."""
-        kind = "hybrid" if strategy in HYBRID else "shard"
-        if strategy == ShardingStrategy.NO_SHARD:
-            kind = "replicate"
-        key = (kind, process_group, device_mesh)
+        key = (readers.mesh_kind(strategy), process_group, device_mesh)
         if key not in self.meshes:
-            mesh = _build_mesh(kind, process_group, device_mesh, self.device_type)
-            if kind == "hybrid" and mesh.size(1) == 1 < mesh.size(0):
-                raise ValueError(
-                    f"{strategy} with shard groups of one rank ({mesh.size(0)} replicas): FSDP1 "
-                    "turns a unit whose group has one rank into NO_SHARD over that rank and never "
-                    "reduces gradients across the replicas, so each rank trains alone. FSDP2 will "
-                    "not reproduce that silently: for data parallelism across the replicas (what "
-                    "HYBRID_SHARD means) pass sharding_strategy=ShardingStrategy.NO_SHARD"
-                )
-            self.meshes[key] = mesh
+            self.meshes[key] = readers.build_mesh(
+                strategy, process_group, device_mesh, self.device_type
+            )
         return self.meshes[key]
 
     def shared_hybrid_groups(
@@ -355,19 +347,6 @@ class _Builder:
                 if buffer not in ignored.buffers:
                     buffer.data = buffer.to(dtype)
 
-    def _check_container_manages_nothing(self, module: nn.Module, ignored: Ignored) -> None:
-        managed = [
-            name
-            for name, p in module.named_parameters()
-            if p not in ignored.params and p not in self.sharded
-        ]
-        if managed:
-            raise ValueError(
-                f"the policy makes the container {type(module).__name__} (no forward) a unit "
-                f"that would manage {managed[:3]}: FSDP1 never gathers those (it warns), "
-                "fully_shard refuses containers. Make the policy select the modules inside it"
-            )
-
 
 def _unit_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """A unit's kwargs as FSDP1's constructor sees them: defaults filled, checked."""
@@ -387,73 +366,17 @@ def _unit_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def _check_arguments(kw: dict[str, Any]) -> None:
     """ValueError for FSDP1 arguments FSDP2 cannot honour, naming what to do instead."""
-    strategy = kw["sharding_strategy"]
-    if strategy is not None and not isinstance(strategy, ShardingStrategy):
-        raise ValueError(
-            f"sharding_strategy must be a ShardingStrategy, not {strategy!r}: for a name read "
-            "from a config, pass ShardingStrategy[name]"
-        )
-    if kw["process_group"] is not None and kw["device_mesh"] is not None:
-        raise ValueError("process_group and device_mesh: pass one of them (FSDP1 refuses both)")
-    mp = kw["mixed_precision"]
-    if mp is not None and not isinstance(mp, MixedPrecision):
-        raise ValueError(f"mixed_precision must be an FSDP1 MixedPrecision, not {mp!r}")
-    if (
-        mp is not None
-        and mp.keep_low_precision_grads
-        and (mp.param_dtype is not None or mp.reduce_dtype is not None)
-    ):
-        raise ValueError(
-            "mixed_precision.keep_low_precision_grads=True: FSDP2 always hands the optimizer "
-            "gradients in the sharded parameter's dtype. Keep the parameters themselves in low "
-            "precision (model.to(torch.bfloat16) before sharding; fp32 masters in "
-            "fsdp2_port.BF16Optimizer), or drop keep_low_precision_grads"
-        )
-    if mp is not None and mp.param_dtype is not None:
-        if os.environ.get("FSDP_USE_FULL_PREC_IN_EVAL", "") == "1":
-            raise ValueError(
-                "FSDP_USE_FULL_PREC_IN_EVAL=1 makes FSDP1 evaluate in full precision despite "
-                "mixed_precision; FSDP2 has no such switch. Unset it, or evaluate a copy sharded "
-                "without mixed_precision"
-            )
-    offload = kw["cpu_offload"]
-    if offload is not None and not isinstance(offload, CPUOffload):
-        raise ValueError(f"cpu_offload must be an FSDP1 CPUOffload, not {offload!r}")
+    readers.check_sharding_strategy(kw["sharding_strategy"])
+    readers.check_process_group_and_device_mesh(kw["process_group"], kw["device_mesh"])
+    readers.check_mixed_precision(kw["mixed_precision"])
+    readers.check_cpu_offload(kw["cpu_offload"])
     prefetch = kw["backward_prefetch"]
     if prefetch is not None and not isinstance(prefetch, BackwardPrefetch):
         raise ValueError(f"backward_prefetch must be a BackwardPrefetch or None, not {prefetch!r}")
-    if kw["device_id"] is not None:
-        device = _as_device(kw["device_id"])
-        if device.type != "cpu" and not torch.get_device_module(device.type).is_available():
-            raise ValueError(f"device_id={kw['device_id']!r}: no {device.type} device here")
+    readers.check_device_id(kw["device_id"])
 
 
 # -- devices and meshes -------------------------------------------------------------------------
-
-
-def _as_device(device_id: int | torch.device) -> torch.device:
-    """FSDP1's ``device_id``: a device, or the index of one on this machine's accelerator."""
-    if isinstance(device_id, torch.device):
-        return device_id
-    if isinstance(device_id, int) and not torch.accelerator.is_available():
-        raise ValueError(f"device_id={device_id}: an accelerator index, but this machine has none")
-    return torch.device(device_id)
-
-
-def _device_type(module: nn.Module, device_id: Any, device_mesh: DeviceMesh | None) -> str:
-    """The device type FSDP1 would run on: the mesh's, ``device_id``'s, the module's, else the
-    accelerator's (FSDP1 refuses to run without one; FSDP2 runs on the CPU)."""
-    if device_mesh is not None:
-        return device_mesh.device_type
-    if device_id is not None:
-        return _as_device(device_id).type
-    for p in module.parameters():
-        if p.device.type not in ("cpu", "meta"):
-            return p.device.type
-    if not torch.accelerator.is_available():
-        return "cpu"
-    accelerator = torch.accelerator.current_accelerator()
-    return "cpu" if accelerator is None else accelerator.type
 
 
 def _current(device_type: str) -> torch.device:
@@ -468,7 +391,7 @@ def _unit_device(device_id: Any, mesh: DeviceMesh) -> torch.device:
     ``device_id``: FSDP2 has no per-module device, so it must be the current one."""
     device = _current(mesh.device_type)
     if device_id is not None:
-        wanted = _as_device(device_id)
+        wanted = readers.as_device(device_id)
         if wanted.type != device.type or wanted.index not in (None, device.index):
             raise ValueError(
                 f"device_id={device_id!r}, but FSDP2 runs this unit on {device} (its mesh's "
@@ -476,128 +399,6 @@ def _unit_device(device_id: Any, mesh: DeviceMesh) -> torch.device:
                 f"({wanted.index}) before sharding, as torchrun scripts do"
             )
     return device
-
-
-def _build_mesh(
-    kind: str, process_group: Any, device_mesh: DeviceMesh | None, device_type: str
-) -> DeviceMesh:
-    if kind == "hybrid":
-        if device_mesh is not None:
-            if device_mesh.ndim != 2:
-                raise ValueError(
-                    f"a hybrid sharding_strategy needs a 2-D device_mesh (replicate, shard), "
-                    f"not {device_mesh.ndim}-D"
-                )
-            return device_mesh if device_mesh.mesh_dim_names else _named(device_mesh)
-        if process_group is None:
-            return _default_hybrid_mesh(device_type)
-        if not (
-            isinstance(process_group, tuple)
-            and len(process_group) == 2
-            and all(isinstance(g, dist.ProcessGroup) for g in process_group)
-        ):
-            raise ValueError(
-                "a hybrid sharding_strategy takes process_group=(intra_node, inter_node) "
-                f"groups or a 2-D device_mesh, not {process_group!r}"
-            )
-        return _mesh_from_group_pair(*process_group, device_type=device_type)
-    if device_mesh is not None:
-        if device_mesh.ndim != 1:
-            raise ValueError(
-                f"a {device_mesh.ndim}-D device_mesh with a non-hybrid sharding_strategy: FSDP1 "
-                "would shard over its dim 0 only; pass that 1-D mesh (device_mesh[name])"
-            )
-        flat = device_mesh
-    elif isinstance(process_group, tuple):
-        raise ValueError(
-            "process_group is a pair of groups, which only the hybrid sharding strategies take"
-        )
-    else:
-        group = process_group if process_group is not None else dist.group.WORLD
-        flat = DeviceMesh.from_group(cast(dist.ProcessGroup, group), device_type)
-    return flat if kind == "shard" else _replicate_only(flat)
-
-
-def _replicate_only(flat: DeviceMesh) -> DeviceMesh:
-    """NO_SHARD: the group as replicas of a shard dimension of size 1, so FSDP2 all-reduces."""
-    alone = dist.new_group([dist.get_rank()], use_local_synchronization=True)
-    return DeviceMesh.from_group(
-        [flat.get_group(0), alone],
-        flat.device_type,
-        mesh=flat.mesh.view(-1, 1),
-        mesh_dim_names=MESH_DIM_NAMES,
-    )
-
-
-def _default_hybrid_mesh(device_type: str) -> DeviceMesh:
-    """FSDP1's default hybrid groups: shard within a node (its device count), replicate across."""
-    per_node = torch.get_device_module(device_type).device_count()
-    world = dist.get_world_size()
-    if per_node < 1 or world % per_node:
-        raise ValueError(
-            f"hybrid sharding over {world} ranks with {per_node} {device_type} devices per "
-            "node: pass a 2-D device_mesh"
-        )
-    shape = (world // per_node, per_node)
-    return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIM_NAMES)
-
-
-def _mesh_from_group_pair(
-    intra: dist.ProcessGroup, inter: dist.ProcessGroup, *, device_type: str
-) -> DeviceMesh:
-    """The 2-D mesh of FSDP1's (intra-node, inter-node) groups; each rank knows one row and one
-    column of it, so the rows are gathered across the inter-node group (one collective)."""
-    rows: list[Any] = [None] * inter.size()
-    dist.all_gather_object(rows, dist.get_process_group_ranks(intra), group=inter)
-    column = [row[dist.get_rank(intra)] for row in rows]
-    if len({len(r) for r in rows}) != 1 or column != dist.get_process_group_ranks(inter):
-        raise ValueError(
-            f"process_group=(intra_node, inter_node) does not form a grid (rows {rows}): "
-            "pass a 2-D device_mesh"
-        )
-    return DeviceMesh.from_group(
-        [inter, intra], device_type, mesh=torch.tensor(rows), mesh_dim_names=MESH_DIM_NAMES
-    )
-
-
-def _named(mesh: DeviceMesh) -> DeviceMesh:
-    """The same 2-D mesh and groups, with the dimension names FSDP2's HSDP requires."""
-    return DeviceMesh.from_group(
-        [mesh.get_group(0), mesh.get_group(1)],
-        mesh.device_type,
-        mesh=mesh.mesh,
-        mesh_dim_names=MESH_DIM_NAMES,
-    )
-
-
-# -- per-unit policies --------------------------------------------------------------------------
-
-
-def _mp_policy(mp: MixedPrecision | None, *, is_root: bool) -> MixedPrecisionPolicy:
-    """FSDP1's MixedPrecision with its defaults spelled out."""
-    if mp is None:
-        return MixedPrecisionPolicy()
-    return MixedPrecisionPolicy(
-        param_dtype=mp.param_dtype,
-        # FSDP1 reduces in param_dtype unless told otherwise
-        reduce_dtype=mp.reduce_dtype if mp.reduce_dtype is not None else mp.param_dtype,
-        # FSDP1 casts a unit's inputs if cast_forward_inputs, the root's also if
-        # cast_root_forward_inputs (its pre-forward runs both casts)
-        cast_forward_inputs=mp.cast_forward_inputs or (is_root and mp.cast_root_forward_inputs),
-    )
-
-
-def _offload_policy(cpu_offload: CPUOffload | None, mesh: DeviceMesh) -> OffloadPolicy:
-    if cpu_offload is None or not cpu_offload.offload_params:
-        return OffloadPolicy()
-    return CPUOffloadPolicy(pin_memory=mesh.device_type != "cpu")
-
-
-def _is_container(module: nn.Module) -> bool:
-    return (
-        isinstance(module, (nn.ModuleList, nn.ModuleDict))
-        and type(module).forward is nn.Module.forward
-    )
 
 
 def _unit_modules(module: nn.Module, built: set[nn.Module]) -> Iterator[nn.Module]:

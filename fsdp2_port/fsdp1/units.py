@@ -141,23 +141,27 @@ def wrap_units(
     ignored: Ignored,
     root_kwargs: dict[str, Any],
     wrap: Wrap,
+    *,
+    fp32_hooks: bool = True,
 ) -> None:
     """FSDP1's auto-wrap of ``root`` with ``policy``: ``wrap(module, **kwargs)`` for every module
     below ``root`` that FSDP1 would wrap, when and with what FSDP1 would construct it.
 
     ``ignored`` is the root's; ``root_kwargs`` what FSDP1 hands its children (the root's
-    arguments, ``ignored_states`` set to the root's ignored parameters)."""
+    arguments, ``ignored_states`` set to the root's ignored parameters). ``fp32_hooks=False``
+    leaves mixed precision's fp32 hooks off (the caller runs those units in fp32 itself): the
+    units are the same."""
     mixed_precision: MixedPrecision | None = root_kwargs.get("mixed_precision")
-    fp32_classes: tuple[type, ...] = ()
+    classes: tuple[type, ...] = ()
     if mixed_precision is not None:
-        ignored_classes = torch_internals.mixed_precision_classes_to_ignore(mixed_precision)
-        fp32_classes = tuple(set(ignored_classes))
+        classes = fp32_classes(mixed_precision)
     if isinstance(policy, torch_internals.load("policy_base")):
         root_kwargs["auto_wrap_policy"] = None  # as FSDP1 hands a _Policy's units their kwargs
         targets = _run_policy(policy, root, ignored, root_kwargs)
         if mixed_precision is not None:
-            _no_mixed_precision_for(fp32_classes, root, ignored, root_kwargs, targets)
-            _run_in_fp32(fp32_classes, root)
+            _no_mixed_precision_for(classes, root, ignored, root_kwargs, targets)
+            if fp32_hooks:
+                _run_in_fp32(classes, root)
         _check_uniformly_frozen(
             root, targets, ignored.params, bool(root_kwargs.get("use_orig_params", False))
         )
@@ -171,16 +175,17 @@ def wrap_units(
         return dict(root_kwargs)
 
     if mixed_precision is not None:
-        _run_in_fp32(fp32_classes, root)
+        if fp32_hooks:
+            _run_in_fp32(classes, root)
 
         def ask(module: nn.Module, recurse: bool, nonwrapped_numel: int) -> Any:
             # FSDP1 ors the policy with "wrap these classes apart, always recurse"
             return _ask(policy, module, recurse, nonwrapped_numel) or (
-                recurse or isinstance(module, fp32_classes)
+                recurse or isinstance(module, classes)
             )
 
         def kwargs_for(module: nn.Module) -> dict[str, Any]:
-            if isinstance(module, fp32_classes):
+            if isinstance(module, classes):
                 return {**root_kwargs, "mixed_precision": None}
             return dict(root_kwargs)
 
@@ -199,6 +204,13 @@ def wrap_units(
         return taken
 
     visit(root, True)
+
+
+def fp32_classes(mixed_precision: MixedPrecision) -> tuple[type, ...]:
+    """The module classes FSDP1 makes units of their own, without mixed precision, when it
+    auto-wraps under ``mixed_precision`` (``_module_classes_to_ignore``: BatchNorm's base by
+    default)."""
+    return tuple(set(torch_internals.mixed_precision_classes_to_ignore(mixed_precision)))
 
 
 def _run_policy(
