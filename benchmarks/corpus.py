@@ -110,6 +110,13 @@ def run_repository(directory: Path) -> dict:
         "not_idempotent": [r.path for r in second if r.changed],
         "markers": [_marker(directory, f) for r in first for f in r.findings if f.marker_line],
         "findings": dict(Counter(f.code for r in first for f in r.findings)),
+        # plain forms that read a value only the run knows with an fsdp2_port reader (the
+        # codemod's own account: the plain/bridge split above is read from the output)
+        "plain_with_readers": sum(
+            f.code in ("F2P002", "F2P003") and "read at run time by fsdp2_port" in f.message
+            for r in first
+            for f in r.findings
+        ),
         "review": sum(f.severity == "review" for r in first for f in r.findings),
     }
 
@@ -148,6 +155,7 @@ def main() -> int:
             for key in (
                 "files",
                 "bridges",
+                "plain_with_readers",
                 "constructors_before",
                 "constructors_after",
                 "wrapper_classes",
@@ -178,7 +186,9 @@ def main() -> int:
     print(
         f"\n{len(reports)} repositories, {totals['files']} files: {migrated} of "
         f"{totals['constructors_before']} FSDP1 constructors migrated ({share:.0%}), "
-        f"{plain} of them to plain fully_shard code ({plain / max(migrated, 1):.0%}) and "
+        f"{plain} of them to plain fully_shard code ({plain / max(migrated, 1):.0%}; "
+        f"{totals['plain_with_readers']} of these read values only the run knows with "
+        "fsdp2_port's readers) and "
         f"{totals['bridges']} to fully_shard_like_fsdp1; {totals['migrated_files']} files whose "
         f"models all migrated, {totals['files_importing_fsdp1']} of them importing "
         f"{totals['fsdp1_imports']} FSDP1 names; "

@@ -82,34 +82,52 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
     if pure.device is not None:
         out.append(f"{indent}{root}.to({pure.device})")
     if pure.sync is not None:
-        out += _sync(pure, root, indent, unit)
+        out += _sync(pure, root, indent, unit, _free(analysis, statement, "group", "tensor"))
     if pure.buffer_dtype is not None:
-        out += _buffer_casts(pure, root, indent, unit)
+        free = _free(analysis, statement, "owner", "buffer")
+        out += _buffer_casts(pure, root, indent, unit, free)
     if pure.selects is not None:
         out += _units(analysis, statement, pure, root, indent, unit)
     return "".join(line + newline for line in out)
 
 
-def _sync(pure: Pure, root: str, indent: str, unit: str) -> list[str]:
+def _free(analysis: FileAnalysis, statement: ast.stmt, *bases: str) -> tuple[str, ...]:
+    """For each base, a loop variable not bound where the statement runs (the base, or it
+    prefixed ``fsdp_``, ``fsdp2_``), so that the emitted loops rebind none of the code's."""
+    scope = analysis.names.scope_of(statement)
+    out = []
+    for base in bases:
+        for name in (base, f"fsdp_{base}", f"fsdp2_{base}"):
+            if analysis.names.lookup(name, scope)[0] is None:
+                break
+        out.append(name)
+    return tuple(out)
+
+
+def _sync(pure: Pure, root: str, indent: str, unit: str, free: tuple[str, ...]) -> list[str]:
     """FSDP1's ``sync_module_states``: every parameter and buffer broadcast from the first
     rank of its group; over each dimension of a mesh only the run knows (HSDP: across
     replicas, then within the shard group, as FSDP1 did)."""
+    group, tensor = free
     out = [f"{indent}if {pure.sync}:"] if pure.sync else []
     inner = indent + (unit if pure.sync else "")
     source = "src=0"  # FSDP1 broadcast from its group's first rank
     if pure.mesh_read_at_run_time:
-        out.append(f"{inner}for group in {pure.group_mesh}.get_all_groups():  # sync_module_states")
+        mesh = pure.group_mesh
+        out.append(f"{inner}for {group} in {mesh}.get_all_groups():  # sync_module_states")
         inner += unit
-        source = "group=group, group_src=0"
+        source = f"group={group}, group_src=0"
     elif pure.group_mesh is not None:
         source = f"group={pure.group_mesh}.get_group(), group_src=0"
     comment = "" if pure.mesh_read_at_run_time else "  # sync_module_states"
-    out.append(f"{inner}for tensor in [*{root}.parameters(), *{root}.buffers()]:{comment}")
-    out.append(f"{inner}{unit}torch.distributed.broadcast(tensor.detach(), {source})")
+    out.append(f"{inner}for {tensor} in [*{root}.parameters(), *{root}.buffers()]:{comment}")
+    out.append(f"{inner}{unit}torch.distributed.broadcast({tensor}.detach(), {source})")
     return out
 
 
-def _buffer_casts(pure: Pure, root: str, indent: str, unit: str) -> list[str]:
+def _buffer_casts(
+    pure: Pure, root: str, indent: str, unit: str, free: tuple[str, ...]
+) -> list[str]:
     """FSDP1's ``buffer_dtype``: floating buffers take it (not those of the BatchNorm units it
     keeps in full precision); a dtype only known at run time may be None: no cast then."""
     dtype = pure.buffer_dtype
@@ -118,19 +136,20 @@ def _buffer_casts(pure: Pure, root: str, indent: str, unit: str) -> list[str]:
     when += [] if known else [f"{dtype} is not None"]
     head = indent + unit if when else indent
     out = [f"{indent}if {' and '.join(when)}:"] if when else []
+    owner, buffer = free
     if pure.full_precision_norms is not None:
         out += [
-            f"{head}for owner in {root}.modules():  # buffer_dtype",
-            f"{head}{unit}if not isinstance(owner, {NORMS}):",
-            f"{head}{unit}{unit}for buffer in owner.buffers(recurse=False):",
-            f"{head}{unit * 3}if buffer.is_floating_point():",
-            f"{head}{unit * 4}buffer.data = buffer.to({dtype})",
+            f"{head}for {owner} in {root}.modules():  # buffer_dtype",
+            f"{head}{unit}if not isinstance({owner}, {NORMS}):",
+            f"{head}{unit}{unit}for {buffer} in {owner}.buffers(recurse=False):",
+            f"{head}{unit * 3}if {buffer}.is_floating_point():",
+            f"{head}{unit * 4}{buffer}.data = {buffer}.to({dtype})",
         ]
     else:
         out += [
-            f"{head}for buffer in {root}.buffers():  # buffer_dtype",
-            f"{head}{unit}if buffer.is_floating_point():",
-            f"{head}{unit}{unit}buffer.data = buffer.to({dtype})",
+            f"{head}for {buffer} in {root}.buffers():  # buffer_dtype",
+            f"{head}{unit}if {buffer}.is_floating_point():",
+            f"{head}{unit}{unit}{buffer}.data = {buffer}.to({dtype})",
         ]
     return out
 
@@ -138,9 +157,7 @@ def _buffer_casts(pure: Pure, root: str, indent: str, unit: str) -> list[str]:
 def _units(
     analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: str, indent: str, unit: str
 ) -> list[str]:
-    name = "submodule"
-    if analysis.names.lookup(name, analysis.names.scope_of(statement))[0] is not None:
-        name = "fsdp_submodule"
+    (name,) = _free(analysis, statement, "submodule")
     inner = indent + unit + unit
     out = [f"{indent}for {name} in reversed(list({root}.modules())):"]
     if pure.full_precision_norms is not None:

@@ -7,8 +7,8 @@ under a policy with mixed precision. A value only the run knows is read there by
 ``fsdp2_port`` reader that gives FSDP1's meaning (and runs no FSDP1 code); the code around it
 is still written out. Anything else goes to ``fully_shard_like_fsdp1`` with the same
 arguments (or, without the runtime dependency, a marker naming what blocks it). A binding
-the plain form inlines goes only when every constructor reading it takes the plain form. FSDP1 subclasses and ``wrapper_cls=FSDP`` are
-marked and keep the run's other models honest.
+the plain form inlines goes only when every constructor reading it takes the plain form.
+FSDP1 subclasses and ``wrapper_cls=FSDP`` are marked and keep the run's other models honest.
 """
 
 from __future__ import annotations
