@@ -1,8 +1,8 @@
 """Stage three, per file: the decided rewrites, the markers and the imports they need, made
 from the plan alone (nothing here parses). Findings keep their input positions; where a
 finding has a marker, its offset in the new text goes to the next stage (``tidy``), which
-reads the new text once, removes the FSDP1 imports nothing reads any more and settles the
-markers' lines.
+reads the new text, removes the FSDP1 values and imports nothing reads any more and settles
+the markers' lines.
 """
 
 from __future__ import annotations

@@ -105,7 +105,15 @@ def migrate_text(
     plan = analyse_text(text, path, codes, options, name, package)
     decisions = decide([plan])
     applied = apply_plan(text, decisions.plans[path], decisions)
-    return tidy(text, applied, path, name, package, removes_imports="F2P001" in codes)
+    return tidy(
+        text,
+        applied,
+        path,
+        name,
+        package,
+        removes_imports="F2P001" in codes,
+        removes_dead_values="F2P012" in codes,
+    )
 
 
 def _analyse(path: str, codes: Sequence[str], options: Options, every: bool = False) -> _Analysed:
@@ -181,6 +189,7 @@ def _apply(
             item.module_name,
             item.package_init,
             removes_imports="F2P001" in codes,
+            removes_dead_values="F2P012" in codes,
         )
     except InternalError as error:
         result.error = f"internal error: {error} (please report)"

@@ -2,7 +2,8 @@
 
 The constructor rule comes first (every other site is about the models it finds); the
 leftovers rule comes last, so that it sees which FSDP1 names no other rule covers. Import
-clean-up (F2P001) is not a rule of its own: it runs once, after every rewrite is applied.
+clean-up (F2P001) and the removal of FSDP1 values left unread (F2P012) are not rules of their
+own: they run once per file, after every rewrite is applied.
 ``--list-rules``, the rules table of ``docs/migrate.md`` and the emitted-API test are made
 from the rules' own ``CODES`` and ``EMITS``.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from codemods import imports
+from codemods import dead_values, imports
 from codemods.rules import Code, Rule
 from codemods.rules.clip_grad import ClipGradRule
 from codemods.rules.constructors import ConstructorRule
@@ -36,7 +37,13 @@ RULES: tuple[type[Rule], ...] = (
 )
 #: Every code a finding can carry, in code order, with its documentation.
 DOCS: dict[str, Code] = dict(
-    sorted({imports.CODE: imports.DOC, **{c: d for r in RULES for c, d in r.CODES.items()}}.items())
+    sorted(
+        {
+            imports.CODE: imports.DOC,
+            dead_values.CODE: dead_values.DOC,
+            **{c: d for r in RULES for c, d in r.CODES.items()},
+        }.items()
+    )
 )
 #: Every code with its one-line summary (``--list-rules``).
 CODES = {code: doc.summary for code, doc in DOCS.items()}

@@ -1,16 +1,18 @@
-"""Stage four, per file: the new text read once. It must parse (or the file stays as it was);
-FSDP1 imports nothing reads any more go (F2P001); the markers' lines are settled."""
+"""Stage four, per file: the new text read once per round. It must parse (or the file stays as
+it was); FSDP1 values the migration left unread go (F2P012), then, read again, FSDP1 imports
+nothing reads any more (F2P001); the markers' lines are settled."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import replace
 
-from codemods import imports, markers
+from codemods import dead_values, imports, markers
 from codemods.apply import Applied, InternalError
 from codemods.findings import Finding
 from codemods.names import Names
-from codemods.text import LineIndex, apply, back, forward
+from codemods.text import Edit, LineIndex, apply, apply_tracked, back, forward
 
 
 def tidy(
@@ -21,49 +23,84 @@ def tidy(
     is_package_init: bool = False,
     *,
     removes_imports: bool = True,
+    removes_dead_values: bool = True,
 ) -> tuple[str, list[Finding]]:
-    """The final text and every finding, sorted by input position."""
-    try:
-        tree = ast.parse(applied.text)
-    except SyntaxError as error:
-        raise InternalError(
-            f"the rewrite would not parse ({error.msg}, line {error.lineno})"
-        ) from error
-    lines = LineIndex(applied.text)
-    names = Names(tree, module_name)
+    """The final text and every finding, sorted by input position.
+
+    Two rounds at most, each on a text parsed once: dead FSDP1 value bindings, then unused
+    FSDP1 imports on the text without them (their reads are gone with them).
+    """
+    lines = applied_lines = LineIndex(applied.text)
+    names = Names(_parsed(applied.text, "the rewrite would not parse"), module_name)
+    dead = (
+        dead_values.find(names, applied_lines, original, applied.edits, applied.starts)
+        if removes_dead_values
+        else []
+    )
+    cleared = [dead_values.removal(applied_lines, d) for d in dead]
+    text, cleared_starts = apply_tracked(applied.text, cleared)
+    if cleared:
+        lines = LineIndex(text)
+        names = Names(
+            _parsed(text, "the removal of unread FSDP1 values would not parse"), module_name
+        )
     unused = []
     if removes_imports:
-        unused = imports.unused_fsdp1(names, is_package_init, markers.ignored_lines(applied.text))
+        unused = imports.unused_fsdp1(names, is_package_init, markers.ignored_lines(text))
     removals = imports.removals(lines, names, unused)
-    final = apply(applied.text, removals) if removals else applied.text
+    final = apply(text, removals) if removals else text
     if removals:
-        try:
-            ast.parse(final)
-        except SyntaxError as error:
-            raise InternalError(f"the import clean-up would not parse ({error.msg})") from error
+        _parsed(final, "the import clean-up would not parse")
     final_lines = LineIndex(final)
     findings = [
-        replace(f, marker_line=final_lines.line_of(forward(applied.marker_offsets[i], removals)))
+        replace(
+            f,
+            marker_line=final_lines.line_of(_forward(applied.marker_offsets[i], cleared, removals)),
+        )
         if i in applied.marker_offsets
         else f
         for i, f in enumerate(applied.findings)
     ]
     input_lines = LineIndex(original)
+    for item in dead:
+        start = back(applied_lines.start(item.target), applied.edits, applied.starts)
+        findings.append(_finding(path, input_lines, start, dead_values.CODE, item.message()))
     for statement, alias in unused:
-        start = back(lines.start(alias), applied.edits, applied.starts)
-        findings.append(
-            Finding(
-                path,
-                input_lines.line_of(start),
-                input_lines.column(start),
-                imports.CODE,
-                f"unused FSDP1 import {_imported_name(statement, alias)} removed",
-                "safe",
-                "rewritten",
-            )
+        start = back(
+            back(lines.start(alias), cleared, cleared_starts), applied.edits, applied.starts
         )
+        message = f"unused FSDP1 import {_imported_name(statement, alias)} removed"
+        findings.append(_finding(path, input_lines, start, imports.CODE, message))
     findings.sort(key=lambda f: (f.line, f.column, f.code, f.message))
     return final, findings
+
+
+def _parsed(text: str, failure: str) -> ast.Module:
+    """``text`` parsed, or an internal error saying ``failure`` (the file stays as it was)."""
+    try:
+        return ast.parse(text)
+    except SyntaxError as error:
+        raise InternalError(f"{failure} ({error.msg}, line {error.lineno})") from error
+
+
+def _forward(offset: int, *rounds: Sequence[Edit]) -> int:
+    """Where an offset of the applied text lands after each round of edits."""
+    for edits in rounds:
+        offset = forward(offset, edits)
+    return offset
+
+
+def _finding(path: str, input_lines: LineIndex, start: int, code: str, message: str) -> Finding:
+    """A safe rewrite of the tidy stage, at input offset ``start``."""
+    return Finding(
+        path,
+        input_lines.line_of(start),
+        input_lines.column(start),
+        code,
+        message,
+        "safe",
+        "rewritten",
+    )
 
 
 def _imported_name(statement: ast.stmt, alias: ast.alias) -> str:

@@ -18,6 +18,7 @@ DROPPED_WITH_THEIR_NODE = {
     "imports/imports": ["# the wrapper, going away"],
     "constructors/runtime": ["# the FSDP1 wrapper"],
     "isinstance_check/drop": ["# FSDP1's own clip"],  # in the FSDP1 branch it deletes
+    "dead_values/qlora": ["# a script's: no importer"],  # on the unread binding removed
 }
 
 
