@@ -709,7 +709,7 @@ def _offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     value, removable, blocker = _resolved(analysis, out, "cpu_offload")
     if value is None and blocker is None:
         return
-    chosen = _literal_offload(analysis, value) if value is not None else None
+    chosen = _literal_offload(analysis, call, out, value) if value is not None else None
     if chosen is not None:
         out.removable += [removable] if removable else []
         if chosen:
@@ -727,27 +727,33 @@ def _offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     out.children.append(text)
 
 
-def _literal_offload(analysis: FileAnalysis, value: ast.expr) -> str | None:
+def _literal_offload(
+    analysis: FileAnalysis, call: ast.Call, out: Pure, value: ast.expr
+) -> str | None:
     """The ``offload_policy`` text of a ``CPUOffload`` written here ("" when it offloads
-    nothing); None when it is not one, or its flag is a run-time value."""
+    nothing); None when it is not one."""
     if isinstance(value, ast.IfExp):  # CPUOffload(...) if flag else None
         if not _is_flag(value.test):
             return None
         branches = [_offloads(analysis, b) for b in (value.body, value.orelse)]
-        if None in branches:
+        if None in branches or any(isinstance(b, ast.expr) for b in branches):
             return None
         if branches[0] == branches[1]:
             return "CPUOffloadPolicy()" if branches[0] else ""
         policies = ["CPUOffloadPolicy()" if b else "OffloadPolicy()" for b in branches]
         return f"{policies[0]} if {analysis.source(value.test)} else {policies[1]}"
     offloads = _offloads(analysis, value)
+    if isinstance(offloads, ast.expr):  # CPUOffload(offload_params=<a run-time flag>)
+        flag = _once(analysis, call, out, "offload_params", offloads)
+        return f"CPUOffloadPolicy() if {flag} else OffloadPolicy()"
     if offloads is None:
         return None
     return "CPUOffloadPolicy()" if offloads else ""
 
 
-def _offloads(analysis: FileAnalysis, value: ast.expr) -> bool | None:
-    """Whether a literal ``CPUOffload(...)`` (or None) offloads; None when it is not one."""
+def _offloads(analysis: FileAnalysis, value: ast.expr) -> bool | ast.expr | None:
+    """Whether a literal ``CPUOffload(...)`` (or None) offloads, or the run-time flag that
+    decides it (FSDP1 tests its truth); None when it is not one."""
     if calls.is_none(value):
         return False
     if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "CPUOffload"):
@@ -757,7 +763,9 @@ def _offloads(analysis: FileAnalysis, value: ast.expr) -> bool | None:
         return None
     if "offload_params" not in bound:
         return False
-    return calls.literal_bool(bound["offload_params"].value)
+    flag = bound["offload_params"].value
+    literal = calls.literal_bool(flag)
+    return flag if literal is None else literal
 
 
 def _wrap_policy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:

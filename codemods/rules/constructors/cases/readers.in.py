@@ -2,7 +2,7 @@
 
 import torch
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-from torch.distributed.fsdp import ShardingStrategy
+from torch.distributed.fsdp import CPUOffload, ShardingStrategy
 
 from trainer.config import get_wrap_policy, precision_of
 
@@ -33,3 +33,14 @@ def hybrid(model, block):
 def offload_flag(model, offload):
     """A flag only the run knows."""
     return FSDP(model, cpu_offload=offload)
+
+
+def offload_by_config(model, config):
+    """CPUOffload(offload_params=<a run-time flag>) is plain: the flag chooses the policy."""
+    cpu_offload = CPUOffload(offload_params=config.fsdp.param_offload)
+    return FSDP(model, cpu_offload=cpu_offload)
+
+
+def offload_by_call(model, config):
+    """A flag computed by a call is evaluated once, as FSDP1 evaluated it."""
+    return FSDP(model, cpu_offload=CPUOffload(offload_params=config.get("offload")))

@@ -1,7 +1,12 @@
 """Values only the run knows: the plain form reads them with fsdp2_port's readers."""
 
 import torch
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
 from torch.distributed.fsdp import ShardingStrategy
 
 from trainer.config import get_wrap_policy, precision_of
@@ -69,3 +74,14 @@ def hybrid(model, block):
 def offload_flag(model, offload):
     """A flag only the run knows."""
     return fully_shard(model, offload_policy=fsdp2_port.offload_policy_like_fsdp1(offload))
+
+
+def offload_by_config(model, config):
+    """CPUOffload(offload_params=<a run-time flag>) is plain: the flag chooses the policy."""
+    return fully_shard(model, offload_policy=CPUOffloadPolicy() if config.fsdp.param_offload else OffloadPolicy())
+
+
+def offload_by_call(model, config):
+    """A flag computed by a call is evaluated once, as FSDP1 evaluated it."""
+    offload_params = config.get("offload")
+    return fully_shard(model, offload_policy=CPUOffloadPolicy() if offload_params else OffloadPolicy())
