@@ -317,6 +317,19 @@ def _resolved(
     return binding.value, Removable(what, statement, frozenset(users)), None
 
 
+def _inlined_once(removable: Removable | None, value: ast.expr) -> bool:
+    """Whether inlining ``value`` evaluates what FSDP1 evaluated once only once: it is written
+    at this call, or bound for this call alone, or holds nothing but simple values (a binding
+    several constructors share would otherwise run its calls once per constructor)."""
+    if removable is None or len(removable.users) < 2:
+        return True
+    return all(
+        calls.is_simple(node) or not isinstance(node, ast.Call)
+        for node in ast.walk(value)
+        if node is not value and isinstance(node, ast.expr)
+    )
+
+
 def _at_run_time(analysis: FileAnalysis, call: ast.Call, out: Pure, what: str) -> str | None:
     """The call's own text for ``what`` (bound first when it must be evaluated once), for an
     ``fsdp2_port`` reader to turn into its FSDP2 value at run time; None without the runtime
@@ -585,7 +598,11 @@ def _mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     if _chosen_mixed_precision(analysis, call, out):
         return
     value, removable, blocker = _resolved(analysis, out, "mixed_precision")
-    if value is not None and _literal_mixed_precision(analysis, call, out, value):
+    if (
+        value is not None
+        and _inlined_once(removable, value)
+        and _literal_mixed_precision(analysis, call, out, value)
+    ):
         out.removable += [removable] if removable else []
         return
     if value is None and blocker is None:
@@ -709,7 +726,9 @@ def _offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     value, removable, blocker = _resolved(analysis, out, "cpu_offload")
     if value is None and blocker is None:
         return
-    chosen = _literal_offload(analysis, call, out, value) if value is not None else None
+    chosen = None
+    if value is not None and _inlined_once(removable, value):
+        chosen = _literal_offload(analysis, call, out, value)
     if chosen is not None:
         out.removable += [removable] if removable else []
         if chosen:

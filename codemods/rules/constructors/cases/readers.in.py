@@ -2,7 +2,7 @@
 
 import torch
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-from torch.distributed.fsdp import CPUOffload, ShardingStrategy
+from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
 
 from trainer.config import get_wrap_policy, precision_of
 
@@ -44,3 +44,12 @@ def offload_by_config(model, config):
 def offload_by_call(model, config):
     """A flag computed by a call is evaluated once, as FSDP1 evaluated it."""
     return FSDP(model, cpu_offload=CPUOffload(offload_params=config.get("offload")))
+
+
+def shared_computed_dtype(model, head, get_dtype):
+    """A MixedPrecision two constructors share, with a dtype computed by a call: FSDP1 called
+    it once, so both read the binding at run time."""
+    mp = MixedPrecision(param_dtype=get_dtype())
+    model = FSDP(model, mixed_precision=mp)
+    head = FSDP(head, mixed_precision=mp)
+    return model, head

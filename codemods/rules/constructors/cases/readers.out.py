@@ -7,7 +7,7 @@ from torch.distributed.fsdp import (
     OffloadPolicy,
     fully_shard,
 )
-from torch.distributed.fsdp import ShardingStrategy
+from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
 
 from trainer.config import get_wrap_policy, precision_of
 import fsdp2_port
@@ -85,3 +85,20 @@ def offload_by_call(model, config):
     """A flag computed by a call is evaluated once, as FSDP1 evaluated it."""
     offload_params = config.get("offload")
     return fully_shard(model, offload_policy=CPUOffloadPolicy() if offload_params else OffloadPolicy())
+
+
+def shared_computed_dtype(model, head, get_dtype):
+    """A MixedPrecision two constructors share, with a dtype computed by a call: FSDP1 called
+    it once, so both read the binding at run time."""
+    mp = MixedPrecision(param_dtype=get_dtype())
+    if mp is not None and mp.buffer_dtype is not None:
+        for buffer in model.buffers():  # buffer_dtype
+            if buffer.is_floating_point():
+                buffer.data = buffer.to(mp.buffer_dtype)
+    model = fully_shard(model, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mp, root=True))
+    if mp is not None and mp.buffer_dtype is not None:
+        for buffer in head.buffers():  # buffer_dtype
+            if buffer.is_floating_point():
+                buffer.data = buffer.to(mp.buffer_dtype)
+    head = fully_shard(head, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mp, root=True))
+    return model, head
