@@ -722,7 +722,9 @@ def _dedented(analysis: FileAnalysis, value: ast.expr) -> str:
 
 def _offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     """``CPUOffload`` -> ``CPUOffloadPolicy``: written here (or ``CPUOffload(...) if flag else
-    None``), or read by ``fsdp2_port`` at run time."""
+    None``, or a name bound to these in branches), or read by ``fsdp2_port`` at run time."""
+    if _chosen_offload(analysis, call, out):
+        return
     value, removable, blocker = _resolved(analysis, out, "cpu_offload")
     if value is None and blocker is None:
         return
@@ -744,6 +746,36 @@ def _offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     text = f"offload_policy=fsdp2_port.offload_policy_like_fsdp1({name}{mesh})"
     out.root.append(text)
     out.children.append(text)
+
+
+def _chosen_offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
+    """Offload chosen in branches: a name bound in the call's scope more than once, each time
+    to None or a ``CPUOffload(...)``, read by this call only. Each binding becomes the
+    ``OffloadPolicy`` it means where it is written (its flag evaluated there, once, as
+    before); the call reads the name."""
+    name = out.values.get("cpu_offload")
+    bindings = _chosen(analysis, call, name, "cpu_offload")
+    if bindings is None or not all(
+        isinstance(analysis.names.statement(b.node), ast.Assign) for b in bindings
+    ):
+        return False
+    assert isinstance(name, ast.Name)
+    edits = []
+    for binding in bindings:
+        assert binding.value is not None
+        offloads = _offloads(analysis, binding.value)
+        if offloads is None:
+            return False
+        if isinstance(offloads, ast.expr):
+            text = f"CPUOffloadPolicy() if {analysis.source(offloads)} else OffloadPolicy()"
+        else:
+            text = "CPUOffloadPolicy()" if offloads else "OffloadPolicy()"
+        out.names.update(re.findall(r"\b(CPUOffloadPolicy|OffloadPolicy)\(", text))
+        edits.append(analysis.replace(binding.value, text))
+    out.edits += edits
+    out.root.append(f"offload_policy={name.id}")
+    out.children.append(f"offload_policy={name.id}")
+    return True
 
 
 def _literal_offload(

@@ -53,3 +53,12 @@ def shared_computed_dtype(model, head, get_dtype):
     model = FSDP(model, mixed_precision=mp)
     head = FSDP(head, mixed_precision=mp)
     return model, head
+
+
+def offload_chosen(model, config):
+    """verl's sft trainer: offload chosen in branches becomes the policy it means there."""
+    if not config.cpu_offload:
+        cpu_offload = None
+    else:
+        cpu_offload = CPUOffload(offload_params=config.offload_params)
+    return FSDP(model, cpu_offload=cpu_offload)

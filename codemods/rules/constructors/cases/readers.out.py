@@ -102,3 +102,12 @@ def shared_computed_dtype(model, head, get_dtype):
                 buffer.data = buffer.to(mp.buffer_dtype)
     head = fully_shard(head, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mp, root=True))
     return model, head
+
+
+def offload_chosen(model, config):
+    """verl's sft trainer: offload chosen in branches becomes the policy it means there."""
+    if not config.cpu_offload:
+        cpu_offload = OffloadPolicy()
+    else:
+        cpu_offload = CPUOffloadPolicy() if config.offload_params else OffloadPolicy()
+    return fully_shard(model, offload_policy=cpu_offload)
