@@ -2,7 +2,8 @@
 
 Real code computes its FSDP1 arguments elsewhere (verl's shape): a policy a function returns,
 ``getattr(ShardingStrategy, name)``, a ``MixedPrecision`` a function builds (or None), a
-process group, ``sync_module_states`` from a config. The codemod writes the plain
+process group, ``sync_module_states`` from a config (and within the caller's
+``device_mesh``). The codemod writes the plain
 ``fully_shard`` form and reads those values with ``fsdp2_port``'s readers
 (``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``, ``units_like_fsdp1``,
 ``mp_policy_like_fsdp1``). FSDP1 source and its migration run side by side on 2 gloo ranks
@@ -18,6 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
 from codemods import engine, registry
 from codemods.options import Options
@@ -58,10 +60,16 @@ def build(net, cfg, group):
         device_id=torch.device("cpu"),
     )
     return net
+
+
+def build_on_mesh(net, mesh, sync):
+    return FSDP(net, device_mesh=mesh, sync_module_states=sync, device_id=torch.device("cpu"))
 """
 
-#: (strategy, compute dtype or None, a group of its own, sync_module_states)
+#: (strategy, compute dtype or None, a group of its own, sync_module_states); "mesh": the
+#: caller's DeviceMesh, no policy (``build_on_mesh``)
 CASES = {
+    "mesh-sync": ("mesh", None, False, True),
     "shard_grad_op-bf16-group-sync": ("SHARD_GRAD_OP", torch.bfloat16, True, True),
     "full_shard-fp32": ("FULL_SHARD", None, False, False),
     "no_shard-bf16": ("NO_SHARD", torch.bfloat16, False, False),
@@ -76,7 +84,17 @@ def _compare(rank: int, world: int, migrated: str, case: str) -> None:
         namespace: dict = {}
         exec(compile(text, "train.py", "exec"), namespace)
         group = dist.new_group(list(range(world))) if own_group else None
-        if text is SOURCE:
+        if strategy == "mesh":
+            mesh = init_device_mesh("cpu", (world,))
+            build = namespace["build_on_mesh"]
+            if text is SOURCE:
+                model = build(_net(), mesh, False)  # rank 0's weights everywhere (see below)
+                results.append(_train(model, rank, world, compute))
+            else:
+                with forbid_fsdp1_calls():
+                    model = build(_perturbed(rank) if sync else _net(), mesh, sync)
+                    results.append(_train(model, rank, world, compute))
+        elif text is SOURCE:
             # FSDP1 refuses sync_module_states on CPU: its arm starts from rank 0's weights
             # on every rank, which is what the migrated arm's broadcast must produce
             cfg = {"min_params": 400, "strategy": strategy, "dtype": dtype, "sync": False}

@@ -106,20 +106,20 @@ def _free(analysis: FileAnalysis, statement: ast.stmt, *bases: str) -> tuple[str
 
 def _sync(pure: Pure, root: str, indent: str, unit: str, free: tuple[str, ...]) -> list[str]:
     """FSDP1's ``sync_module_states``: every parameter and buffer broadcast from the first
-    rank of its group; over each dimension of a mesh only the run knows (HSDP: across
+    rank of its group; over each dimension of a mesh that may have two (HSDP: across
     replicas, then within the shard group, as FSDP1 did)."""
     group, tensor = free
     out = [f"{indent}if {pure.sync}:"] if pure.sync else []
     inner = indent + (unit if pure.sync else "")
     source = "src=0"  # FSDP1 broadcast from its group's first rank
-    if pure.mesh_read_at_run_time:
+    if pure.mesh_any_dims:
         mesh = pure.group_mesh
         out.append(f"{inner}for {group} in {mesh}.get_all_groups():  # sync_module_states")
         inner += unit
         source = f"group={group}, group_src=0"
     elif pure.group_mesh is not None:
         source = f"group={pure.group_mesh}.get_group(), group_src=0"
-    comment = "" if pure.mesh_read_at_run_time else "  # sync_module_states"
+    comment = "" if pure.mesh_any_dims else "  # sync_module_states"
     out.append(f"{inner}for {tensor} in [*{root}.parameters(), *{root}.buffers()]:{comment}")
     out.append(f"{inner}{unit}torch.distributed.broadcast({tensor}.detach(), {source})")
     return out

@@ -111,8 +111,9 @@ class Pure:
     #: the arguments only the run knows (a policy a library returns, a strategy read from a
     #: config): each is read by an ``fsdp2_port.*_like_fsdp1`` reader in the emitted code
     read_at_run_time: list[str] = field(default_factory=list)
-    #: the mesh is ``fsdp2_port.mesh_like_fsdp1``'s: it may be 2-D (HSDP, NO_SHARD)
-    mesh_read_at_run_time: bool = False
+    #: the mesh is ``fsdp2_port.mesh_like_fsdp1``'s or the caller's ``device_mesh``: it may
+    #: have two dimensions (HSDP, NO_SHARD), so ``sync_module_states`` broadcasts over each
+    mesh_any_dims: bool = False
     #: what tells the unit reader that FSDP1 ran under mixed precision (its BatchNorm units)
     mixed_precision: str | None = None
     #: when ``buffer_dtype`` applies only at run time (mixed precision chosen there)
@@ -440,7 +441,9 @@ def _strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> Non
             out.children.append(text)
             return
     if mesh is not None:
-        text = f"mesh={_once(analysis, call, out, 'device_mesh', mesh)}"
+        out.group_mesh = _once(analysis, call, out, "device_mesh", mesh)
+        out.mesh_any_dims = True
+        text = f"mesh={out.group_mesh}"
         out.root.insert(0, text)
         out.children.insert(0, text)
 
@@ -462,7 +465,7 @@ def _mesh_at_run_time(
     mesh = _fresh(analysis, call, out, "mesh")
     out.bound_first.append((mesh, f"fsdp2_port.mesh_like_fsdp1({', '.join(arguments)})"))
     out.group_mesh = mesh
-    out.mesh_read_at_run_time = True
+    out.mesh_any_dims = True
     out.root.insert(0, f"mesh={mesh}")
     out.children.insert(0, f"mesh={mesh}")
 
@@ -544,8 +547,10 @@ def _process_group(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     the one ``device_id`` names (FSDP1 took it from there), or, when nothing written here
     names it, the one ``fsdp2_port.mesh_like_fsdp1`` finds at run time."""
     group = out.values.get("process_group")
-    if group is None or calls.is_none(group) or out.mesh_read_at_run_time:
+    if group is None or calls.is_none(group):
         return
+    if out.mesh_any_dims and "device_mesh" not in out.values:
+        return  # fsdp2_port.mesh_like_fsdp1 took it
     if analysis.resolves_to(group, "torch.distributed.group.WORLD"):
         return
     if isinstance(group, ast.Tuple) or "device_mesh" in out.values:

@@ -62,3 +62,13 @@ def offload_chosen(model, config):
     else:
         cpu_offload = CPUOffload(offload_params=config.offload_params)
     return FSDP(model, cpu_offload=cpu_offload)
+
+
+def mesh_sync(model, device_mesh):
+    """sync_module_states within the caller's mesh: a broadcast over each of its groups."""
+    return FSDP(model, device_mesh=device_mesh, sync_module_states=True)
+
+
+def mesh_and_group(model, device_mesh, group):
+    """FSDP1 refuses both: so does fully_shard_like_fsdp1."""
+    return FSDP(model, device_mesh=device_mesh, process_group=group)

@@ -1,6 +1,7 @@
 """Values only the run knows: the plain form reads them with fsdp2_port's readers."""
 
 import torch
+from fsdp2_port import fully_shard_like_fsdp1
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
     MixedPrecisionPolicy,
@@ -111,3 +112,16 @@ def offload_chosen(model, config):
     else:
         cpu_offload = CPUOffloadPolicy() if config.offload_params else OffloadPolicy()
     return fully_shard(model, offload_policy=cpu_offload)
+
+
+def mesh_sync(model, device_mesh):
+    """sync_module_states within the caller's mesh: a broadcast over each of its groups."""
+    for group in device_mesh.get_all_groups():  # sync_module_states
+        for tensor in [*model.parameters(), *model.buffers()]:
+            torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
+    return fully_shard(model, mesh=device_mesh)
+
+
+def mesh_and_group(model, device_mesh, group):
+    """FSDP1 refuses both: so does fully_shard_like_fsdp1."""
+    return fully_shard_like_fsdp1(model, device_mesh=device_mesh, process_group=group)
