@@ -71,7 +71,12 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
         out.append(f"{indent}{root} = {analysis.source(pure.module)}")  # type: ignore[arg-type]
     for name, value in pure.bound_first:
         first, *rest = value.replace(ROOT, root).split("\n")
-        out += [f"{indent}{name} = {first}", *(indent + line for line in rest)]
+        line = f"{indent}{name} = {first}"
+        split = None if rest or len(line) <= _LINE_LENGTH else _arguments(first)
+        if split is not None:
+            out += _call(f"{name} = {split[0]}", split[1], indent, unit).splitlines()
+        else:
+            out += [line, *(indent + line for line in rest)]
     if pure.init_fn is not None:
         arguments = [root, pure.init_fn]
         if pure.selects is not None:
@@ -177,6 +182,25 @@ def _units(
     out.append(f"{indent}{unit}{keyword} {name} is not {root} and {selects}:")
     out += _shard(name, pure.children, inner, unit).splitlines()
     return out
+
+
+def _arguments(text: str) -> tuple[str, list[str]] | None:
+    """A one-line call's function and argument texts, to be written one a line; None for
+    anything else."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(node, ast.Call):
+        return None
+    arguments = [ast.get_source_segment(text, a) for a in node.args]
+    for keyword in node.keywords:
+        value = ast.get_source_segment(text, keyword.value)
+        arguments.append(f"**{value}" if keyword.arg is None else f"{keyword.arg}={value}")
+    function = ast.get_source_segment(text, node.func)
+    if function is None or None in arguments:
+        return None
+    return function, arguments  # type: ignore[return-value]
 
 
 def _shard(target: str, keywords: list[str], indent: str, unit: str) -> str:

@@ -21,7 +21,11 @@ def worker(model, cfg, device_mesh):
     cpu_offload = cfg.offload_policy()
     device_id = cfg.device()
     sharding_strategy = getattr(ShardingStrategy, cfg.strategy)
-    mesh = fsdp2_port.mesh_like_fsdp1(sharding_strategy, device_mesh=device_mesh, device_id=device_id)
+    mesh = fsdp2_port.mesh_like_fsdp1(
+        sharding_strategy,
+        device_mesh=device_mesh,
+        device_id=device_id,
+    )
     reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
     units = fsdp2_port.units_like_fsdp1(model, auto_wrap_policy, mixed_precision=mixed_precision)
     fsdp2_port.materialize_like_fsdp1(
