@@ -6,7 +6,8 @@ process group, ``sync_module_states`` from a config (and within the caller's
 ``device_mesh``). The codemod writes the plain
 ``fully_shard`` form and reads those values with ``fsdp2_port``'s readers
 (``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``, ``units_like_fsdp1``,
-``mp_policy_like_fsdp1``). FSDP1 source and its migration run side by side on 2 gloo ranks
+``mp_policy_like_fsdp1``); verl's mixed precision chosen in branches is written out as
+``MixedPrecisionPolicy`` where it is chosen, no reader. FSDP1 source and its migration run side by side on 2 gloo ranks
 from the same weights and batches (``tests/test_plain_rewrite.py``'s training and checks); the
 migrated side also builds and trains under ``forbid_fsdp1_calls``.
 
@@ -16,15 +17,19 @@ kernels on the same dtypes and two ranks' reductions add the same two numbers.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
 from codemods import engine, registry
 from codemods.options import Options
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.prove.no_fsdp1 import forbid_fsdp1_calls
+from tests.models import GainBlock
 from tests.test_plain_rewrite import _net, _train
 
 pytestmark = pytest.mark.slow  # gloo ranks
@@ -35,7 +40,7 @@ import functools
 import torch
 from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
 
 
 def policy_of(cfg):
@@ -64,11 +69,29 @@ def build(net, cfg, group):
 
 def build_on_mesh(net, mesh, sync):
     return FSDP(net, device_mesh=mesh, sync_module_states=sync, device_id=torch.device("cpu"))
+
+
+def build_chosen(net, dtype, is_ref, classes):
+    buffer_dtype = dtype
+    mixed_precision = MixedPrecision(
+        param_dtype=dtype, reduce_dtype=torch.float32, buffer_dtype=buffer_dtype
+    )
+    if is_ref:
+        mixed_precision = None
+    net = FSDP(
+        net,
+        auto_wrap_policy=ModuleWrapPolicy(classes),
+        mixed_precision=mixed_precision,
+        device_id=torch.device("cpu"),
+    )
+    return net
 """
 
 #: (strategy, compute dtype or None, a group of its own, sync_module_states); "mesh": the
-#: caller's DeviceMesh, no policy (``build_on_mesh``)
+#: caller's DeviceMesh, no policy (``build_on_mesh``); "chosen": verl's mixed precision,
+#: chosen in branches (``build_chosen``: written out as MixedPrecisionPolicy, no reader)
 CASES = {
+    "chosen-bf16": ("chosen", torch.bfloat16, False, False),
     "mesh-sync": ("mesh", None, False, True),
     "shard_grad_op-bf16-group-sync": ("SHARD_GRAD_OP", torch.bfloat16, True, True),
     "full_shard-fp32": ("FULL_SHARD", None, False, False),
@@ -76,41 +99,36 @@ CASES = {
 }
 
 
+def _build(namespace: dict, case: str, rank: int, world: int, migrated: bool) -> nn.Module:
+    kind, dtype, own_group, sync = CASES[case]
+    # FSDP1 refuses sync_module_states on CPU: its arm starts from rank 0's weights on every
+    # rank, which is what the migrated arm's broadcast must produce
+    sync = sync and migrated
+    net = _perturbed(rank) if sync else _net()
+    if kind == "mesh":
+        return namespace["build_on_mesh"](net, init_device_mesh("cpu", (world,)), sync)
+    if kind == "chosen":
+        return namespace["build_chosen"](net, dtype, False, {GainBlock})
+    group = dist.new_group(list(range(world))) if own_group else None
+    cfg = {"min_params": 400, "strategy": kind, "dtype": dtype, "sync": sync}
+    return namespace["build"](net, cfg, group)
+
+
 def _compare(rank: int, world: int, migrated: str, case: str) -> None:
-    strategy, dtype, own_group, sync = CASES[case]
-    compute = dtype or torch.float32
+    compute = CASES[case][1] or torch.float32
     results = []
     for text in (SOURCE, migrated):
         namespace: dict = {}
         exec(compile(text, "train.py", "exec"), namespace)
-        group = dist.new_group(list(range(world))) if own_group else None
-        if strategy == "mesh":
-            mesh = init_device_mesh("cpu", (world,))
-            build = namespace["build_on_mesh"]
-            if text is SOURCE:
-                model = build(_net(), mesh, False)  # rank 0's weights everywhere (see below)
-                results.append(_train(model, rank, world, compute))
-            else:
-                with forbid_fsdp1_calls():
-                    model = build(_perturbed(rank) if sync else _net(), mesh, sync)
-                    results.append(_train(model, rank, world, compute))
-        elif text is SOURCE:
-            # FSDP1 refuses sync_module_states on CPU: its arm starts from rank 0's weights
-            # on every rank, which is what the migrated arm's broadcast must produce
-            cfg = {"min_params": 400, "strategy": strategy, "dtype": dtype, "sync": False}
-            model = namespace["build"](_net(), cfg, group)
+        is_migrated = text is migrated
+        with forbid_fsdp1_calls() if is_migrated else contextlib.nullcontext():
+            model = _build(namespace, case, rank, world, is_migrated)
             results.append(_train(model, rank, world, compute))
-        else:
-            cfg = {"min_params": 400, "strategy": strategy, "dtype": dtype, "sync": sync}
-            net = _perturbed(rank) if sync else _net()
-            with forbid_fsdp1_calls():
-                model = namespace["build"](net, cfg, group)
-                results.append(_train(model, rank, world, compute))
     for step, (a, b) in enumerate(zip(*results)):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=f"{case}, step {step}")
 
 
-def _perturbed(rank: int) -> torch.nn.Module:
+def _perturbed(rank: int) -> nn.Module:
     """The test net with every rank's weights moved apart: only a broadcast from rank 0 makes
     the two runs start alike."""
     net = _net()
@@ -125,6 +143,8 @@ def migrated() -> str:
     text, findings = engine.migrate_text(SOURCE, "train.py", registry.select(), Options())
     assert "fully_shard_like_fsdp1" not in text and "FSDP(" not in text, text
     assert "units_like_fsdp1" in text and "mesh_like_fsdp1" in text, text
+    chosen = text.split("def build_chosen")[1]
+    assert "MixedPrecision(" not in chosen and "fsdp2_port" not in chosen, chosen
     assert not [f for f in findings if f.severity == "review"], findings
     return text
 

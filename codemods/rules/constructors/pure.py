@@ -45,6 +45,7 @@ _RESHARD = {
 }
 #: Strategies whose mesh is not the default one: their ``reshard_after_forward``.
 _MESH_OF_ITS_OWN = {"HYBRID_SHARD": True, "_HYBRID_SHARD_ZERO2": False, "NO_SHARD": False}
+_DTYPES = ("float32", "float16", "bfloat16", "float64", "float", "half", "double")
 _MIXED = (
     "param_dtype",
     "reduce_dtype",
@@ -94,8 +95,9 @@ class Pure:
     #: ``UNIT in list(model.layers)``): FSDP1's wrap policy as code
     selects: str | None = None
     removable: list[Removable] = field(default_factory=list)
-    #: FSDP2 names the rewrite imports
+    #: FSDP2 names the rewrite imports; modules the units' keywords read (``dataclasses``)
     names: set[str] = field(default_factory=set)
+    child_modules: set[str] = field(default_factory=set)
     #: ``sync_module_states``: None (off), "" (on), or the run-time flag's text
     sync: str | None = None
     #: ``device_id``'s text, when the module moves there first
@@ -664,16 +666,21 @@ def _literal_mixed_precision(
 
 
 def _chosen_mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
-    """Mixed precision chosen at run time: a name bound in the call's scope more than once,
-    each time to None or to a ``MixedPrecision`` that casts nothing (its ``reduce_dtype``
-    alone), and read by this call only. Each ``MixedPrecision`` becomes the
-    ``MixedPrecisionPolicy`` it means where it is written; the call reads the name."""
+    """Mixed precision chosen at run time (verl's ``mp = MixedPrecision(...)`` then
+    ``if ref: mp = None``): a name bound in the call's scope more than once, each time to None
+    or to a ``MixedPrecision`` of dtypes only, read by this call only. Each becomes the
+    ``MixedPrecisionPolicy`` it means where it is written: FSDP1's root's (it casts its
+    inputs), the units' a copy that does not (``cast_forward_inputs=False``). A
+    ``buffer_dtype`` goes to the casts before sharding: it must be one value, written the
+    same in every binding and not rebound after the first."""
     name = out.values.get("mixed_precision")
     bindings = _chosen(analysis, call, name, "mixed_precision")
     if bindings is None:
         return False
     assert isinstance(name, ast.Name)
-    edits = []
+    edits: list[Edit] = []
+    casts = False
+    buffers: set[str | None] = set()
     for binding in bindings:
         value = binding.value
         assert value is not None
@@ -684,21 +691,54 @@ def _chosen_mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -
         ):
             return False
         bound = calls.bind(value, _MIXED)
-        if bound is None or set(bound) - {"reduce_dtype", "param_dtype"}:
+        if bound is None or set(bound) - {"reduce_dtype", "param_dtype", "buffer_dtype"}:
             return False
-        if "param_dtype" in bound and not calls.is_none(bound["param_dtype"].value):
-            return False  # it casts: units and root would need different policies
-        if not all(calls.is_simple(a.value) for a in bound.values()):
-            return False
+        casts |= "param_dtype" in bound and not calls.is_none(bound["param_dtype"].value)
+        buffer = bound.get("buffer_dtype")
+        if buffer is not None and not calls.is_none(buffer.value):
+            if not _written_before(analysis, buffer.value, bindings):
+                return False
+            buffers.add(analysis.source(buffer.value))
+        else:
+            buffers.add(None)
         edits.append(analysis.replace(value.func, "MixedPrecisionPolicy"))
+        if buffer is not None:
+            edits += calls.edit_arguments(analysis.lines, value, {buffer.node}, {})
+    if len(buffers) > 1:
+        return False
     out.edits += edits
     out.names.add("MixedPrecisionPolicy")
-    text = f"mp_policy={name.id} or MixedPrecisionPolicy()"
-    out.root.append(text)
-    out.children.append(text)
-    out.full_precision_norms, out.norms_when = "None", f"{name.id} is not None"
-    out.mixed_precision = name.id
+    mp = name.id
+    out.root.append(f"mp_policy={mp} or MixedPrecisionPolicy()")
+    if casts:
+        out.child_modules.add("dataclasses")
+        child = f"dataclasses.replace({mp}, cast_forward_inputs=False) if {mp} else "
+        out.children.append(f"mp_policy={child}MixedPrecisionPolicy()")
+    else:
+        out.children.append(f"mp_policy={mp} or MixedPrecisionPolicy()")
+    out.full_precision_norms = f"{mp}.param_dtype" if casts else "None"
+    out.norms_when = f"{mp} is not None"
+    buffer_dtype = next(iter(buffers), None)
+    if buffer_dtype is not None:
+        out.buffer_dtype, out.buffer_when = buffer_dtype, f"{mp} is not None"
+    out.mixed_precision = mp
     return True
+
+
+def _written_before(analysis: FileAnalysis, value: ast.expr, bindings: list[Binding]) -> bool:
+    """Whether ``value`` reads later what it read at the first of ``bindings``: a dtype of
+    ``torch``, or a name bound only in their scope and only before them."""
+    if analysis.resolves_to(value, *(f"torch.{t}" for t in _DTYPES)):
+        return True
+    if not isinstance(value, ast.Name):
+        return False
+    scope = analysis.names.scope_of(value)
+    first = min(b.node.lineno for b in bindings)  # type: ignore[attr-defined]
+    own = analysis.names.bindings_of(value)
+    return bool(own) and all(
+        analysis.names.scope_of(b.node) is scope and b.node.lineno < first  # type: ignore[attr-defined]
+        for b in own
+    )
 
 
 def _once(analysis: FileAnalysis, call: ast.Call, out: Pure, base: str, value: ast.expr) -> str:

@@ -102,6 +102,7 @@ class ConstructorRule:
         "DeviceMesh.from_group": "torch.distributed.device_mesh:DeviceMesh.from_group",
         "fsdp2_port.materialize_like_fsdp1": "fsdp2_port:materialize_like_fsdp1",
         "torch.distributed.broadcast": "torch.distributed:broadcast",
+        "dataclasses.replace": "dataclasses:replace",
         "fully_shard_like_fsdp1": "fsdp2_port:fully_shard_like_fsdp1",
         "fsdp2_port.mesh_like_fsdp1": "fsdp2_port:mesh_like_fsdp1",
         "fsdp2_port.reshard_after_forward_like_fsdp1": (
@@ -207,6 +208,8 @@ class ConstructorRule:
         ]
         if found.sync is not None:
             imports.append(analysis.module_import("torch.distributed", call))
+        if found.selects is not None:
+            imports += [analysis.module_import(m, call) for m in sorted(found.child_modules)]
         if found.init_fn is not None or found.read_at_run_time:
             imports.append(analysis.module_import("fsdp2_port", call))
         if found.full_precision_norms is not None and found.selects is not None:

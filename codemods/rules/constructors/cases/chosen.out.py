@@ -2,7 +2,6 @@ from functools import partial
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.fsdp import MixedPrecision
 
 from mymodel import Block
 import fsdp2_port
@@ -50,12 +49,8 @@ def flava(model, config, half_dtype):
 def casts(model, flag):
     mp = None
     if flag:
-        mp = MixedPrecision(param_dtype=torch.bfloat16)
-    if mp is not None and mp.buffer_dtype is not None:
-        for buffer in model.buffers():  # buffer_dtype
-            if buffer.is_floating_point():
-                buffer.data = buffer.to(mp.buffer_dtype)
-    return fully_shard(model, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mp, root=True))
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+    return fully_shard(model, mp_policy=mp or MixedPrecisionPolicy())
 
 
 def verl(actor_module, auto_wrap_policy_found):

@@ -72,3 +72,26 @@ def mesh_sync(model, device_mesh):
 def mesh_and_group(model, device_mesh, group):
     """FSDP1 refuses both: so does fully_shard_like_fsdp1."""
     return FSDP(model, device_mesh=device_mesh, process_group=group)
+
+
+def verl_actor(actor_module, fsdp_config, is_ref, get_fsdp_wrap_policy):
+    """verl's actor: dtypes from a config, mixed precision dropped for the reference model."""
+    mixed_precision_config = fsdp_config.get("mixed_precision", None)
+    if mixed_precision_config is not None:
+        param_dtype = mixed_precision_config.param_dtype
+        buffer_dtype = mixed_precision_config.buffer_dtype
+    else:
+        param_dtype = torch.bfloat16
+        buffer_dtype = torch.float32
+    mixed_precision = MixedPrecision(
+        param_dtype=param_dtype, reduce_dtype=torch.float32, buffer_dtype=buffer_dtype
+    )
+    if is_ref:
+        mixed_precision = None
+    auto_wrap_policy = get_fsdp_wrap_policy(actor_module)
+    actor_module_fsdp = FSDP(
+        actor_module,
+        auto_wrap_policy=auto_wrap_policy,
+        mixed_precision=mixed_precision,
+    )
+    return actor_module_fsdp

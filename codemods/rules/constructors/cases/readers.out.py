@@ -11,6 +11,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
 
 from trainer.config import get_wrap_policy, precision_of
+import dataclasses
 import fsdp2_port
 
 
@@ -129,3 +130,47 @@ def mesh_sync(model, device_mesh):
 def mesh_and_group(model, device_mesh, group):
     """FSDP1 refuses both: so does fully_shard_like_fsdp1."""
     return fully_shard_like_fsdp1(model, device_mesh=device_mesh, process_group=group)
+
+
+def verl_actor(actor_module, fsdp_config, is_ref, get_fsdp_wrap_policy):
+    """verl's actor: dtypes from a config, mixed precision dropped for the reference model."""
+    mixed_precision_config = fsdp_config.get("mixed_precision", None)
+    if mixed_precision_config is not None:
+        param_dtype = mixed_precision_config.param_dtype
+        buffer_dtype = mixed_precision_config.buffer_dtype
+    else:
+        param_dtype = torch.bfloat16
+        buffer_dtype = torch.float32
+    mixed_precision = MixedPrecisionPolicy(
+        param_dtype=param_dtype, reduce_dtype=torch.float32
+    )
+    if is_ref:
+        mixed_precision = None
+    auto_wrap_policy = get_fsdp_wrap_policy(actor_module)
+    units = fsdp2_port.units_like_fsdp1(
+        actor_module,
+        auto_wrap_policy,
+        mixed_precision=mixed_precision,
+    )
+    if mixed_precision is not None and buffer_dtype is not None:
+        for owner in actor_module.modules():  # buffer_dtype
+            if not isinstance(owner, torch.nn.modules.batchnorm._BatchNorm):
+                for buffer in owner.buffers(recurse=False):
+                    if buffer.is_floating_point():
+                        buffer.data = buffer.to(buffer_dtype)
+    for submodule in reversed(list(actor_module.modules())):
+        if submodule is not actor_module and mixed_precision is not None and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+            fully_shard(
+                submodule,
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=mixed_precision.param_dtype),
+            )
+        elif submodule is not actor_module and submodule in units:
+            fully_shard(
+                submodule,
+                mp_policy=dataclasses.replace(mixed_precision, cast_forward_inputs=False) if mixed_precision else MixedPrecisionPolicy(),
+            )
+    actor_module_fsdp = fully_shard(
+        actor_module,
+        mp_policy=mixed_precision or MixedPrecisionPolicy(),
+    )
+    return actor_module_fsdp
