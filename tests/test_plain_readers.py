@@ -3,13 +3,14 @@
 Real code computes its FSDP1 arguments elsewhere (verl's shape): a policy a function returns,
 ``getattr(ShardingStrategy, name)``, a ``MixedPrecision`` a function builds (or None), a
 process group, ``sync_module_states`` from a config (and within the caller's
-``device_mesh``). The codemod writes the plain
-``fully_shard`` form and reads those values with ``fsdp2_port``'s readers
-(``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``, ``units_like_fsdp1``,
-``mp_policy_like_fsdp1``); verl's mixed precision chosen in branches is written out as
-``MixedPrecisionPolicy`` where it is chosen, no reader. FSDP1 source and its migration run side by side on 2 gloo ranks
-from the same weights and batches (``tests/test_plain_rewrite.py``'s training and checks); the
-migrated side also builds and trains under ``forbid_fsdp1_calls``.
+``device_mesh``). The codemod writes the plain ``fully_shard`` form and reads those values
+with ``fsdp2_port``'s readers (``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``,
+``units_like_fsdp1``, ``mp_policy_like_fsdp1``). What is chosen in branches here is written
+out where it is chosen, no reader: verl's mixed precision as ``MixedPrecisionPolicy``, a
+strategy as ``reshard_after_forward`` and an ``init_device_mesh``. FSDP1 source and its
+migration run side by side on 2 gloo ranks from the same weights and batches
+(``tests/test_plain_rewrite.py``'s training and checks); the migrated side also builds and
+trains under ``forbid_fsdp1_calls``.
 
 Tolerance 1e-6, bf16 included, as in ``tests/test_plain_rewrite.py``: both sides run the same
 kernels on the same dtypes and two ranks' reductions add the same two numbers.
@@ -71,6 +72,22 @@ def build_on_mesh(net, mesh, sync):
     return FSDP(net, device_mesh=mesh, sync_module_states=sync, device_id=torch.device("cpu"))
 
 
+def build_by_key(net, key, sync, classes):
+    if key == "full":
+        strategy = ShardingStrategy.FULL_SHARD
+    elif key == "zero2":
+        strategy = ShardingStrategy.SHARD_GRAD_OP
+    else:
+        strategy = ShardingStrategy.NO_SHARD
+    return FSDP(
+        net,
+        sharding_strategy=strategy,
+        auto_wrap_policy=ModuleWrapPolicy(classes),
+        sync_module_states=sync,
+        device_id=torch.device("cpu"),
+    )
+
+
 def build_chosen(net, dtype, is_ref, classes):
     buffer_dtype = dtype
     mixed_precision = MixedPrecision(
@@ -89,9 +106,13 @@ def build_chosen(net, dtype, is_ref, classes):
 
 #: (strategy, compute dtype or None, a group of its own, sync_module_states); "mesh": the
 #: caller's DeviceMesh, no policy (``build_on_mesh``); "chosen": verl's mixed precision,
-#: chosen in branches (``build_chosen``: written out as MixedPrecisionPolicy, no reader)
+#: chosen in branches (``build_chosen``: written out as MixedPrecisionPolicy, no reader);
+#: "key:<key>": a strategy chosen by ``if``/``elif`` (``build_by_key``: each branch binds its
+#: ``reshard_after_forward`` and ``init_device_mesh``)
 CASES = {
     "chosen-bf16": ("chosen", torch.bfloat16, False, False),
+    "key-ddp-sync": ("key:ddp", None, False, True),
+    "key-zero2": ("key:zero2", None, False, False),
     "mesh-sync": ("mesh", None, False, True),
     "shard_grad_op-bf16-group-sync": ("SHARD_GRAD_OP", torch.bfloat16, True, True),
     "full_shard-fp32": ("FULL_SHARD", None, False, False),
@@ -109,6 +130,8 @@ def _build(namespace: dict, case: str, rank: int, world: int, migrated: bool) ->
         return namespace["build_on_mesh"](net, init_device_mesh("cpu", (world,)), sync)
     if kind == "chosen":
         return namespace["build_chosen"](net, dtype, False, {GainBlock})
+    if kind.startswith("key:"):
+        return namespace["build_by_key"](net, kind.removeprefix("key:"), sync, {GainBlock})
     group = dist.new_group(list(range(world))) if own_group else None
     cfg = {"min_params": 400, "strategy": kind, "dtype": dtype, "sync": sync}
     return namespace["build"](net, cfg, group)
@@ -143,6 +166,8 @@ def migrated() -> str:
     text, findings = engine.migrate_text(SOURCE, "train.py", registry.select(), Options())
     assert "fully_shard_like_fsdp1" not in text and "FSDP(" not in text, text
     assert "units_like_fsdp1" in text and "mesh_like_fsdp1" in text, text
+    by_key = text.split("def build_by_key")[1].split("def build_chosen")[0]
+    assert "init_device_mesh(" in by_key and "fsdp2_port" not in by_key, by_key
     chosen = text.split("def build_chosen")[1]
     assert "MixedPrecision(" not in chosen and "fsdp2_port" not in chosen, chosen
     assert not [f for f in findings if f.severity == "review"], findings

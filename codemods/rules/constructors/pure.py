@@ -45,6 +45,10 @@ _RESHARD = {
 }
 #: Strategies whose mesh is not the default one: their ``reshard_after_forward``.
 _MESH_OF_ITS_OWN = {"HYBRID_SHARD": True, "_HYBRID_SHARD_ZERO2": False, "NO_SHARD": False}
+#: Strategies whose mesh plain torch builds as FSDP1 did (``_mesh_of``). The hybrids' default
+#: groups are one node's devices, and with one device a node FSDP1 trains each rank alone:
+#: ``fsdp2_port.mesh_like_fsdp1`` refuses that, so they are read at run time.
+_MESH_IN_TORCH = {"FULL_SHARD": True, "SHARD_GRAD_OP": False, "NO_SHARD": False}
 _DTYPES = ("float32", "float16", "bfloat16", "float64", "float", "half", "double")
 _MIXED = (
     "param_dtype",
@@ -98,6 +102,8 @@ class Pure:
     #: FSDP2 names the rewrite imports; modules the units' keywords read (``dataclasses``)
     names: set[str] = field(default_factory=set)
     child_modules: set[str] = field(default_factory=set)
+    #: the rewrite reads ``torch`` (a mesh built with ``init_device_mesh``)
+    uses_torch: bool = False
     #: ``sync_module_states``: None (off), "" (on), or the run-time flag's text
     sync: str | None = None
     #: ``device_id``'s text, when the module moves there first
@@ -412,7 +418,26 @@ def _strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> Non
                 reshard = str(_RESHARD[kind])
             elif not kind.startswith(("HYBRID", "_HYBRID")):
                 reshard = _reshard(analysis, strategy)
-        if reshard is None and kind in _MESH_OF_ITS_OWN and analysis.options.runtime_dependency:
+        device_type = _device_type(analysis, out.values.get("device_id"))
+        if (
+            reshard is None
+            and kind == "NO_SHARD"
+            and device_type is not None
+            and not any(
+                n in out.values and not calls.is_none(out.values[n])
+                for n in ("process_group", "device_mesh")
+            )
+        ):
+            # FSDP1's replicas, as plain torch
+            out.removable += [removable] if removable else []
+            name = _fresh(analysis, call, out, "mesh")
+            out.bound_first.append((name, _mesh_of(kind, device_type)))
+            out.names.add("init_device_mesh")
+            out.uses_torch = True
+            out.group_mesh, out.mesh_any_dims = name, True
+            out.root += [f"mesh={name}", f"reshard_after_forward={_MESH_OF_ITS_OWN[kind]}"]
+            out.children += [f"mesh={name}", f"reshard_after_forward={_MESH_OF_ITS_OWN[kind]}"]
+        elif reshard is None and kind in _MESH_OF_ITS_OWN and analysis.options.runtime_dependency:
             # the value is known, the mesh (FSDP1's default groups) only at run time
             out.removable += [removable] if removable else []
             out.read_at_run_time.append("sharding_strategy")
@@ -507,7 +532,7 @@ def _chosen_strategy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
     scope = analysis.names.scope_of(call)
     values = [_reshard(analysis, b.value) for b in bindings]  # type: ignore[arg-type]
     if any(v is None for v in values):
-        return False
+        return _chosen_strategy_and_mesh(analysis, call, out, bindings)
     free = analysis.names.lookup("reshard_after_forward", scope)[0] is None
     renamed = "reshard_after_forward" if free else name.id
     for binding, value in zip(bindings, values):
@@ -518,6 +543,51 @@ def _chosen_strategy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
     out.root.append(text)
     out.children.append(text)
     return True
+
+
+def _chosen_strategy_and_mesh(
+    analysis: FileAnalysis, call: ast.Call, out: Pure, bindings: list[Binding]
+) -> bool:
+    """A strategy chosen in branches between FULL_SHARD, SHARD_GRAD_OP and NO_SHARD, the
+    device type written at the call, no group or mesh given: each binding becomes the pair it
+    means, ``reshard_after_forward, mesh = <bool>, init_device_mesh(...)``, the mesh FSDP1
+    would have sharded over (``_mesh_of``)."""
+    device_type = _device_type(analysis, out.values.get("device_id"))
+    if device_type is None or any(
+        name in out.values and not calls.is_none(out.values[name])
+        for name in ("process_group", "device_mesh")
+    ):
+        return False
+    kinds = [
+        (analysis.fsdp1_name(b.value) or "").removeprefix("ShardingStrategy.")  # type: ignore[arg-type]
+        for b in bindings
+    ]
+    if not all(kind in _MESH_IN_TORCH for kind in kinds):
+        return False
+    reshard = _fresh(analysis, call, out, "reshard_after_forward")
+    mesh = _fresh(analysis, call, out, "mesh")
+    for binding, kind in zip(bindings, kinds):
+        statement = analysis.names.statement(binding.node)
+        assert isinstance(statement, ast.Assign) and binding.value is not None
+        pair = f"{_MESH_IN_TORCH[kind]}, {_mesh_of(kind, device_type)}"
+        out.edits.append(analysis.replace(statement.targets[0], f"{reshard}, {mesh}"))
+        out.edits.append(analysis.replace(binding.value, pair))
+    out.names.add("init_device_mesh")
+    out.uses_torch = True
+    out.group_mesh, out.mesh_any_dims = mesh, True
+    out.root += [f"mesh={mesh}", f"reshard_after_forward={reshard}"]
+    out.children += [f"mesh={mesh}", f"reshard_after_forward={reshard}"]
+    return True
+
+
+def _mesh_of(kind: str, device_type: str) -> str:
+    """``init_device_mesh(...)`` for the mesh FSDP1 shards over with strategy ``kind`` and
+    its default group: the world, or (NO_SHARD) the world's replicas of one rank each."""
+    world = "torch.distributed.get_world_size()"
+    if kind == "NO_SHARD":
+        names = 'mesh_dim_names=("replicate", "shard")'
+        return f'init_device_mesh("{device_type}", ({world}, 1), {names})'
+    return f'init_device_mesh("{device_type}", ({world},))'
 
 
 def _reshard(analysis: FileAnalysis, node: ast.expr) -> str | None:

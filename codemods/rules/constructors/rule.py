@@ -100,6 +100,9 @@ class ConstructorRule:
         "CPUOffloadPolicy": "torch.distributed.fsdp:CPUOffloadPolicy",
         "OffloadPolicy": "torch.distributed.fsdp:OffloadPolicy",
         "DeviceMesh.from_group": "torch.distributed.device_mesh:DeviceMesh.from_group",
+        "init_device_mesh": "torch.distributed.device_mesh:init_device_mesh",
+        "torch.distributed.get_world_size": "torch.distributed:get_world_size",
+        "torch.get_device_module": "torch:get_device_module",
         "fsdp2_port.materialize_like_fsdp1": "fsdp2_port:materialize_like_fsdp1",
         "torch.distributed.broadcast": "torch.distributed:broadcast",
         "dataclasses.replace": "dataclasses:replace",
@@ -200,7 +203,7 @@ class ConstructorRule:
             analysis.import_for(
                 call.func,
                 "torch.distributed.device_mesh"
-                if n == "DeviceMesh"
+                if n in ("DeviceMesh", "init_device_mesh")
                 else analysis.options.fsdp2_module,
                 n,
             )
@@ -212,7 +215,9 @@ class ConstructorRule:
             imports += [analysis.module_import(m, call) for m in sorted(found.child_modules)]
         if found.init_fn is not None or found.read_at_run_time:
             imports.append(analysis.module_import("fsdp2_port", call))
-        if found.full_precision_norms is not None and found.selects is not None:
+        if found.uses_torch or (
+            found.full_precision_norms is not None and found.selects is not None
+        ):
             imports.append(analysis.module_import("torch", call))
         code, message = "F2P002", "FSDP(...) -> fully_shard(...)"
         if found.selects is not None:

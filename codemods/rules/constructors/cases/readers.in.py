@@ -95,3 +95,33 @@ def verl_actor(actor_module, fsdp_config, is_ref, get_fsdp_wrap_policy):
         mixed_precision=mixed_precision,
     )
     return actor_module_fsdp
+
+
+def chain(model, args):
+    """fsdp_qlora's chain, without the hybrids, on CUDA: each branch binds the pair it
+    means, its mesh built as FSDP1 built its group."""
+    if args["sharding_strategy"] == "full_shard":
+        sharding_strategy = ShardingStrategy.FULL_SHARD
+    elif args["sharding_strategy"] == "shard_grad_op":
+        sharding_strategy = ShardingStrategy.SHARD_GRAD_OP
+    elif args["sharding_strategy"] == "ddp":
+        sharding_strategy = ShardingStrategy.NO_SHARD
+    else:
+        raise ValueError("Invalid FSDP sharding strategy")
+    model = FSDP(
+        model,
+        sharding_strategy=sharding_strategy,
+        device_id=torch.cuda.current_device(),
+        sync_module_states=args["low_memory"],
+    )
+    return model
+
+
+def no_shard_on_cuda(model):
+    """NO_SHARD with the device written: replicas of one rank, as init_device_mesh."""
+    return FSDP(model, sharding_strategy=ShardingStrategy.NO_SHARD, device_id=torch.device("cuda"))
+
+
+def hybrid_on_cuda(model):
+    """HYBRID_SHARD: its groups (a node's devices) only the run knows."""
+    return FSDP(model, sharding_strategy=ShardingStrategy.HYBRID_SHARD, device_id=torch.device("cuda"))

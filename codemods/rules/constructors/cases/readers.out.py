@@ -2,6 +2,7 @@
 
 import torch
 from fsdp2_port import fully_shard_like_fsdp1
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
     MixedPrecisionPolicy,
@@ -174,3 +175,45 @@ def verl_actor(actor_module, fsdp_config, is_ref, get_fsdp_wrap_policy):
         mp_policy=mixed_precision or MixedPrecisionPolicy(),
     )
     return actor_module_fsdp
+
+
+def chain(model, args):
+    """fsdp_qlora's chain, without the hybrids, on CUDA: each branch binds the pair it
+    means, its mesh built as FSDP1 built its group."""
+    if args["sharding_strategy"] == "full_shard":
+        reshard_after_forward, mesh = True, init_device_mesh("cuda", (torch.distributed.get_world_size(),))
+    elif args["sharding_strategy"] == "shard_grad_op":
+        reshard_after_forward, mesh = False, init_device_mesh("cuda", (torch.distributed.get_world_size(),))
+    elif args["sharding_strategy"] == "ddp":
+        reshard_after_forward, mesh = False, init_device_mesh("cuda", (torch.distributed.get_world_size(), 1), mesh_dim_names=("replicate", "shard"))
+    else:
+        raise ValueError("Invalid FSDP sharding strategy")
+    model.to(torch.cuda.current_device())
+    if args["low_memory"]:
+        for group in mesh.get_all_groups():  # sync_module_states
+            for tensor in [*model.parameters(), *model.buffers()]:
+                torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
+    model = fully_shard(
+        model,
+        mesh=mesh,
+        reshard_after_forward=reshard_after_forward,
+    )
+    return model
+
+
+def no_shard_on_cuda(model):
+    """NO_SHARD with the device written: replicas of one rank, as init_device_mesh."""
+    mesh = init_device_mesh(
+        "cuda",
+        (torch.distributed.get_world_size(), 1),
+        mesh_dim_names=("replicate", "shard"),
+    )
+    model.to(torch.device("cuda"))
+    return fully_shard(model, mesh=mesh, reshard_after_forward=False)
+
+
+def hybrid_on_cuda(model):
+    """HYBRID_SHARD: its groups (a node's devices) only the run knows."""
+    mesh = fsdp2_port.mesh_like_fsdp1(ShardingStrategy.HYBRID_SHARD, device_id=torch.device("cuda"))
+    model.to(torch.device("cuda"))
+    return fully_shard(model, mesh=mesh, reshard_after_forward=True)
