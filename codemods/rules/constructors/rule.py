@@ -102,7 +102,6 @@ class ConstructorRule:
         "DeviceMesh.from_group": "torch.distributed.device_mesh:DeviceMesh.from_group",
         "init_device_mesh": "torch.distributed.device_mesh:init_device_mesh",
         "torch.distributed.get_world_size": "torch.distributed:get_world_size",
-        "torch.get_device_module": "torch:get_device_module",
         "fsdp2_port.materialize_like_fsdp1": "fsdp2_port:materialize_like_fsdp1",
         "torch.distributed.broadcast": "torch.distributed:broadcast",
         "dataclasses.replace": "dataclasses:replace",
