@@ -50,6 +50,7 @@ CPU = torch.device("cpu")
 FULL, SHARDED = StateDictType.FULL_STATE_DICT, StateDictType.SHARDED_STATE_DICT
 AFTER_STEP = 1e-6  # absolute, after one AdamW step: see the module docstring
 TIMEOUT = 90
+_EMPTY = inspect.Parameter.empty
 
 
 def _fsdp1() -> FSDP:
@@ -435,7 +436,14 @@ def test_signature_is_fsdp1s(name):
         return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
     assert isinstance(inspect.getattr_static(FSDP, name), staticmethod)
-    assert shape(getattr(fsdp2_port, name)) == shape(getattr(FSDP, name))
+    ours, fsdp1 = shape(getattr(fsdp2_port, name)), shape(getattr(FSDP, name))
+    if name in ("state_dict_type", "set_state_dict_type"):
+        # the settings may be given as DCP's options instead: the type became optional
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        assert ours[-1] == ("options", keyword, None)
+        assert fsdp1[1] == ("state_dict_type", inspect.Parameter.POSITIONAL_OR_KEYWORD, _EMPTY)
+        ours, fsdp1 = ours[:-1], [fsdp1[0], (*fsdp1[1][:2], None), *fsdp1[2:]]
+    assert ours == fsdp1
 
 
 def test_exported_lazily_from_the_package():

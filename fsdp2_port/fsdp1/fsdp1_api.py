@@ -5,7 +5,9 @@ returned from a helper or chosen at run time, ``set_state_dict_type`` followed b
 ``model.state_dict()`` calls in other functions, ``no_sync`` or ``.module`` on a receiver that
 may be DDP, ``clip_grad_norm_``/``summon_full_params``/``fsdp_modules`` and the legacy
 optimizer-state functions on a receiver it cannot tie to one model. Each function takes
-``FullyShardedDataParallel``'s arguments in its order.
+``FullyShardedDataParallel``'s arguments in its order; ``state_dict_type`` and
+``set_state_dict_type`` also take DCP's ``options=StateDictOptions(...)`` instead, which means
+exactly the FSDP1 settings DCP applies to FSDP1 models (``_settings_of_options``).
 
 - A model holding FSDP1 instances gets FSDP1's own function, unchanged.
 - Any other model (FSDP2: ``fully_shard`` at the root or only inside; DDP; a plain module)
@@ -38,6 +40,7 @@ from torch import nn
 from fsdp2_port.fsdp1 import torch_internals
 
 if TYPE_CHECKING:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
     from torch.distributed.fsdp import (
         OptimStateDictConfig,
         StateDictConfig,
@@ -394,30 +397,153 @@ def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     return obj
 
 
+# -- DCP's StateDictOptions in FSDP1's words ----------------------------------------------------
+
+#: The ``StateDictOptions`` fields that have an FSDP1 meaning, and so may differ from their
+#: defaults in an ``options=`` argument: ``(full_state_dict, cpu_offload)``.
+_MAPPED_FIELDS = ("full_state_dict", "cpu_offload")
+
+
+def _settings_of_options(options: StateDictOptions) -> StateDictSettings:
+    """The FSDP1 settings a ``StateDictOptions`` means: those DCP applies to an FSDP1 model
+    (``torch.distributed.checkpoint.state_dict._verify_options``), for model and optimizer.
+
+    - ``StateDictOptions(full_state_dict=True, cpu_offload=True)``: FULL_STATE_DICT,
+      ``FullStateDictConfig(offload_to_cpu=True, rank0_only=True)``,
+      ``FullOptimStateDictConfig(offload_to_cpu=True, rank0_only=True)``;
+    - ``StateDictOptions(full_state_dict=True)``: FULL_STATE_DICT, ``FullStateDictConfig()``,
+      ``FullOptimStateDictConfig(offload_to_cpu=False)`` (FSDP1's default offloads);
+    - ``StateDictOptions(cpu_offload=True)``: SHARDED_STATE_DICT,
+      ``ShardedStateDictConfig(offload_to_cpu=True)``, ``ShardedOptimStateDictConfig()``;
+    - ``StateDictOptions()``: SHARDED_STATE_DICT, ``ShardedStateDictConfig()``,
+      ``ShardedOptimStateDictConfig(offload_to_cpu=False)`` (FSDP1's default offloads).
+
+    Every other field must keep its default: ``strict`` belongs to a load call,
+    ``broadcast_from_rank0`` loads the model too (FSDP1's ``rank0_only`` only the optimizer),
+    the rest has no FSDP1 setting. Anything else raises ValueError: say it in FSDP1's words.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.distributed.fsdp import (
+        FullOptimStateDictConfig,
+        FullStateDictConfig,
+        ShardedOptimStateDictConfig,
+        ShardedStateDictConfig,
+        StateDictSettings,
+        StateDictType,
+    )
+
+    if not isinstance(options, StateDictOptions):
+        raise ValueError(
+            f"options: expected a torch.distributed.checkpoint.state_dict.StateDictOptions, got "
+            f"{type(options).__name__}"
+        )
+    default = StateDictOptions()
+    other = [
+        name
+        for name in vars(default)
+        if name not in _MAPPED_FIELDS and getattr(options, name) != getattr(default, name)
+    ]
+    if other:
+        raise ValueError(
+            f"options: {', '.join(f'{n}={getattr(options, n)!r}' for n in other)} has no FSDP1 "
+            "state-dict setting; only full_state_dict and cpu_offload map (pass strict= to "
+            "load_state_dict, or give state_dict_type= and its configs instead)"
+        )
+    offload = bool(options.cpu_offload)
+    if options.full_state_dict:
+        return StateDictSettings(
+            StateDictType.FULL_STATE_DICT,
+            FullStateDictConfig(offload_to_cpu=offload, rank0_only=offload),
+            FullOptimStateDictConfig(offload_to_cpu=offload, rank0_only=offload),
+        )
+    return StateDictSettings(
+        StateDictType.SHARDED_STATE_DICT,
+        ShardedStateDictConfig(offload_to_cpu=offload),
+        ShardedOptimStateDictConfig(offload_to_cpu=offload),
+    )
+
+
+def _given(
+    state_dict_type: StateDictType | None,
+    state_dict_config: StateDictConfig | None,
+    optim_state_dict_config: OptimStateDictConfig | None,
+    options: StateDictOptions | None,
+) -> StateDictSettings:
+    """The settings asked for, in FSDP1's words or in DCP's (``options``): exactly one of them.
+
+    FSDP1's words are passed on as given (a config left None stays None: FSDP1 fills in its
+    own default)."""
+    from torch.distributed.fsdp import StateDictSettings
+
+    fsdp1 = {
+        name: value
+        for name, value in (
+            ("state_dict_type", state_dict_type),
+            ("state_dict_config", state_dict_config),
+            ("optim_state_dict_config", optim_state_dict_config),
+        )
+        if value is not None
+    }
+    if options is not None:
+        if fsdp1:
+            raise ValueError(
+                f"options: given together with {', '.join(fsdp1)}; pass either options= "
+                "(a StateDictOptions) or FSDP1's state_dict_type and configs, not both"
+            )
+        return _settings_of_options(options)
+    if state_dict_type is None:
+        raise ValueError(
+            "state_dict_type: missing; pass FSDP1's state_dict_type (and configs) or options= "
+            "(a torch.distributed.checkpoint.state_dict.StateDictOptions)"
+        )
+    return StateDictSettings(
+        state_dict_type,
+        cast("StateDictConfig", state_dict_config),
+        cast("OptimStateDictConfig", optim_state_dict_config),
+    )
+
+
 # -- the state-dict type APIs ---------------------------------------------------------------------
 
 
 def state_dict_type(
     module: nn.Module,
-    state_dict_type: StateDictType,
+    state_dict_type: StateDictType | None = None,
     state_dict_config: StateDictConfig | None = None,
     optim_state_dict_config: OptimStateDictConfig | None = None,
+    *,
+    options: StateDictOptions | None = None,
 ) -> contextlib.AbstractContextManager[None]:
     """``FSDP.state_dict_type(...)``: inside the block, ``module.state_dict()`` and
     ``module.load_state_dict()`` (wherever they are called) and the optimizer functions below
     follow that type and those configs.
 
+    The settings are given either in FSDP1's words (``state_dict_type`` and its configs) or in
+    DCP's: ``options``, a ``torch.distributed.checkpoint.state_dict.StateDictOptions``, which
+    means the FSDP1 settings DCP itself applies to FSDP1 models (``_settings_of_options``:
+    ``StateDictOptions(full_state_dict=True, cpu_offload=True)`` is FULL, offloaded, rank 0
+    only, for the model and the optimizer alike). One of the two, never both.
+
     FSDP1 models: FSDP1's context manager. Others (FSDP2, DDP, plain): what was set before (a
     type, or nothing) is restored on exit, also by an exception.
     """
+    settings = _given(state_dict_type, state_dict_config, optim_state_dict_config, options)
     if _is_fsdp1(module):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         return FullyShardedDataParallel.state_dict_type(
-            module, state_dict_type, state_dict_config, optim_state_dict_config
+            module,
+            settings.state_dict_type,
+            settings.state_dict_config,
+            settings.optim_state_dict_config,
         )
     return _fsdp2_state_dict_type(
-        module, _validated(state_dict_type, state_dict_config, optim_state_dict_config)
+        module,
+        _validated(
+            settings.state_dict_type,
+            settings.state_dict_config,
+            settings.optim_state_dict_config,
+        ),
     )
 
 
@@ -434,24 +560,30 @@ def _fsdp2_state_dict_type(module: nn.Module, settings: StateDictSettings) -> It
 
 def set_state_dict_type(
     module: nn.Module,
-    state_dict_type: StateDictType,
+    state_dict_type: StateDictType | None = None,
     state_dict_config: StateDictConfig | None = None,
     optim_state_dict_config: OptimStateDictConfig | None = None,
+    *,
+    options: StateDictOptions | None = None,
 ) -> StateDictSettings:
     """``FSDP.set_state_dict_type(...)``: as ``state_dict_type``, until changed; returns the
-    previous settings.
+    previous settings. ``options`` (DCP's words) instead of the FSDP1 arguments: as in
+    ``state_dict_type``.
 
     A model without FSDP1 that nobody set a type on reports FSDP1's default (FULL, default
     configs): the optimizer functions follow it. Its own ``state_dict()`` is its class's until a
     type is set (DTensors on FSDP2); setting FULL explicitly gives FSDP1's default there too.
     """
+    given = _given(state_dict_type, state_dict_config, optim_state_dict_config, options)
     if _is_fsdp1(module):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         return FullyShardedDataParallel.set_state_dict_type(
-            module, state_dict_type, state_dict_config, optim_state_dict_config
+            module, given.state_dict_type, given.state_dict_config, given.optim_state_dict_config
         )
-    settings = _validated(state_dict_type, state_dict_config, optim_state_dict_config)
+    settings = _validated(
+        given.state_dict_type, given.state_dict_config, given.optim_state_dict_config
+    )
     previous = _current(module)
     _set(module, settings)
     return previous

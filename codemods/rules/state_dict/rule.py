@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
+from codemods.names import Binding
 from codemods.plan import NeededImport, Requirement, Rewrite
 from codemods.rules import Code
 from codemods.text import Edit
@@ -130,6 +131,20 @@ DEFAULT = Options(
 
 _DCP = "torch.distributed.checkpoint.state_dict"
 
+#: The FSDP1 settings that a ``StateDictOptions`` says exactly, and how: DCP's own translation
+#: of its options for FSDP1 models (``torch.distributed.checkpoint.state_dict._verify_options``),
+#: the table ``fsdp2_port.state_dict_type(m, options=...)`` follows (``fsdp1_api.
+#: _settings_of_options``; a test checks the two agree). Key: the type, then ``(offload_to_cpu,
+#: rank0_only)`` of the model config and of the optimizer config, FSDP1's defaults filled in.
+OPTIONS_OF_SETTINGS: dict[tuple[str, tuple[bool, bool], tuple[bool, bool]], str] = {
+    ("FULL_STATE_DICT", (True, True), (True, True)): (
+        "StateDictOptions(full_state_dict=True, cpu_offload=True)"
+    ),
+    ("FULL_STATE_DICT", (False, False), (False, False)): "StateDictOptions(full_state_dict=True)",
+    ("SHARDED_STATE_DICT", (True, False), (True, False)): "StateDictOptions(cpu_offload=True)",
+    ("SHARDED_STATE_DICT", (False, False), (False, False)): "StateDictOptions()",
+}
+
 
 class StateDictRule:
     CODE: ClassVar[str] = "F2P008"
@@ -149,7 +164,9 @@ class StateDictRule:
                 "callee such as `trainer.save_model()`, a context returned by a helper, "
                 "`set_state_dict_type`) → the same call on `fsdp2_port` (`state_dict_type`, "
                 "`set_state_dict_type`, `optim_state_dict`, `optim_state_dict_to_load`), which "
-                "behave as FSDP1's on FSDP2 models too; a plain "
+                "behave as FSDP1's on FSDP2 models too, its literal settings said as "
+                "`options=StateDictOptions(...)` where DCP's options mean exactly them (configs "
+                "bound to a name read only there go); a plain "
                 "`m.state_dict()`/`m.load_state_dict(sd)` of a model built here → the full state "
                 "dict (FSDP1's default) when it migrates; of a receiver that may also hold other "
                 "modules (a helper's parameter, a DDP branch) or under a type set elsewhere in "
@@ -321,8 +338,10 @@ class StateDictRule:
             return False, False
         value: ast.AST = arg.value
         if isinstance(value, ast.Name):
-            binding = analysis.sole_binding(value)
+            binding = self._reaching(value)
             if binding is None or binding.value is None:
+                return None
+            if analysis.sole_binding(value) is None and self._reads(binding) != [value]:
                 return None
             value = binding.value
         expected = ("Full" if full else "Sharded") + family
@@ -338,12 +357,12 @@ class StateDictRule:
         return bool(flags.get("offload_to_cpu")), bool(flags.get("rank0_only"))
 
     def _drop_config_binding(self, arg: calls.Argument | None, group: frozenset[str]) -> None:
-        """A config bound to a name just for this block (same scope, used once) goes with it."""
+        """A config bound to a name just for this site (same scope, read only there) goes."""
         analysis = self.analysis
         if arg is None or not isinstance(arg.value, ast.Name):
             return
-        binding = analysis.sole_binding(arg.value)
-        if binding is None or len(analysis.uses_of(binding)) != 1:
+        binding = self._reaching(arg.value)
+        if binding is None or self._reads(binding) != [arg.value]:
             return
         statement = analysis.names.statement(binding.node)
         if not isinstance(statement, ast.Assign) or analysis.names.scope_of(
@@ -732,12 +751,172 @@ class StateDictRule:
                 groups=groups,
             )
             return
+        if function in ("state_dict_type", "set_state_dict_type"):
+            form = self._options_form(call)
+            if form is not None:
+                self._runtime_options_call(call, function, what, groups, *form)
+                return
         rewrite = Rewrite(
             [analysis.replace(call.func, f"fsdp2_port.{function}")],
             f"FSDP.{function} -> fsdp2_port.{function}: {_RUNTIME}",
             [analysis.module_import("fsdp2_port")],
         )
         analysis.add(self.CODE, call, f"kept: {what}", rewrite, "ALWAYS", groups=groups)
+
+    def _runtime_options_call(
+        self,
+        call: ast.Call,
+        function: str,
+        what: str,
+        groups: frozenset[str],
+        options: str,
+        configs: list[calls.Argument],
+        kind: ast.expr,
+    ) -> None:
+        """``FSDP.<function>(m, <literal settings>)`` -> ``fsdp2_port.<function>(m,
+        options=StateDictOptions(...))``: the same settings in DCP's words; a config bound to a
+        name for this call alone goes with it. The import goes where the type's enum was
+        imported."""
+        analysis = self.analysis
+        module = call.args[0]
+        group = groups | {f"state_dict:{analysis.site_id(call)}"}
+        edits = [
+            analysis.replace(call.func, f"fsdp2_port.{function}"),
+            # the arguments after the module, up to the last one's end: a trailing comma and
+            # the line of the closing parenthesis stay
+            Edit(
+                analysis.span(module)[1],
+                analysis.span(calls.arguments(call)[-1].node)[1],
+                f", options={options}",
+            ),
+        ]
+        new = _New(options, ["StateDictOptions"])
+        rewrite = Rewrite(
+            edits,
+            f"FSDP.{function}(<FSDP1 settings>) -> fsdp2_port.{function}(..., options={options}): "
+            f"the same settings in DCP's words, {_RUNTIME}",
+            [analysis.module_import("fsdp2_port"), *self._imports(kind, new)],
+        )
+        analysis.add(self.CODE, call, f"kept: {what}", rewrite, "ALWAYS", groups=group)
+        for config in configs:
+            self._drop_config_binding(config, group)
+
+    def _options_form(self, call: ast.Call) -> tuple[str, list[calls.Argument], ast.expr] | None:
+        """The ``StateDictOptions(...)`` text that says exactly the FSDP1 settings of a
+        ``state_dict_type``/``set_state_dict_type`` call (``OPTIONS_OF_SETTINGS``), its config
+        arguments and its type argument; None unless the module is passed first, the type is
+        a literal member and each config is written at the call, or bound to a name in the
+        same scope and read only there, with literal booleans."""
+        bound = calls.bind(call, _CONTEXT)
+        if bound is None or "state_dict_type" not in bound or not call.args:
+            return None
+        if "module" not in bound or bound["module"].node is not call.args[0]:
+            return None
+        kind = (self.analysis.fsdp1_name(bound["state_dict_type"].value) or "").removeprefix(
+            "StateDictType."
+        )
+        if kind not in ("FULL_STATE_DICT", "SHARDED_STATE_DICT"):
+            return None
+        prefix = "Full" if kind == "FULL_STATE_DICT" else "Sharded"
+        configs = [bound[n] for n in ("state_dict_config", "optim_state_dict_config") if n in bound]
+        model = self._settings(bound.get("state_dict_config"), prefix + "StateDictConfig", False)
+        optim = self._settings(
+            bound.get("optim_state_dict_config"), prefix + "OptimStateDictConfig", True
+        )
+        if model is None or optim is None:
+            return None
+        options = OPTIONS_OF_SETTINGS.get((kind, model, optim))
+        if options is None:
+            return None
+        return options, configs, bound["state_dict_type"].value
+
+    def _settings(
+        self, arg: calls.Argument | None, expected: str, offload: bool
+    ) -> tuple[bool, bool] | None:
+        """``(offload_to_cpu, rank0_only)`` of an exactly known config, FSDP1's defaults filled
+        in (``offload``: the class's default ``offload_to_cpu``); None when not literal, of
+        another class, with ``_use_dtensor=True``, or a name read anywhere else."""
+        analysis = self.analysis
+        if arg is None or calls.is_none(arg.value):
+            return offload, False
+        value: ast.AST = arg.value
+        if isinstance(value, ast.Name):
+            binding = self._reaching(value)
+            if (
+                binding is None
+                or binding.value is None
+                or self._reads(binding) != [value]
+                or analysis.names.scope_of(binding.node) is not analysis.names.scope_of(value)
+            ):
+                return None
+            value = binding.value
+        if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == expected):
+            return None
+        names = ["offload_to_cpu"] + (["rank0_only"] if expected.startswith("Full") else [])
+        bound = calls.bind(value, [*names, "_use_dtensor"])
+        if bound is None:
+            return None
+        flags = {name: calls.literal_bool(arg.value) for name, arg in bound.items()}
+        if any(v is None for v in flags.values()) or flags.get("_use_dtensor"):
+            return None
+        return bool(flags.get("offload_to_cpu", offload)), bool(flags.get("rank0_only", False))
+
+    def _reaching(self, name: ast.Name) -> Binding | None:
+        """The one ``name = value`` assignment a read sees: the name's sole binding in its
+        scope; where a function binds the name more than once (``save_policy`` for the model,
+        then for the optimizer), the last assignment before the read in the read's own
+        statement list, with none of the name's other bindings in between, all of them plain
+        assignments, and no ``global``/``nonlocal`` of it."""
+        analysis = self.analysis
+        sole = analysis.sole_binding(name)
+        if sole is not None:
+            return sole
+        bindings = analysis.names.bindings_of(name)
+        scope = analysis.names.scope_of(name)
+        if (
+            len(bindings) < 2
+            or any(b.kind != "assign" or b.value is None for b in bindings)
+            or any(analysis.names.scope_of(b.node) is not scope for b in bindings)
+            or name.id in scope.globals | scope.nonlocals
+            or not scope.is_function
+        ):
+            return None
+        statement = analysis.names.statement(name)
+        block = _block_of(analysis, statement)
+        if block is None:
+            return None
+        earlier = block[: block.index(statement)]
+        before = [b for b in bindings if analysis.names.statement(b.node) in earlier]
+        if not before:
+            return None
+        last = max(before, key=lambda b: analysis.lines.start(b.node))
+        start, end = analysis.lines.start(last.node), analysis.lines.start(name)
+        if any(b is not last and start < analysis.lines.start(b.node) < end for b in bindings):
+            return None
+        return last
+
+    def _reads(self, binding: Binding) -> list[ast.Name] | None:
+        """The reads that may see ``binding``: every read of the name when it is its scope's
+        only binding; else those after it up to the name's next binding, the binding outside
+        any loop and no nested scope reading the name (None otherwise: unknown)."""
+        analysis = self.analysis
+        uses = analysis.uses_of(binding)
+        scope = analysis.names.scope_of(binding.node)
+        bindings = scope.bindings.get(binding.name, [])
+        if len(bindings) == 1:
+            return uses
+        function = analysis.names.function_of(binding.node)
+        for ancestor in analysis.names.ancestors(binding.node):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While)):
+                return None
+        if any(analysis.names.scope_of(u) is not scope for u in uses):
+            return None  # a nested function reads it, at any time
+        start = analysis.lines.start(binding.node)
+        later = [analysis.lines.start(b.node) for b in bindings]
+        end = min((at for at in later if at > start), default=len(analysis.text))
+        return [u for u in uses if start < analysis.lines.start(u) < end]
 
     def _pure_site(
         self,
