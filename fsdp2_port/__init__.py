@@ -22,6 +22,8 @@ _LAZY = {
     "reshard_after_forward_like_fsdp1": "fsdp2_port.fsdp1.readers",
     "units_like_fsdp1": "fsdp2_port.fsdp1.readers",
     "global_grad_norm": "fsdp2_port.train.clip",
+    # FSDP1's ShardedGradScaler, right on FSDP1, FSDP2, DDP and plain models (the codemod's target)
+    "GradScaler": "fsdp2_port.train.grad_scaler",
     # FSDP1's module APIs, right on FSDP1, FSDP2 and DDP alike (the codemod's runtime target)
     "fsdp_modules": "fsdp2_port.fsdp1.fsdp1_api",
     "full_optim_state_dict": "fsdp2_port.fsdp1.fsdp1_api",

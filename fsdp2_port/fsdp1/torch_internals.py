@@ -429,6 +429,17 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         "WarmupLR counts the steps it hands to its after-scheduler (count_scheduler_step)",
         kind="attribute",
     ),
+    # -- the grad scaler (fsdp2_port.train.grad_scaler) --------------------------------------
+    "grad_scaler_unscale_grads": EntryPoint(
+        "torch.amp.grad_scaler",
+        "GradScaler._unscale_grads_",
+        ("self", "optimizer", "inv_scale", "found_inf", "allow_fp16"),
+        "<=2.6",
+        "unscales an optimizer's gradients and returns their inf/NaN flags, one per device; "
+        "torch calls it from unscale_ (so from step) and for optimizers that unscale "
+        "themselves (fused AdamW). fsdp2_port.GradScaler overrides it (override_unscale_grads) "
+        "to make the flags one verdict for the whole process group",
+    ),
     "scheduler_last_lr": EntryPoint(
         "torch.optim.lr_scheduler",
         "LRScheduler._last_lr",
@@ -613,3 +624,32 @@ def count_scheduler_step(scheduler: Any) -> None:
 def set_scheduler_last_lr(scheduler: Any, last_lr: list[Any]) -> None:
     """What ``scheduler.get_last_lr()`` returns from now on."""
     scheduler._last_lr = last_lr
+
+
+# -- the grad scaler -----------------------------------------------------------------------------
+
+
+def override_unscale_grads(
+    scaler_class: type,
+    verdict: Callable[[Any, dict[Any, Any], Any], dict[Any, Any]],
+) -> None:
+    """``GradScaler._unscale_grads_`` on ``scaler_class`` (a ``torch.amp.GradScaler``
+    subclass): torch's, with fp16 gradients allowed (``ShardedGradScaler`` allows them; plain
+    ``GradScaler.unscale_`` refuses them), then ``verdict(scaler, flags, found_inf)`` on the
+    per-device inf/NaN flags it returns; what ``verdict`` returns takes their place.
+    ``found_inf`` is the zero flag torch made for the call, on the scale's device."""
+    unscale_grads = load("grad_scaler_unscale_grads")
+
+    def _unscale_grads_(
+        self: Any, optimizer: Any, inv_scale: Any, found_inf: Any, allow_fp16: bool = True
+    ) -> dict[Any, Any]:
+        flags = unscale_grads(
+            self=self,
+            optimizer=optimizer,
+            inv_scale=inv_scale,
+            found_inf=found_inf,
+            allow_fp16=True,
+        )
+        return verdict(self, flags, found_inf)
+
+    scaler_class._unscale_grads_ = _unscale_grads_  # type: ignore[attr-defined]

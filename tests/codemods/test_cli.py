@@ -91,9 +91,9 @@ def test_github_annotations(tmp_path, capsys):
     target = write(
         tmp_path / "train.py",
         FSDP1_SOURCE
-        + "\n\ndef scaler():\n"
+        + "\n\ndef is_scaler(s):\n"
         + "    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n\n"
-        + "    return ShardedGradScaler()\n",
+        + "    return isinstance(s, ShardedGradScaler)\n",
     )
     assert main(["--format", "github", str(target)]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -103,7 +103,7 @@ def test_github_annotations(tmp_path, capsys):
     )
     warning = next(line for line in out if line.startswith("::warning"))
     assert warning.startswith(
-        f"::warning file={target},line=13,col=12,title=F2P010::F2P010 ShardedGradScaler"
+        f"::warning file={target},line=13,col=26,title=F2P010::F2P010 ShardedGradScaler"
     )
 
 

@@ -3,10 +3,14 @@
 - ``m.module`` on an FSDP1 model built in this run becomes ``m`` (FSDP2 does not wrap); on a
   receiver that may also hold another wrapper (DDP), ``fsdp2_port.unwrapped(m)``, right for all.
 - Static FSDP1 APIs other than the state-dict ones (``summon_full_params``, ``fsdp_modules``,
-  ``set_state_dict_type``, the deprecated optimizer-state functions...), FSDP1-only attributes
-  of a model (flat parameters, handles, ``check_is_root``, ``process_group``...) and
-  ``ShardedGradScaler`` are marked. Tied to a model built here, they keep it on FSDP1: the
-  code around them would otherwise meet an FSDP2 module it was not written for.
+  ``set_state_dict_type``, the deprecated optimizer-state functions...) and FSDP1-only
+  attributes of a model (flat parameters, handles, ``check_is_root``, ``process_group``...)
+  are marked. Tied to a model built here, they keep it on FSDP1: the code around them would
+  otherwise meet an FSDP2 module it was not written for.
+- ``ShardedGradScaler(...)`` becomes ``fsdp2_port.GradScaler(...)`` with the same arguments:
+  a scaler is tied to no model, and that one is right on all (the inf/NaN verdict reduced
+  over the group). Other references to the class (type tests, annotations, subclasses) are
+  marked; so is the call with ``--no-runtime-dependency``.
 - ``_fsdp_wrapped_module`` / ``_flat_param`` anywhere, in attributes or in strings (state-dict
   key prefixes that silently stop matching under FSDP2), are marked.
 """
@@ -117,6 +121,11 @@ _FSDP1_ONLY_LIBRARIES = {
 }
 _STRING_EDITS = frozenset({"replace", "removeprefix", "startswith", "split", "lstrip"})
 _ANYWHERE = ("_fsdp_wrapped_module", "_flat_param")
+#: ``ShardedGradScaler`` kept (``--no-runtime-dependency``).
+_SCALER_KEPT = (
+    "ShardedGradScaler: with FSDP2 use torch.amp.GradScaler (check that the inf/NaN verdict is "
+    "reduced across ranks)"
+)
 _INTERNAL = (
     "{}: FSDP1 internal; FSDP2 keeps the original modules and parameters "
     "(no wrapper, no flat parameter)"
@@ -139,10 +148,13 @@ class InternalsRule:
                 "`FSDP.full_optim_state_dict`, `sharded_optim_state_dict`, "
                 "`scatter_full_optim_state_dict`, `shard_full_optim_state_dict` → the same call "
                 "on `fsdp2_port` (FSDP1's own on FSDP1 models, the same meaning on FSDP2, DDP "
-                "and plain ones)"
+                "and plain ones); `ShardedGradScaler(...)` → `fsdp2_port.GradScaler(...)`, the "
+                "same arguments (`torch.amp.GradScaler` with the inf/NaN verdict reduced over "
+                "the process group: right on FSDP1, FSDP2, DDP and plain models)"
             ),
             marked=(
-                "the other deprecated optimizer-state functions, `ShardedGradScaler`, FSDP1-only "
+                "the other deprecated optimizer-state functions, other references to "
+                "`ShardedGradScaler` (type tests, annotations, subclasses), FSDP1-only "
                 "attributes (flat parameters, handles, `check_is_root`, `sharding_strategy`...; "
                 "on an untied receiver they hold the run; names other objects share, such as "
                 "`process_group` or `mixed_precision`, only on a receiver named like a model), "
@@ -161,6 +173,7 @@ class InternalsRule:
         "fsdp2_port.sharded_optim_state_dict": "fsdp2_port:sharded_optim_state_dict",
         "fsdp2_port.scatter_full_optim_state_dict": "fsdp2_port:scatter_full_optim_state_dict",
         "fsdp2_port.shard_full_optim_state_dict": "fsdp2_port:shard_full_optim_state_dict",
+        "fsdp2_port.GradScaler": "fsdp2_port:GradScaler",
     }
 
     def analyze(self, analysis: FileAnalysis) -> None:
@@ -181,12 +194,7 @@ class InternalsRule:
             if isinstance(parent, ast.Attribute) and analysis.fsdp1_name(parent) is not None:
                 continue  # the longer chain is the reference
             if analysis.fsdp1_name(node) == "ShardedGradScaler" and not analysis.is_ignored(node):
-                analysis.add(
-                    self.CODE,
-                    node,
-                    "ShardedGradScaler: with FSDP2 use torch.amp.GradScaler (check that the "
-                    "inf/NaN verdict is reduced across ranks)",
-                )
+                self._grad_scaler(analysis, node)
         for node in analysis.names.by_type[ast.Constant]:
             assert isinstance(node, ast.Constant)
             if isinstance(node.value, str) and any(i in node.value for i in _ANYWHERE):
@@ -224,6 +232,33 @@ class InternalsRule:
             )
             if site is None and model_like:
                 analysis.hold(self.CODE, node, what)
+
+    def _grad_scaler(self, analysis: FileAnalysis, node: ast.AST) -> None:
+        """``ShardedGradScaler(...)`` -> ``fsdp2_port.GradScaler(...)``, the same arguments: a
+        scaler is tied to no model, and that one is right on FSDP1, FSDP2, DDP and plain models
+        alike. Other references (type tests, annotations, subclasses) are marked."""
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            return  # an alias's own name (``Scaler = ShardedGradScaler``): its value is marked
+        call = analysis.names.parent.get(node)
+        if not analysis.options.runtime_dependency:
+            analysis.add(self.CODE, node, _SCALER_KEPT)
+        elif isinstance(call, ast.Call) and call.func is node:
+            rewrite = Rewrite(
+                [analysis.replace(node, "fsdp2_port.GradScaler")],
+                "ShardedGradScaler -> fsdp2_port.GradScaler: torch.amp.GradScaler with "
+                "ShardedGradScaler's arguments, its inf/NaN verdict reduced over the process "
+                "group (every rank steps or skips together on FSDP1, FSDP2, DDP and plain models)",
+                [analysis.module_import("fsdp2_port")],
+            )
+            analysis.add(self.CODE, call, _SCALER_KEPT, rewrite, "ALWAYS")
+        else:
+            analysis.add(
+                self.CODE,
+                node,
+                "ShardedGradScaler: its calls become fsdp2_port.GradScaler (a "
+                "torch.amp.GradScaler, not a ShardedGradScaler): test, annotate or subclass "
+                "fsdp2_port.GradScaler instead",
+            )
 
     def _static(self, analysis: FileAnalysis, node: ast.Attribute, api: str) -> None:
         call = analysis.names.parent.get(node)
