@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 from torch.distributed.fsdp import (
     FullOptimStateDictConfig,
     FullStateDictConfig,
@@ -31,10 +31,18 @@ from torch.distributed.fsdp import (
 from torch.distributed.tensor import DTensor
 
 import fsdp2_port
-from codemods.rules.state_dict.rule import OPTIONS_OF_SETTINGS
+from codemods.rules.state_dict.rule import FSDP1_DEFAULTS, OPTIONS_OF_SETTINGS
 from fsdp2_port.fsdp1 import fsdp1_api
 from fsdp2_port.prove.launch import run_ranks
-from tests.test_fsdp1_api import _fsdp1, _fsdp2, _perturb, _step
+from tests.test_fsdp1_api import (
+    AFTER_STEP,
+    CPU,
+    _assert_optim_equal,
+    _fsdp1,
+    _fsdp2,
+    _perturb,
+    _step,
+)
 
 FSDP = FullyShardedDataParallel
 FULL, SHARDED = StateDictType.FULL_STATE_DICT, StateDictType.SHARDED_STATE_DICT
@@ -100,6 +108,17 @@ def test_the_codemod_writes_the_same_table():
         written[key] = eval(OPTIONS_OF_SETTINGS[key], {"StateDictOptions": StateDictOptions})
         assert written[key] == options
     assert set(written) == set(OPTIONS_OF_SETTINGS)
+
+
+def test_the_codemod_names_fsdp1s_defaults():
+    """``FSDP1_DEFAULTS`` (the codemod's one home for them) are torch's config defaults."""
+    for family, configs in (
+        ("StateDictConfig", (FullStateDictConfig(), ShardedStateDictConfig())),
+        ("OptimStateDictConfig", (FullOptimStateDictConfig(), ShardedOptimStateDictConfig())),
+    ):
+        for config in configs:
+            settings = (config.offload_to_cpu, getattr(config, "rank0_only", False))
+            assert settings == FSDP1_DEFAULTS[family], type(config).__name__
 
 
 @pytest.mark.parametrize(
@@ -252,3 +271,65 @@ def _options_forms(rank, world):
 @pytest.mark.slow
 def test_options_forms_equal_fsdp1_forms_on_fsdp1_and_fsdp2():
     run_ranks(_options_forms, 2, timeout=TIMEOUT)
+
+
+# -- FSDP1's default optimizer config (FULL, offloaded on every rank): no DCP options say it ------
+
+
+def _devices(osd: dict) -> dict:
+    return {(fqn, k): v.device for fqn, e in osd["state"].items() for k, v in e.items()}
+
+
+def _without_exp_avg(osd: dict) -> dict:
+    state = {f: {k: v for k, v in e.items() if k != "exp_avg"} for f, e in osd["state"].items()}
+    return {"state": state, "param_groups": osd["param_groups"]}
+
+
+def _default_optim_config(rank, world):
+    """``with FSDP.state_dict_type(m, FULL): FSDP.optim_state_dict(m, o)``, FSDP1's default
+    optimizer config (``offload_to_cpu=True``, every rank), and what the codemod writes for it
+    (``optim_offload.out.py``'s ``save_default``: fsdp2_port's form, FSDP1's words): on FSDP1
+    and on FSDP2, the full optimizer state on every rank, on the CPU, the same values (FSDP1
+    and FSDP2 one AdamW step apart by ``AFTER_STEP``). Neither DCP form says it:
+    ``full_state_dict`` keeps the device, ``full_state_dict`` + ``cpu_offload`` gives rank 0
+    alone.
+
+    On gloo every tensor is on the CPU already, so devices match whatever is offloaded; only a
+    GPU run tells ``full_state_dict`` apart by device (this machine has none). And torch 2.13's
+    FSDP1 on the CPU offloads wrong ``exp_avg`` values in a FULL optimizer state (every rank,
+    the same wrong values each call; the offloaded FULL model state dict segfaults): the values
+    are FSDP1's with ``offload_to_cpu=False``, the offloaded one is compared by keys, devices,
+    ranks, steps and ``exp_avg_sq``."""
+    warnings.simplefilter("ignore", FutureWarning)  # FSDP1's state-dict APIs are deprecated
+    torch.manual_seed(0)
+    f1, m2 = _fsdp1(), _fsdp2(world)
+    o1, o2 = _step(f1, rank, world), _step(m2, rank, world)
+    on_device = FullOptimStateDictConfig(offload_to_cpu=False)
+    with FSDP.state_dict_type(f1, FULL, FullStateDictConfig(), on_device):
+        values = FSDP.optim_state_dict(f1, o1)  # FSDP1's values, not offloaded
+    with FSDP.state_dict_type(f1, FULL):  # FSDP1's form, its default configs
+        assert FSDP.get_state_dict_type(f1).optim_state_dict_config == FullOptimStateDictConfig()
+        assert FullOptimStateDictConfig().offload_to_cpu and not on_device.offload_to_cpu
+        want = FSDP.optim_state_dict(f1, o1)
+    with fsdp2_port.state_dict_type(f1, FULL):  # the migrated form on FSDP1: FSDP1's own
+        on_fsdp1 = fsdp2_port.optim_state_dict(f1, o1)
+    with fsdp2_port.state_dict_type(m2, FULL):  # the migrated form on FSDP2
+        on_fsdp2 = fsdp2_port.optim_state_dict(m2, o2)
+
+    assert want["state"] and all(d == CPU for d in _devices(want).values())  # every rank
+    assert _devices(on_fsdp1) == _devices(want) == _devices(on_fsdp2)
+    _assert_optim_equal(on_fsdp1, want)
+    _assert_optim_equal(on_fsdp2, values, AFTER_STEP)
+    assert _devices(want).keys() == _devices(values).keys()
+    _assert_optim_equal(_without_exp_avg(want), _without_exp_avg(values))  # see the docstring
+
+    offloaded = get_optimizer_state_dict(
+        m2, o2, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+    assert bool(offloaded) == (rank == 0)  # DCP's offloaded FULL: rank 0 only, not FSDP1's
+    dist.barrier()
+
+
+@pytest.mark.slow
+def test_default_optim_config_migrated_form_equals_fsdp1():
+    run_ranks(_default_optim_config, 2, timeout=TIMEOUT)

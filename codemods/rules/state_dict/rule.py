@@ -5,7 +5,9 @@ Invariants: every rewrite here is right under FSDP1 and FSDP2 alike, so none wai
 to migrate, except a plain ``m.state_dict()``/``load_state_dict`` of a model built here (FSDP1's
 FULL default), which follows its model. LOCAL_STATE_DICT has no FSDP2 form: it holds its model.
 FSDP2 gives the full state dict to rank 0 only exactly when it offloads, so ``cpu_offload``
-without ``rank0_only`` goes to the runtime form.
+without ``rank0_only`` goes to the runtime form; FSDP1's optimizer configs offload by default
+(``FSDP1_DEFAULTS``), so FULL with the default optimizer config does too wherever the block reads
+optimizer state. Each DCP call gets the options of its own config.
 """
 
 from __future__ import annotations
@@ -113,23 +115,33 @@ _FSDP1_CHECKPOINT = frozenset(
 
 @dataclass(frozen=True)
 class Options:
-    """``StateDictOptions(...)`` source for model, optimizer and load calls (None: none)."""
+    """``StateDictOptions(...)`` source for each DCP call a state-dict site becomes (None: no
+    options): ``model`` for ``get_model_state_dict``, ``optim`` for
+    ``get_optimizer_state_dict``, ``load`` for ``set_model_state_dict``, ``optim_load`` for
+    ``set_optimizer_state_dict``. DCP takes options per call, so each says its own FSDP1
+    config. ``inexact`` names those of them that no ``StateDictOptions`` says exactly: a site
+    that needs one takes the runtime form instead."""
 
     model: str | None
     optim: str | None
     load: str | None
+    optim_load: str | None
     note: str = ""
-
-
-#: FSDP1 outside a ``state_dict_type`` block: FULL, nothing offloaded, every rank.
-DEFAULT = Options(
-    "StateDictOptions(full_state_dict=True)",
-    "StateDictOptions(full_state_dict=True)",
-    "StateDictOptions(full_state_dict=True)",
-)
+    inexact: frozenset[str] = frozenset()
 
 
 _DCP = "torch.distributed.checkpoint.state_dict"
+
+#: FSDP1's defaults, in one place: ``(offload_to_cpu, rank0_only)`` of a model config
+#: (``*StateDictConfig``) and of an optimizer config (``*OptimStateDictConfig``) where a call
+#: omits it or passes None, or builds it without those arguments (``torch.distributed.fsdp.api``:
+#: ``StateDictConfig.offload_to_cpu = False``, ``OptimStateDictConfig.offload_to_cpu = True``,
+#: ``rank0_only = False``); an FSDP1 model starts FULL with both. ``OPTIONS_OF_SETTINGS``'s keys
+#: have them filled in.
+FSDP1_DEFAULTS: dict[str, tuple[bool, bool]] = {
+    "StateDictConfig": (False, False),
+    "OptimStateDictConfig": (True, False),
+}
 
 #: The FSDP1 settings that a ``StateDictOptions`` says exactly, and how: DCP's own translation
 #: of its options for FSDP1 models (``torch.distributed.checkpoint.state_dict._verify_options``),
@@ -144,6 +156,69 @@ OPTIONS_OF_SETTINGS: dict[tuple[str, tuple[bool, bool], tuple[bool, bool]], str]
     ("SHARDED_STATE_DICT", (True, False), (True, False)): "StateDictOptions(cpu_offload=True)",
     ("SHARDED_STATE_DICT", (False, False), (False, False)): "StateDictOptions()",
 }
+
+#: The sides of an ``OPTIONS_OF_SETTINGS`` key: the model config's settings, the optimizer's.
+_MODEL, _OPTIM = 0, 1
+
+
+def _dcp_options(
+    kind: str, side: int, settings: tuple[bool, bool], *, load: bool = False
+) -> tuple[bool, str | None]:
+    """``(found, text)``: the ``StateDictOptions`` (None: DCP's defaults, no argument) under
+    which DCP applies to an FSDP1 model the config ``settings`` on ``side`` for a ``kind``
+    state dict (``OPTIONS_OF_SETTINGS``); DCP sets both configs from one options value, and a
+    call reads only its own side's. ``load``: for ``FSDP.optim_state_dict_to_load``, which
+    reads ``rank0_only`` and not ``offload_to_cpu``: an options value with the same
+    ``rank0_only`` loads the same where none has the same offload too."""
+    matches = [
+        (sides[side] == settings, text)
+        for (type_, *sides), text in OPTIONS_OF_SETTINGS.items()
+        if type_ == kind and (sides[side] == settings or (load and sides[side][1] == settings[1]))
+    ]
+    if not matches:
+        return False, None
+    text = max(matches, key=lambda match: match[0])[1]  # the exact one first
+    return True, None if text == "StateDictOptions()" else text
+
+
+def _block_options(kind: str, model: tuple[bool, bool], optim: tuple[bool, bool]) -> Options:
+    """What each DCP call says inside ``FSDP.state_dict_type(m, kind, <model>, <optim>)``
+    (``(offload_to_cpu, rank0_only)`` of each config, FSDP1's defaults filled in)."""
+    full = kind == "FULL_STATE_DICT"
+    forms: dict[str, str | None] = {}
+    inexact: set[str] = set()
+    notes = []
+    for field, side, settings, what in (
+        ("model", _MODEL, model, "state_dict_config"),
+        ("optim", _OPTIM, optim, "optim_state_dict_config"),
+    ):
+        found, forms[field] = _dcp_options(kind, side, settings)
+        if not found and full and settings == (False, True):
+            found, forms[field] = _dcp_options(kind, side, (False, False))
+            notes.append(
+                f"{what} rank0_only=True without offload: every rank now gets the full "
+                "state dict (the same values on rank 0, more memory elsewhere)"
+            )
+        if not found:
+            inexact.add(field)
+    found, optim_load = _dcp_options(kind, _OPTIM, optim, load=True)
+    if not found:
+        inexact.add("optim_load")
+    return Options(
+        forms["model"],
+        forms["optim"],
+        "StateDictOptions(full_state_dict=True)" if full else None,
+        optim_load,
+        "; ".join(notes),
+        frozenset(inexact),
+    )
+
+
+#: FSDP1 outside a ``state_dict_type`` block: FULL, FSDP1's default configs (the model's
+#: on every rank, on its device; the optimizer's offloaded on every rank: no DCP form).
+DEFAULT = _block_options(
+    "FULL_STATE_DICT", FSDP1_DEFAULTS["StateDictConfig"], FSDP1_DEFAULTS["OptimStateDictConfig"]
+)
 
 
 class StateDictRule:
@@ -185,6 +260,7 @@ class StateDictRule:
         "set_optimizer_state_dict": _DCP + ":set_optimizer_state_dict",
         "fsdp2_port.state_dict_type": "fsdp2_port:state_dict_type",
         "fsdp2_port.set_state_dict_type": "fsdp2_port:set_state_dict_type",
+        "fsdp2_port.optim_state_dict": "fsdp2_port:optim_state_dict",
         "fsdp2_port.optim_state_dict_to_load": "fsdp2_port:optim_state_dict_to_load",
         "fsdp2_port.module_state_dict": "fsdp2_port:module_state_dict",
         "fsdp2_port.load_module_state_dict": "fsdp2_port:load_module_state_dict",
@@ -283,6 +359,8 @@ class StateDictRule:
         ours = [n for n in body if n not in self.handled and self._is_state_call(n, text)]
         if any(not self._safe(n) for n in body if n not in ours and n not in self.handled):
             return False
+        if any(self._needs(n, text) in options.inexact for n in ours if n not in self.handled):
+            return False  # no StateDictOptions says this config for that call: the runtime form
         for node in ours:
             if node not in self.handled:
                 self._call(node, options, group, anchor=call.func, model=text)
@@ -305,8 +383,8 @@ class StateDictRule:
         return True
 
     def _literal(self, bound: dict[str, calls.Argument], kind: str) -> Options | None:
-        """The options of a literal FULL/SHARDED block, or None (run-time values, or an
-        FSDP1 combination FSDP2's options cannot say)."""
+        """The options of a literal FULL/SHARDED block, each call's its own (``Options``), or
+        None (run-time values)."""
         if kind not in ("FULL_STATE_DICT", "SHARDED_STATE_DICT"):
             return None
         full = kind == "FULL_STATE_DICT"
@@ -314,20 +392,7 @@ class StateDictRule:
         optim = self._config(bound.get("optim_state_dict_config"), full, "OptimStateDictConfig")
         if model is None or optim is None:
             return None
-        notes = []
-        for what, (offload, rank0_only) in (
-            ("state_dict_config", model),
-            ("optim_state_dict_config", optim),
-        ):
-            if full and offload and not rank0_only:
-                return None
-            if full and rank0_only and not offload:
-                notes.append(
-                    f"{what} rank0_only=True without offload: every rank now gets the full "
-                    "state dict (the same values on rank 0, more memory elsewhere)"
-                )
-        load = "StateDictOptions(full_state_dict=True)" if full else None
-        return Options(_fields(full, model[0]), _fields(full, optim[0]), load, "; ".join(notes))
+        return _block_options(kind, model, optim)
 
     def _config(
         self, arg: calls.Argument | None, full: bool, family: str
@@ -335,7 +400,7 @@ class StateDictRule:
         """``(offload_to_cpu, rank0_only)`` of a literal config (FSDP1's defaults when absent)."""
         analysis = self.analysis
         if arg is None or calls.is_none(arg.value):
-            return False, False
+            return FSDP1_DEFAULTS[family]
         value: ast.AST = arg.value
         if isinstance(value, ast.Name):
             binding = self._reaching(value)
@@ -344,17 +409,26 @@ class StateDictRule:
             if analysis.sole_binding(value) is None and self._reads(binding) != [value]:
                 return None
             value = binding.value
-        expected = ("Full" if full else "Sharded") + family
-        if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == expected):
+        return self._flags(value, ("Full" if full else "Sharded") + family, family)
+
+    def _flags(self, value: ast.AST, expected: str, family: str) -> tuple[bool, bool] | None:
+        """``(offload_to_cpu, rank0_only)`` of ``expected(...)`` with literal booleans, the
+        class's defaults (``FSDP1_DEFAULTS[family]``) filled in; None for another call, a
+        run-time value or ``_use_dtensor=True`` (DCP's options never set it)."""
+        if not (isinstance(value, ast.Call) and self.analysis.fsdp1_name(value.func) == expected):
             return None
-        names = ("offload_to_cpu", "rank0_only") if full else ("offload_to_cpu", "_use_dtensor")
-        bound = calls.bind(value, names)
+        names = ["offload_to_cpu"] + (["rank0_only"] if expected.startswith("Full") else [])
+        bound = calls.bind(value, [*names, "_use_dtensor"])
         if bound is None:
             return None
         flags = {name: calls.literal_bool(arg.value) for name, arg in bound.items()}
-        if any(v is None for v in flags.values()):
+        if any(v is None for v in flags.values()) or flags.get("_use_dtensor"):
             return None
-        return bool(flags.get("offload_to_cpu")), bool(flags.get("rank0_only"))
+        offload, rank0_only = FSDP1_DEFAULTS[family]
+        return (
+            bool(flags.get("offload_to_cpu", offload)),
+            bool(flags.get("rank0_only", rank0_only)),
+        )
 
     def _drop_config_binding(self, arg: calls.Argument | None, group: frozenset[str]) -> None:
         """A config bound to a name just for this site (same scope, read only there) goes."""
@@ -393,6 +467,18 @@ class StateDictRule:
         if isinstance(func, ast.Attribute) and func.attr in ("state_dict", "load_state_dict"):
             return not self.analysis.ties.of(func.value)[0]  # another module's: not this model's
         return isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS
+
+    def _needs(self, call: ast.Call, model: str) -> str | None:
+        """The ``Options`` field a block's state-dict call becomes a DCP call with."""
+        name = self.analysis.fsdp1_name(call.func)
+        if name == _FSDP + "optim_state_dict":
+            return "optim"
+        if name == _FSDP + "optim_state_dict_to_load" or _to_load_inside(self.analysis, call):
+            return "optim_load"
+        func = call.func
+        if isinstance(func, ast.Attribute) and self.analysis.source(func.value) == model:
+            return {"state_dict": "model", "load_state_dict": "load"}.get(func.attr)
+        return None
 
     def _is_state_call(self, call: ast.Call, model: str) -> bool:
         name = self.analysis.fsdp1_name(call.func)
@@ -454,7 +540,12 @@ class StateDictRule:
         bound = calls.bind(call, ("model", "optim", "optim_state_dict", "group"))
         if options is None and not analysis.options.runtime_dependency and not self.persistent:
             options = DEFAULT
-        if options is None or bound is None or set(bound) != {"model", "optim"}:
+        if (
+            options is None
+            or "optim" in options.inexact  # FSDP1's default FULL offloads on every rank
+            or bound is None
+            or set(bound) != {"model", "optim"}
+        ):
             self._runtime_call(call, "optim_state_dict", "FSDP.optim_state_dict(...)", groups)
             return
         new = _new(
@@ -534,7 +625,7 @@ class StateDictRule:
         model, optim, state = (analysis.source(p) for p in parts)
         if options is None and not analysis.options.runtime_dependency and not self.persistent:
             options = DEFAULT
-        if options is None or outer is None:
+        if options is None or "optim_load" in options.inexact or outer is None:
             if not analysis.options.runtime_dependency:
                 analysis.add_tied(
                     self.CODE,
@@ -567,7 +658,7 @@ class StateDictRule:
             )
             return
         self.handled.add(outer)
-        new = _new("set_optimizer_state_dict", [model, optim, state], options.optim)
+        new = _new("set_optimizer_state_dict", [model, optim, state], options.optim_load)
         if pair is None:
             edits = [analysis.replace(outer, new.text)]
         else:
@@ -819,9 +910,9 @@ class StateDictRule:
             return None
         prefix = "Full" if kind == "FULL_STATE_DICT" else "Sharded"
         configs = [bound[n] for n in ("state_dict_config", "optim_state_dict_config") if n in bound]
-        model = self._settings(bound.get("state_dict_config"), prefix + "StateDictConfig", False)
+        model = self._settings(bound.get("state_dict_config"), prefix + "StateDictConfig")
         optim = self._settings(
-            bound.get("optim_state_dict_config"), prefix + "OptimStateDictConfig", True
+            bound.get("optim_state_dict_config"), prefix + "OptimStateDictConfig"
         )
         if model is None or optim is None:
             return None
@@ -830,15 +921,14 @@ class StateDictRule:
             return None
         return options, configs, bound["state_dict_type"].value
 
-    def _settings(
-        self, arg: calls.Argument | None, expected: str, offload: bool
-    ) -> tuple[bool, bool] | None:
+    def _settings(self, arg: calls.Argument | None, expected: str) -> tuple[bool, bool] | None:
         """``(offload_to_cpu, rank0_only)`` of an exactly known config, FSDP1's defaults filled
-        in (``offload``: the class's default ``offload_to_cpu``); None when not literal, of
-        another class, with ``_use_dtensor=True``, or a name read anywhere else."""
+        in; None when not literal, of another class, with ``_use_dtensor=True``, or a name read
+        anywhere else."""
         analysis = self.analysis
+        family = expected.removeprefix("Full").removeprefix("Sharded")
         if arg is None or calls.is_none(arg.value):
-            return offload, False
+            return FSDP1_DEFAULTS[family]
         value: ast.AST = arg.value
         if isinstance(value, ast.Name):
             binding = self._reaching(value)
@@ -850,16 +940,7 @@ class StateDictRule:
             ):
                 return None
             value = binding.value
-        if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == expected):
-            return None
-        names = ["offload_to_cpu"] + (["rank0_only"] if expected.startswith("Full") else [])
-        bound = calls.bind(value, [*names, "_use_dtensor"])
-        if bound is None:
-            return None
-        flags = {name: calls.literal_bool(arg.value) for name, arg in bound.items()}
-        if any(v is None for v in flags.values()) or flags.get("_use_dtensor"):
-            return None
-        return bool(flags.get("offload_to_cpu", offload)), bool(flags.get("rank0_only", False))
+        return self._flags(value, expected, family)
 
     def _reaching(self, name: ast.Name) -> Binding | None:
         """The one ``name = value`` assignment a read sees: the name's sole binding in its
@@ -972,11 +1053,6 @@ def _new(function: str, args: list[str], options: str | None) -> _New:
     return _New(
         f"{function}({', '.join(parts)})", [function] + (["StateDictOptions"] if options else [])
     )
-
-
-def _fields(full: bool, offload: bool) -> str | None:
-    fields = (["full_state_dict=True"] if full else []) + (["cpu_offload=True"] if offload else [])
-    return f"StateDictOptions({', '.join(fields)})" if fields else None
 
 
 def _expression_call(statement: ast.stmt) -> ast.Call | None:

@@ -1,0 +1,20 @@
+# fixture: no-runtime-dependency
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def build(module):
+    return FSDP(module)
+
+
+def save(module, optimizer):
+    """Outside a block FSDP1 is FULL with its default configs: the model's state on every
+    rank's device (DCP's full_state_dict), the optimizer's offloaded on every rank (no DCP
+    form: marked, and the model stays FSDP1)."""
+    model = build(module)
+    model_state = model.state_dict()
+    optim_state = FSDP.optim_state_dict(model, optimizer)
+    return model_state, optim_state
+
+
+def load(model, optimizer, osd):
+    optimizer.load_state_dict(FSDP.optim_state_dict_to_load(model, optimizer, osd))
