@@ -12,7 +12,7 @@ import ast
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
-from codemods.rules.constructors.pure import ROOT, UNIT, Pure
+from codemods.rules.constructors.values import ROOT, UNIT, Pure
 from codemods.text import Edit
 
 _LINE_LENGTH = 100

@@ -20,7 +20,8 @@ from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
 from codemods.rules import Code
 from codemods.rules.constructors import emit
-from codemods.rules.constructors.pure import SPREAD, Pure, Removable, pure
+from codemods.rules.constructors.pure import pure
+from codemods.rules.constructors.values import SPREAD, Pure, Removable
 from codemods.text import Edit
 
 RUNTIME = "fully_shard_like_fsdp1"

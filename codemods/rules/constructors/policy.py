@@ -1,0 +1,121 @@
+"""``auto_wrap_policy``: the condition a submodule meets to be a unit (``Pure.selects``,
+``UNIT`` standing for it), written as code where the policy is written here (classes, a
+predicate), else membership in the units ``fsdp2_port.units_like_fsdp1`` selects at run time.
+
+Invariant: without a policy there are no units, and no BatchNorm exception.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from codemods import calls
+from codemods.analysis import FileAnalysis
+from codemods.rules.constructors.values import ROOT, UNIT, Pure, at_run_time, fresh, resolved
+
+
+def wrap_policy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
+    """``auto_wrap_policy`` -> the condition a unit meets: classes or a predicate written
+    here, or membership in the units ``fsdp2_port.units_like_fsdp1`` selects at run time
+    (any other policy: a library's, a size-based one, a user's callable)."""
+    value, removable, blocker = resolved(analysis, out, "auto_wrap_policy")
+    if value is None and blocker is None:
+        out.full_precision_norms = None  # FSDP1 overrides BatchNorm only under a policy
+        return
+    selects = _literal_policy(analysis, value) if value is not None else None
+    if selects is not None:
+        out.removable += [removable] if removable else []
+        out.selects = selects
+        return
+    policy = at_run_time(analysis, call, out, "auto_wrap_policy")
+    if policy is None:
+        out.blockers.append(
+            blocker
+            or "auto_wrap_policy is not transformer_auto_wrap_policy/ModuleWrapPolicy of "
+            "classes or lambda_auto_wrap_policy"
+        )
+        return
+    arguments = [ROOT, policy]
+    if out.mixed_precision is not None:
+        arguments.append(f"mixed_precision={out.mixed_precision}")
+        if out.mixed_precision.startswith("MixedPrecisionPolicy("):
+            out.names.add("MixedPrecisionPolicy")
+    units = fresh(analysis, call, out, "units")
+    out.bound_first.append((units, f"fsdp2_port.units_like_fsdp1({', '.join(arguments)})"))
+    out.selects = f"{UNIT} in {units}"
+
+
+def _literal_policy(analysis: FileAnalysis, value: ast.expr) -> str | None:
+    """The condition on ``UNIT`` of a policy written here, or None."""
+    if not isinstance(value, ast.Call):
+        return None
+    policy = analysis.fsdp1_name(value.args[0]) if value.args else None
+    keyword = value.keywords[0] if len(value.keywords) == 1 else None
+    if (
+        analysis.fsdp1_name(value.func) == "ModuleWrapPolicy"
+        and len(value.args) == 1
+        and not value.keywords
+    ):
+        return _classes(analysis, value.args[0])
+    if (
+        analysis.resolves_to(value.func, "functools.partial")
+        and len(value.args) == 1
+        and keyword is not None
+    ):
+        if policy == "transformer_auto_wrap_policy" and keyword.arg == "transformer_layer_cls":
+            return _classes(analysis, keyword.value)
+        if policy == "lambda_auto_wrap_policy" and keyword.arg == "lambda_fn":
+            return _predicate(analysis, keyword.value)
+    return None
+
+
+def _predicate(analysis: FileAnalysis, fn: ast.expr) -> str | None:
+    """``lambda_fn`` as a condition on ``UNIT``: a one-argument lambda's body with its
+    argument replaced, or a call of a named function."""
+    if calls.is_simple(fn) and not isinstance(fn, ast.Constant):
+        return f"{analysis.source(fn)}({UNIT})"
+    if not isinstance(fn, ast.Lambda) or len(fn.args.args) != 1 or _other_arguments(fn):
+        return None
+    argument = fn.args.args[0].arg
+    rebinds = [
+        n
+        for n in ast.walk(fn.body)
+        if isinstance(n, (ast.Lambda, ast.comprehension, ast.NamedExpr))
+    ]
+    if rebinds:
+        return f"({analysis.source(fn)})({UNIT})"
+    reads = sorted(
+        (n for n in ast.walk(fn.body) if isinstance(n, ast.Name) and n.id == argument),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    text = analysis.source(fn.body)
+    base = analysis.lines.start(fn.body)
+    for read in reversed(reads):
+        start, end = analysis.lines.start(read) - base, analysis.lines.end(read) - base
+        text = text[:start] + UNIT + text[end:]
+    if "\n" in text:
+        return f"({analysis.source(fn)})({UNIT})"
+    return f"({text})"
+
+
+def _other_arguments(fn: ast.Lambda) -> bool:
+    arguments = fn.args
+    return bool(
+        arguments.posonlyargs
+        or arguments.kwonlyargs
+        or arguments.vararg
+        or arguments.kwarg
+        or arguments.defaults
+    )
+
+
+def _classes(analysis: FileAnalysis, node: ast.expr) -> str | None:
+    """The condition on ``UNIT`` for a policy's classes: a literal collection, or a name."""
+    if isinstance(node, (ast.Set, ast.List, ast.Tuple)) and node.elts:
+        if not all(calls.is_simple(e) and not isinstance(e, ast.Starred) for e in node.elts):
+            return None
+        kinds = [analysis.source(e) for e in node.elts]
+        return f"isinstance({UNIT}, (" + ", ".join(kinds) + ("," if len(kinds) == 1 else "") + "))"
+    if calls.is_simple(node) and not isinstance(node, ast.Constant):
+        return f"isinstance({UNIT}, tuple({analysis.source(node)}))"
+    return None

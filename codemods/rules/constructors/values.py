@@ -1,0 +1,401 @@
+"""The arguments of one FSDP1 constructor call, followed to where they are written, into the
+``Pure`` record the other modules fill in; and the shared ways to read and reuse a value.
+
+Values are followed to where they are written: the call itself, a name bound once in the same
+scope (or a script's module constant), a ``dict(...)``/``{...}`` spread with ``**``. A binding
+is removable when every read of it is a constructor's (``Removable.users``); the rule removes
+it only when all those constructors take the plain form. Only values that evaluate to the same
+thing twice (names, attribute chains, constants) are inlined into more than one place.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from codemods import calls
+from codemods.analysis import FileAnalysis
+from codemods.names import Binding
+from codemods.text import Edit
+
+#: ``FullyShardedDataParallel.__init__`` parameters, in positional order.
+PARAMETERS = (
+    "module",
+    "process_group",
+    "sharding_strategy",
+    "cpu_offload",
+    "auto_wrap_policy",
+    "backward_prefetch",
+    "mixed_precision",
+    "ignored_modules",
+    "param_init_fn",
+    "device_id",
+    "sync_module_states",
+    "forward_prefetch",
+    "limit_all_gathers",
+    "use_orig_params",
+    "ignored_states",
+    "device_mesh",
+)
+_DEVICE_FUNCTIONS = (
+    "torch.device",
+    "torch.cuda.current_device",
+    "torch.accelerator.current_device_index",
+)
+SPREAD = "FSDP1 keyword arguments"
+#: Stands for the unit in ``Pure.selects``.
+UNIT = "\x00unit\x00"
+#: Stands for the root module's name in ``Pure.bound_first`` (the rule names it later).
+ROOT = "\x00root\x00"
+
+
+@dataclass(frozen=True)
+class Removable:
+    """A binding the plain form inlines (``what`` it held), read only by ``users``."""
+
+    what: str
+    statement: ast.stmt
+    users: frozenset[ast.Call]
+
+
+@dataclass
+class Pure:
+    """A plain FSDP2 rewrite in the making, or why there is none."""
+
+    blockers: list[str] = field(default_factory=list)
+    #: the module, and the values of the other arguments, wherever they are written
+    module: ast.expr | None = None
+    values: dict[str, ast.expr] = field(default_factory=dict)
+    #: keyword texts for fully_shard on the root and on the units the policy selects
+    root: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    #: the condition a unit meets, ``UNIT`` standing for it (``isinstance(UNIT, (Block,))``,
+    #: ``UNIT in list(model.layers)``): FSDP1's wrap policy as code
+    selects: str | None = None
+    removable: list[Removable] = field(default_factory=list)
+    #: FSDP2 names the rewrite imports; modules the units' keywords read (``dataclasses``)
+    names: set[str] = field(default_factory=set)
+    child_modules: set[str] = field(default_factory=set)
+    #: the rewrite reads ``torch`` (a mesh built with ``init_device_mesh``)
+    uses_torch: bool = False
+    #: ``sync_module_states``: None (off), "" (on), or the run-time flag's text
+    sync: str | None = None
+    #: ``device_id``'s text, when the module moves there first
+    device: str | None = None
+    #: the mesh a process group became: ``sync_module_states`` broadcasts within its group
+    group_mesh: str | None = None
+    #: ``param_init_fn``'s text: ``fsdp2_port.materialize_like_fsdp1`` runs it as FSDP1 did
+    init_fn: str | None = None
+    #: when the BatchNorm exception applies only at run time (mixed precision chosen there)
+    norms_when: str | None = None
+    #: edits where the values are written (a binding that now holds the FSDP2 value)
+    edits: list[Edit] = field(default_factory=list)
+    #: the arguments only the run knows (a policy a library returns, a strategy read from a
+    #: config): each is read by an ``fsdp2_port.*_like_fsdp1`` reader in the emitted code
+    read_at_run_time: list[str] = field(default_factory=list)
+    #: the mesh is ``fsdp2_port.mesh_like_fsdp1``'s or the caller's ``device_mesh``: it may
+    #: have two dimensions (HSDP, NO_SHARD), so ``sync_module_states`` broadcasts over each
+    mesh_any_dims: bool = False
+    #: what tells the unit reader that FSDP1 ran under mixed precision (its BatchNorm units)
+    mixed_precision: str | None = None
+    #: when ``buffer_dtype`` applies only at run time (mixed precision chosen there)
+    buffer_when: str | None = None
+
+    @property
+    def reads_module_before(self) -> bool:
+        """Code before the root's ``fully_shard`` reads the module (init, move, broadcast,
+        buffer casts, the unit loop)."""
+        return (
+            self.init_fn is not None
+            or self.selects is not None
+            or self.device is not None
+            or self.buffer_dtype is not None
+            or self.sync is not None
+        )
+
+    @property
+    def writes_lines_before(self) -> bool:
+        """Lines go before the call's statement: it must stand alone and hold the call."""
+        return self.reads_module_before or bool(self.bound_first)
+
+    #: ``buffer_dtype``'s text: floating buffers are cast to it
+    buffer_dtype: str | None = None
+    #: the param dtype's text when FSDP1 keeps BatchNorm units in full precision (a policy
+    #: with mixed precision: ``MixedPrecision._module_classes_to_ignore``'s default)
+    full_precision_norms: str | None = None
+    #: the module is an expression read more than once (``FSDP(Net(), ...)`` with a policy):
+    #: it is bound to a name first, once
+    hoisted: bool = False
+    #: ``(name, expression)`` evaluated once before anything else, as FSDP1 evaluated its
+    #: arguments (a mesh from a process group, a dtype computed at run time)
+    bound_first: list[tuple[str, str]] = field(default_factory=list)
+
+
+def read_arguments(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
+    """``out.module`` and ``out.values`` from the call and what it spreads; False if blocked."""
+    position = 0
+    for argument in calls.arguments(call):
+        if isinstance(argument.node, ast.keyword) and argument.keyword is None:
+            spread = _spread(analysis, argument.value, out)
+            if spread is None:
+                return False
+            entries = spread
+        elif argument.star:
+            out.blockers.append("*args: spell the arguments out")
+            return False
+        elif argument.keyword is None:
+            if position:
+                out.blockers.append("arguments by position: pass them by keyword")
+                return False
+            entries = {"module": argument.value}
+            position += 1
+        else:
+            entries = {argument.keyword: argument.value}
+        for name, value in entries.items():
+            if name not in PARAMETERS or name in out.values or (name == "module" and out.module):
+                out.blockers.append(f"{name}: an unknown or repeated argument")
+                return False
+            if name == "module":
+                out.module = value
+            else:
+                out.values[name] = value
+    if out.module is None:
+        out.blockers.append("no module argument")
+        return False
+    return True
+
+
+def _spread(analysis: FileAnalysis, value: ast.expr, out: Pure) -> dict[str, ast.expr] | None:
+    """The entries of ``**name`` when ``name`` is a ``dict(...)``/``{...}`` of literal keys
+    bound once and read only by constructors' ``**``."""
+    binding = _binding(analysis, value)
+    entries = _dict_entries(analysis, binding.value) if binding and binding.value else None
+    if binding is None or entries is None:
+        out.blockers.append("**kwargs that are not a dict of literal keys bound here")
+        return None
+    users = _spread_users(analysis, binding)
+    if users is None:
+        out.blockers.append("**kwargs read by other code than FSDP(...) calls")
+        return None
+    out.removable.append(Removable(SPREAD, analysis.names.statement(binding.node), users))
+    return entries
+
+
+def _dict_entries(analysis: FileAnalysis, value: ast.expr) -> dict[str, ast.expr] | None:
+    if isinstance(value, ast.Dict):
+        if not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
+            return None
+        return {k.value: v for k, v in zip(value.keys, value.values)}  # type: ignore[union-attr]
+    if (
+        isinstance(value, ast.Call)
+        and analysis.resolves_to(value.func, "builtins.dict")
+        and not value.args
+        and all(k.arg is not None for k in value.keywords)
+    ):
+        return {k.arg: k.value for k in value.keywords}  # type: ignore[misc]
+    return None
+
+
+def _binding(analysis: FileAnalysis, value: ast.expr) -> Binding | None:
+    """The single ``name = ...`` binding ``value`` reads, in its own scope (or a script's
+    module constant)."""
+    if not isinstance(value, ast.Name):
+        return None
+    binding = analysis.sole_binding(value)
+    if binding is None:
+        return None
+    statement = analysis.names.statement(binding.node)
+    if not isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        return None
+    same_scope = analysis.names.scope_of(statement) is analysis.names.scope_of(value)
+    if same_scope or _private_constant(analysis, statement, value.id):
+        return binding
+    return None
+
+
+def _spread_users(analysis: FileAnalysis, binding: Binding) -> frozenset[ast.Call] | None:
+    """The constructor calls that spread ``binding`` (None if anything else reads it)."""
+    users = set()
+    for use in analysis.uses_of(binding):
+        keyword = analysis.names.parent.get(use)
+        call = analysis.names.parent.get(keyword) if keyword is not None else None
+        if not (
+            isinstance(keyword, ast.keyword)
+            and keyword.arg is None
+            and isinstance(call, ast.Call)
+            and call in analysis.ties.constructors
+            and call not in analysis.ties.factories
+        ):
+            return None
+        users.add(call)
+    return frozenset(users)
+
+
+def resolved(
+    analysis: FileAnalysis, out: Pure, what: str
+) -> tuple[ast.expr | None, Removable | None, str | None]:
+    """An argument's value where it is written, looking through a name bound once whose every
+    read is a constructor's ``what`` (directly, or in a spread dict), with that binding; or
+    why it cannot be read here. ``(None, None, None)``: the argument is absent or None."""
+    value = out.values.get(what)
+    if value is None or calls.is_none(value):
+        return None, None, None
+    if not isinstance(value, ast.Name):
+        return value, None, None
+    binding = _binding(analysis, value)
+    if binding is None or binding.value is None:
+        return None, None, f"{what} is not written at the call"
+    users: set[ast.Call] = set()
+    for use in analysis.uses_of(binding):
+        found = _reader(analysis, use, what)
+        if found is None:
+            return None, None, f"{what} is read by other code than FSDP(...) calls"
+        users |= found
+    statement = analysis.names.statement(binding.node)
+    return binding.value, Removable(what, statement, frozenset(users)), None
+
+
+def inlined_once(removable: Removable | None, value: ast.expr) -> bool:
+    """Whether inlining ``value`` evaluates what FSDP1 evaluated once only once: it is written
+    at this call, or bound for this call alone, or holds nothing but simple values (a binding
+    several constructors share would otherwise run its calls once per constructor)."""
+    if removable is None or len(removable.users) < 2:
+        return True
+    return all(
+        calls.is_simple(node) or not isinstance(node, ast.Call)
+        for node in ast.walk(value)
+        if node is not value and isinstance(node, ast.expr)
+    )
+
+
+def at_run_time(analysis: FileAnalysis, call: ast.Call, out: Pure, what: str) -> str | None:
+    """The call's own text for ``what`` (bound first when it must be evaluated once), for an
+    ``fsdp2_port`` reader to turn into its FSDP2 value at run time; None without the runtime
+    dependency."""
+    if not analysis.options.runtime_dependency:
+        return None
+    out.read_at_run_time.append(what)
+    return once(analysis, call, out, what, out.values[what])
+
+
+def _reader(analysis: FileAnalysis, use: ast.Name, what: str) -> frozenset[ast.Call] | None:
+    """The constructors a read of a binding feeds as ``what``: a keyword of the call, or an
+    entry of a dict they spread."""
+    keyword = analysis.names.parent.get(use)
+    holder = analysis.names.parent.get(keyword) if keyword is not None else None
+    if isinstance(keyword, ast.keyword) and keyword.arg == what and isinstance(holder, ast.Call):
+        if holder in analysis.ties.constructors and holder not in analysis.ties.factories:
+            return frozenset({holder})
+        if analysis.resolves_to(holder.func, "builtins.dict"):
+            return _dict_readers(analysis, holder)
+        return None
+    if isinstance(keyword, ast.Dict):
+        index = keyword.values.index(use) if use in keyword.values else -1
+        key = keyword.keys[index] if index >= 0 else None
+        if isinstance(key, ast.Constant) and key.value == what:
+            return _dict_readers(analysis, keyword)
+    return None
+
+
+def _dict_readers(analysis: FileAnalysis, literal: ast.expr) -> frozenset[ast.Call] | None:
+    statement = analysis.names.statement(literal)
+    if not (isinstance(statement, ast.Assign) and statement.value is literal):
+        return None
+    target = statement.targets[0]
+    if len(statement.targets) != 1 or not isinstance(target, ast.Name):
+        return None
+    binding = next(
+        (b for b in analysis.names.bindings_of(target) if b.node is target),
+        None,
+    )
+    return _spread_users(analysis, binding) if binding is not None else None
+
+
+def _private_constant(analysis: FileAnalysis, statement: ast.stmt, name: str) -> bool:
+    """A module-level constant no other module can import: ``_NAME``, or any name of a script
+    (a file that runs ``if __name__ == "__main__"``). Inlining it and removing it is safe."""
+    if not isinstance(analysis.names.parent.get(statement), ast.Module):
+        return False
+    return name.startswith("_") or any(
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+        for node in analysis.tree.body
+    )
+
+
+def chosen(
+    analysis: FileAnalysis, call: ast.Call, name: ast.expr | None, what: str
+) -> list[Binding] | None:
+    """The bindings of a value chosen at run time: ``name`` bound more than once, every time
+    by ``name = value`` in the call's scope, and read only as this call's ``what``; None
+    otherwise."""
+    if not isinstance(name, ast.Name):
+        return None
+    bindings = analysis.names.bindings_of(name)
+    scope = analysis.names.scope_of(call)
+    if len(bindings) < 2 or any(
+        b.kind != "assign" or b.value is None or analysis.names.scope_of(b.node) is not scope
+        for b in bindings
+    ):
+        return None
+    if any(_reader(analysis, use, what) != {call} for b in bindings for use in analysis.uses_of(b)):
+        return None
+    return bindings
+
+
+def once(analysis: FileAnalysis, call: ast.Call, out: Pure, base: str, value: ast.expr) -> str:
+    """A value's text where the rewrite may read it several times: its own when it reads the
+    same every time, else a name it is bound to first (evaluated once, as FSDP1 did)."""
+    if calls.is_simple(value):
+        return analysis.source(value)
+    name = fresh(analysis, call, out, base)
+    out.bound_first.append((name, _dedented(analysis, value)))
+    return name
+
+
+def _dedented(analysis: FileAnalysis, value: ast.expr) -> str:
+    """A value's source with its continuation lines moved left as far as its first line's
+    indentation allows (it moves to a statement of its own, less indented)."""
+    lines = analysis.source(value).splitlines()
+    indent = len(analysis.lines.indent_at(analysis.lines.start(value)))
+    rest = [line[indent:] if line[:indent].isspace() else line for line in lines[1:]]
+    if rest and not isinstance(
+        value, (ast.Dict, ast.List, ast.Set, ast.Tuple, ast.Call, ast.Subscript)
+    ):
+        inner = [f"    {line}" for line in rest]  # continued in brackets
+        return "\n".join([f"({lines[0]}", *inner[:-1], inner[-1] + ")"])
+    return "\n".join([lines[0], *rest])
+
+
+def fresh(analysis: FileAnalysis, call: ast.Call, out: Pure, base: str) -> str:
+    """A name free in the call's scope (and not taken by this rewrite)."""
+    scope = analysis.names.scope_of(call)
+    taken = {name for name, _ in out.bound_first}
+    for name in (base, f"fsdp_{base}", f"fsdp2_{base}"):
+        if name not in taken and analysis.names.lookup(name, scope)[0] is None:
+            return name
+    return f"fsdp2_{base}_{len(taken)}"
+
+
+def is_flag(node: ast.expr) -> bool:
+    """A value read without side effects: a name, an attribute chain, ``x["key"]``."""
+    if isinstance(node, ast.Subscript):
+        return is_flag(node.value) and isinstance(node.slice, ast.Constant)
+    return calls.is_simple(node)
+
+
+def is_fsdp1(analysis: FileAnalysis, node: ast.expr) -> bool:
+    return isinstance(node, (ast.Name, ast.Attribute)) and analysis.fsdp1_name(node) is not None
+
+
+def device_call(analysis: FileAnalysis, node: ast.AST) -> bool:
+    """``torch.device("cuda", 0)``, ``torch.cuda.current_device()``: a value with no side
+    effect, safe to evaluate earlier."""
+    return (
+        isinstance(node, ast.Call)
+        and analysis.resolves_to(node.func, *_DEVICE_FUNCTIONS)
+        and all(calls.is_simple(x) for x in node.args)
+        and not node.keywords
+    )
