@@ -185,16 +185,6 @@ def test_offload_policy():
 # -- meshes, on one rank ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def one_rank():
-    started = not dist.is_initialized()
-    if started:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    if started:
-        dist.destroy_process_group()
-
-
 def test_meshes_on_one_rank(one_rank):
     for strategy in (None, S.FULL_SHARD, S.SHARD_GRAD_OP):
         mesh = mesh_like_fsdp1(strategy, device_id=CPU)

@@ -1,0 +1,15 @@
+"""Fixtures shared by test modules."""
+
+import pytest
+import torch.distributed as dist
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    """A one-rank gloo process group for the module's tests (one already there is kept)."""
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    if started:
+        dist.destroy_process_group()
