@@ -123,9 +123,7 @@ def _mesh_at_run_time(
     for name in ("process_group", "device_mesh"):
         value = out.values.get(name)
         if value is not None and not calls.is_none(value):
-            source = analysis.source(value)
-            text = once(analysis, call, out, name, value) if "\n" in source else source
-            arguments.append(f"{name}={text}")
+            arguments.append(f"{name}={once(analysis, call, out, name, value)}")
     if out.device is not None:
         arguments.append(f"device_id={out.device}")
     mesh = fresh(analysis, call, out, "mesh")
@@ -256,7 +254,8 @@ def process_group(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
         _mesh_at_run_time(analysis, call, out, None)
         return
     name = fresh(analysis, call, out, "mesh")
-    mesh = f'DeviceMesh.from_group({analysis.source(group)}, "{device_type}")'
+    group_text = once(analysis, call, out, "process_group", group)
+    mesh = f'DeviceMesh.from_group({group_text}, "{device_type}")'
     out.bound_first.append((name, mesh))
     out.names.add("DeviceMesh")
     out.group_mesh = name

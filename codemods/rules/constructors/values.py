@@ -11,6 +11,7 @@ thing twice (names, attribute chains, constants) are inlined into more than one 
 from __future__ import annotations
 
 import ast
+import bisect
 from dataclasses import dataclass, field
 
 from codemods import calls
@@ -127,8 +128,11 @@ class Pure:
     #: it is bound to a name first, once
     hoisted: bool = False
     #: ``(name, expression)`` evaluated once before anything else, as FSDP1 evaluated its
-    #: arguments (a mesh from a process group, a dtype computed at run time)
+    #: arguments (a dtype computed at run time; then what is built from them: a mesh, units).
+    #: The first ``len(evaluated_at)`` are the arguments' values, in the order of their
+    #: positions in the source (``evaluated_at``), as FSDP1's call evaluated them
     bound_first: list[tuple[str, str]] = field(default_factory=list)
+    evaluated_at: list[tuple[int, int]] = field(default_factory=list)
 
 
 def read_arguments(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
@@ -351,7 +355,10 @@ def once(analysis: FileAnalysis, call: ast.Call, out: Pure, base: str, value: as
     if calls.is_simple(value):
         return analysis.source(value)
     name = fresh(analysis, call, out, base)
-    out.bound_first.append((name, _dedented(analysis, value)))
+    at = (value.lineno, value.col_offset)
+    index = bisect.bisect(out.evaluated_at, at)
+    out.evaluated_at.insert(index, at)
+    out.bound_first.insert(index, (name, _dedented(analysis, value)))
     return name
 
 

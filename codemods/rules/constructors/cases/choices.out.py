@@ -9,11 +9,12 @@ import fsdp2_port
 
 
 def setup_fsdp_sync(model, args):
-    mesh = DeviceMesh.from_group(fs_init.get_data_parallel_group(), "cuda")
+    process_group = fs_init.get_data_parallel_group()
     param_dtype = {
         "fp32": torch.float,
         "bf16": torch.bfloat16,
     }[args.precision]
+    mesh = DeviceMesh.from_group(process_group, "cuda")
     model.to(torch.cuda.current_device())
     for tensor in [*model.parameters(), *model.buffers()]:  # sync_module_states
         torch.distributed.broadcast(tensor.detach(), group=mesh.get_group(), group_src=0)
