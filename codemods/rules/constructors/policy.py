@@ -27,13 +27,12 @@ def wrap_policy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
         out.removable += [removable] if removable else []
         out.selects = selects
         return
-    policy = at_run_time(analysis, call, out, "auto_wrap_policy")
+    why = blocker or (
+        "auto_wrap_policy is not transformer_auto_wrap_policy/ModuleWrapPolicy of classes or "
+        "lambda_auto_wrap_policy"
+    )
+    policy = at_run_time(analysis, call, out, "auto_wrap_policy", why)
     if policy is None:
-        out.blockers.append(
-            blocker
-            or "auto_wrap_policy is not transformer_auto_wrap_policy/ModuleWrapPolicy of "
-            "classes or lambda_auto_wrap_policy"
-        )
         return
     arguments = [ROOT, policy]
     if out.mixed_precision is not None:

@@ -53,9 +53,9 @@ def mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
         return
     if value is None and blocker is None:
         return
-    name = at_run_time(analysis, call, out, "mixed_precision")
+    why = blocker or "mixed_precision is not a literal MixedPrecision(...)"
+    name = at_run_time(analysis, call, out, "mixed_precision", why)
     if name is None:
-        out.blockers.append(blocker or "mixed_precision is not a literal MixedPrecision(...)")
         return
     reader = "fsdp2_port.mp_policy_like_fsdp1"
     out.root.append(f"mp_policy={reader}({name}, root=True)")
@@ -198,9 +198,9 @@ def offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
             out.root.append(f"offload_policy={literal}")
             out.children.append(f"offload_policy={literal}")
         return
-    name = at_run_time(analysis, call, out, "cpu_offload")
+    why = blocker or "cpu_offload is not a literal CPUOffload(...) (or a choice)"
+    name = at_run_time(analysis, call, out, "cpu_offload", why)
     if name is None:
-        out.blockers.append(blocker or "cpu_offload is not a literal CPUOffload(...) (or a choice)")
         return
     mesh = f", {out.group_mesh}" if out.group_mesh is not None else ""
     text = f"offload_policy=fsdp2_port.offload_policy_like_fsdp1({name}{mesh})"

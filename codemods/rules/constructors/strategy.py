@@ -90,13 +90,12 @@ def strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None
             out.root.append(text)
             out.children.append(text)
         else:
-            strategy_text = at_run_time(analysis, call, out, "sharding_strategy")
+            why = blocker or (
+                "sharding_strategy is not FULL_SHARD/SHARD_GRAD_OP (or a choice between them "
+                "written here)"
+            )
+            strategy_text = at_run_time(analysis, call, out, "sharding_strategy", why)
             if strategy_text is None:
-                out.blockers.append(
-                    blocker
-                    or "sharding_strategy is not FULL_SHARD/SHARD_GRAD_OP (or a choice between "
-                    "them written here)"
-                )
                 return
             _mesh_at_run_time(analysis, call, out, strategy_text)
             reshard = fresh(analysis, call, out, "reshard_after_forward")

@@ -272,11 +272,15 @@ def inlined_once(removable: Removable | None, value: ast.expr) -> bool:
     )
 
 
-def at_run_time(analysis: FileAnalysis, call: ast.Call, out: Pure, what: str) -> str | None:
+def at_run_time(
+    analysis: FileAnalysis, call: ast.Call, out: Pure, what: str, why: str
+) -> str | None:
     """The call's own text for ``what`` (bound first when it must be evaluated once), for an
-    ``fsdp2_port`` reader to turn into its FSDP2 value at run time; None without the runtime
-    dependency."""
+    ``fsdp2_port`` reader to turn into its FSDP2 value at run time; without the runtime
+    dependency None, and ``why`` (what stops the value being written out) blocks the plain
+    form."""
     if not analysis.options.runtime_dependency:
+        out.blockers.append(why)
         return None
     out.read_at_run_time.append(what)
     return once(analysis, call, out, what, out.values[what])
