@@ -39,7 +39,7 @@ SOURCE = """\
 import functools
 
 import torch
-from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
 
@@ -88,6 +88,16 @@ def build_by_key(net, key, sync, classes):
     )
 
 
+def build_offload(net, offload, classes):
+    cpu_offload = CPUOffload(offload_params=offload)
+    return FSDP(
+        net,
+        cpu_offload=cpu_offload,
+        auto_wrap_policy=ModuleWrapPolicy(classes),
+        device_id=torch.device("cpu"),
+    )
+
+
 def build_chosen(net, dtype, is_ref, classes):
     buffer_dtype = dtype
     mixed_precision = MixedPrecision(
@@ -108,11 +118,13 @@ def build_chosen(net, dtype, is_ref, classes):
 #: caller's DeviceMesh, no policy (``build_on_mesh``); "chosen": verl's mixed precision,
 #: chosen in branches (``build_chosen``: written out as MixedPrecisionPolicy, no reader);
 #: "key:<key>": a strategy chosen by ``if``/``elif`` (``build_by_key``: each branch binds its
-#: ``reshard_after_forward`` and ``init_device_mesh``)
+#: ``reshard_after_forward`` and ``init_device_mesh``); "offload": CPU offload by a flag, on
+#: the migrated side only (it moves no numbers; FSDP1 pins memory, which needs an accelerator)
 CASES = {
     "chosen-bf16": ("chosen", torch.bfloat16, False, False),
     "key-ddp-sync": ("key:ddp", None, False, True),
     "key-zero2": ("key:zero2", None, False, False),
+    "offload": ("offload", None, False, False),
     "mesh-sync": ("mesh", None, False, True),
     "shard_grad_op-bf16-group-sync": ("SHARD_GRAD_OP", torch.bfloat16, True, True),
     "full_shard-fp32": ("FULL_SHARD", None, False, False),
@@ -130,6 +142,8 @@ def _build(namespace: dict, case: str, rank: int, world: int, migrated: bool) ->
         return namespace["build_on_mesh"](net, init_device_mesh("cpu", (world,)), sync)
     if kind == "chosen":
         return namespace["build_chosen"](net, dtype, False, {GainBlock})
+    if kind == "offload":  # FSDP1 pins its CPU copies: it cannot offload on a CPU-only machine
+        return namespace["build_offload"](net, migrated, {GainBlock})
     if kind.startswith("key:"):
         return namespace["build_by_key"](net, kind.removeprefix("key:"), sync, {GainBlock})
     group = dist.new_group(list(range(world))) if own_group else None
@@ -166,7 +180,9 @@ def migrated() -> str:
     text, findings = engine.migrate_text(SOURCE, "train.py", registry.select(), Options())
     assert "fully_shard_like_fsdp1" not in text and "FSDP(" not in text, text
     assert "units_like_fsdp1" in text and "mesh_like_fsdp1" in text, text
-    by_key = text.split("def build_by_key")[1].split("def build_chosen")[0]
+    offload = text.split("def build_offload")[1].split("def build_chosen")[0]
+    assert "CPUOffloadPolicy(pin_memory=False) if offload else OffloadPolicy()" in offload, offload
+    by_key = text.split("def build_by_key")[1].split("def build_offload")[0]
     assert "init_device_mesh(" in by_key and "fsdp2_port" not in by_key, by_key
     chosen = text.split("def build_chosen")[1]
     assert "MixedPrecision(" not in chosen and "fsdp2_port" not in chosen, chosen

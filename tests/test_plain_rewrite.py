@@ -9,8 +9,9 @@ chosen by a flag, BatchNorm under a policy with mixed precision; Lumina's shape:
 policy, a process group, strategy and dtype chosen by a key; ``param_init_fn`` on a meta-device
 model, through ``fsdp2_port.materialize_like_fsdp1``; mixed precision chosen by an ``if``, the
 BatchNorm exception then decided at run time); the migration must be plain:
-no ``fully_shard_like_fsdp1`` and no FSDP1 name left. CPU offload needs an accelerator (pinned
-memory), so its branch is checked as text only.
+no ``fully_shard_like_fsdp1`` and no FSDP1 name left. FSDP1's CPU offload pins memory, which
+needs an accelerator, so the offload branch is not taken here; ``tests/test_plain_readers.py``
+runs the plain form's offload on the CPU against FSDP1 without it.
 
 Tolerance 1e-6, bf16 included: both sides run the same kernels on the same dtypes, and two
 ranks' reductions add the same two numbers (measured: equal within 1e-9 in fp32 and bf16).

@@ -18,6 +18,7 @@ from codemods.rules.constructors.values import (
     Pure,
     at_run_time,
     chosen,
+    device_type_of,
     inlined_once,
     is_flag,
     once,
@@ -220,6 +221,7 @@ def _chosen_offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
     ):
         return False
     assert isinstance(name, ast.Name)
+    cpu = _cpu_offload_policy(analysis, out)
     edits = []
     for binding in bindings:
         assert binding.value is not None
@@ -227,9 +229,9 @@ def _chosen_offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
         if offloads is None:
             return False
         if isinstance(offloads, ast.expr):
-            text = f"CPUOffloadPolicy() if {analysis.source(offloads)} else OffloadPolicy()"
+            text = f"{cpu} if {analysis.source(offloads)} else OffloadPolicy()"
         else:
-            text = "CPUOffloadPolicy()" if offloads else "OffloadPolicy()"
+            text = cpu if offloads else "OffloadPolicy()"
         out.names.update(re.findall(r"\b(CPUOffloadPolicy|OffloadPolicy)\(", text))
         edits.append(analysis.replace(binding.value, text))
     out.edits += edits
@@ -243,6 +245,7 @@ def _literal_offload(
 ) -> str | None:
     """The ``offload_policy`` text of a ``CPUOffload`` written here ("" when it offloads
     nothing); None when it is not one."""
+    cpu = _cpu_offload_policy(analysis, out)
     if isinstance(value, ast.IfExp):  # CPUOffload(...) if flag else None
         if not is_flag(value.test):
             return None
@@ -250,16 +253,25 @@ def _literal_offload(
         if None in branches or any(isinstance(b, ast.expr) for b in branches):
             return None
         if branches[0] == branches[1]:
-            return "CPUOffloadPolicy()" if branches[0] else ""
-        policies = ["CPUOffloadPolicy()" if b else "OffloadPolicy()" for b in branches]
+            return cpu if branches[0] else ""
+        policies = [cpu if b else "OffloadPolicy()" for b in branches]
         return f"{policies[0]} if {analysis.source(value.test)} else {policies[1]}"
     offloads = _offloads(analysis, value)
     if isinstance(offloads, ast.expr):  # CPUOffload(offload_params=<a run-time flag>)
         flag = once(analysis, call, out, "offload_params", offloads)
-        return f"CPUOffloadPolicy() if {flag} else OffloadPolicy()"
+        return f"{cpu} if {flag} else OffloadPolicy()"
     if offloads is None:
         return None
-    return "CPUOffloadPolicy()" if offloads else ""
+    return cpu if offloads else ""
+
+
+def _cpu_offload_policy(analysis: FileAnalysis, out: Pure) -> str:
+    """``CPUOffloadPolicy()``, pinning the CPU copies (FSDP1 pins them), except when
+    ``device_id`` says the run is on the CPU, where there is nothing to pin for
+    (``fsdp2_port.offload_policy_like_fsdp1``'s rule)."""
+    if device_type_of(analysis, out.values.get("device_id")) == "cpu":
+        return "CPUOffloadPolicy(pin_memory=False)"
+    return "CPUOffloadPolicy()"
 
 
 def _offloads(analysis: FileAnalysis, value: ast.expr) -> bool | ast.expr | None:

@@ -16,6 +16,7 @@ from codemods.rules.constructors.values import (
     Pure,
     at_run_time,
     chosen,
+    device_type_of,
     fresh,
     is_flag,
     once,
@@ -57,7 +58,7 @@ def strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None
                 reshard = str(_RESHARD[kind])
             elif not kind.startswith(("HYBRID", "_HYBRID")):
                 reshard = _reshard(analysis, strategy)
-        device_type = _device_type(analysis, out.values.get("device_id"))
+        device_type = device_type_of(analysis, out.values.get("device_id"))
         if (
             reshard is None
             and kind == "NO_SHARD"
@@ -168,7 +169,7 @@ def _chosen_strategy_and_mesh(
     device type written at the call, no group or mesh given: each binding becomes the pair it
     means, ``reshard_after_forward, mesh = <bool>, init_device_mesh(...)``, the mesh FSDP1
     would have sharded over (``_mesh_of``)."""
-    device_type = _device_type(analysis, out.values.get("device_id"))
+    device_type = device_type_of(analysis, out.values.get("device_id"))
     if device_type is None or any(
         name in out.values and not calls.is_none(out.values[name])
         for name in ("process_group", "device_mesh")
@@ -244,7 +245,7 @@ def process_group(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     if isinstance(group, ast.Tuple) or "device_mesh" in out.values:
         out.blockers.append("process_group is a pair of groups (or comes with device_mesh)")
         return
-    device_type = _device_type(analysis, out.values.get("device_id"))
+    device_type = device_type_of(analysis, out.values.get("device_id"))
     if device_type is None:
         if not analysis.options.runtime_dependency:
             out.blockers.append("process_group without a device_id naming the device type")
@@ -260,19 +261,6 @@ def process_group(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     out.group_mesh = name
     out.root.insert(0, f"mesh={name}")
     out.children.insert(0, f"mesh={name}")
-
-
-def _device_type(analysis: FileAnalysis, device: ast.expr | None) -> str | None:
-    """``"cuda"`` for ``torch.cuda.current_device()`` or ``torch.device("cuda", ...)``."""
-    if not isinstance(device, ast.Call):
-        return None
-    if analysis.resolves_to(device.func, "torch.cuda.current_device"):
-        return "cuda"
-    if analysis.resolves_to(device.func, "torch.device") and device.args:
-        first = device.args[0]
-        if isinstance(first, ast.Constant) and isinstance(first.value, str):
-            return first.value.split(":")[0]
-    return None
 
 
 def sync(analysis: FileAnalysis, out: Pure) -> None:

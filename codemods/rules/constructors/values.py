@@ -410,3 +410,17 @@ def device_call(analysis: FileAnalysis, node: ast.AST) -> bool:
         and all(calls.is_simple(x) for x in node.args)
         and not node.keywords
     )
+
+
+def device_type_of(analysis: FileAnalysis, device: ast.expr | None) -> str | None:
+    """The device type a ``device_id`` written here names: ``"cuda"`` for
+    ``torch.cuda.current_device()`` or ``torch.device("cuda", ...)``."""
+    if not isinstance(device, ast.Call):
+        return None
+    if analysis.resolves_to(device.func, "torch.cuda.current_device"):
+        return "cuda"
+    if analysis.resolves_to(device.func, "torch.device") and device.args:
+        first = device.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            return first.value.split(":")[0]
+    return None
