@@ -83,7 +83,9 @@ class Pure:
     sync: str | None = None
     #: ``device_id``'s text, when the module moves there first
     device: str | None = None
-    #: the mesh a process group became: ``sync_module_states`` broadcasts within its group
+    #: the mesh's text when the rewrite binds or is given one (a process group's, a reader's,
+    #: ``init_device_mesh``'s, the caller's ``device_mesh``): ``sync_module_states``
+    #: broadcasts within its groups
     group_mesh: str | None = None
     #: ``param_init_fn``'s text: ``fsdp2_port.materialize_like_fsdp1`` runs it as FSDP1 did
     init_fn: str | None = None
@@ -101,6 +103,20 @@ class Pure:
     mixed_precision: str | None = None
     #: when ``buffer_dtype`` applies only at run time (mixed precision chosen there)
     buffer_when: str | None = None
+    #: ``buffer_dtype``'s text: floating buffers are cast to it
+    buffer_dtype: str | None = None
+    #: the param dtype's text when FSDP1 keeps BatchNorm units in full precision (a policy
+    #: with mixed precision: ``MixedPrecision._module_classes_to_ignore``'s default)
+    full_precision_norms: str | None = None
+    #: the module is an expression read more than once (``FSDP(Net(), ...)`` with a policy):
+    #: it is bound to a name first, once
+    hoisted: bool = False
+    #: ``(name, expression)`` evaluated once before anything else, as FSDP1 evaluated its
+    #: arguments (a dtype computed at run time; then what is built from them: a mesh, units).
+    #: The first ``len(evaluated_at)`` are the arguments' values, in the order of their
+    #: positions in the source (``evaluated_at``), as FSDP1's call evaluated them
+    bound_first: list[tuple[str, str]] = field(default_factory=list)
+    evaluated_at: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def reads_module_before(self) -> bool:
@@ -118,21 +134,6 @@ class Pure:
     def writes_lines_before(self) -> bool:
         """Lines go before the call's statement: it must stand alone and hold the call."""
         return self.reads_module_before or bool(self.bound_first)
-
-    #: ``buffer_dtype``'s text: floating buffers are cast to it
-    buffer_dtype: str | None = None
-    #: the param dtype's text when FSDP1 keeps BatchNorm units in full precision (a policy
-    #: with mixed precision: ``MixedPrecision._module_classes_to_ignore``'s default)
-    full_precision_norms: str | None = None
-    #: the module is an expression read more than once (``FSDP(Net(), ...)`` with a policy):
-    #: it is bound to a name first, once
-    hoisted: bool = False
-    #: ``(name, expression)`` evaluated once before anything else, as FSDP1 evaluated its
-    #: arguments (a dtype computed at run time; then what is built from them: a mesh, units).
-    #: The first ``len(evaluated_at)`` are the arguments' values, in the order of their
-    #: positions in the source (``evaluated_at``), as FSDP1's call evaluated them
-    bound_first: list[tuple[str, str]] = field(default_factory=list)
-    evaluated_at: list[tuple[int, int]] = field(default_factory=list)
 
 
 def read_arguments(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
