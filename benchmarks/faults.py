@@ -398,9 +398,9 @@ if __name__ == "__main__":
 """
 
 
-def tagged(tag: str) -> list[int]:
-    """Live processes (zombies are dead) whose environment holds ``TAG_VAR=tag``."""
-    needle = f"{TAG_VAR}={tag}".encode()
+def tagged(tag: str, var: str = TAG_VAR) -> list[int]:
+    """Live processes (zombies are dead) whose environment holds ``var=tag``."""
+    needle = f"{var}={tag}".encode()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

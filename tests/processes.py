@@ -1,12 +1,16 @@
 """What tests run as subprocesses, and how they find the processes a run left: read from
-/proc directly, independently of ``fsdp2_port.prove.launch``, whose cleanup they judge."""
+/proc directly (``benchmarks.faults.tagged``, which the fault benchmark uses the same way),
+independently of ``fsdp2_port.prove.launch``, whose cleanup they judge."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.faults import tagged
+
+__all__ = ["ROOT", "fsdp2_port_cli", "tagged"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,17 +24,3 @@ def fsdp2_port_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProc
         text=True,
         timeout=timeout,
     )
-
-
-def tagged(var: str, tag: str) -> list[int]:
-    """Live processes (zombies are dead) whose environment holds ``var=tag``."""
-    needle = f"{var}={tag}".encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found

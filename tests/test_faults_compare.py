@@ -48,7 +48,7 @@ time.sleep(120)
 
 
 def _tagged() -> list[int]:
-    return tagged("FAULTS_TEST_TAG", TAG)
+    return tagged(TAG, var="FAULTS_TEST_TAG")
 
 
 TAG = uuid.uuid4().hex

@@ -132,7 +132,7 @@ def test_keyboard_interrupt_in_a_factory_exits_130(capsys, factories, no_spawn):
 
 
 def _tagged() -> list[int]:
-    return tagged("FAULTS_TEST_TAG", TAG)
+    return tagged(TAG, var="FAULTS_TEST_TAG")
 
 
 def _wait_for_pids(pids, n, proc, timeout=90):
