@@ -26,7 +26,6 @@ policy and config classes are what the arguments are): ``fsdp2_port`` exports it
 
 from __future__ import annotations
 
-import inspect
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -179,13 +178,6 @@ def _post_order(module: nn.Module) -> Iterator[nn.Module]:
         yield from _post_order(child)
     yield module
 
-
-#: FSDP1's keyword arguments and their defaults, ``module`` and ``auto_wrap_policy`` aside.
-_DEFAULTS = {
-    name: p.default
-    for name, p in inspect.signature(fully_shard_like_fsdp1).parameters.items()
-    if name not in ("module", "auto_wrap_policy")
-}
 
 
 @dataclass
@@ -350,10 +342,10 @@ class _Builder:
 
 def _unit_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """A unit's kwargs as FSDP1's constructor sees them: defaults filled, checked."""
-    unknown = set(kwargs) - set(_DEFAULTS) - {"policy", "auto_wrap_policy"}
+    unknown = set(kwargs) - set(readers.FSDP1_DEFAULTS) - {"policy", "auto_wrap_policy"}
     if unknown:
         raise TypeError(f"FullyShardedDataParallel got unexpected arguments {sorted(unknown)}")
-    kw = {**_DEFAULTS, **kwargs}
+    kw = {**readers.FSDP1_DEFAULTS, **kwargs}
     kw.pop("policy", None)  # auto_wrap's name for the policy when fsdp_fn is a function
     if kw.pop("auto_wrap_policy", None) is not None:
         raise ValueError(

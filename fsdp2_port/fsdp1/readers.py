@@ -212,14 +212,17 @@ def units_like_fsdp1(
     return found
 
 
-#: FSDP1's keyword arguments with their defaults, as its constructor hands them to the units
-#: its auto-wrap builds (``use_orig_params=True``: FSDP2 exposes the original parameters).
+#: FSDP1's keyword arguments and their defaults, ``module`` and ``auto_wrap_policy`` aside
+#: (read from its signature, which ``fully_shard_like_fsdp1``'s repeats exactly).
+FSDP1_DEFAULTS: dict[str, Any] = {
+    name: p.default
+    for name, p in inspect.signature(FullyShardedDataParallel.__init__).parameters.items()
+    if name not in ("self", "module", "auto_wrap_policy")
+}
+#: What FSDP1's constructor hands the units its auto-wrap builds, nothing ignored
+#: (``use_orig_params=True``: FSDP2 exposes the original parameters).
 _CHILD_DEFAULTS: dict[str, Any] = {
-    **{
-        name: p.default
-        for name, p in inspect.signature(FullyShardedDataParallel.__init__).parameters.items()
-        if name not in ("self", "module", "auto_wrap_policy", "ignored_modules")
-    },
+    **{k: v for k, v in FSDP1_DEFAULTS.items() if k != "ignored_modules"},
     "use_orig_params": True,
 }
 
