@@ -46,34 +46,13 @@ DOC = Code(
     ),
     marked="—",
 )
-_VALUE_CLASSES = frozenset(
-    {
-        "FullStateDictConfig",
-        "ShardedStateDictConfig",
-        "LocalStateDictConfig",
-        "FullOptimStateDictConfig",
-        "ShardedOptimStateDictConfig",
-        "LocalOptimStateDictConfig",
-        "StateDictConfig",
-        "OptimStateDictConfig",
-        "MixedPrecision",
-        "CPUOffload",
-        "ModuleWrapPolicy",
-        "CustomPolicy",
-    }
-)
-_WRAP_POLICY_FUNCTIONS = frozenset(
-    {
-        "transformer_auto_wrap_policy",
-        "size_based_auto_wrap_policy",
-        "lambda_auto_wrap_policy",
-        "always_wrap_policy",
-        "_or_policy",
-        "_module_wrap_policy",
-        "_wrap_module_cls_individually",
-    }
-)
-_ENUMS = frozenset({"StateDictType", "ShardingStrategy", "BackwardPrefetch"})
+#: ``functools.partial`` of one of these is a wrap policy: FSDP1's public functions and the
+#: private combinators users import.
+_WRAP_POLICY_FUNCTIONS = fsdp1.WRAP_POLICY_FUNCTIONS | {
+    "_or_policy",
+    "_module_wrap_policy",
+    "_wrap_module_cls_individually",
+}
 #: Calls that read or change a scope's names without naming them.
 _DYNAMIC = frozenset({"locals", "vars", "globals", "eval", "exec"})
 #: Those of them that reach the module's names from anywhere.
@@ -216,11 +195,11 @@ def _fsdp1_value(names: Names, value: ast.expr) -> str | None:
     if isinstance(value, ast.Attribute):
         member = fsdp1.first(names.qualified(value))
         parts = (member or "").split(".")
-        return member if len(parts) == 2 and parts[0] in _ENUMS else None
+        return member if len(parts) == 2 and parts[0] in fsdp1.ENUMS else None
     if not isinstance(value, ast.Call) or not _pure_arguments(value):
         return None
     called = fsdp1.first(names.qualified(value.func))
-    if called in _VALUE_CLASSES:
+    if called in fsdp1.VALUE_CLASSES:
         return called
     if "functools.partial" in names.qualified(value.func) and value.args:
         policy = fsdp1.first(names.qualified(value.args[0]))

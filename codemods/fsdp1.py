@@ -13,15 +13,13 @@ from collections.abc import Iterable
 PACKAGE = "torch.distributed.fsdp"
 _SUBMODULES = ("fully_sharded_data_parallel.", "api.", "wrap.", "sharded_grad_scaler.")
 
-#: Public FSDP1 names (first component of the canonical name).
-PUBLIC = frozenset(
+#: FSDP1's enums: their members are values.
+ENUMS = frozenset({"ShardingStrategy", "BackwardPrefetch", "StateDictType", "OptimStateKeyType"})
+#: FSDP1's configuration and policy classes: calling one builds a value.
+VALUE_CLASSES = frozenset(
     {
-        "FullyShardedDataParallel",
         "MixedPrecision",
         "CPUOffload",
-        "ShardingStrategy",
-        "BackwardPrefetch",
-        "StateDictType",
         "StateDictConfig",
         "FullStateDictConfig",
         "ShardedStateDictConfig",
@@ -30,16 +28,29 @@ PUBLIC = frozenset(
         "FullOptimStateDictConfig",
         "ShardedOptimStateDictConfig",
         "LocalOptimStateDictConfig",
-        "StateDictSettings",
-        "OptimStateKeyType",
-        "FlatParameter",
-        "ShardedGradScaler",
         "ModuleWrapPolicy",
         "CustomPolicy",
+    }
+)
+#: FSDP1's public wrap-policy functions (``functools.partial`` of one is a policy).
+WRAP_POLICY_FUNCTIONS = frozenset(
+    {
         "transformer_auto_wrap_policy",
         "size_based_auto_wrap_policy",
         "lambda_auto_wrap_policy",
         "always_wrap_policy",
+    }
+)
+#: Public FSDP1 names (first component of the canonical name).
+PUBLIC = (
+    ENUMS
+    | VALUE_CLASSES
+    | WRAP_POLICY_FUNCTIONS
+    | {
+        "FullyShardedDataParallel",
+        "StateDictSettings",
+        "FlatParameter",
+        "ShardedGradScaler",
         "enable_wrap",
         "wrap",
     }
