@@ -23,18 +23,20 @@ from codemods.rules.constructors.values import (
     resolved,
 )
 
+#: ``reshard_after_forward`` for each FSDP1 strategy.
 _RESHARD = {
     "FULL_SHARD": True,
     "SHARD_GRAD_OP": False,
     "HYBRID_SHARD": True,
     "_HYBRID_SHARD_ZERO2": False,
+    "NO_SHARD": False,
 }
-#: Strategies whose mesh is not the default one: their ``reshard_after_forward``.
-_MESH_OF_ITS_OWN = {"HYBRID_SHARD": True, "_HYBRID_SHARD_ZERO2": False, "NO_SHARD": False}
+#: Strategies whose mesh is not the default one.
+_MESH_OF_ITS_OWN = frozenset({"HYBRID_SHARD", "_HYBRID_SHARD_ZERO2", "NO_SHARD"})
 #: Strategies whose mesh plain torch builds as FSDP1 did (``_mesh_of``). The hybrids' default
 #: groups are one node's devices, and with one device a node FSDP1 trains each rank alone:
 #: ``fsdp2_port.mesh_like_fsdp1`` refuses that, so they are read at run time.
-_MESH_IN_TORCH = {"FULL_SHARD": True, "SHARD_GRAD_OP": False, "NO_SHARD": False}
+_MESH_IN_TORCH = frozenset({"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"})
 #: Where ``fully_shard`` lives from torch 2.6, which also broadcasts by ``group_src``.
 FSDP2_PUBLIC_MODULE = "torch.distributed.fsdp"
 
@@ -63,10 +65,7 @@ def strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None
             reshard is None
             and kind == "NO_SHARD"
             and device_type is not None
-            and not any(
-                n in out.values and not calls.is_none(out.values[n])
-                for n in ("process_group", "device_mesh")
-            )
+            and not _group_or_mesh_given(out)
         ):
             # FSDP1's replicas, as plain torch
             out.removable += [removable] if removable else []
@@ -75,14 +74,14 @@ def strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None
             out.names.add("init_device_mesh")
             out.uses_torch = True
             out.group_mesh, out.mesh_any_dims = name, True
-            out.root += [f"mesh={name}", f"reshard_after_forward={_MESH_OF_ITS_OWN[kind]}"]
-            out.children += [f"mesh={name}", f"reshard_after_forward={_MESH_OF_ITS_OWN[kind]}"]
+            out.root += [f"mesh={name}", f"reshard_after_forward={_RESHARD[kind]}"]
+            out.children += [f"mesh={name}", f"reshard_after_forward={_RESHARD[kind]}"]
         elif reshard is None and kind in _MESH_OF_ITS_OWN and analysis.options.runtime_dependency:
             # the value is known, the mesh (FSDP1's default groups) only at run time
             out.removable += [removable] if removable else []
             out.read_at_run_time.append("sharding_strategy")
             _mesh_at_run_time(analysis, call, out, analysis.source(strategy))  # type: ignore[arg-type]
-            text = f"reshard_after_forward={_MESH_OF_ITS_OWN[kind]}"
+            text = f"reshard_after_forward={_RESHARD[kind]}"
             out.root.append(text)
             out.children.append(text)
         elif reshard is not None:
@@ -170,10 +169,7 @@ def _chosen_strategy_and_mesh(
     means, ``reshard_after_forward, mesh = <bool>, init_device_mesh(...)``, the mesh FSDP1
     would have sharded over (``_mesh_of``)."""
     device_type = device_type_of(analysis, out.values.get("device_id"))
-    if device_type is None or any(
-        name in out.values and not calls.is_none(out.values[name])
-        for name in ("process_group", "device_mesh")
-    ):
+    if device_type is None or _group_or_mesh_given(out):
         return False
     kinds = [
         (analysis.fsdp1_name(b.value) or "").removeprefix("ShardingStrategy.")  # type: ignore[arg-type]
@@ -186,7 +182,7 @@ def _chosen_strategy_and_mesh(
     for binding, kind in zip(bindings, kinds):
         statement = analysis.names.statement(binding.node)
         assert isinstance(statement, ast.Assign) and binding.value is not None
-        pair = f"{_MESH_IN_TORCH[kind]}, {_mesh_of(kind, device_type)}"
+        pair = f"{_RESHARD[kind]}, {_mesh_of(kind, device_type)}"
         out.edits.append(analysis.replace(statement.targets[0], f"{reshard}, {mesh}"))
         out.edits.append(analysis.replace(binding.value, pair))
     out.names.add("init_device_mesh")
@@ -195,6 +191,14 @@ def _chosen_strategy_and_mesh(
     out.root += [f"mesh={mesh}", f"reshard_after_forward={reshard}"]
     out.children += [f"mesh={mesh}", f"reshard_after_forward={reshard}"]
     return True
+
+
+def _group_or_mesh_given(out: Pure) -> bool:
+    """The call names a process group or a device mesh (FSDP1's default group is not it)."""
+    return any(
+        name in out.values and not calls.is_none(out.values[name])
+        for name in ("process_group", "device_mesh")
+    )
 
 
 def _mesh_of(kind: str, device_type: str) -> str:
