@@ -26,6 +26,8 @@ from codemods.rules.constructors.values import (
 )
 from codemods.text import Edit
 
+#: The FSDP2 offload classes an ``offload_policy`` text calls (the names it imports).
+_POLICY_CLASSES = re.compile(r"\b(CPUOffloadPolicy|OffloadPolicy)\(")
 _DTYPES = ("float32", "float16", "bfloat16", "float64", "float", "half", "double")
 _MIXED = (
     "param_dtype",
@@ -195,7 +197,7 @@ def offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     if literal is not None:
         out.removable += [removable] if removable else []
         if literal:
-            out.names.update(re.findall(r"\b(CPUOffloadPolicy|OffloadPolicy)\(", literal))
+            out.names.update(_POLICY_CLASSES.findall(literal))
             out.root.append(f"offload_policy={literal}")
             out.children.append(f"offload_policy={literal}")
         return
@@ -232,7 +234,7 @@ def _chosen_offload(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
             text = f"{cpu} if {analysis.source(offloads)} else OffloadPolicy()"
         else:
             text = cpu if offloads else "OffloadPolicy()"
-        out.names.update(re.findall(r"\b(CPUOffloadPolicy|OffloadPolicy)\(", text))
+        out.names.update(_POLICY_CLASSES.findall(text))
         edits.append(analysis.replace(binding.value, text))
     out.edits += edits
     out.root.append(f"offload_policy={name.id}")
