@@ -179,7 +179,6 @@ def _post_order(module: nn.Module) -> Iterator[nn.Module]:
     yield module
 
 
-
 @dataclass
 class _Builder:
     """What the units of one ``fully_shard_like_fsdp1`` call share while they are built."""
