@@ -83,13 +83,13 @@ def find(
     made dead; ``edits``/``starts`` lead from ``original`` to the new text (``apply_tracked``)."""
     uses = names.uses()
     ignored = markers.ignored_lines(lines.text)
-    opaque = _opaque_scopes(names)
+    opaque = opaque_scopes(names)
     found = [
         dead
         for scope, binding in _single_bindings(names)
         if not uses.get(binding)
         and scope.node not in opaque
-        and _visible_only_here(names, scope, binding.name)
+        and visible_only_here(names, scope, binding.name)
         and (dead := _bound_value(names, binding)) is not None
         and _removable_text(lines, dead.statement, ignored)
     ]
@@ -120,7 +120,7 @@ def _single_bindings(names: Names) -> Iterator[tuple[Scope, Binding]]:
                 yield scope, bindings[0]
 
 
-def _visible_only_here(names: Names, scope: Scope, name: str) -> bool:
+def visible_only_here(names: Names, scope: Scope, name: str) -> bool:
     """A local; or a module-level name no other module may import (private, or a script's),
     that no ``global``/``del`` anywhere in the module names."""
     if not isinstance(scope.node, ast.Module):
@@ -156,11 +156,11 @@ def _spelled(node: ast.expr) -> str:
     return ""
 
 
-def _opaque_scopes(names: Names) -> set[ast.AST]:
-    """Functions holding ``del``, ``global``, ``nonlocal`` or a dynamic call (``locals()`` ...)
-    anywhere inside (nested scopes included), and the module when ``globals()``/``eval``/
-    ``exec`` is anywhere or ``locals()``/``vars()`` at its top level: there a name may be read
-    or rebound where ``names`` cannot see it."""
+def opaque_scopes(names: Names, naming: str | None = None) -> set[ast.AST]:
+    """Functions holding ``del``, ``global``, ``nonlocal`` (only those that name ``naming``,
+    when given) or a dynamic call (``locals()`` ...) anywhere inside (nested scopes included),
+    and the module when ``globals()``/``eval``/``exec`` is anywhere or ``locals()``/``vars()``
+    at its top level: there a name may be read or rebound where ``names`` cannot see it."""
     opaque: set[ast.AST] = set()
     dynamic = [
         call
@@ -169,10 +169,22 @@ def _opaque_scopes(names: Names) -> set[ast.AST]:
     ]
     if any(c.func.id in _GLOBAL or names.function_of(c) is None for c in dynamic):  # type: ignore[attr-defined]
         opaque.add(names.tree)
-    for kind in (ast.Delete, ast.Global, ast.Nonlocal):
-        for node in [*names.by_type[kind], *dynamic]:
-            opaque.update(a for a in names.ancestors(node) if isinstance(a, _FUNCTIONS))
+    hiding = [
+        node
+        for kind in (ast.Delete, ast.Global, ast.Nonlocal)
+        for node in names.by_type[kind]
+        if naming is None or naming in _named_by(node)
+    ]
+    for node in [*hiding, *dynamic]:
+        opaque.update(a for a in names.ancestors(node) if isinstance(a, _FUNCTIONS))
     return opaque
+
+
+def _named_by(statement: ast.AST) -> set[str]:
+    """The names a ``del``/``global``/``nonlocal`` statement names."""
+    if isinstance(statement, (ast.Global, ast.Nonlocal)):
+        return set(statement.names)
+    return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}
 
 
 def _bound_value(names: Names, binding: Binding) -> Dead | None:

@@ -113,6 +113,7 @@ def migrate_text(
         package,
         removes_imports="F2P001" in codes,
         removes_dead_values="F2P012" in codes,
+        names_strategies="F2P013" in codes,
     )
 
 
@@ -190,6 +191,7 @@ def _apply(
             item.package_init,
             removes_imports="F2P001" in codes,
             removes_dead_values="F2P012" in codes,
+            names_strategies="F2P013" in codes,
         )
     except InternalError as error:
         result.error = f"internal error: {error} (please report)"

@@ -172,12 +172,12 @@ class Names:
             if isinstance(node.ctx, ast.Load):
                 for binding in self.bindings_of(node):
                     counts[binding] += 1
-        for name, scope in self._string_references():
+        for name, scope in self.string_references():
             for binding in self.lookup(name, scope)[1]:
                 counts[binding] += 1
         return counts
 
-    def _string_references(self) -> Iterator[tuple[str, Scope]]:
+    def string_references(self) -> Iterator[tuple[str, Scope]]:
         """Names read inside string annotations and listed in a module's ``__all__``."""
         for annotation in self.annotations:
             for constant in ast.walk(annotation):

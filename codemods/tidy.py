@@ -1,14 +1,16 @@
 """Stage four, per file: the new text read once per round. It must parse (or the file stays as
-it was); FSDP1 values the migration left unread go (F2P012), then, read again, FSDP1 imports
-nothing reads any more (F2P001); the markers' lines are settled."""
+it was); FSDP1 values the migration left unread go (F2P012) and strategies only the readers read
+are written as names (F2P013), then, read again, FSDP1 imports nothing reads any more (F2P001);
+the markers' lines are settled."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from codemods import dead_values, imports, markers
+from codemods import dead_values, imports, markers, strategy_names
 from codemods.apply import Applied, InternalError
 from codemods.findings import Finding
 from codemods.names import Names
@@ -24,11 +26,13 @@ def tidy(
     *,
     removes_imports: bool = True,
     removes_dead_values: bool = True,
+    names_strategies: bool = True,
 ) -> tuple[str, list[Finding]]:
     """The final text and every finding, sorted by input position.
 
-    Two rounds at most, each on a text parsed once: dead FSDP1 value bindings, then unused
-    FSDP1 imports on the text without them (their reads are gone with them).
+    Two rounds at most, each on a text parsed once: dead FSDP1 value bindings and strategies
+    to name (disjoint: a dead binding has no reads to reach a reader), then unused FSDP1
+    imports on the text without them (their reads are gone with them).
     """
     lines = applied_lines = LineIndex(applied.text)
     names = Names(_parsed(applied.text, "the rewrite would not parse"), module_name)
@@ -37,7 +41,12 @@ def tidy(
         if removes_dead_values
         else []
     )
-    cleared = [dead_values.removal(applied_lines, d) for d in dead]
+    named = strategy_names.find(names, applied_lines) if names_strategies else []
+    cleared = sorted(
+        [dead_values.removal(applied_lines, d) for d in dead]
+        + [strategy_names.edit(applied_lines, n) for n in named],
+        key=lambda e: e.start,
+    )
     text, cleared_starts = apply_tracked(applied.text, cleared)
     if cleared:
         lines = LineIndex(text)
@@ -65,6 +74,9 @@ def tidy(
     for item in dead:
         start = back(applied_lines.start(item.target), applied.edits, applied.starts)
         findings.append(_finding(path, input_lines, start, dead_values.CODE, item.message()))
+    for strategy in named:
+        start = _input_offset(original, applied, applied_lines, strategy.node)
+        findings.append(_finding(path, input_lines, start, strategy_names.CODE, strategy.message()))
     for statement, alias in unused:
         start = back(
             back(lines.start(alias), cleared, cleared_starts), applied.edits, applied.starts
@@ -81,6 +93,22 @@ def _parsed(text: str, failure: str) -> ast.Module:
         return ast.parse(text)
     except SyntaxError as error:
         raise InternalError(f"{failure} ({error.msg}, line {error.lineno})") from error
+
+
+def _input_offset(original: str, applied: Applied, lines: LineIndex, node: ast.AST) -> int:
+    """Where ``node`` of the applied text was in the input: through the edits, or, for a node a
+    rewrite moved (its text copied into a replacement), the input's nearest copy of its text."""
+    offset = lines.start(node)
+    moved = any(
+        start <= offset < start + len(edit.replacement)
+        for edit, start in zip(applied.edits, applied.starts)
+    )
+    estimate = back(offset, applied.edits, applied.starts)
+    if not moved:
+        return estimate
+    text = lines.source(node)
+    copies = [m.start() for m in re.finditer(re.escape(text), original)]
+    return min(copies, key=lambda i: abs(i - estimate), default=estimate)
 
 
 def _forward(offset: int, *rounds: Sequence[Edit]) -> int:

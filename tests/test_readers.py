@@ -98,10 +98,28 @@ def test_reshard_after_forward_for_every_strategy():
     assert len(want) == len(S) + 1  # every strategy, and the default
 
 
-@pytest.mark.parametrize("value", ["FULL_SHARD", 1, True])
+@pytest.mark.parametrize("value", [1, True, b"FULL_SHARD"])
 def test_reshard_refuses_what_is_not_a_strategy(value):
     with pytest.raises(ValueError, match=r"must be a ShardingStrategy.*ShardingStrategy\[name\]"):
         reshard_after_forward_like_fsdp1(value)
+
+
+def test_strategies_by_name_read_as_their_members(one_rank):
+    """The codemod writes a strategy only the readers read as its member's name (F2P013): each
+    name reads as its member, in both readers; any other string is refused with the names."""
+    for strategy in S:
+        assert reshard_after_forward_like_fsdp1(strategy.name) == (
+            reshard_after_forward_like_fsdp1(strategy)
+        )
+    by_name = mesh_like_fsdp1("HYBRID_SHARD", device_id=CPU)
+    by_member = mesh_like_fsdp1(S.HYBRID_SHARD, device_id=CPU)
+    assert by_name.mesh_dim_names == by_member.mesh_dim_names == ("replicate", "shard")
+    assert by_name.mesh.tolist() == by_member.mesh.tolist()
+    for bad in ("full_shard", "FULL", ""):
+        with pytest.raises(ValueError, match=r"names no ShardingStrategy.*_HYBRID_SHARD_ZERO2"):
+            reshard_after_forward_like_fsdp1(bad)
+        with pytest.raises(ValueError, match="names no ShardingStrategy"):
+            mesh_like_fsdp1(bad, device_id=CPU)
 
 
 # -- mixed precision ----------------------------------------------------------------------------
@@ -207,7 +225,8 @@ def test_meshes_on_one_rank(one_rank):
 def test_mesh_refuses_what_fully_shard_like_fsdp1_refuses(one_rank):
     two_d = init_device_mesh("cpu", (1, 1))
     for kwargs, match in [
-        ({"sharding_strategy": "NO_SHARD"}, r"ShardingStrategy\[name\]"),
+        ({"sharding_strategy": "no_shard"}, r"names no ShardingStrategy"),
+        ({"sharding_strategy": 3}, r"ShardingStrategy\[name\]"),
         ({"process_group": dist.group.WORLD, "device_mesh": two_d}, r"pass one of them"),
         ({"device_mesh": two_d}, r"2-D device_mesh with a non-hybrid"),
         (

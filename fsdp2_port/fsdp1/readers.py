@@ -74,21 +74,24 @@ MESH_DIM_NAMES = ("replicate", "shard")
 # -- the readers --------------------------------------------------------------------------------
 
 
-def reshard_after_forward_like_fsdp1(sharding_strategy: ShardingStrategy | None) -> bool | None:
-    """FSDP2's ``reshard_after_forward`` for FSDP1's ``sharding_strategy``: equals
-    ``RESHARD_AFTER_FORWARD[sharding_strategy or FULL_SHARD]`` (``None`` for FULL_SHARD and
-    HYBRID_SHARD: reshard except the root, as FSDP1; ``False`` for the others)."""
-    check_sharding_strategy(sharding_strategy)
-    return RESHARD_AFTER_FORWARD[sharding_strategy or ShardingStrategy.FULL_SHARD]
+def reshard_after_forward_like_fsdp1(
+    sharding_strategy: ShardingStrategy | str | None,
+) -> bool | None:
+    """FSDP2's ``reshard_after_forward`` for FSDP1's ``sharding_strategy`` (a member or its
+    name, ``"SHARD_GRAD_OP"``): equals ``RESHARD_AFTER_FORWARD[sharding_strategy or
+    FULL_SHARD]`` (``None`` for FULL_SHARD and HYBRID_SHARD: reshard except the root, as FSDP1;
+    ``False`` for the others)."""
+    return RESHARD_AFTER_FORWARD[strategy_of(sharding_strategy)]
 
 
 def mesh_like_fsdp1(
-    sharding_strategy: ShardingStrategy | None = None,
+    sharding_strategy: ShardingStrategy | str | None = None,
     process_group: dist.ProcessGroup | tuple[dist.ProcessGroup, dist.ProcessGroup] | None = None,
     device_mesh: DeviceMesh | None = None,
     device_id: int | torch.device | None = None,
 ) -> DeviceMesh:
-    """The mesh ``fully_shard_like_fsdp1`` builds for these FSDP1 arguments: 1-D over
+    """The mesh ``fully_shard_like_fsdp1`` builds for these FSDP1 arguments (the strategy: a
+    member or its name): 1-D over
     ``process_group`` (WORLD by default) or ``device_mesh`` for FULL_SHARD / SHARD_GRAD_OP;
     2-D named ``("replicate", "shard")`` for the hybrid strategies (FSDP1's default groups, an
     ``(intra_node, inter_node)`` pair, or a 2-D ``device_mesh``); NO_SHARD as an (N, 1) mesh of
@@ -99,11 +102,11 @@ def mesh_like_fsdp1(
     Every call builds a new mesh, with new process groups for NO_SHARD and FSDP1's default
     hybrid groups (a collective every rank must join): call it once per FSDP1 constructor and
     hand the one mesh to every ``fully_shard`` of that model, as FSDP1 shares its groups."""
-    check_sharding_strategy(sharding_strategy)
+    strategy = strategy_of(sharding_strategy)
     check_process_group_and_device_mesh(process_group, device_mesh)
     check_device_id(device_id)
     return build_mesh(
-        sharding_strategy or ShardingStrategy.FULL_SHARD,
+        strategy,
         process_group,
         device_mesh,
         device_type(None, device_id, device_mesh),
@@ -267,6 +270,20 @@ def check_sharding_strategy(strategy: Any) -> None:
             f"sharding_strategy must be a ShardingStrategy, not {strategy!r}: for a name read "
             "from a config, pass ShardingStrategy[name]"
         )
+
+
+def strategy_of(strategy: ShardingStrategy | str | None) -> ShardingStrategy:
+    """The readers' strategy: a member, its name (``"FULL_SHARD"``, as the codemod writes a
+    strategy only readers read) or ``None`` (FULL_SHARD, FSDP1's default)."""
+    if isinstance(strategy, str):
+        if strategy not in ShardingStrategy.__members__:
+            raise ValueError(
+                f"sharding_strategy {strategy!r} names no ShardingStrategy (one of "
+                f"{', '.join(ShardingStrategy.__members__)})"
+            )
+        return ShardingStrategy[strategy]
+    check_sharding_strategy(strategy)
+    return strategy or ShardingStrategy.FULL_SHARD
 
 
 def check_process_group_and_device_mesh(process_group: Any, device_mesh: Any) -> None:
