@@ -66,8 +66,14 @@ class Reading:
     bridges: int = 0
     live: list[str] = field(default_factory=list)
     #: FSDP1 names the file imports (``ShardingStrategy``, ``wrap.transformer_auto_wrap_policy``,
-    #: the ``torch.distributed.fsdp`` module used for FSDP1 names...), as ``qualified`` names
+    #: the ``torch.distributed.fsdp`` module used for FSDP1 names...), as ``qualified`` names,
+    #: less those of ``fsdp1_dual``
     fsdp1_imports: list[str] = field(default_factory=list)
+    #: FSDP1 names read only where code serves both versions on purpose: an ``isinstance`` /
+    #: ``issubclass`` tuple that also names an FSDP2 class, or the branch of an ``if`` (or
+    #: conditional expression) whose other branch uses FSDP2's names (the dispatch the codemod
+    #: keeps without ``--drop-fsdp1-branches``)
+    fsdp1_dual: list[str] = field(default_factory=list)
 
 
 def read(path: str, text: str) -> Reading:
@@ -75,7 +81,10 @@ def read(path: str, text: str) -> Reading:
     tree = ast.parse(text)
     names = _imported(tree)
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    reading = Reading(fsdp1_imports=_fsdp1_imports(tree))
+    reading = Reading()
+    for qualified, local in _fsdp1_imports(tree):
+        dual = _only_in_dual_dispatch(tree, local, names, parents)
+        (reading.fsdp1_dual if dual else reading.fsdp1_imports).append(qualified)
     ddp_names = _bound_to(tree, names, _DDP)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -199,9 +208,10 @@ def _bound_to(tree: ast.AST, names: dict[str, str], classes: set[str]) -> set[st
     return out
 
 
-def _fsdp1_imports(tree: ast.AST) -> list[str]:
-    """The FSDP1 names imported anywhere in the file: from ``torch.distributed.fsdp`` (or its
-    FSDP1 submodules) anything that is not FSDP2's; a whole FSDP1 submodule."""
+def _fsdp1_imports(tree: ast.AST) -> list[tuple[str, str]]:
+    """The FSDP1 names imported anywhere in the file, with the name each binds: from
+    ``torch.distributed.fsdp`` (or its FSDP1 submodules) anything that is not FSDP2's; a whole
+    FSDP1 submodule."""
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -210,17 +220,73 @@ def _fsdp1_imports(tree: ast.AST) -> list[str]:
             ):
                 if node.module.startswith("torch.distributed.fsdp._fully_shard"):
                     continue
-                out += [f"{node.module}.{a.name}" for a in node.names if a.name not in _FSDP2_NAMES]
+                out += [
+                    (f"{node.module}.{a.name}", a.asname or a.name)
+                    for a in node.names
+                    if a.name not in _FSDP2_NAMES
+                ]
             elif node.module == "torch.distributed":
-                out += [f"torch.distributed.{a.name}" for a in node.names if a.name == "fsdp"]
+                out += [
+                    (f"torch.distributed.{a.name}", a.asname or a.name)
+                    for a in node.names
+                    if a.name == "fsdp"
+                ]
         elif isinstance(node, ast.Import):
             out += [
-                a.name
+                (a.name, a.asname or a.name.split(".")[0])
                 for a in node.names
                 if a.name.startswith("torch.distributed.fsdp.")
                 and not a.name.startswith("torch.distributed.fsdp._fully_shard")
             ]
     return out
+
+
+def _only_in_dual_dispatch(
+    tree: ast.AST, local: str, names: dict[str, str], parents: dict[ast.AST, ast.AST]
+) -> bool:
+    """Every read of ``local`` is in an FSDP1 part of a dual-version dispatch (``Reading``)."""
+    reads = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == local]
+    reads = [n for n in reads if isinstance(n.ctx, ast.Load)]
+    return bool(reads) and all(_in_dual_dispatch(n, names, parents) for n in reads)
+
+
+def _in_dual_dispatch(
+    node: ast.AST, names: dict[str, str], parents: dict[ast.AST, ast.AST]
+) -> bool:
+    child, parent = node, parents.get(node)
+    while parent is not None:
+        if isinstance(parent, ast.Tuple) and _is_type_test_tuple(parent, parents):
+            if any(_names_fsdp2(e, names) for e in parent.elts):
+                return True
+        if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+            body = parent.body if isinstance(parent.body, list) else [parent.body]
+            orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
+            other = orelse if any(child is b for b in body) else body
+            if any(_names_fsdp2(s, names) for s in other):
+                return True
+        child, parent = parent, parents.get(parent)
+    return False
+
+
+def _is_type_test_tuple(node: ast.Tuple, parents: dict[ast.AST, ast.AST]) -> bool:
+    call = parents.get(node)
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id in ("isinstance", "issubclass")
+        and len(call.args) == 2
+        and call.args[1] is node
+    )
+
+
+def _names_fsdp2(tree: ast.AST, names: dict[str, str]) -> bool:
+    """Whether ``tree`` reads one of FSDP2's public names."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            qualified = _qualified(node, names) or ""
+            if qualified.rsplit(".", 1)[-1] in _FSDP2_NAMES and "fsdp" in qualified:
+                return True
+    return False
 
 
 def _imported(tree: ast.AST) -> dict[str, str]:

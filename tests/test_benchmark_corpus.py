@@ -137,3 +137,34 @@ def test_fetch_corpus_takes_the_named_commit_and_checks_hashes(tmp_path, server)
     assert done.returncode == 0, done.stderr
     assert "[1/3] org/one/src/train.py: already there" in done.stderr
     assert (corpus / "org+three" / "gone.py").read_bytes() == b"never served\n"
+
+
+DISPATCH = """\
+from torch.distributed.fsdp import FSDPModule, MixedPrecision, MixedPrecisionPolicy, ShardingStrategy
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def prepare(model, version):
+    if not isinstance(model, (FSDP, FSDPModule)):
+        if version == 1:
+            precision = MixedPrecision(param_dtype=None)
+        else:
+            precision = MixedPrecisionPolicy()
+    return model, precision, ShardingStrategy.FULL_SHARD
+"""
+
+
+def test_the_reading_sets_apart_names_read_only_in_dual_version_dispatches():
+    """The issue's exception: an isinstance tuple with an FSDP2 class, the branch of an ``if``
+    whose other branch uses FSDP2; a read anywhere else (the return line) counts."""
+    from benchmarks import live_fsdp1
+
+    reading = live_fsdp1.read("m.py", DISPATCH)
+    assert sorted(reading.fsdp1_dual) == [
+        "torch.distributed.fsdp.FullyShardedDataParallel",
+        "torch.distributed.fsdp.MixedPrecision",
+    ]
+    assert reading.fsdp1_imports == ["torch.distributed.fsdp.ShardingStrategy"]
+    # the same FSDP1 call with no FSDP2 branch beside it is no dispatch
+    alone = live_fsdp1.read("m.py", DISPATCH.replace("MixedPrecisionPolicy()", "None"))
+    assert "torch.distributed.fsdp.MixedPrecision" in alone.fsdp1_imports
