@@ -140,8 +140,8 @@ def test_fetch_corpus_takes_the_named_commit_and_checks_hashes(tmp_path, server)
 
 
 DISPATCH = """\
-from torch.distributed.fsdp import FSDPModule, MixedPrecision, MixedPrecisionPolicy, ShardingStrategy
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import FSDPModule, MixedPrecision, MixedPrecisionPolicy
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
 
 
 def prepare(model, version):
