@@ -176,17 +176,55 @@ def _fsdp_refs(analysis: FileAnalysis, node: ast.AST) -> list[ast.expr]:
 def _to_fsdp_module(
     analysis: FileAnalysis, kinds: ast.AST, refs: list[ast.expr], message: str
 ) -> Rewrite:
-    """``FSDPModule`` in place of each FSDP1 reference (dropped from a tuple that has it)."""
+    """``FSDPModule`` in place of each FSDP1 reference (dropped from a tuple, or a ``|`` union,
+    that has it)."""
     has_fsdp2 = isinstance(kinds, ast.Tuple) and any(
         analysis.fsdp2_name(e) == "FSDPModule" for e in kinds.elts
     )
     if has_fsdp2:
         assert isinstance(kinds, ast.Tuple)
         return Rewrite(_tuple_removals(analysis, kinds, set(refs)), message)
-    edits = [analysis.replace(ref, "FSDPModule") for ref in refs]
-    return Rewrite(
-        edits, message, [analysis.import_for(refs[0], analysis.options.fsdp2_module, "FSDPModule")]
-    )
+    edits, replaced = [], []
+    for ref in refs:
+        union = _union_of(analysis, ref)
+        members = _union_members(union) if union is not None else []
+        if any(analysis.fsdp2_name(m) == "FSDPModule" for m in members) and (
+            len(set(members) & set(refs)) == 1
+        ):
+            edits.append(_union_removal(analysis, ref))
+        else:
+            edits.append(analysis.replace(ref, "FSDPModule"))
+            replaced.append(ref)
+    module = analysis.options.fsdp2_module
+    imports = [analysis.import_for(r, module, "FSDPModule") for r in replaced[:1]]
+    return Rewrite(edits, message, imports)
+
+
+def _union_members(union: ast.expr) -> list[ast.expr]:
+    """The operands of a ``|`` union, flattened."""
+    if isinstance(union, ast.BinOp) and isinstance(union.op, ast.BitOr):
+        return [*_union_members(union.left), *_union_members(union.right)]
+    return [union]
+
+
+def _union_of(analysis: FileAnalysis, member: ast.expr) -> ast.BinOp | None:
+    """The whole ``|`` union ``member`` is an operand of, if any."""
+    union = None
+    node: ast.AST = member
+    while isinstance(parent := analysis.names.parent.get(node), ast.BinOp) and isinstance(
+        parent.op, ast.BitOr
+    ):
+        union = node = parent
+    return union
+
+
+def _union_removal(analysis: FileAnalysis, member: ast.expr) -> Edit:
+    """``member`` and the ``|`` beside it removed from its union."""
+    union = analysis.names.parent[member]
+    assert isinstance(union, ast.BinOp)
+    if union.left is member:
+        return Edit(analysis.lines.start(member), analysis.lines.start(union.right), "")
+    return Edit(analysis.lines.end(union.left), analysis.lines.end(member), "")
 
 
 def _tuple_removals(analysis: FileAnalysis, kinds: ast.Tuple, drop: set[ast.expr]) -> list[Edit]:
