@@ -440,9 +440,9 @@ def test_signature_is_fsdp1s(name):
     if name in ("state_dict_type", "set_state_dict_type"):
         # the settings may be given as DCP's options instead: the type became optional
         keyword = inspect.Parameter.KEYWORD_ONLY
-        assert ours[-1] == ("options", keyword, None)
+        assert ours[-2:] == [("options", keyword, None), ("optim_options", keyword, None)]
         assert fsdp1[1] == ("state_dict_type", inspect.Parameter.POSITIONAL_OR_KEYWORD, _EMPTY)
-        ours, fsdp1 = ours[:-1], [fsdp1[0], (*fsdp1[1][:2], None), *fsdp1[2:]]
+        ours, fsdp1 = ours[:-2], [fsdp1[0], (*fsdp1[1][:2], None), *fsdp1[2:]]
     assert ours == fsdp1
 
 

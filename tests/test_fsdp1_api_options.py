@@ -79,6 +79,35 @@ MAPPED = [
 ]
 
 
+#: ``options`` for the model with ``optim_options`` for the optimizer, and the FSDP1 settings
+#: they mean: the model's from the first, the optimizer's from the second (one type for both).
+MIXED = [
+    (
+        StateDictOptions(),
+        StateDictOptions(cpu_offload=True),
+        StateDictSettings(SHARDED, ShardedStateDictConfig(), ShardedOptimStateDictConfig()),
+    ),
+    (
+        StateDictOptions(full_state_dict=True, cpu_offload=True),
+        StateDictOptions(full_state_dict=True),
+        StateDictSettings(
+            FULL,
+            FullStateDictConfig(offload_to_cpu=True, rank0_only=True),
+            FullOptimStateDictConfig(offload_to_cpu=False),
+        ),
+    ),
+]
+#: Every DCP form: ``(options, optim_options or None, settings)``.
+FORMS = [(options, None, settings) for options, settings in MAPPED] + MIXED
+
+
+def _dcp(options: StateDictOptions, optim_options: StateDictOptions | None) -> dict:
+    """The keyword arguments of a DCP form."""
+    if optim_options is None:
+        return {"options": options}
+    return {"options": options, "optim_options": optim_options}
+
+
 def _triple(settings: StateDictSettings) -> tuple:
     return (
         settings.state_dict_type,
@@ -93,6 +122,29 @@ def _triple(settings: StateDictSettings) -> tuple:
 @pytest.mark.parametrize(("options", "settings"), MAPPED)
 def test_options_mean_these_fsdp1_settings(options, settings):
     assert fsdp1_api._settings_of_options(options) == settings
+
+
+@pytest.mark.parametrize(("options", "optim_options", "settings"), MIXED)
+def test_optim_options_set_the_optimizers_settings(options, optim_options, settings):
+    assert fsdp1_api._given(None, None, None, options, optim_options) == settings
+
+
+def test_optim_options_need_options_and_the_same_type():
+    model = nn.Linear(2, 2)
+    for function in (fsdp2_port.state_dict_type, fsdp2_port.set_state_dict_type):
+        with pytest.raises(ValueError, match="optim_options: given without options"):
+            function(model, optim_options=StateDictOptions())
+        with pytest.raises(ValueError, match="full_state_dict must agree"):
+            function(
+                model,
+                options=StateDictOptions(),
+                optim_options=StateDictOptions(full_state_dict=True),
+            )
+        with pytest.raises(ValueError, match="has no FSDP1 state-dict setting"):
+            function(
+                model, options=StateDictOptions(), optim_options=StateDictOptions(strict=False)
+            )
+    assert "state_dict" not in vars(model)  # nothing was set
 
 
 def test_the_codemod_writes_the_same_table():
@@ -206,32 +258,35 @@ def _options_forms(rank, world):
     f1, m2 = _fsdp1(), _fsdp2(world)
     _step(f1, rank, world)
     o2 = _step(m2, rank, world)
-    for options, settings in MAPPED:
+    for options, optim_options, settings in FORMS:
         full = settings.state_dict_type == FULL
         offload = options.cpu_offload
+        optim_offload = (optim_options or options).cpu_offload
+        dcp = _dcp(options, optim_options)
         # FSDP2: the two forms give the same dicts, inside a block and set persistently.
         outside = fsdp2_port.get_state_dict_type(m2)
         with fsdp2_port.state_dict_type(m2, *_triple(settings)):
             want, want_osd = _state(m2, o2)
-        with fsdp2_port.state_dict_type(m2, options=options):
+        with fsdp2_port.state_dict_type(m2, **dcp):
             assert fsdp2_port.get_state_dict_type(m2) == settings
             got, got_osd = _state(m2, o2)
         _same(got, want)
         _same(got_osd, want_osd)
         assert fsdp2_port.get_state_dict_type(m2) == outside  # restored on exit
-        keeps = not (full and offload) or rank == 0  # DCP: full + cpu_offload -> rank 0 only
-        assert bool(got) == keeps and bool(got_osd) == keeps
+        # DCP: full + cpu_offload -> rank 0 only
+        keeps, keeps_osd = (not (full and o) or rank == 0 for o in (offload, optim_offload))
+        assert bool(got) == keeps and bool(got_osd) == keeps_osd
         values = [v for v in got.values()]
         assert all(isinstance(v, DTensor) != full for v in values)
         assert all(_local(v).device.type == "cpu" for v in values)  # gloo: the CPU either way
-        previous = fsdp2_port.set_state_dict_type(m2, options=options)
+        previous = fsdp2_port.set_state_dict_type(m2, **dcp)
         assert fsdp2_port.get_state_dict_type(m2) == settings
         _same(_state(m2, o2)[0], want)
         assert fsdp2_port.set_state_dict_type(m2, *_triple(previous)) == settings
 
         # Load: the options form loads what the FSDP1 form saved, back to the same weights.
-        if not (full and offload):  # rank 0 only holds values: not a load on every rank
-            with fsdp2_port.state_dict_type(m2, options=options):
+        if not (full and (offload or optim_offload)):  # rank 0 only: not a load everywhere
+            with fsdp2_port.state_dict_type(m2, **dcp):
                 saved = m2.state_dict()
                 osd = fsdp2_port.optim_state_dict(m2, o2)
                 _perturb(m2)
@@ -242,7 +297,7 @@ def _options_forms(rank, world):
                 _same(fsdp2_port.optim_state_dict_to_load(m2, o2, osd), loaded)
 
         # FSDP1: fsdp2_port's options form is FSDP1's own call with those settings.
-        with fsdp2_port.state_dict_type(f1, options=options):
+        with fsdp2_port.state_dict_type(f1, **dcp):
             assert FSDP.get_state_dict_type(f1) == settings
             if not (full and offload):  # FSDP1's offloaded FULL segfaults on the CPU
                 got1 = f1.state_dict()
@@ -254,14 +309,14 @@ def _options_forms(rank, world):
                 a, b = _local(got1[key]), _local(want1[key])
                 assert type(got1[key]) is type(want1[key]) and a.device == b.device
                 assert torch.equal(a, b), key
-            with fsdp2_port.state_dict_type(f1, options=options):
+            with fsdp2_port.state_dict_type(f1, **dcp):
                 _perturb(f1)
                 f1.load_state_dict(got1)  # the load direction: back to the same weights
             with FSDP.state_dict_type(f1, *_triple(settings)):
                 after = f1.state_dict()
             assert all(torch.equal(_local(after[k]), _local(want1[k])) for k in want1)
         before = FSDP.get_state_dict_type(f1)
-        previous = fsdp2_port.set_state_dict_type(f1, options=options)
+        previous = fsdp2_port.set_state_dict_type(f1, **dcp)
         assert previous == before and FSDP.get_state_dict_type(f1) == settings
         FSDP.set_state_dict_type(f1, *_triple(before))
         assert FSDP.get_state_dict_type(f1) == before

@@ -7,7 +7,9 @@ may be DDP, ``clip_grad_norm_``/``summon_full_params``/``fsdp_modules`` and the 
 optimizer-state functions on a receiver it cannot tie to one model. Each function takes
 ``FullyShardedDataParallel``'s arguments in its order; ``state_dict_type`` and
 ``set_state_dict_type`` also take DCP's ``options=StateDictOptions(...)`` instead, which means
-exactly the FSDP1 settings DCP applies to FSDP1 models (``_settings_of_options``).
+exactly the FSDP1 settings DCP applies to FSDP1 models (``_settings_of_options``), and
+``optim_options=`` for the optimizer's where they differ (as one would call
+``get_model_state_dict`` and ``get_optimizer_state_dict`` with options of their own).
 
 - A model holding FSDP1 instances gets FSDP1's own function, unchanged.
 - Any other model (FSDP2: ``fully_shard`` at the root or only inside; DDP; a plain module)
@@ -468,8 +470,10 @@ def _given(
     state_dict_config: StateDictConfig | None,
     optim_state_dict_config: OptimStateDictConfig | None,
     options: StateDictOptions | None,
+    optim_options: StateDictOptions | None = None,
 ) -> StateDictSettings:
-    """The settings asked for, in FSDP1's words or in DCP's (``options``): exactly one of them.
+    """The settings asked for, in FSDP1's words or in DCP's (``options``, and ``optim_options``
+    for the optimizer where they differ): exactly one of them.
 
     FSDP1's words are passed on as given (a config left None stays None: FSDP1 fills in its
     own default)."""
@@ -484,13 +488,27 @@ def _given(
         )
         if value is not None
     }
+    if optim_options is not None and options is None:
+        raise ValueError("optim_options: given without options (the model's); pass both")
     if options is not None:
         if fsdp1:
             raise ValueError(
                 f"options: given together with {', '.join(fsdp1)}; pass either options= "
                 "(a StateDictOptions) or FSDP1's state_dict_type and configs, not both"
             )
-        return _settings_of_options(options)
+        settings = _settings_of_options(options)
+        if optim_options is None:
+            return settings
+        optim = _settings_of_options(optim_options)
+        if optim.state_dict_type != settings.state_dict_type:
+            raise ValueError(
+                "optim_options: full_state_dict must agree with options' (FSDP1 has one "
+                f"state-dict type for both), got {options.full_state_dict} and "
+                f"{optim_options.full_state_dict}"
+            )
+        return StateDictSettings(
+            settings.state_dict_type, settings.state_dict_config, optim.optim_state_dict_config
+        )
     if state_dict_type is None:
         raise ValueError(
             "state_dict_type: missing; pass FSDP1's state_dict_type (and configs) or options= "
@@ -513,6 +531,7 @@ def state_dict_type(
     optim_state_dict_config: OptimStateDictConfig | None = None,
     *,
     options: StateDictOptions | None = None,
+    optim_options: StateDictOptions | None = None,
 ) -> contextlib.AbstractContextManager[None]:
     """``FSDP.state_dict_type(...)``: inside the block, ``module.state_dict()`` and
     ``module.load_state_dict()`` (wherever they are called) and the optimizer functions below
@@ -522,12 +541,15 @@ def state_dict_type(
     DCP's: ``options``, a ``torch.distributed.checkpoint.state_dict.StateDictOptions``, which
     means the FSDP1 settings DCP itself applies to FSDP1 models (``_settings_of_options``:
     ``StateDictOptions(full_state_dict=True, cpu_offload=True)`` is FULL, offloaded, rank 0
-    only, for the model and the optimizer alike). One of the two, never both.
+    only, for the model and the optimizer alike), with ``optim_options`` for the optimizer's
+    where they differ (same ``full_state_dict``). One of the two, never both.
 
     FSDP1 models: FSDP1's context manager. Others (FSDP2, DDP, plain): what was set before (a
     type, or nothing) is restored on exit, also by an exception.
     """
-    settings = _given(state_dict_type, state_dict_config, optim_state_dict_config, options)
+    settings = _given(
+        state_dict_type, state_dict_config, optim_state_dict_config, options, optim_options
+    )
     if _is_fsdp1(module):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -565,16 +587,19 @@ def set_state_dict_type(
     optim_state_dict_config: OptimStateDictConfig | None = None,
     *,
     options: StateDictOptions | None = None,
+    optim_options: StateDictOptions | None = None,
 ) -> StateDictSettings:
     """``FSDP.set_state_dict_type(...)``: as ``state_dict_type``, until changed; returns the
-    previous settings. ``options`` (DCP's words) instead of the FSDP1 arguments: as in
-    ``state_dict_type``.
+    previous settings. ``options`` and ``optim_options`` (DCP's words) instead of the FSDP1
+    arguments: as in ``state_dict_type``.
 
     A model without FSDP1 that nobody set a type on reports FSDP1's default (FULL, default
     configs): the optimizer functions follow it. Its own ``state_dict()`` is its class's until a
     type is set (DTensors on FSDP2); setting FULL explicitly gives FSDP1's default there too.
     """
-    given = _given(state_dict_type, state_dict_config, optim_state_dict_config, options)
+    given = _given(
+        state_dict_type, state_dict_config, optim_state_dict_config, options, optim_options
+    )
     if _is_fsdp1(module):
         from torch.distributed.fsdp import FullyShardedDataParallel
 

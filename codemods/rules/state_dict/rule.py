@@ -181,6 +181,15 @@ def _dcp_options(
     return True, None if text == "StateDictOptions()" else text
 
 
+def _exact_side(kind: str, side: int, settings: tuple[bool, bool]) -> str | None:
+    """The ``StateDictOptions`` text that says ``settings`` exactly on ``side`` of a ``kind``
+    state dict (``OPTIONS_OF_SETTINGS``; the other side aside), or None."""
+    for (type_, *sides), text in OPTIONS_OF_SETTINGS.items():
+        if type_ == kind and sides[side] == settings:
+            return text
+    return None
+
+
 def _block_options(kind: str, model: tuple[bool, bool], optim: tuple[bool, bool]) -> Options:
     """What each DCP call says inside ``FSDP.state_dict_type(m, kind, <model>, <optim>)``
     (``(offload_to_cpu, rank0_only)`` of each config, FSDP1's defaults filled in)."""
@@ -860,14 +869,14 @@ class StateDictRule:
         function: str,
         what: str,
         groups: frozenset[str],
-        options: str,
+        arguments: str,
         configs: list[calls.Argument],
         kind: ast.expr,
     ) -> None:
         """``FSDP.<function>(m, <literal settings>)`` -> ``fsdp2_port.<function>(m,
-        options=StateDictOptions(...))``: the same settings in DCP's words; a config bound to a
-        name for this call alone goes with it. The import goes where the type's enum was
-        imported."""
+        options=StateDictOptions(...)[, optim_options=...])``: the same settings in DCP's words;
+        a config bound to a name for this call alone goes with it. The import goes where the
+        type's enum was imported."""
         analysis = self.analysis
         module = call.args[0]
         group = groups | {f"state_dict:{analysis.site_id(call)}"}
@@ -878,13 +887,13 @@ class StateDictRule:
             Edit(
                 analysis.span(module)[1],
                 analysis.span(calls.arguments(call)[-1].node)[1],
-                f", options={options}",
+                f", {arguments}",
             ),
         ]
-        new = _New(options, ["StateDictOptions"])
+        new = _New(arguments, ["StateDictOptions"])
         rewrite = Rewrite(
             edits,
-            f"FSDP.{function}(<FSDP1 settings>) -> fsdp2_port.{function}(..., options={options}): "
+            f"FSDP.{function}(<FSDP1 settings>) -> fsdp2_port.{function}(..., {arguments}): "
             f"the same settings in DCP's words, {_RUNTIME}",
             [analysis.module_import("fsdp2_port"), *self._imports(kind, new)],
         )
@@ -893,7 +902,8 @@ class StateDictRule:
             self._drop_config_binding(config, group)
 
     def _options_form(self, call: ast.Call) -> tuple[str, list[calls.Argument], ast.expr] | None:
-        """The ``StateDictOptions(...)`` text that says exactly the FSDP1 settings of a
+        """The ``options=StateDictOptions(...)`` text (with ``optim_options=`` where no one
+        options value says both configs) that says exactly the FSDP1 settings of a
         ``state_dict_type``/``set_state_dict_type`` call (``OPTIONS_OF_SETTINGS``), its config
         arguments and its type argument; None unless the module is passed first, the type is
         a literal member and each config is written at the call, or bound to a name in the
@@ -917,9 +927,14 @@ class StateDictRule:
         if model is None or optim is None:
             return None
         options = OPTIONS_OF_SETTINGS.get((kind, model, optim))
-        if options is None:
+        if options is not None:
+            return f"options={options}", configs, bound["state_dict_type"].value
+        # no one row: the model's options and the optimizer's, each exact on its own side
+        sides = [_exact_side(kind, _MODEL, model), _exact_side(kind, _OPTIM, optim)]
+        if None in sides:
             return None
-        return options, configs, bound["state_dict_type"].value
+        arguments = f"options={sides[0]}, optim_options={sides[1]}"
+        return arguments, configs, bound["state_dict_type"].value
 
     def _settings(self, arg: calls.Argument | None, expected: str) -> tuple[bool, bool] | None:
         """``(offload_to_cpu, rank0_only)`` of an exactly known config, FSDP1's defaults filled

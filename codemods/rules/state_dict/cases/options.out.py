@@ -50,10 +50,11 @@ def helper(model):
     return fsdp2_port.state_dict_type(model, options=StateDictOptions(cpu_offload=True))
 
 
-# FSDP1 settings no StateDictOptions says: FSDP1's words stay.
+# FSDP1's default optimizer configs offload; one StateDictOptions cannot say it with the model's.
 def default_optim_offloads(model):
-    """FSDP1's default optimizer configs offload (FULL: on every rank); DCP's do not."""
-    fsdp2_port.set_state_dict_type(model, StateDictType.SHARDED_STATE_DICT, ShardedStateDictConfig())
+    """SHARDED: the optimizer's own optim_options. FULL offloads on every rank, which no
+    StateDictOptions says (offloaded FULL is rank 0's alone): FSDP1's words stay."""
+    fsdp2_port.set_state_dict_type(model, options=StateDictOptions(), optim_options=StateDictOptions(cpu_offload=True))
     with fsdp2_port.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
         model.save()
 
