@@ -131,3 +131,15 @@ def is_simple(node: ast.AST) -> bool:
     while isinstance(node, ast.Attribute):
         node = node.value
     return isinstance(node, (ast.Name, ast.Constant))
+
+
+def parameter_for(
+    parameters: ast.arguments, position: int | None, keyword: str | None
+) -> ast.arg | None:
+    """The parameter of a ``def`` that the argument at ``position`` (or by ``keyword``) fills;
+    None where ``*args``/``**kwargs`` would take it or none matches."""
+    positional = [*parameters.posonlyargs, *parameters.args]
+    if position is not None:
+        return positional[position] if position < len(positional) else None
+    named = [*parameters.args, *parameters.kwonlyargs]
+    return next((p for p in named if p.arg == keyword), None)

@@ -113,7 +113,7 @@ def migrate_text(
         package,
         removes_imports="F2P001" in codes,
         removes_dead_values="F2P012" in codes,
-        names_strategies="F2P013" in codes,
+        writes_reader_values="F2P013" in codes,
     )
 
 
@@ -191,7 +191,7 @@ def _apply(
             item.package_init,
             removes_imports="F2P001" in codes,
             removes_dead_values="F2P012" in codes,
-            names_strategies="F2P013" in codes,
+            writes_reader_values="F2P013" in codes,
         )
     except InternalError as error:
         result.error = f"internal error: {error} (please report)"

@@ -2,9 +2,9 @@
 
 The constructor rule comes first (every other site is about the models it finds); the
 leftovers rule comes last, so that it sees which FSDP1 names no other rule covers. Import
-clean-up (F2P001), the removal of FSDP1 values left unread (F2P012) and the naming of strategies
-only the readers read (F2P013) are not rules of their own: they run once per file, after every
-rewrite is applied.
+clean-up (F2P001), the removal of FSDP1 values left unread (F2P012) and the rewriting of FSDP1
+values only the readers read (F2P013) are not rules of their own: they run once per file, after
+every rewrite is applied.
 ``--list-rules``, the rules table of ``docs/migrate.md`` and the emitted-API test are made
 from the rules' own ``CODES`` and ``EMITS``.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from codemods import dead_values, imports, strategy_names
+from codemods import dead_values, imports, reader_values
 from codemods.rules import Code, Rule
 from codemods.rules.clip_grad import ClipGradRule
 from codemods.rules.constructors import ConstructorRule
@@ -42,7 +42,7 @@ DOCS: dict[str, Code] = dict(
         {
             imports.CODE: imports.DOC,
             dead_values.CODE: dead_values.DOC,
-            strategy_names.CODE: strategy_names.DOC,
+            reader_values.CODE: reader_values.DOC,
             **{c: d for r in RULES for c, d in r.CODES.items()},
         }.items()
     )

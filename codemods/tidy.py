@@ -1,6 +1,6 @@
 """Stage four, per file: the new text read once per round. It must parse (or the file stays as
-it was); FSDP1 values the migration left unread go (F2P012) and strategies only the readers read
-are written as names (F2P013), then, read again, FSDP1 imports nothing reads any more (F2P001);
+it was); FSDP1 values the migration left unread go (F2P012) and FSDP1 values only the readers read
+are written without FSDP1 (F2P013), then, read again, FSDP1 imports nothing reads any more (F2P001);
 the markers' lines are settled."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from codemods import dead_values, imports, markers, strategy_names
+from codemods import dead_values, imports, markers, reader_values
 from codemods.apply import Applied, InternalError
 from codemods.findings import Finding
 from codemods.names import Names
@@ -26,12 +26,12 @@ def tidy(
     *,
     removes_imports: bool = True,
     removes_dead_values: bool = True,
-    names_strategies: bool = True,
+    writes_reader_values: bool = True,
 ) -> tuple[str, list[Finding]]:
     """The final text and every finding, sorted by input position.
 
-    Two rounds at most, each on a text parsed once: dead FSDP1 value bindings and strategies
-    to name (disjoint: a dead binding has no reads to reach a reader), then unused FSDP1
+    Two rounds at most, each on a text parsed once: dead FSDP1 value bindings and values only
+    readers read (disjoint: a dead binding has no reads to reach a reader), then unused FSDP1
     imports on the text without them (their reads are gone with them).
     """
     lines = applied_lines = LineIndex(applied.text)
@@ -41,10 +41,10 @@ def tidy(
         if removes_dead_values
         else []
     )
-    named = strategy_names.find(names, applied_lines) if names_strategies else []
+    written = reader_values.find(names, applied_lines) if writes_reader_values else []
     cleared = sorted(
         [dead_values.removal(applied_lines, d) for d in dead]
-        + [strategy_names.edit(applied_lines, n) for n in named],
+        + [reader_values.edit(applied_lines, w) for w in written],
         key=lambda e: e.start,
     )
     text, cleared_starts = apply_tracked(applied.text, cleared)
@@ -74,9 +74,9 @@ def tidy(
     for item in dead:
         start = back(applied_lines.start(item.target), applied.edits, applied.starts)
         findings.append(_finding(path, input_lines, start, dead_values.CODE, item.message()))
-    for strategy in named:
-        start = _input_offset(original, applied, applied_lines, strategy.node)
-        findings.append(_finding(path, input_lines, start, strategy_names.CODE, strategy.message()))
+    for value in written:
+        start = _input_offset(original, applied, applied_lines, value.node)
+        findings.append(_finding(path, input_lines, start, reader_values.CODE, value.message()))
     for statement, alias in unused:
         start = back(
             back(lines.start(alias), cleared, cleared_starts), applied.edits, applied.starts

@@ -42,6 +42,7 @@ import torch
 from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
+from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy, transformer_auto_wrap_policy
 
 
 def policy_of(cfg):
@@ -98,6 +99,27 @@ def build_offload(net, offload, classes):
     )
 
 
+def shard_with(net, policy, name):
+    return FSDP(
+        net,
+        auto_wrap_policy=policy,
+        sharding_strategy=getattr(ShardingStrategy, name),
+        device_id=torch.device("cpu"),
+    )
+
+
+def build_helped(net, classes, by_class):
+    if by_class:
+        return shard_with(
+            net,
+            functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes),
+            "SHARD_GRAD_OP",
+        )
+    blocks = [m for m in net.modules() if isinstance(m, tuple(classes))]
+    policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: m in blocks)
+    return shard_with(net, policy, "FULL_SHARD")
+
+
 def build_chosen(net, dtype, is_ref, classes):
     buffer_dtype = dtype
     mixed_precision = MixedPrecision(
@@ -119,8 +141,12 @@ def build_chosen(net, dtype, is_ref, classes):
 #: chosen in branches (``build_chosen``: written out as MixedPrecisionPolicy, no reader);
 #: "key:<key>": a strategy chosen by ``if``/``elif`` (``build_by_key``: each branch binds its
 #: ``reshard_after_forward`` and ``init_device_mesh``); "offload": CPU offload by a flag, on
-#: the migrated side only (it moves no numbers; FSDP1 pins memory, which needs an accelerator)
+#: the migrated side only (it moves no numbers; FSDP1 pins memory, which needs an accelerator);
+#: "helped:<class|lambda>": a policy and a strategy name handed to a helper that builds the
+#: model (``build_helped``: written as a predicate and a name where they are built, F2P013)
 CASES = {
+    "helped-class": ("helped:class", None, False, False),
+    "helped-lambda": ("helped:lambda", None, False, False),
     "chosen-bf16": ("chosen", torch.bfloat16, False, False),
     "key-ddp-sync": ("key:ddp", None, False, True),
     "key-zero2": ("key:zero2", None, False, False),
@@ -144,6 +170,8 @@ def _build(namespace: dict, case: str, rank: int, world: int, migrated: bool) ->
         return namespace["build_chosen"](net, dtype, False, {GainBlock})
     if kind == "offload":  # FSDP1 pins its CPU copies: it cannot offload on a CPU-only machine
         return namespace["build_offload"](net, migrated, {GainBlock})
+    if kind.startswith("helped:"):
+        return namespace["build_helped"](net, {GainBlock}, kind == "helped:class")
     if kind.startswith("key:"):
         return namespace["build_by_key"](net, kind.removeprefix("key:"), sync, {GainBlock})
     group = dist.new_group(list(range(world))) if own_group else None
@@ -184,6 +212,9 @@ def migrated() -> str:
     assert "CPUOffloadPolicy(pin_memory=False) if offload else OffloadPolicy()" in offload, offload
     by_key = text.split("def build_by_key")[1].split("def build_offload")[0]
     assert "init_device_mesh(" in by_key and "fsdp2_port" not in by_key, by_key
+    helped = text.split("def shard_with")[1].split("def build_chosen")[0]
+    assert "lambda module: isinstance(module, tuple(classes))" in helped, helped
+    assert "lambda_fn" not in helped and "ShardingStrategy" not in helped, helped
     chosen = text.split("def build_chosen")[1]
     assert "MixedPrecision(" not in chosen and "fsdp2_port" not in chosen, chosen
     assert not [f for f in findings if f.severity == "review"], findings

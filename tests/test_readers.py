@@ -41,6 +41,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import (
     ModuleWrapPolicy,
+    lambda_auto_wrap_policy,
     size_based_auto_wrap_policy,
     transformer_auto_wrap_policy,
 )
@@ -330,6 +331,44 @@ def test_units_are_fsdp1s(name):
         classes = tuple(case.mixed_precision._module_classes_to_ignore)
         apart = [n for n, m in model.named_modules() if isinstance(m, classes)]
         assert set(apart) <= set(ours), (apart, ours)
+
+
+@pytest.mark.parametrize("mixed_precision", [None, MixedPrecision(param_dtype=BF16)])
+def test_a_predicate_means_a_lambda_policy(mixed_precision):
+    """The codemod writes a lambda or transformer policy that only this reader reads as a
+    predicate (F2P013): its units are FSDP1's for the policy it came from."""
+    model = fsdp1_units.Model()
+
+    def fsdp1s(policy: Any) -> list[nn.Module]:
+        return units_like_fsdp1(model, policy, mixed_precision=mixed_precision)
+
+    def in_layers(module: nn.Module) -> bool:
+        return module in list(model.layers)
+
+    transformer = functools.partial(
+        transformer_auto_wrap_policy, transformer_layer_cls={fsdp1_units.Layer}
+    )
+    lambda_policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=in_layers)
+    nothing = ModuleWrapPolicy(set())  # built outside: its constructor is FSDP1 code
+    with forbid_fsdp1_calls():
+        assert fsdp1s(lambda m: isinstance(m, (fsdp1_units.Layer,))) == fsdp1s(transformer)
+        assert fsdp1s(in_layers) == fsdp1s(lambda_policy)
+        assert set(model.layers) <= set(fsdp1s(in_layers))
+        assert fsdp1s(lambda module: False) == fsdp1s(nothing)
+
+
+def test_what_takes_fsdp1s_call_is_a_policy_not_a_predicate():
+    """A callable FSDP1 could call (``module=, recurse=, nonwrapped_numel=``) is a policy, even
+    one that would also take a single module."""
+    model = fsdp1_units.Model()
+    asked = []
+
+    def policy(module, recurse=True, nonwrapped_numel=0):
+        asked.append(recurse)
+        return recurse or module is model.head
+
+    assert units_like_fsdp1(model, policy) == [model.head]
+    assert False in asked and True in asked  # asked as FSDP1 asks, recurse included
 
 
 def test_the_unit_cases_cover_units_refusals_and_batchnorm():

@@ -158,7 +158,10 @@ def units_like_fsdp1(
     auto_wrap_policy=auto_wrap_policy, mixed_precision=...)`` wraps as units, in the order FSDP1
     constructs them (children first), ``module`` itself excluded: ``fully_shard_like_fsdp1``'s
     units (``fsdp1.units.wrap_units``), for any policy it accepts (``None`` -> ``[]``), each
-    once (FSDP1 reaches a module registered under two names twice). Nothing is ignored; a
+    once (FSDP1 reaches a module registered under two names twice). The policy may also be a
+    predicate, ``is_unit(module) -> bool`` (how the codemod writes a lambda or transformer
+    policy only this reader reads): it means ``lambda_auto_wrap_policy`` with that
+    ``lambda_fn``. Nothing is ignored; a
     ModuleList/ModuleDict without a forward (``fully_shard`` refuses it) is left out, and
     raises if it would manage parameters of its own, as in ``fully_shard_like_fsdp1``.
 
@@ -211,8 +214,34 @@ def units_like_fsdp1(
 
     nothing = Ignored(set(), set(), set())
     kwargs = dict(root_kwargs)
-    units.wrap_units(module, auto_wrap_policy, nothing, kwargs, collect, fp32_hooks=False)
+    policy = _as_policy(auto_wrap_policy)
+    units.wrap_units(module, policy, nothing, kwargs, collect, fp32_hooks=False)
     return found
+
+
+def _as_policy(policy: Any) -> Any:
+    """A predicate ``is_unit(module)`` as the policy function it means (FSDP1's
+    ``lambda_auto_wrap_policy``: recurse everywhere, wrap where the predicate holds); any other
+    policy as given. A predicate is a callable that takes one module and not FSDP1's call
+    (``module=, recurse=, nonwrapped_numel=``), which no FSDP1 policy refuses."""
+    try:
+        signature = inspect.signature(policy)
+    except (TypeError, ValueError):  # not callable, or no signature to read
+        return policy
+    try:
+        signature.bind(module=None, recurse=True, nonwrapped_numel=0)
+        return policy  # FSDP1's call shape
+    except TypeError:
+        pass
+    try:
+        signature.bind(None)
+    except TypeError:
+        return policy
+
+    def is_unit_policy(module: nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:
+        return recurse or bool(policy(module))
+
+    return is_unit_policy
 
 
 #: FSDP1's keyword arguments and their defaults, ``module`` and ``auto_wrap_policy`` aside

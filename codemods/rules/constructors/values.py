@@ -174,15 +174,20 @@ def _spread(analysis: FileAnalysis, value: ast.expr, out: Pure) -> dict[str, ast
     """The entries of ``**name`` when ``name`` is a ``dict(...)``/``{...}`` of literal keys
     bound once and read only by constructors' ``**``."""
     binding = _binding(analysis, value)
-    entries = _dict_entries(analysis, binding.value) if binding and binding.value else None
-    if binding is None or entries is None:
+    entries_of = binding.value if binding is not None else None
+    entries = _dict_entries(analysis, entries_of) if entries_of is not None else None
+    if binding is None or entries_of is None or entries is None:
         out.blockers.append("**kwargs that are not a dict of literal keys bound here")
         return None
     users = _spread_users(analysis, binding)
     if users is None:
         out.blockers.append("**kwargs read by other code than FSDP(...) calls")
         return None
-    out.removable.append(Removable(SPREAD, analysis.names.statement(binding.node), users))
+    statement = analysis.names.statement(binding.node)
+    if rebound_before_use(analysis, entries_of, statement, analysis.uses_of(binding)):
+        out.blockers.append("**kwargs read a name bound again before the call")
+        return None
+    out.removable.append(Removable(SPREAD, statement, users))
     return entries
 
 
@@ -251,13 +256,46 @@ def resolved(
     if binding is None or binding.value is None:
         return None, None, f"{what} is not written at the call"
     users: set[ast.Call] = set()
-    for use in analysis.uses_of(binding):
+    uses = analysis.uses_of(binding)
+    for use in uses:
         found = _reader(analysis, use, what)
         if found is None:
             return None, None, f"{what} is read by other code than FSDP(...) calls"
         users |= found
     statement = analysis.names.statement(binding.node)
+    if rebound_before_use(analysis, binding.value, statement, uses):
+        return None, None, f"{what} reads a name bound again before the call"
     return binding.value, Removable(what, statement, frozenset(users)), None
+
+
+def rebound_before_use(
+    analysis: FileAnalysis, value: ast.expr, statement: ast.stmt, uses: list[ast.Name]
+) -> bool:
+    """Whether a name ``value`` reads when evaluated (lambda bodies read theirs later, in
+    either place) is bound again between ``statement`` and a read of what it bound: moved to
+    that read, ``value`` would see the new binding."""
+    after = (statement.end_lineno or statement.lineno, statement.end_col_offset or 0)
+    for node in _evaluated(value):
+        for binding in analysis.names.bindings_of(node):
+            where = (getattr(binding.node, "lineno", 0), getattr(binding.node, "col_offset", 0))
+            if any(after < where < (use.lineno, use.col_offset) for use in uses):
+                return True
+    return False
+
+
+def _evaluated(value: ast.expr) -> list[ast.Name]:
+    """The names an expression reads when it is evaluated (not those of its lambdas' bodies)."""
+    found: list[ast.Name] = []
+    stack: list[ast.AST] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            found.append(node)
+        elif isinstance(node, ast.Lambda):
+            stack.extend([*node.args.defaults, *(d for d in node.args.kw_defaults if d)])
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def inlined_once(removable: Removable | None, value: ast.expr) -> bool:

@@ -1,0 +1,327 @@
+"""F2P013: FSDP1 values that only fsdp2_port's readers read are written without FSDP1.
+
+Where an FSDP1 argument was chosen at run time, the plain rewrite reads it with a reader
+(``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``, ``units_like_fsdp1``), and each
+reader also takes an FSDP1-free spelling of its value. Once the readers are a value's only
+readers, the value is written that way where the program builds it, and the file no longer
+needs FSDP1 for it (F2P001 then removes the import):
+
+- a sharding strategy: ``ShardingStrategy.X`` -> ``"X"``, ``getattr(ShardingStrategy, s)`` /
+  ``ShardingStrategy[s]`` -> ``s`` (a dict per config string, a branch per choice, a private
+  module-level map, a default parameter);
+- a wrap policy that selects by module: ``functools.partial(lambda_auto_wrap_policy,
+  lambda_fn=f)`` -> ``f``, ``functools.partial(transformer_auto_wrap_policy,
+  transformer_layer_cls=S)`` -> ``lambda module: isinstance(module, <S as a tuple>)`` (when
+  each name ``S`` reads is bound once: the lambda reads them later than the ``partial``): the
+  predicate ``units_like_fsdp1`` reads as that policy.
+
+The value must reach nothing else. From each value, its path is followed up the tree through
+conditional expressions, dict values read only by subscripts (``.get`` too), assignments to a
+name, and arguments of a function this module defines (to the parameter); every read of such a
+name must continue the path, and the path must end in a reader's slot for that kind of value.
+A name qualifies as ``dead_values`` lets it: a local, or a private or script module-level name,
+in a scope the names see through; a parameter's default and a parameter given an argument
+qualify when the function reads the parameter only that way (other callers may still pass
+FSDP1's values: the readers take both). Anything else on the way (a comparison, another call,
+a log line, an attribute) keeps the value as it is.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from codemods import calls, dead_values, fsdp1, markers
+from codemods.names import Names, Scope
+from codemods.rules import Code
+from codemods.text import Edit, LineIndex
+
+CODE = "F2P013"
+#: Not a rule of its own: it runs once per file, after every rewrite, with F2P012.
+DOC = Code(
+    summary="FSDP1 values read only by fsdp2_port's readers are written without FSDP1",
+    topic="values only the readers read",
+    rewritten=(
+        '`ShardingStrategy.X` → `"X"`, `getattr(ShardingStrategy, s)` / '
+        "`ShardingStrategy[s]` → `s`; `partial(lambda_auto_wrap_policy, lambda_fn=f)` → `f`, "
+        "`partial(transformer_auto_wrap_policy, transformer_layer_cls=S)` → `lambda module: "
+        "isinstance(module, ...)`: where the value (through dicts, conditional expressions, "
+        "locals, private module-level maps, parameter defaults and arguments of functions "
+        "defined here) reaches only the matching argument of `fsdp2_port.mesh_like_fsdp1` / "
+        "`reshard_after_forward_like_fsdp1` / `units_like_fsdp1`"
+    ),
+    marked="—",
+)
+STRATEGY, POLICY = "sharding strategy", "wrap policy"
+#: reader -> (the kind of value it takes in its slot, that slot's position, its keyword)
+_READERS: dict[str, tuple[str, int, str]] = {
+    "mesh_like_fsdp1": (STRATEGY, 0, "sharding_strategy"),
+    "reshard_after_forward_like_fsdp1": (STRATEGY, 0, "sharding_strategy"),
+    "units_like_fsdp1": (POLICY, 1, "auto_wrap_policy"),
+}
+_ENUM = "ShardingStrategy"
+
+
+@dataclass(frozen=True)
+class Written:
+    """One value written without FSDP1: ``node`` (a ``kind``) becomes ``text``."""
+
+    node: ast.expr
+    kind: str
+    text: str
+
+    def message(self) -> str:
+        return f"{self.kind} read only by fsdp2_port's readers written as {self.text}"
+
+
+def find(names: Names, lines: LineIndex) -> list[Written]:
+    """Each FSDP1 value of the text that reaches only readers' slots of its kind."""
+    if not any(_reader_kind(names, call) for call in names.by_type[ast.Call]):
+        return []
+    walk = _Paths(names)
+    ignored = markers.ignored_lines(lines.text)
+    return [
+        written
+        for written in [*_strategies(names, lines), *_policies(names, lines)]
+        if written.node.lineno not in ignored and walk.reaches_only(written.node, written.kind)
+    ]
+
+
+def edit(lines: LineIndex, written: Written) -> Edit:
+    start, end = lines.span(written.node)
+    return Edit(start, end, written.text)
+
+
+# -- the values ------------------------------------------------------------------------------
+
+
+def _strategies(names: Names, lines: LineIndex) -> Iterator[Written]:
+    """``ShardingStrategy.X`` (any spelling FSDP1's names resolve to), and ``getattr`` /
+    subscript of the enum by a name."""
+    for node in names.by_type[ast.Attribute]:
+        assert isinstance(node, ast.Attribute)
+        member = fsdp1.first(names.qualified(node)) or ""
+        if member.split(".")[0] == _ENUM and member.count(".") == 1:
+            yield Written(node, STRATEGY, f'"{node.attr}"')
+    for node in names.by_type[ast.Call]:
+        assert isinstance(node, ast.Call)
+        if (
+            names.qualified(node.func) == {"builtins.getattr"}
+            and len(node.args) == 2
+            and not node.keywords
+            and _is_enum(names, node.args[0])
+        ):
+            yield Written(node, STRATEGY, lines.source(node.args[1]))
+    for node in names.by_type[ast.Subscript]:
+        assert isinstance(node, ast.Subscript)
+        if isinstance(node.ctx, ast.Load) and _is_enum(names, node.value):
+            yield Written(node, STRATEGY, lines.source(node.slice))
+
+
+def _is_enum(names: Names, node: ast.expr) -> bool:
+    return fsdp1.first(names.qualified(node)) == _ENUM
+
+
+def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
+    """``functools.partial`` of FSDP1's lambda or transformer policy with its one argument by
+    keyword, as the predicate it means."""
+    for node in names.by_type[ast.Call]:
+        assert isinstance(node, ast.Call)
+        if not (
+            "functools.partial" in names.qualified(node.func)
+            and len(node.args) == 1
+            and len(node.keywords) == 1
+        ):
+            continue
+        policy = fsdp1.first(names.qualified(node.args[0]))
+        keyword = node.keywords[0]
+        if policy == "lambda_auto_wrap_policy" and keyword.arg == "lambda_fn":
+            yield Written(node, POLICY, lines.source(keyword.value))
+        elif (
+            policy == "transformer_auto_wrap_policy"
+            and keyword.arg == "transformer_layer_cls"
+            and _fixed(names, keyword.value)
+        ):
+            classes = _as_tuple(lines, keyword.value)
+            yield Written(node, POLICY, f"lambda module: isinstance(module, {classes})")
+
+
+def _fixed(names: Names, value: ast.expr) -> bool:
+    """Every name ``value`` reads is bound at most once: the predicate reads them when called,
+    the ``partial`` read them when built, and that is the same value only if nothing rebinds
+    them in between."""
+    return all(
+        len(names.bindings_of(node)) <= 1 for node in ast.walk(value) if isinstance(node, ast.Name)
+    )
+
+
+def _as_tuple(lines: LineIndex, classes: ast.expr) -> str:
+    """A tuple's text for a collection of classes: written out when it is a literal."""
+    if isinstance(classes, (ast.Set, ast.List, ast.Tuple)) and not any(
+        isinstance(e, ast.Starred) for e in classes.elts
+    ):
+        return f"({''.join(lines.source(e) + ', ' for e in classes.elts).rstrip(' ')})"
+    return f"tuple({lines.source(classes)})"
+
+
+# -- where values go ---------------------------------------------------------------------------
+
+
+def _reader_kind(names: Names, call: ast.AST | None) -> tuple[str, int, str] | None:
+    """The slot of a reader call: (kind, position, keyword), or None for any other call."""
+    if not isinstance(call, ast.Call):
+        return None
+    for qualified in names.qualified(call.func):
+        head, _, last = qualified.rpartition(".")
+        if head.split(".")[0] == "fsdp2_port" and last in _READERS:
+            return _READERS[last]
+    return None
+
+
+class _Paths:
+    """Where values go, memoised (a cycle counts as reaching nothing)."""
+
+    def __init__(self, names: Names) -> None:
+        self.names = names
+        self.memo: dict[object, bool] = {}
+
+    def reaches_only(self, node: ast.expr, kind: str) -> bool:
+        """Whether every use of ``node``'s value is a reader's slot for ``kind``."""
+        return self._memo((node, kind), lambda: self._value(node, kind))
+
+    def _memo(self, key: object, compute: Callable[[], bool]) -> bool:
+        if key not in self.memo:
+            self.memo[key] = False  # while computing: a cycle reaches no reader
+            self.memo[key] = compute()
+        return self.memo[key]
+
+    def _value(self, node: ast.expr, kind: str) -> bool:
+        parent = self.names.parent.get(node)
+        if isinstance(parent, ast.IfExp) and node is not parent.test:
+            return self.reaches_only(parent, kind)
+        if isinstance(parent, ast.Dict) and any(node is v for v in parent.values):
+            return self._container(parent, kind)
+        if isinstance(parent, ast.Call) and any(node is a for a in parent.args):
+            return self._argument(parent, kind, position=parent.args.index(node))
+        if isinstance(parent, ast.keyword) and parent.arg is not None:
+            call = self.names.parent.get(parent)
+            return isinstance(call, ast.Call) and self._argument(call, kind, keyword=parent.arg)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
+            if isinstance(parent, ast.Assign) and len(parent.targets) != 1:
+                return False
+            target = parent.targets[0] if isinstance(parent, ast.Assign) else parent.target
+            return isinstance(target, ast.Name) and self._name(
+                target, kind, lambda read: self.reaches_only(read, kind)
+            )
+        if isinstance(parent, ast.arguments):
+            argument = _defaulted(parent, node)
+            return argument is not None and self._parameter(parent, argument, kind)
+        return False
+
+    def _argument(
+        self, call: ast.Call, kind: str, position: int | None = None, keyword: str | None = None
+    ) -> bool:
+        """A reader's slot for ``kind``, or the parameter it fills of a function defined here."""
+        slot = _reader_kind(self.names, call)
+        if slot is not None:
+            return slot[0] == kind and (position == slot[1] or keyword == slot[2])
+        function = self._defined_here(call)
+        if function is None or any(isinstance(a, ast.Starred) for a in call.args):
+            return False
+        if any(k.arg is None for k in call.keywords):
+            return False
+        parameter = calls.parameter_for(function.args, position, keyword)
+        return parameter is not None and self._parameter(function.args, parameter, kind)
+
+    def _defined_here(self, call: ast.Call) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The ``def`` a call's plain name is bound to, bound once (no decorator)."""
+        if not isinstance(call.func, ast.Name):
+            return None
+        bindings = self.names.bindings_of(call.func)
+        if len(bindings) != 1 or bindings[0].kind != "def":
+            return None
+        function = bindings[0].node
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        return None if function.decorator_list else function
+
+    def _container(self, mapping: ast.Dict, kind: str) -> bool:
+        """A dict of values: read only by subscripts (or ``.get``) whose results go on."""
+        parent = self.names.parent.get(mapping)
+        if isinstance(parent, ast.Subscript) and parent.value is mapping:
+            return self.reaches_only(parent, kind)
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and parent.value is mapping:
+            target = parent.targets[0]
+            return isinstance(target, ast.Name) and self._name(
+                target, f"{kind} lookup", lambda read: self._lookup(read, kind)
+            )
+        return False
+
+    def _lookup(self, read: ast.Name, kind: str) -> bool:
+        parent = self.names.parent.get(read)
+        if isinstance(parent, ast.Subscript) and parent.value is read:
+            return isinstance(parent.ctx, ast.Load) and self.reaches_only(parent, kind)
+        if isinstance(parent, ast.Attribute) and parent.attr == "get":
+            call = self.names.parent.get(parent)
+            return (
+                isinstance(call, ast.Call) and call.func is parent and self.reaches_only(call, kind)
+            )
+        return False
+
+    def _name(self, target: ast.Name, key: str, each_read: Callable[[ast.Name], bool]) -> bool:
+        """``target``'s name is visible only here and each of its reads passes ``each_read``."""
+        scope = self.names.scope_of(target)
+        return self._memo(
+            (scope.node, target.id, key), lambda: self._reads_pass(scope, target.id, each_read)
+        )
+
+    def _reads_pass(self, scope: Scope, name: str, each_read: Callable[[ast.Name], bool]) -> bool:
+        if self._hidden(scope, name) or not dead_values.visible_only_here(self.names, scope, name):
+            return False
+        reads = list(self._reads(scope, name))
+        return bool(reads) and all(each_read(r) for r in reads)
+
+    def _parameter(self, arguments: ast.arguments, argument: ast.arg, kind: str) -> bool:
+        function = self.names.parent.get(arguments)
+        scope = self.names.scopes.get(function) if function is not None else None
+        if scope is None or self._hidden(scope, argument.arg):
+            return False
+        return self._memo(
+            (scope.node, argument.arg, kind),
+            lambda: self._reads_pass_param(scope, argument.arg, kind),
+        )
+
+    def _reads_pass_param(self, scope: Scope, name: str, kind: str) -> bool:
+        reads = list(self._reads(scope, name))
+        return bool(reads) and all(self.reaches_only(r, kind) for r in reads)
+
+    def _hidden(self, scope: Scope, name: str) -> bool:
+        """Whether ``name`` may be read or rebound in ``scope`` where the names cannot see it."""
+        return scope.node in dead_values.opaque_scopes(self.names, name)
+
+    def _reads(self, scope: Scope, name: str) -> Iterator[ast.Name]:
+        """Every load of ``name`` that resolves to ``scope``'s binding; a string reference
+        (``__all__``, an annotation) counts as a read that goes elsewhere."""
+        for node in self.names.by_type[ast.Name]:
+            assert isinstance(node, ast.Name)
+            if node.id == name and isinstance(node.ctx, ast.Load):
+                if self.names.lookup(name, self.names.scope_of(node))[0] is scope:
+                    yield node
+        for other, where in self.names.string_references():
+            if other == name and self.names.lookup(name, where)[0] is scope:
+                yield ast.Name(id=name, ctx=ast.Load())  # has no parent: reaches no reader
+
+
+def _defaulted(arguments: ast.arguments, default: ast.expr) -> ast.arg | None:
+    """The parameter whose default ``default`` is."""
+    positional = [*arguments.posonlyargs, *arguments.args]
+    for argument, value in zip(
+        positional[len(positional) - len(arguments.defaults) :], arguments.defaults
+    ):
+        if value is default:
+            return argument
+    for argument, keyword_default in zip(arguments.kwonlyargs, arguments.kw_defaults):
+        if keyword_default is default:
+            return argument
+    return None
