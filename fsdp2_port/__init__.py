@@ -34,6 +34,7 @@ _LAZY = {
     "no_sync": "fsdp2_port.fsdp1.fsdp1_api",
     "optim_state_dict": "fsdp2_port.fsdp1.fsdp1_api",
     "optim_state_dict_to_load": "fsdp2_port.fsdp1.fsdp1_api",
+    "reshard": "fsdp2_port.fsdp1.fsdp1_api",
     "scatter_full_optim_state_dict": "fsdp2_port.fsdp1.fsdp1_api",
     "set_state_dict_type": "fsdp2_port.fsdp1.fsdp1_api",
     "shard_full_optim_state_dict": "fsdp2_port.fsdp1.fsdp1_api",

@@ -20,6 +20,7 @@ Everything runs in three spawns to keep the file's wall time small.
 
 import inspect
 import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -462,3 +463,25 @@ def test_plain_modules():
         fsdp2_port.load_module_state_dict(plain, {"weight": state["p.weight"]})
     with pytest.raises(TypeError, match="no_sync: Linear is neither"):
         fsdp2_port.no_sync(plain)
+
+
+def test_reshard_is_the_handles_on_fsdp1_and_reshard_on_fsdp2(one_rank):
+    """``fsdp2_port.reshard(m, flag)``, what ``m._handle.reshard(flag)`` becomes: FSDP1's handle
+    call on FSDP1, ``FSDPModule.reshard()`` on FSDP2 (whose root keeps its parameters
+    unsharded after a forward, as FSDP1's does), AttributeError on anything else."""
+    torch.manual_seed(0)
+    m2 = _fsdp2(1)
+    with torch.no_grad():
+        m2(global_batch(0)[0])
+    assert not isinstance(m2.head.weight, DTensor)  # the root's parameters, unsharded
+    fsdp2_port.reshard(m2, True)
+    assert isinstance(m2.head.weight, DTensor)
+
+    f1 = _fsdp1()
+    handle = f1._handle
+    with mock.patch.object(type(handle), "reshard", autospec=True) as reshard:
+        fsdp2_port.reshard(f1, False)
+    reshard.assert_called_once_with(handle, False)
+
+    with pytest.raises(AttributeError, match="Linear has no _handle to reshard"):
+        fsdp2_port.reshard(torch.nn.Linear(2, 2))

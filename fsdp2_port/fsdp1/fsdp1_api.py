@@ -61,6 +61,7 @@ __all__ = [
     "no_sync",
     "optim_state_dict",
     "optim_state_dict_to_load",
+    "reshard",
     "scatter_full_optim_state_dict",
     "set_state_dict_type",
     "shard_full_optim_state_dict",
@@ -129,6 +130,27 @@ def unwrapped(module: Any) -> Any:
     if isinstance(module, FSDPModule):
         return module
     return getattr(module, "module", module)
+
+
+def reshard(module: Any, free_unsharded_flat_param: bool = True) -> None:
+    """What ``module._handle.reshard(free_unsharded_flat_param)`` did before the migration: the
+    module's own parameters back to their shards (code calls it on a root, which FSDP1 and
+    FSDP2 both leave unsharded after its forward).
+
+    FSDP1: exactly that call. FSDP2: ``module.reshard()`` (it always frees the unsharded
+    parameters; the values are the same either way). Anything else: AttributeError, as
+    reading ``_handle`` gave."""
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+
+    if isinstance(module, FSDPModule):
+        module.reshard()
+    elif isinstance(module, FullyShardedDataParallel):
+        torch_internals.reshard_fsdp1_handle(module, free_unsharded_flat_param)
+    else:
+        raise AttributeError(
+            f"{type(module).__name__} has no _handle to reshard: neither an FSDP1 "
+            "(FullyShardedDataParallel) nor an FSDP2 (fully_shard) module"
+        )
 
 
 def fsdp_wrapped_module(module: Any) -> Any:

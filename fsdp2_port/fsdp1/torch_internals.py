@@ -180,6 +180,16 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         "an FSDP1 instance's FlatParamHandle, None when it manages no parameter (fsdp1_shards)",
         kind="attribute",
     ),
+    "handle_reshard": EntryPoint(
+        "torch.distributed.fsdp._flat_param",
+        "FlatParamHandle.reshard",
+        (),
+        "<=2.6",
+        "(free_unsharded_flat_param): points the handle's module back at its shard and, when "
+        "told, frees the unsharded flat parameter: what code calls on an FSDP1 root after a "
+        "forward (reshard_fsdp1_handle, for fsdp2_port.reshard)",
+        kind="attribute",
+    ),
     "handle_flat_param": EntryPoint(
         "torch.distributed.fsdp._flat_param",
         "FlatParamHandle.flat_param",
@@ -576,6 +586,12 @@ def fsdp1_shards(state: Any) -> tuple[Any, Any, list[Any]] | None:
     if handle._use_orig_params:
         views = list(chain(flat._params or (), flat._shared_params or ()))
     return flat, group, views
+
+
+def reshard_fsdp1_handle(state: Any, free_unsharded_flat_param: bool) -> None:
+    """``state._handle.reshard(free_unsharded_flat_param)`` on an FSDP1 instance, as user code
+    wrote it (AttributeError when it manages no parameter, as there)."""
+    state._handle.reshard(free_unsharded_flat_param)
 
 
 def fsdp1_wrapped_module(module: Any) -> Any:

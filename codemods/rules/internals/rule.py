@@ -24,6 +24,7 @@ from codemods import fsdp1
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
 from codemods.rules import Code
+from codemods.text import Edit
 
 _FSDP = "FullyShardedDataParallel."
 #: What to do instead, for FSDP1 static APIs handled nowhere else.
@@ -148,8 +149,10 @@ class InternalsRule:
                 "`FSDP.full_optim_state_dict`, `sharded_optim_state_dict`, "
                 "`scatter_full_optim_state_dict`, `shard_full_optim_state_dict` → the same call "
                 "on `fsdp2_port` (FSDP1's own on FSDP1 models, the same meaning on FSDP2, DDP "
-                "and plain ones); `ShardedGradScaler(...)` → `fsdp2_port.GradScaler(...)`, the "
-                "same arguments (`torch.amp.GradScaler` with the inf/NaN verdict reduced over "
+                "and plain ones); `m._handle.reshard(flag)` → `fsdp2_port.reshard(m, flag)` "
+                "(FSDP1's call on FSDP1 models, `reshard()` on FSDP2 ones); "
+                "`ShardedGradScaler(...)` → `fsdp2_port.GradScaler(...)`, the same arguments "
+                "(`torch.amp.GradScaler` with the inf/NaN verdict reduced over "
                 "the process group: right on FSDP1, FSDP2, DDP and plain models)"
             ),
             marked=(
@@ -166,6 +169,7 @@ class InternalsRule:
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)
     EMITS: ClassVar[dict[str, str]] = {
         "fsdp2_port.unwrapped": "fsdp2_port:unwrapped",
+        "fsdp2_port.reshard": "fsdp2_port:reshard",
         "fsdp2_port.fsdp_wrapped_module": "fsdp2_port:fsdp_wrapped_module",
         "fsdp2_port.summon_full_params": "fsdp2_port:summon_full_params",
         "fsdp2_port.fsdp_modules": "fsdp2_port:fsdp_modules",
@@ -220,6 +224,8 @@ class InternalsRule:
         receiver = node.value
         if node.attr in _WRAPPED and isinstance(node.ctx, ast.Load):
             self._dot_module(analysis, node)
+        elif _handle_reshard(analysis, node) is not None and analysis.options.runtime_dependency:
+            self._reshard(analysis, node)
         elif node.attr in _EITHER and _instance_call(analysis, node):
             self._instance_static(analysis, node)
         elif node.attr in _FSDP1_ATTRIBUTES:
@@ -337,6 +343,51 @@ class InternalsRule:
             if analysis.add_tied(self.CODE, node, receiver, keep, None, quiet=True) is None:
                 if _may_be_model(analysis, node):
                     analysis.hold(self.CODE, node, keep)
+
+    def _reshard(self, analysis: FileAnalysis, node: ast.Attribute) -> None:
+        """``m._handle.reshard(flag)`` -> ``fsdp2_port.reshard(m, flag)``: FSDP1's call on
+        FSDP1 models, ``reshard()`` on FSDP2 ones; right on either, tied or not."""
+        call = _handle_reshard(analysis, node)
+        assert call is not None
+        receiver = node.value
+        text = analysis.source(receiver)
+        arguments = [analysis.source(a) for a in call.args]
+        arguments += [f"{k.arg}={analysis.source(k.value)}" for k in call.keywords]
+        rewrite = Rewrite(
+            [Edit(*analysis.span(call), f"fsdp2_port.reshard({', '.join([text, *arguments])})")],
+            f"{text}._handle.reshard(...) -> fsdp2_port.reshard({text}, ...): FSDP1's handle "
+            "call on FSDP1 models, FSDPModule.reshard() on FSDP2 ones",
+            [analysis.module_import("fsdp2_port")],
+        )
+        analysis.add_tied(
+            self.CODE,
+            node,
+            receiver,
+            _INTERNAL.format(node.attr),
+            rewrite,
+            quiet=True,
+            either=rewrite,
+            tied_requirement="ALWAYS",
+        )
+
+
+def _handle_reshard(analysis: FileAnalysis, node: ast.Attribute) -> ast.Call | None:
+    """The call ``m._handle.reshard(<one argument>)`` that ``node`` (``m._handle``) begins."""
+    method = analysis.names.parent.get(node)
+    call = analysis.names.parent.get(method) if method is not None else None
+    if not (
+        node.attr == "_handle"
+        and isinstance(node.ctx, ast.Load)
+        and isinstance(method, ast.Attribute)
+        and method.attr == "reshard"
+        and isinstance(call, ast.Call)
+        and call.func is method
+    ):
+        return None
+    keywords = [k.arg for k in call.keywords]
+    if len(call.args) + len(keywords) > 1 or keywords not in ([], ["free_unsharded_flat_param"]):
+        return None
+    return call
 
 
 def _bound_to(analysis: FileAnalysis, receiver: ast.expr, classes: frozenset[str]) -> bool:
