@@ -26,6 +26,14 @@ from codemods.rules.constructors.values import (
 _NO_EFFECT = ("limit_all_gathers", "use_orig_params", "forward_prefetch", "backward_prefetch")
 
 
+def _without_calls(value: ast.expr) -> bool:
+    """Names, constants, attribute chains and what conditions and operators make of them
+    (``True if lora else False``): dropping the expression drops no call."""
+    return not any(
+        isinstance(node, (ast.Call, ast.Lambda, ast.NamedExpr)) for node in ast.walk(value)
+    )
+
+
 def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
     """The plain FSDP2 conversion of a constructor call, or what blocks it."""
     out = Pure()
@@ -60,7 +68,7 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
     sync(analysis, out)
     for name in _NO_EFFECT:
         value = values.get(name)
-        if value is not None and not (calls.is_simple(value) or is_fsdp1(analysis, value)):
+        if value is not None and not (_without_calls(value) or is_fsdp1(analysis, value)):
             out.blockers.append(f"{name} is computed by a call: assign it to a name first")
     out.hoisted = out.reads_module_before and not calls.is_simple(out.module)  # type: ignore[arg-type]
     if out.full_precision_norms is not None:

@@ -148,7 +148,7 @@ class ConstructorRule:
         needs_lines = found.writes_lines_before
         if needs_lines and not _stands_alone(analysis, statement):
             found.blockers.append("the call shares its line with other code: put it on its own")
-        elif needs_lines and getattr(statement, "value", None) is not call:
+        elif needs_lines and not _evaluated_first(analysis, statement, call):
             # code put before the statement must run exactly when the call does
             found.blockers.append("the call is part of an expression: give it a statement")
         if not found.blockers:
@@ -292,6 +292,23 @@ def _fsdp1_subclass_around(analysis: FileAnalysis, call: ast.Call) -> ast.ClassD
         ):
             return ancestor
     return None
+
+
+def _evaluated_first(analysis: FileAnalysis, statement: ast.stmt, call: ast.Call) -> bool:
+    """The statement's value is the call, or a chain of attributes and method calls on it
+    (``FSDP(...).to(device)``): the call runs whenever the statement does, before anything
+    else in it, so code put before the statement runs exactly when the call would."""
+    value = getattr(statement, "value", None)
+    node: ast.AST = call
+    while node is not value:
+        parent = analysis.names.parent.get(node)
+        on_it = (isinstance(parent, ast.Attribute) and parent.value is node) or (
+            isinstance(parent, ast.Call) and parent.func is node
+        )
+        if not on_it:
+            return False
+        node = parent  # type: ignore[assignment]
+    return True
 
 
 def _stands_alone(analysis: FileAnalysis, statement: ast.stmt) -> bool:
