@@ -165,7 +165,9 @@ def opaque_scopes(names: Names, naming: str | None = None) -> set[ast.AST]:
     dynamic = [
         call
         for call in names.by_type[ast.Call]
-        if isinstance(call.func, ast.Name) and call.func.id in _DYNAMIC  # type: ignore[attr-defined]
+        if isinstance(call.func, ast.Name)  # type: ignore[attr-defined]
+        and call.func.id in _DYNAMIC  # type: ignore[attr-defined]
+        and not (call.func.id == "vars" and call.args)  # type: ignore[attr-defined]  # an object's
     ]
     if any(c.func.id in _GLOBAL or names.function_of(c) is None for c in dynamic):  # type: ignore[attr-defined]
         opaque.add(names.tree)

@@ -1,19 +1,21 @@
 """F2P013: FSDP1 values that only fsdp2_port's readers read are written without FSDP1.
 
 Where an FSDP1 argument was chosen at run time, the plain rewrite reads it with a reader
-(``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``, ``units_like_fsdp1``), and each
-reader also takes an FSDP1-free spelling of its value. Once the readers are a value's only
-readers, the value is written that way where the program builds it, and the file no longer
-needs FSDP1 for it (F2P001 then removes the import):
+(``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``, ``units_like_fsdp1``), or hands it
+to the bridge (``fully_shard_like_fsdp1``); each also takes an FSDP1-free spelling of the
+value. Once the readers are a value's only readers, the value is written that way where the
+program builds it, and the file no longer needs FSDP1 for it (F2P001 then removes the
+import):
 
 - a sharding strategy: ``ShardingStrategy.X`` -> ``"X"``, ``getattr(ShardingStrategy, s)`` /
   ``ShardingStrategy[s]`` -> ``s`` (a dict per config string, a branch per choice, a private
   module-level map, a default parameter);
 - a wrap policy that selects by module: ``functools.partial(lambda_auto_wrap_policy,
   lambda_fn=f)`` -> ``f``, ``functools.partial(transformer_auto_wrap_policy,
-  transformer_layer_cls=S)`` -> ``lambda module: isinstance(module, <S as a tuple>)`` (when
-  each name ``S`` reads is bound once: the lambda reads them later than the ``partial``): the
-  predicate ``units_like_fsdp1`` reads as that policy.
+  transformer_layer_cls=S)`` and ``ModuleWrapPolicy([A, B])`` (classes written out) ->
+  ``lambda module: isinstance(module, <the classes as a tuple>)`` (when each name they read is
+  bound only above them: the lambda reads them later than the policy did): the predicate
+  ``units_like_fsdp1`` reads as that policy.
 
 The value must reach nothing else. From each value, its path is followed up the tree through
 conditional expressions, dict values read only by subscripts (``.get`` too), assignments to a
@@ -45,20 +47,23 @@ DOC = Code(
     rewritten=(
         '`ShardingStrategy.X` → `"X"`, `getattr(ShardingStrategy, s)` / '
         "`ShardingStrategy[s]` → `s`; `partial(lambda_auto_wrap_policy, lambda_fn=f)` → `f`, "
-        "`partial(transformer_auto_wrap_policy, transformer_layer_cls=S)` → `lambda module: "
-        "isinstance(module, ...)`: where the value (through dicts, conditional expressions, "
-        "locals, private module-level maps, parameter defaults and arguments of functions "
+        "`partial(transformer_auto_wrap_policy, transformer_layer_cls=S)` and "
+        "`ModuleWrapPolicy([A, B])` → `lambda module: isinstance(module, ...)`: where the "
+        "value (through dicts, conditional expressions, locals, private module-level maps, "
+        "parameter defaults and arguments of functions "
         "defined here) reaches only the matching argument of `fsdp2_port.mesh_like_fsdp1` / "
-        "`reshard_after_forward_like_fsdp1` / `units_like_fsdp1`"
+        "`reshard_after_forward_like_fsdp1` / `units_like_fsdp1` / `fully_shard_like_fsdp1`"
     ),
     marked="—",
 )
 STRATEGY, POLICY = "sharding strategy", "wrap policy"
-#: reader -> (the kind of value it takes in its slot, that slot's position, its keyword)
-_READERS: dict[str, tuple[str, int, str]] = {
-    "mesh_like_fsdp1": (STRATEGY, 0, "sharding_strategy"),
-    "reshard_after_forward_like_fsdp1": (STRATEGY, 0, "sharding_strategy"),
-    "units_like_fsdp1": (POLICY, 1, "auto_wrap_policy"),
+#: reader -> its slots: (the kind of value a slot takes, its position, its keyword). The
+#: bridge (``fully_shard_like_fsdp1``, FSDP1's signature) takes both spellings too.
+_READERS: dict[str, tuple[tuple[str, int, str], ...]] = {
+    "mesh_like_fsdp1": ((STRATEGY, 0, "sharding_strategy"),),
+    "reshard_after_forward_like_fsdp1": ((STRATEGY, 0, "sharding_strategy"),),
+    "units_like_fsdp1": ((POLICY, 1, "auto_wrap_policy"),),
+    "fully_shard_like_fsdp1": ((STRATEGY, 2, "sharding_strategy"), (POLICY, 4, "auto_wrap_policy")),
 }
 _ENUM = "ShardingStrategy"
 
@@ -125,9 +130,21 @@ def _is_enum(names: Names, node: ast.expr) -> bool:
 
 def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
     """``functools.partial`` of FSDP1's lambda or transformer policy with its one argument by
-    keyword, as the predicate it means."""
+    keyword, and ``ModuleWrapPolicy`` of classes written out, as the predicate it means."""
     for node in names.by_type[ast.Call]:
         assert isinstance(node, ast.Call)
+        if (
+            fsdp1.first(names.qualified(node.func)) == "ModuleWrapPolicy"
+            and len(node.args) == 1
+            and not node.keywords
+            and _written_out(node.args[0])
+            and _fixed(names, node.args[0])
+        ):
+            # ModuleWrapPolicy copies its classes when built: only classes written at the
+            # call read the same later
+            classes = _as_tuple(lines, node.args[0])
+            yield Written(node, POLICY, f"lambda module: isinstance(module, {classes})")
+            continue
         if not (
             "functools.partial" in names.qualified(node.func)
             and len(node.args) == 1
@@ -148,28 +165,37 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
 
 
 def _fixed(names: Names, value: ast.expr) -> bool:
-    """Every name ``value`` reads is bound at most once: the predicate reads them when called,
-    the ``partial`` read them when built, and that is the same value only if nothing rebinds
-    them in between."""
+    """Every name ``value`` reads is bound only above it: the predicate reads them when the
+    reader calls it, later than the policy read them, and that is the same value only if
+    nothing binds them again in between."""
+    at = (value.lineno, value.col_offset)
     return all(
-        len(names.bindings_of(node)) <= 1 for node in ast.walk(value) if isinstance(node, ast.Name)
+        (getattr(b.node, "lineno", 0), getattr(b.node, "col_offset", 0)) < at
+        for node in ast.walk(value)
+        if isinstance(node, ast.Name)
+        for b in names.bindings_of(node)
+    )
+
+
+def _written_out(classes: ast.expr) -> bool:
+    return isinstance(classes, (ast.Set, ast.List, ast.Tuple)) and not any(
+        isinstance(e, ast.Starred) for e in classes.elts
     )
 
 
 def _as_tuple(lines: LineIndex, classes: ast.expr) -> str:
     """A tuple's text for a collection of classes: written out when it is a literal."""
-    if isinstance(classes, (ast.Set, ast.List, ast.Tuple)) and not any(
-        isinstance(e, ast.Starred) for e in classes.elts
-    ):
-        return f"({''.join(lines.source(e) + ', ' for e in classes.elts).rstrip(' ')})"
+    if _written_out(classes):
+        items = [lines.source(e) for e in classes.elts]  # type: ignore[attr-defined]
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
     return f"tuple({lines.source(classes)})"
 
 
 # -- where values go ---------------------------------------------------------------------------
 
 
-def _reader_kind(names: Names, call: ast.AST | None) -> tuple[str, int, str] | None:
-    """The slot of a reader call: (kind, position, keyword), or None for any other call."""
+def _reader_kind(names: Names, call: ast.AST | None) -> tuple[tuple[str, int, str], ...] | None:
+    """The slots of a reader call, or None for any other call."""
     if not isinstance(call, ast.Call):
         return None
     for qualified in names.qualified(call.func):
@@ -223,9 +249,9 @@ class _Paths:
         self, call: ast.Call, kind: str, position: int | None = None, keyword: str | None = None
     ) -> bool:
         """A reader's slot for ``kind``, or the parameter it fills of a function defined here."""
-        slot = _reader_kind(self.names, call)
-        if slot is not None:
-            return slot[0] == kind and (position == slot[1] or keyword == slot[2])
+        slots = _reader_kind(self.names, call)
+        if slots is not None:
+            return any(k == kind and (position == p or keyword == w) for k, p, w in slots)
         function = self._defined_here(call)
         if function is None or any(isinstance(a, ast.Starred) for a in call.args):
             return False

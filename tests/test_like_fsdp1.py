@@ -434,6 +434,32 @@ def _fsdp2_layout(model: nn.Module) -> dict[str, dict[str, Any]]:
     return out
 
 
+def test_names_and_predicates_build_what_members_and_policies_build():
+    """The codemod writes a strategy as its name and a module policy as a predicate where only
+    the bridge reads them (F2P013): the same units, each with the same mesh and resharding.
+    (Its own one-rank group: this module's refusals need none to be there.)"""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        _names_and_predicates()
+    finally:
+        dist.destroy_process_group()
+
+
+def _names_and_predicates() -> None:
+    built = []
+    for strategy, policy in (
+        (ShardingStrategy.SHARD_GRAD_OP, ModuleWrapPolicy({GainBlock})),
+        ("SHARD_GRAD_OP", lambda module: isinstance(module, (GainBlock,))),
+    ):
+        torch.manual_seed(0)
+        model = fully_shard_like_fsdp1(
+            Net(), sharding_strategy=strategy, auto_wrap_policy=policy, device_id=CPU
+        )
+        built.append(_fsdp2_layout(model))
+    assert built[0] == built[1] and len(built[0]) > 1
+    assert not any(unit["reshard"] for unit in built[0].values())  # SHARD_GRAD_OP's
+
+
 def _buffer_dtypes(model: nn.Module) -> dict[str, torch.dtype]:
     return {_clean(n): b.dtype for n, b in model.named_buffers()}
 
@@ -570,7 +596,8 @@ def test_signature_is_fsdp1s():
             {"mixed_precision": MixedPrecision(torch.bfloat16, keep_low_precision_grads=True)},
             r"keep_low_precision_grads=True.*model\.to\(torch\.bfloat16\) before sharding",
         ),
-        ({"sharding_strategy": "FULL_SHARD"}, r"ShardingStrategy\[name\]"),
+        ({"sharding_strategy": "full"}, r"names no ShardingStrategy"),
+        ({"sharding_strategy": 1}, r"ShardingStrategy\[name\]"),
         (
             {"process_group": object(), "device_mesh": object()},
             r"process_group and device_mesh: pass one",

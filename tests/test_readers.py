@@ -357,6 +357,32 @@ def test_a_predicate_means_a_lambda_policy(mixed_precision):
         assert fsdp1s(lambda module: False) == fsdp1s(nothing)
 
 
+@pytest.mark.parametrize(
+    "classes",
+    [
+        {fsdp1_units.Layer},
+        {nn.Linear},  # the shared module too
+        {nn.Sequential, fsdp1_units.Layer},
+        {fsdp1_units.Model},  # the root's own class: never a unit
+        {nn.BatchNorm1d},
+        set(),
+    ],
+    ids=lambda c: "+".join(sorted(k.__name__ for k in c)) or "none",
+)
+@pytest.mark.parametrize("mixed_precision", [None, MixedPrecision(param_dtype=BF16)])
+def test_module_wrap_policy_units_are_its_predicates(classes, mixed_precision):
+    """F2P013 writes ``ModuleWrapPolicy([A, B])`` as ``lambda module: isinstance(module, (A,
+    B))``: the same units, BatchNorm apart under mixed precision included."""
+    model = fsdp1_units.Model()
+    policy, kinds = ModuleWrapPolicy(classes), tuple(classes)
+    with forbid_fsdp1_calls():
+        want = units_like_fsdp1(model, policy, mixed_precision=mixed_precision)
+        got = units_like_fsdp1(
+            model, lambda m: isinstance(m, kinds), mixed_precision=mixed_precision
+        )
+    assert got == want
+
+
 def test_what_takes_fsdp1s_call_is_a_policy_not_a_predicate():
     """A callable FSDP1 could call (``module=, recurse=, nonwrapped_numel=``) is a policy, even
     one that would also take a single module."""

@@ -73,7 +73,7 @@ BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024
 def fully_shard_like_fsdp1(
     module: nn.Module,
     process_group: dist.ProcessGroup | tuple[dist.ProcessGroup, dist.ProcessGroup] | None = None,
-    sharding_strategy: ShardingStrategy | None = None,
+    sharding_strategy: ShardingStrategy | str | None = None,
     cpu_offload: CPUOffload | None = None,
     auto_wrap_policy: Callable | ModuleWrapPolicy | CustomPolicy | None = None,
     backward_prefetch: BackwardPrefetch | None = BackwardPrefetch.BACKWARD_PRE,
@@ -94,7 +94,13 @@ def fully_shard_like_fsdp1(
     sharded children first, then ``module`` itself, which is returned as an ``FSDPModule``
     (the same object: no wrapper, no ``.module``, no flat parameters). What each argument
     becomes: README, "FSDP1 arguments on FSDP2". ``ValueError`` for what FSDP2 cannot honour.
+    As the readers do, it also takes a strategy's name (``"SHARD_GRAD_OP"``) and a predicate
+    ``is_unit(module) -> bool`` for a policy (``lambda_auto_wrap_policy``'s meaning): the
+    codemod writes those where only it reads the value (F2P013).
     """
+    if isinstance(sharding_strategy, str):
+        sharding_strategy = readers.strategy_of(sharding_strategy)
+    auto_wrap_policy = units.as_policy(auto_wrap_policy)
     kwargs: dict[str, Any] = {
         "process_group": process_group,
         "sharding_strategy": sharding_strategy,

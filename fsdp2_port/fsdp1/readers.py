@@ -214,34 +214,9 @@ def units_like_fsdp1(
 
     nothing = Ignored(set(), set(), set())
     kwargs = dict(root_kwargs)
-    policy = _as_policy(auto_wrap_policy)
+    policy = units.as_policy(auto_wrap_policy)
     units.wrap_units(module, policy, nothing, kwargs, collect, fp32_hooks=False)
     return found
-
-
-def _as_policy(policy: Any) -> Any:
-    """A predicate ``is_unit(module)`` as the policy function it means (FSDP1's
-    ``lambda_auto_wrap_policy``: recurse everywhere, wrap where the predicate holds); any other
-    policy as given. A predicate is a callable that takes one module and not FSDP1's call
-    (``module=, recurse=, nonwrapped_numel=``), which no FSDP1 policy refuses."""
-    try:
-        signature = inspect.signature(policy)
-    except (TypeError, ValueError):  # not callable, or no signature to read
-        return policy
-    try:
-        signature.bind(module=None, recurse=True, nonwrapped_numel=0)
-        return policy  # FSDP1's call shape
-    except TypeError:
-        pass
-    try:
-        signature.bind(None)
-    except TypeError:
-        return policy
-
-    def is_unit_policy(module: nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:
-        return recurse or bool(policy(module))
-
-    return is_unit_policy
 
 
 #: FSDP1's keyword arguments and their defaults, ``module`` and ``auto_wrap_policy`` aside

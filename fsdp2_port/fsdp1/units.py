@@ -206,6 +206,31 @@ def wrap_units(
     visit(root, True)
 
 
+def as_policy(policy: Any) -> Any:
+    """A predicate ``is_unit(module)`` as the policy function it means (FSDP1's
+    ``lambda_auto_wrap_policy``: recurse everywhere, wrap where the predicate holds); any other
+    policy as given. A predicate is a callable that takes one module and not FSDP1's call
+    (``module=, recurse=, nonwrapped_numel=``), which no FSDP1 policy refuses."""
+    try:
+        signature = inspect.signature(policy)
+    except (TypeError, ValueError):  # not callable, or no signature to read
+        return policy
+    try:
+        signature.bind(module=None, recurse=True, nonwrapped_numel=0)
+        return policy  # FSDP1's call shape
+    except TypeError:
+        pass
+    try:
+        signature.bind(None)
+    except TypeError:
+        return policy
+
+    def is_unit_policy(module: nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:
+        return recurse or bool(policy(module))
+
+    return is_unit_policy
+
+
 def fp32_classes(mixed_precision: MixedPrecision) -> tuple[type, ...]:
     """The module classes FSDP1 makes units of their own, without mixed precision, when it
     auto-wraps under ``mixed_precision`` (``_module_classes_to_ignore``: BatchNorm's base by

@@ -86,3 +86,10 @@ def test_a_second_run_removes_nothing_more() -> None:
     once, _ = migrated(HEAD + READ_ONCE + "    return 1\n")
     assert re.sub(r"\s", "", once) == "importtorchdeff(use):return1"
     assert migrated(once) == (once, [])
+
+
+def test_vars_of_an_object_does_not_hide_the_locals() -> None:
+    """``vars(obj)`` is the object's ``__dict__``; only ``vars()`` reads the function's names."""
+    messages = migrated(HEAD + READ_ONCE + "    return vars(use)\n")[1]
+    assert messages == ["FSDP1 value CPUOffload bound to off, no longer read, removed"]
+    assert migrated(HEAD + READ_ONCE + "    return vars()\n")[1] == []
