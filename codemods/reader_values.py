@@ -227,16 +227,27 @@ class _Paths:
         if isinstance(parent, ast.IfExp) and node is not parent.test:
             return self.reaches_only(parent, kind)
         if isinstance(parent, ast.Dict) and any(node is v for v in parent.values):
-            return self._container(parent, kind)
+            key = parent.keys[[id(v) for v in parent.values].index(id(node))]
+            return self._dict(parent, kind, _text_key(key))
         if isinstance(parent, ast.Call) and any(node is a for a in parent.args):
             return self._argument(parent, kind, position=parent.args.index(node))
         if isinstance(parent, ast.keyword) and parent.arg is not None:
             call = self.names.parent.get(parent)
-            return isinstance(call, ast.Call) and self._argument(call, kind, keyword=parent.arg)
+            if not isinstance(call, ast.Call):
+                return False
+            if self.names.qualified(call.func) == {"builtins.dict"} and not call.args:
+                return self._dict(call, kind, parent.arg)  # dict(key=value)
+            updated = _updated(call)
+            if updated is not None:
+                return self._dict_name(updated, kind, parent.arg)  # d.update(key=value)
+            return self._argument(call, kind, keyword=parent.arg)
         if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
             if isinstance(parent, ast.Assign) and len(parent.targets) != 1:
                 return False
             target = parent.targets[0] if isinstance(parent, ast.Assign) else parent.target
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                stored = _text_key(target.slice)  # d["key"] = value
+                return stored is not None and self._dict_name(target.value, kind, stored)
             return isinstance(target, ast.Name) and self._name(
                 target, kind, lambda read: self.reaches_only(read, kind)
             )
@@ -244,6 +255,75 @@ class _Paths:
             argument = _defaulted(parent, node)
             return argument is not None and self._parameter(parent, argument, kind)
         return False
+
+    # -- dicts: a lookup table of values, or the keyword arguments of a call ---------------------
+    def _dict(self, mapping: ast.expr, kind: str, key: str | None) -> bool:
+        """A dict expression holding the value under ``key`` (None: a key not written out):
+        every way it is read lets the value reach only readers' slots for ``kind``."""
+        return self._memo((mapping, kind, key), lambda: self._dict_read(mapping, kind, key))
+
+    def _dict_read(self, mapping: ast.expr, kind: str, key: str | None) -> bool:
+        parent = self.names.parent.get(mapping)
+        if isinstance(parent, ast.Subscript) and parent.value is mapping:
+            if isinstance(parent.ctx, ast.Store):
+                return True  # a write
+            asked = _text_key(parent.slice)
+            return (asked is not None and asked != key) or self.reaches_only(parent, kind)
+        if isinstance(parent, ast.Attribute) and parent.value is mapping:
+            call = self.names.parent.get(parent)
+            if not (isinstance(call, ast.Call) and call.func is parent):
+                return False
+            if parent.attr == "update":
+                return not call.args  # keywords only: writes
+            if parent.attr == "get" and call.args:
+                asked = _text_key(call.args[0])
+                return (asked is not None and asked != key) or self.reaches_only(call, kind)
+            return False
+        if isinstance(parent, ast.keyword) and parent.arg is None:  # **mapping
+            call = self.names.parent.get(parent)
+            return (
+                key is not None
+                and isinstance(call, ast.Call)
+                and self._argument(call, kind, keyword=key)
+            )
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and parent.value is mapping:
+            target = parent.targets[0]
+            return isinstance(target, ast.Name) and self._dict_name(target, kind, key)
+        if isinstance(parent, ast.Return) and isinstance(mapping, ast.Name):
+            return self._returned(mapping, kind, key)
+        return False
+
+    def _dict_name(self, name: ast.Name, kind: str, key: str | None) -> bool:
+        """A name bound to the dict: each of its reads passes ``_dict`` (a write through it,
+        ``d["k"] = v`` or ``d.update(k=v)``, passes)."""
+        scope, bindings = self.names.lookup(name.id, self.names.scope_of(name))
+        if scope is None or not bindings:
+            return False
+        return self._memo(
+            (scope.node, name.id, kind, "dict", key),
+            lambda: self._reads_pass(scope, name.id, lambda read: self._dict(read, kind, key)),
+        )
+
+    def _returned(self, mapping: ast.Name, kind: str, key: str | None) -> bool:
+        """``return mapping`` from a function defined here: every read of the function's name
+        calls it, and each call's result passes ``_dict``."""
+        function = self.names.function_of(mapping)
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        if function.decorator_list:
+            return False
+        outer = self.names.scope_of(function)
+        if self._hidden(outer, function.name) or not dead_values.visible_only_here(
+            self.names, outer, function.name
+        ):
+            return False
+        reads = list(self._reads(outer, function.name))
+        return bool(reads) and all(
+            isinstance(call := self.names.parent.get(read), ast.Call)
+            and call.func is read
+            and self._dict(call, kind, key)
+            for read in reads
+        )
 
     def _argument(
         self, call: ast.Call, kind: str, position: int | None = None, keyword: str | None = None
@@ -271,29 +351,6 @@ class _Paths:
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
         return None if function.decorator_list else function
-
-    def _container(self, mapping: ast.Dict, kind: str) -> bool:
-        """A dict of values: read only by subscripts (or ``.get``) whose results go on."""
-        parent = self.names.parent.get(mapping)
-        if isinstance(parent, ast.Subscript) and parent.value is mapping:
-            return self.reaches_only(parent, kind)
-        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and parent.value is mapping:
-            target = parent.targets[0]
-            return isinstance(target, ast.Name) and self._name(
-                target, f"{kind} lookup", lambda read: self._lookup(read, kind)
-            )
-        return False
-
-    def _lookup(self, read: ast.Name, kind: str) -> bool:
-        parent = self.names.parent.get(read)
-        if isinstance(parent, ast.Subscript) and parent.value is read:
-            return isinstance(parent.ctx, ast.Load) and self.reaches_only(parent, kind)
-        if isinstance(parent, ast.Attribute) and parent.attr == "get":
-            call = self.names.parent.get(parent)
-            return (
-                isinstance(call, ast.Call) and call.func is parent and self.reaches_only(call, kind)
-            )
-        return False
 
     def _name(self, target: ast.Name, key: str, each_read: Callable[[ast.Name], bool]) -> bool:
         """``target``'s name is visible only here and each of its reads passes ``each_read``."""
@@ -337,6 +394,25 @@ class _Paths:
         for other, where in self.names.string_references():
             if other == name and self.names.lookup(name, where)[0] is scope:
                 yield ast.Name(id=name, ctx=ast.Load())  # has no parent: reaches no reader
+
+
+def _text_key(node: ast.AST | None) -> str | None:
+    """A dict key written as a string constant, or None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def _updated(call: ast.Call) -> ast.Name | None:
+    """``d`` of a ``d.update(...)`` call."""
+    func = call.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "update"
+        and isinstance(func.value, ast.Name)
+    ):
+        return func.value
+    return None
 
 
 def _defaulted(arguments: ast.arguments, default: ast.expr) -> ast.arg | None:
