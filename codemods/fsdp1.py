@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from codemods import markers
+
 PACKAGE = "torch.distributed.fsdp"
 _SUBMODULES = ("fully_sharded_data_parallel.", "api.", "wrap.", "sharded_grad_scaler.")
 
@@ -121,10 +123,12 @@ _ACTS_ON_A_MODEL = re.compile(
 
 
 def might_act_on_a_model(data: bytes) -> bool:
-    """Text that calls FSDP1's module APIs on some receiver: in a run that builds FSDP1 models,
-    such a file is analysed even without an FSDP1 name (a base class, a helper library), since
-    one of the run's models may reach it by a path the analysis cannot see."""
-    return _ACTS_ON_A_MODEL.search(data) is not None
+    """Text that calls FSDP1's module APIs on some receiver, or that holds a marker an earlier
+    run left: in a run that builds FSDP1 models, such a file is analysed even without an FSDP1
+    name (a base class, a helper library, a file whose FSDP1 names an earlier run rewrote
+    around a site that holds the run: the second run must hold it too), since one of the run's
+    models may reach it by a path the analysis cannot see."""
+    return markers.PREFIX.encode() in data or _ACTS_ON_A_MODEL.search(data) is not None
 
 
 _FSDP2_MODULES = (
