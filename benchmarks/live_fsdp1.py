@@ -21,6 +21,7 @@ Where some stay FSDP1, a live call may be theirs; those are listed for a person 
 from __future__ import annotations
 
 import ast
+import operator
 from dataclasses import dataclass, field
 
 _FSDP1_MODULES = (
@@ -86,6 +87,7 @@ def read(path: str, text: str) -> Reading:
         dual = _only_in_dual_dispatch(tree, local, names, parents)
         (reading.fsdp1_dual if dual else reading.fsdp1_imports).append(qualified)
     ddp_names = _bound_to(tree, names, _DDP)
+    helpers = _version_helpers(tree, names)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             qualified = _qualified(node.func, names)
@@ -106,10 +108,12 @@ def read(path: str, text: str) -> Reading:
         what = _fsdp1_use(node, names, parents.get(node))
         if what is None:
             continue
+        if isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
+            continue  # an attribute set or deleted is no call: nn.Module takes it on FSDP2 too
         receiver = node.value if isinstance(node, ast.Attribute) else None
         if receiver is not None and isinstance(receiver, ast.Name) and receiver.id in ddp_names:
             continue
-        if not _behind_fsdp1_test(node, parents, names):
+        if not _behind_fsdp1_test(node, parents, names, helpers):
             reading.live.append(f"{path}:{node.lineno}: {what}")  # type: ignore[attr-defined]
     return reading
 
@@ -145,22 +149,30 @@ def _takes_parameters(call: ast.Call | None) -> bool:
 
 
 def _behind_fsdp1_test(
-    node: ast.AST, parents: dict[ast.AST, ast.AST], names: dict[str, str]
+    node: ast.AST,
+    parents: dict[ast.AST, ast.AST],
+    names: dict[str, str],
+    helpers: dict[str, dict[str, object]],
 ) -> bool:
+    """Behind a test no FSDP2 model passes (``_no_fsdp2``)."""
+
+    def passes(test: ast.AST, holds: bool) -> bool:
+        return _no_fsdp2(test, names, holds, helpers)
+
     child = node
     while child in parents:
         parent = parents[child]
         if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
             earlier = parent.values[: parent.values.index(child)]  # type: ignore[arg-type]
-            if any(_asserts(v, names, True) for v in earlier):
+            if any(passes(v, True) for v in earlier):
                 return True
         if isinstance(parent, (ast.If, ast.IfExp)) and child is parent.body:
-            if _asserts(parent.test, names, True):
+            if passes(parent.test, True):
                 return True
         if isinstance(parent, ast.If):
-            if child in parent.body and _asserts(parent.test, names, True):
+            if child in parent.body and passes(parent.test, True):
                 return True
-            if child in parent.orelse and _asserts(parent.test, names, False):
+            if child in parent.orelse and passes(parent.test, False):
                 return True
         for block in (getattr(parent, "body", None), getattr(parent, "orelse", None)):
             if isinstance(block, list) and child in block:
@@ -169,11 +181,139 @@ def _behind_fsdp1_test(
                         isinstance(earlier, ast.If)
                         and not earlier.orelse
                         and isinstance(earlier.body[-1], _JUMPS)
-                        and _asserts(earlier.test, names, False)
+                        and passes(earlier.test, False)
                     ):
                         return True
         child = parent
     return False
+
+
+def _no_fsdp2(
+    test: ast.AST, names: dict[str, str], holds: bool, helpers: dict[str, dict[str, object]]
+) -> bool:
+    """``test`` being ``holds`` implies that something is no FSDP2 module: an FSDP1 test
+    (``_asserts``), a denied ``isinstance(x, FSDPModule)``, or a comparison of a version
+    helper's answer (``_version_helpers``) that the FSDP2 answer fails."""
+    if _asserts(test, names, holds):
+        return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _no_fsdp2(test.operand, names, not holds, helpers)
+    if isinstance(test, ast.BoolOp):
+        wanted = ast.And if holds else ast.Or
+        return isinstance(test.op, wanted) and any(
+            _no_fsdp2(v, names, holds, helpers) for v in test.values
+        )
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and len(test.args) == 2:
+        if test.func.id == "isinstance" and not holds:
+            return _type_kind(test.args[1], names) == "fsdp2"
+        return False
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.left, ast.Call)
+        and isinstance(test.left.func, ast.Name)
+        and test.left.func.id in helpers
+        and isinstance(test.comparators[0], ast.Constant)
+    ):
+        return False
+    operation = _OPERATORS.get(type(test.ops[0]))
+    if operation is None:
+        return False
+    try:
+        result = operation(helpers[test.left.func.id]["fsdp2"], test.comparators[0].value)
+    except TypeError:
+        return False
+    return bool(result) != holds
+
+
+#: How a version helper's answer is compared.
+_OPERATORS = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+}
+
+
+def _version_helpers(tree: ast.AST, names: dict[str, str]) -> dict[str, dict[str, object]]:
+    """Module-level functions of one parameter, defined once, that only return a constant per
+    type: ``if isinstance(p, FSDP): return 1 / elif isinstance(p, FSDPModule): return 2 /
+    else: return 0`` -> ``{"fsdp1": 1, "fsdp2": 2, "other": 0}`` (the FSDP1 test may be
+    missing: only FSDP2's answer matters here)."""
+    body = getattr(tree, "body", [])
+    defined = [s.name for s in body if isinstance(s, (ast.FunctionDef, ast.ClassDef))]
+    assigned = {
+        t.id
+        for s in body
+        if isinstance(s, ast.Assign)
+        for t in s.targets
+        if isinstance(t, ast.Name)
+    }
+    out = {}
+    for function in body:
+        if not (
+            isinstance(function, ast.FunctionDef)
+            and not function.decorator_list
+            and len(function.args.args) == 1
+            and not (function.args.vararg or function.args.kwarg or function.args.kwonlyargs)
+            and defined.count(function.name) == 1
+            and function.name not in assigned
+        ):
+            continue
+        answers = _answers(function.body, function.args.args[0].arg, names)
+        if answers is not None and {"fsdp2", "other"} <= set(answers):
+            out[function.name] = answers
+    return out
+
+
+def _answers(
+    statements: list[ast.stmt], parameter: str, names: dict[str, str]
+) -> dict[str, object] | None:
+    """The constants a chain of ``if isinstance(<parameter>, T): return c`` returns per type."""
+    found: dict[str, object] = {}
+    rest = [
+        s for s in statements if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+    ]
+    while rest:
+        statement = rest.pop(0)
+        if isinstance(statement, ast.Return) and isinstance(statement.value, ast.Constant):
+            found.setdefault("other", statement.value.value)
+            return found
+        test = getattr(statement, "test", None)
+        if not (
+            isinstance(statement, ast.If)
+            and isinstance(test, ast.Call)
+            and isinstance(test.func, ast.Name)
+            and test.func.id == "isinstance"
+            and len(test.args) == 2
+            and isinstance(test.args[0], ast.Name)
+            and test.args[0].id == parameter
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], ast.Return)
+            and isinstance(statement.body[0].value, ast.Constant)
+        ):
+            return None
+        kind = _type_kind(test.args[1], names)
+        if kind is None or kind in found:
+            return None
+        found[kind] = statement.body[0].value.value
+        rest = [*statement.orelse, *rest]
+    return None
+
+
+def _type_kind(kinds: ast.AST, names: dict[str, str]) -> str | None:
+    """ "fsdp1" for FSDP1's class (or a tuple of its spellings), "fsdp2" for ``FSDPModule``."""
+    elements = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+    qualified = [_qualified(e, names) or "" for e in elements]
+    if elements and all(q in _FSDP1_CLASS for q in qualified):
+        return "fsdp1"
+    if elements and all(q.rsplit(".", 1)[-1] == "FSDPModule" and "fsdp" in q for q in qualified):
+        return "fsdp2"
+    return None
 
 
 def _asserts(test: ast.AST, names: dict[str, str], holds: bool) -> bool:

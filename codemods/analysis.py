@@ -168,7 +168,7 @@ class FileAnalysis(ParsedFile):
             return None
         else:
             requirement = "RUN"
-        behind_test = self.ties.guarded_fsdp1(receiver)
+        behind_test = self.ties.unreached_by_fsdp2(receiver)
         settled = {
             "either": either,
             "behind_test": behind_test,

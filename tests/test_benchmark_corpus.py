@@ -168,3 +168,41 @@ def test_the_reading_sets_apart_names_read_only_in_dual_version_dispatches():
     # the same FSDP1 call with no FSDP2 branch beside it is no dispatch
     alone = live_fsdp1.read("m.py", DISPATCH.replace("MixedPrecisionPolicy()", "None"))
     assert "torch.distributed.fsdp.MixedPrecision" in alone.fsdp1_imports
+
+
+VERSIONED = """\
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def fsdp_version(model):
+    if isinstance(model, FSDP):
+        return 1
+    elif isinstance(model, FSDPModule):
+        return 2
+    return 0
+
+
+def offload(model):
+    if fsdp_version(model) == 2:
+        return
+    model._handle.flat_param_to("cpu")
+
+
+def collect(model):
+    if fsdp_version(model) > 0:
+        model._is_root = False
+        return model._handle
+"""
+
+
+def test_the_reading_follows_version_helpers_and_skips_attribute_sets():
+    """After ``if fsdp_version(model) == 2: return`` no FSDP2 model runs the FSDP1 call; a set
+    attribute is no call; ``fsdp_version(model) > 0`` lets FSDP2 models through."""
+    from benchmarks import live_fsdp1
+
+    reading = live_fsdp1.read("m.py", VERSIONED)
+    assert reading.live == ["m.py:22: ._handle"]
+    # the helper's FSDP2 answer no longer constant: the call after its test is live too
+    loose = live_fsdp1.read("m.py", VERSIONED.replace("return 2", "return model.version"))
+    assert sorted(loose.live) == ["m.py:16: ._handle", "m.py:22: ._handle"]

@@ -133,6 +133,12 @@ _INTERNAL = (
 )
 
 
+_FLAG_SET = (
+    "{}: an FSDP1 flag set to a constant; on an FSDP2 module it only adds an attribute nothing "
+    "reads: check what it did for FSDP1 (this line holds no model)"
+)
+
+
 class InternalsRule:
     CODE: ClassVar[str] = "F2P010"
     CODES: ClassVar[dict[str, Code]] = {
@@ -228,6 +234,17 @@ class InternalsRule:
             self._reshard(analysis, node)
         elif node.attr in _EITHER and _instance_call(analysis, node):
             self._instance_static(analysis, node)
+        elif node.attr in _FSDP1_ONLY and _private_flag_set(analysis, node):
+            # on an FSDP2 module it sets an attribute nothing reads: right either way
+            analysis.add(
+                self.CODE,
+                node,
+                _FLAG_SET.format(node.attr),
+                None,
+                "RUN",
+                holds=False,
+                fsdp1_only_marker=True,
+            )
         elif node.attr in _FSDP1_ATTRIBUTES:
             what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
             # a receiver named like a model that other files pass: if the run ties it to
@@ -369,6 +386,19 @@ class InternalsRule:
             either=rewrite,
             tied_requirement="ALWAYS",
         )
+
+
+def _private_flag_set(analysis: FileAnalysis, node: ast.Attribute) -> bool:
+    """``m._is_root = False``: a private FSDP1-only attribute (FSDP's own name, which no user
+    module shares) assigned a constant, alone, as a statement."""
+    statement = analysis.names.parent.get(node)
+    return (
+        node.attr.startswith("_")
+        and isinstance(node.ctx, ast.Store)
+        and isinstance(statement, ast.Assign)
+        and statement.targets == [node]
+        and isinstance(statement.value, ast.Constant)
+    )
 
 
 def _handle_reshard(analysis: FileAnalysis, node: ast.Attribute) -> ast.Call | None:
