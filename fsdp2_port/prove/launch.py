@@ -383,7 +383,9 @@ def run_ranks(
         _wait(procs, timeout)
         finished = True
     finally:
-        failed_first = any(p.exitcode not in (None, 0) for p in procs)
+        # ranks that ended badly on their own, before any is killed here
+        died = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0)}
+        failed_first = bool(died)
         hung = [r for r, p in enumerate(procs) if p.is_alive()]
         reports = _drain(errors)  # failures from before any rank is killed
         for p in procs:
@@ -404,12 +406,39 @@ def run_ranks(
         raise RankTimeout(f"ranks {hung} of {world_size} did not finish: a hung collective?")
     reports += _drain(errors)
     if reports:  # in the order they failed: the first is the cause, the rest its echoes
+        reported = {rank for rank, _ in reports}
+        # a rank that died without a traceback (a signal, os._exit) came first: its peers'
+        # reports ("connection closed by peer") are its echoes
+        silent = [
+            f"rank {rank} of {world_size} died without a report: {_exit_meaning(code)}"
+            for rank, code in died.items()
+            if rank not in reported
+        ]
         raise RankFailure(
-            "\n".join(f"rank {rank} of {world_size} failed:\n{tb}" for rank, tb in reports)
+            "\n".join(
+                [*silent, *(f"rank {rank} of {world_size} failed:\n{tb}" for rank, tb in reports)]
+            )
+        )
+    if died:  # no rank reported: say how the first ones ended (the rest were stopped here)
+        raise RankFailure(
+            "\n".join(
+                f"rank {rank} of {world_size} died without a report: {_exit_meaning(code)}"
+                for rank, code in died.items()
+            )
         )
     bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0]
     if bad:
         raise RankFailure(f"ranks exited abnormally (rank, exit code): {bad}")
+
+
+def _exit_meaning(code: int) -> str:
+    """``-6`` -> "killed by SIGABRT (exit code -6)"; a positive code as it is."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            pass
+    return f"exit code {code}"
 
 
 def _wait(procs: list, timeout: float) -> None:
