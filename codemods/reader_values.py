@@ -214,7 +214,7 @@ class _Paths:
 
     def reaches_only(self, node: ast.expr, kind: str) -> bool:
         """Whether every use of ``node``'s value is a reader's slot for ``kind``."""
-        return self._memo((node, kind), lambda: self._value(node, kind))
+        return self._memo(("value", node, kind), lambda: self._value(node, kind))
 
     def _memo(self, key: object, compute: Callable[[], bool]) -> bool:
         if key not in self.memo:
@@ -248,8 +248,11 @@ class _Paths:
             if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                 stored = _text_key(target.slice)  # d["key"] = value
                 return stored is not None and self._dict_name(target.value, kind, stored)
-            return isinstance(target, ast.Name) and self._name(
-                target, kind, lambda read: self.reaches_only(read, kind)
+            return isinstance(target, ast.Name) and self._reads_pass(
+                self.names.scope_of(target),
+                target.id,
+                kind,
+                lambda read: self.reaches_only(read, kind),
             )
         if isinstance(parent, ast.arguments):
             argument = _defaulted(parent, node)
@@ -260,7 +263,7 @@ class _Paths:
     def _dict(self, mapping: ast.expr, kind: str, key: str | None) -> bool:
         """A dict expression holding the value under ``key`` (None: a key not written out):
         every way it is read lets the value reach only readers' slots for ``kind``."""
-        return self._memo((mapping, kind, key), lambda: self._dict_read(mapping, kind, key))
+        return self._memo(("dict", mapping, kind, key), lambda: self._dict_read(mapping, kind, key))
 
     def _dict_read(self, mapping: ast.expr, kind: str, key: str | None) -> bool:
         parent = self.names.parent.get(mapping)
@@ -296,12 +299,9 @@ class _Paths:
     def _dict_name(self, name: ast.Name, kind: str, key: str | None) -> bool:
         """A name bound to the dict: each of its reads passes ``_dict`` (a write through it,
         ``d["k"] = v`` or ``d.update(k=v)``, passes)."""
-        scope, bindings = self.names.lookup(name.id, self.names.scope_of(name))
-        if scope is None or not bindings:
-            return False
-        return self._memo(
-            (scope.node, name.id, kind, "dict", key),
-            lambda: self._reads_pass(scope, name.id, lambda read: self._dict(read, kind, key)),
+        scope = self.names.lookup(name.id, self.names.scope_of(name))[0]
+        return scope is not None and self._reads_pass(
+            scope, name.id, ("dict", kind, key), lambda read: self._dict(read, kind, key)
         )
 
     def _returned(self, mapping: ast.Name, kind: str, key: str | None) -> bool:
@@ -312,17 +312,15 @@ class _Paths:
             return False
         if function.decorator_list:
             return False
-        outer = self.names.scope_of(function)
-        if self._hidden(outer, function.name) or not dead_values.visible_only_here(
-            self.names, outer, function.name
-        ):
-            return False
-        reads = list(self._reads(outer, function.name))
-        return bool(reads) and all(
-            isinstance(call := self.names.parent.get(read), ast.Call)
-            and call.func is read
-            and self._dict(call, kind, key)
-            for read in reads
+        return self._reads_pass(
+            self.names.scope_of(function),
+            function.name,
+            ("returned", kind, key),
+            lambda read: (
+                isinstance(call := self.names.parent.get(read), ast.Call)
+                and call.func is read
+                and self._dict(call, kind, key)
+            ),
         )
 
     def _argument(
@@ -352,32 +350,33 @@ class _Paths:
             return None
         return None if function.decorator_list else function
 
-    def _name(self, target: ast.Name, key: str, each_read: Callable[[ast.Name], bool]) -> bool:
-        """``target``'s name is visible only here and each of its reads passes ``each_read``."""
-        scope = self.names.scope_of(target)
-        return self._memo(
-            (scope.node, target.id, key), lambda: self._reads_pass(scope, target.id, each_read)
-        )
+    def _reads_pass(
+        self,
+        scope: Scope,
+        name: str,
+        what: object,
+        each_read: Callable[[ast.Name], bool],
+    ) -> bool:
+        """``name``, bound in ``scope``, is visible only here (a local, a parameter, a private
+        or script module-level name) and ``each_read`` holds for each of its reads (there is one
+        at least); memoised per ``what`` (what ``each_read`` asks)."""
 
-    def _reads_pass(self, scope: Scope, name: str, each_read: Callable[[ast.Name], bool]) -> bool:
-        if self._hidden(scope, name) or not dead_values.visible_only_here(self.names, scope, name):
-            return False
-        reads = list(self._reads(scope, name))
-        return bool(reads) and all(each_read(r) for r in reads)
+        def compute() -> bool:
+            if self._hidden(scope, name):
+                return False
+            if not dead_values.visible_only_here(self.names, scope, name):
+                return False
+            reads = list(self._reads(scope, name))
+            return bool(reads) and all(each_read(r) for r in reads)
+
+        return self._memo(("reads", scope.node, name, what), compute)
 
     def _parameter(self, arguments: ast.arguments, argument: ast.arg, kind: str) -> bool:
         function = self.names.parent.get(arguments)
         scope = self.names.scopes.get(function) if function is not None else None
-        if scope is None or self._hidden(scope, argument.arg):
-            return False
-        return self._memo(
-            (scope.node, argument.arg, kind),
-            lambda: self._reads_pass_param(scope, argument.arg, kind),
+        return scope is not None and self._reads_pass(
+            scope, argument.arg, kind, lambda read: self.reaches_only(read, kind)
         )
-
-    def _reads_pass_param(self, scope: Scope, name: str, kind: str) -> bool:
-        reads = list(self._reads(scope, name))
-        return bool(reads) and all(self.reaches_only(r, kind) for r in reads)
 
     def _hidden(self, scope: Scope, name: str) -> bool:
         """Whether ``name`` may be read or rebound in ``scope`` where the names cannot see it."""

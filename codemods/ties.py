@@ -551,15 +551,9 @@ class Ties:
             return isinstance(test.op, wanted) and any(
                 self._excludes_fsdp2(v, text, holds) for v in test.values
             )
-        if (
-            not holds
-            and isinstance(test, ast.Call)
-            and isinstance(test.func, ast.Name)
-            and test.func.id == "isinstance"
-            and len(test.args) == 2
-            and self.parsed.source(test.args[0]) == text
-        ):
-            return self._fsdp2_only(test.args[1])
+        tested = _isinstance_arguments(test)
+        if tested is not None and not holds and self.parsed.source(tested[0]) == text:
+            return self._fsdp2_only(tested[1])
         return self._version_excludes_fsdp2(test, text, holds)
 
     def _fsdp2_only(self, kinds: ast.AST) -> bool:
@@ -585,12 +579,10 @@ class Ties:
         compare = _COMPARE.get(type(test.ops[0]))
         if answers is None or compare is None:
             return False
-        bound = test.comparators[0].value
         try:
-            outcome = {kind: bool(compare(answer, bound)) for kind, answer in answers.items()}
-        except TypeError:
+            return bool(compare(answers["fsdp2"], test.comparators[0].value)) != holds
+        except TypeError:  # a comparison the answers do not support
             return False
-        return outcome["fsdp2"] != holds
 
     def _type_answers(self, func: ast.Name) -> dict[str, object] | None:
         """What a helper of this file returns for an FSDP2 module and for anything else (and for
@@ -641,22 +633,29 @@ class Ties:
     def _tested_kind(self, test: ast.AST, parameter: str) -> str | None:
         """``isinstance(<parameter>, <FSDP1 class>)`` -> "fsdp1", ``..., FSDPModule)`` ->
         "fsdp2"; None for any other test."""
-        if not (
-            isinstance(test, ast.Call)
-            and isinstance(test.func, ast.Name)
-            and test.func.id == "isinstance"
-            and len(test.args) == 2
-            and isinstance(test.args[0], ast.Name)
-            and test.args[0].id == parameter
-        ):
+        tested = _isinstance_arguments(test)
+        if tested is None or not (isinstance(tested[0], ast.Name) and tested[0].id == parameter):
             return None
-        kinds = test.args[1]
+        kinds = tested[1]
         parts = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
         if parts and all(
             isinstance(p, (ast.Name, ast.Attribute)) and self.parsed.is_fsdp_class(p) for p in parts
         ):
             return "fsdp1"
         return "fsdp2" if self._fsdp2_only(kinds) else None
+
+
+def _isinstance_arguments(test: ast.AST) -> tuple[ast.expr, ast.expr] | None:
+    """``(x, kinds)`` of a test ``isinstance(x, kinds)``."""
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+        and len(test.args) == 2
+        and not test.keywords
+    ):
+        return test.args[0], test.args[1]
+    return None
 
 
 def _rules_out_then_jumps(
