@@ -100,7 +100,6 @@ def fully_shard_like_fsdp1(
     """
     if isinstance(sharding_strategy, str):
         sharding_strategy = readers.strategy_of(sharding_strategy)
-    auto_wrap_policy = units.as_policy(auto_wrap_policy)
     kwargs: dict[str, Any] = {
         "process_group": process_group,
         "sharding_strategy": sharding_strategy,

@@ -214,8 +214,7 @@ def units_like_fsdp1(
 
     nothing = Ignored(set(), set(), set())
     kwargs = dict(root_kwargs)
-    policy = units.as_policy(auto_wrap_policy)
-    units.wrap_units(module, policy, nothing, kwargs, collect, fp32_hooks=False)
+    units.wrap_units(module, auto_wrap_policy, nothing, kwargs, collect, fp32_hooks=False)
     return found
 
 

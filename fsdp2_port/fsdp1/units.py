@@ -144,13 +144,15 @@ def wrap_units(
     *,
     fp32_hooks: bool = True,
 ) -> None:
-    """FSDP1's auto-wrap of ``root`` with ``policy``: ``wrap(module, **kwargs)`` for every module
+    """FSDP1's auto-wrap of ``root`` with ``policy`` (or a predicate ``is_unit(module)``, read as
+    ``lambda_auto_wrap_policy``): ``wrap(module, **kwargs)`` for every module
     below ``root`` that FSDP1 would wrap, when and with what FSDP1 would construct it.
 
     ``ignored`` is the root's; ``root_kwargs`` what FSDP1 hands its children (the root's
     arguments, ``ignored_states`` set to the root's ignored parameters). ``fp32_hooks=False``
     leaves mixed precision's fp32 hooks off (the caller runs those units in fp32 itself): the
     units are the same."""
+    policy = _as_policy(policy)  # a predicate, as the codemod writes one (F2P013)
     mixed_precision: MixedPrecision | None = root_kwargs.get("mixed_precision")
     classes: tuple[type, ...] = ()
     if mixed_precision is not None:
@@ -206,11 +208,13 @@ def wrap_units(
     visit(root, True)
 
 
-def as_policy(policy: Any) -> Any:
+def _as_policy(policy: Any) -> Any:
     """A predicate ``is_unit(module)`` as the policy function it means (FSDP1's
     ``lambda_auto_wrap_policy``: recurse everywhere, wrap where the predicate holds); any other
     policy as given. A predicate is a callable that takes one module and not FSDP1's call
     (``module=, recurse=, nonwrapped_numel=``), which no FSDP1 policy refuses."""
+    if _is_fsdp1_code(getattr(policy, "func", policy)):
+        return policy  # FSDP1's own code is read or refused (``_ask``), never called
     try:
         signature = inspect.signature(policy)
     except (TypeError, ValueError):  # not callable, or no signature to read
