@@ -1,15 +1,19 @@
-"""F2P013: FSDP1 values that only fsdp2_port's readers read are written without FSDP1.
+"""F2P013: FSDP1 values that only fsdp2_port reads are written without FSDP1.
 
 Where an FSDP1 argument was chosen at run time, the plain rewrite reads it with a reader
-(``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``, ``units_like_fsdp1``), or hands it
-to the bridge (``fully_shard_like_fsdp1``); each also takes an FSDP1-free spelling of the
-value. Once the readers are a value's only readers, the value is written that way where the
-program builds it, and the file no longer needs FSDP1 for it (F2P001 then removes the
-import):
+(``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``, ``units_like_fsdp1``,
+``mp_policy_like_fsdp1``, ``offload_policy_like_fsdp1``), or hands it to the bridge
+(``fully_shard_like_fsdp1``) or to ``fsdp2_port.state_dict_type``; each also takes an
+FSDP1-free spelling of the value. Once these are a value's only readers, the value is written
+that way where the program builds it, and the file no longer needs FSDP1 for it (F2P001 then
+removes the import):
 
-- a sharding strategy: ``ShardingStrategy.X`` -> ``"X"``, ``getattr(ShardingStrategy, s)`` /
-  ``ShardingStrategy[s]`` -> ``s`` (a dict per config string, a branch per choice, a private
-  module-level map, a default parameter);
+- an enum member by its name: ``ShardingStrategy.X``, ``BackwardPrefetch.X``,
+  ``StateDictType.X`` -> ``"X"``; ``getattr(ShardingStrategy, s)`` / ``ShardingStrategy[s]``
+  -> ``s`` (a dict per config string, a branch per choice, a private module-level map, a
+  default parameter);
+- a config dataclass as the dict of its fields: ``MixedPrecision(...)``, ``CPUOffload(...)``,
+  the state-dict configs -> ``dict(...)`` (arguments by position named);
 - a wrap policy that selects by module: ``functools.partial(lambda_auto_wrap_policy,
   lambda_fn=f)`` -> ``f``, ``functools.partial(transformer_auto_wrap_policy,
   transformer_layer_cls=S)`` and ``ModuleWrapPolicy([A, B])`` (classes written out) ->
@@ -21,11 +25,13 @@ The value must reach nothing else. From each value, its path is followed up the 
 conditional expressions, dict values read only by subscripts (``.get`` too), assignments to a
 name, and arguments of a function this module defines (to the parameter); every read of such a
 name must continue the path, and the path must end in a reader's slot for that kind of value.
-A name qualifies as ``dead_values`` lets it: a local, or a private or script module-level name,
-in a scope the names see through; a parameter's default and a parameter given an argument
-qualify when the function reads the parameter only that way (other callers may still pass
-FSDP1's values: the readers take both). Anything else on the way (a comparison, another call,
-a log line, an attribute) keeps the value as it is.
+A log line (``print``, a logger's method, an f-string it shows) may also show the value or its
+dict: only the text it prints changes. A name qualifies as ``dead_values`` lets it: a local, or
+a private or script module-level name, in a scope the names see through; a parameter's default
+and a parameter given an argument qualify when the function reads the parameter only that way
+(other callers may still pass FSDP1's values: the readers take both). Anything else on the way
+(a comparison, another call, an attribute, a string the run goes on with) keeps the value as
+it is.
 """
 
 from __future__ import annotations
@@ -42,30 +48,86 @@ from codemods.text import Edit, LineIndex
 CODE = "F2P013"
 #: Not a rule of its own: it runs once per file, after every rewrite, with F2P012.
 DOC = Code(
-    summary="FSDP1 values read only by fsdp2_port's readers are written without FSDP1",
-    topic="values only the readers read",
+    summary="FSDP1 values read only by fsdp2_port are written without FSDP1",
+    topic="values only fsdp2_port reads",
     rewritten=(
-        '`ShardingStrategy.X` → `"X"`, `getattr(ShardingStrategy, s)` / '
-        "`ShardingStrategy[s]` → `s`; `partial(lambda_auto_wrap_policy, lambda_fn=f)` → `f`, "
+        '`ShardingStrategy.X` / `BackwardPrefetch.X` / `StateDictType.X` → `"X"`, '
+        "`getattr(ShardingStrategy, s)` / `ShardingStrategy[s]` → `s`; `MixedPrecision(...)`, "
+        "`CPUOffload(...)` and the state-dict configs → `dict(...)` of their fields; "
+        "`partial(lambda_auto_wrap_policy, lambda_fn=f)` → `f`, "
         "`partial(transformer_auto_wrap_policy, transformer_layer_cls=S)` and "
         "`ModuleWrapPolicy([A, B])` → `lambda module: isinstance(module, ...)`: where the "
         "value (through dicts, conditional expressions, locals, private module-level maps, "
-        "parameter defaults and arguments of functions "
-        "defined here) reaches only the matching argument of `fsdp2_port.mesh_like_fsdp1` / "
-        "`reshard_after_forward_like_fsdp1` / `units_like_fsdp1` / `fully_shard_like_fsdp1`"
+        "parameter defaults, arguments of functions defined here and log lines) reaches only "
+        "the matching argument of `fsdp2_port`'s readers (`mesh_like_fsdp1`, "
+        "`reshard_after_forward_like_fsdp1`, `units_like_fsdp1`, `mp_policy_like_fsdp1`, "
+        "`offload_policy_like_fsdp1`), `fully_shard_like_fsdp1` or `state_dict_type` / "
+        "`set_state_dict_type`"
     ),
     marked="—",
 )
 STRATEGY, POLICY = "sharding strategy", "wrap policy"
+PREFETCH, STATE_DICT_TYPE = "backward prefetch", "state-dict type"
+MIXED, OFFLOAD = "mixed precision", "cpu offload"
+MODEL_CONFIG, OPTIM_CONFIG = "state-dict config", "optimizer state-dict config"
+#: FSDP1's enums the readers take by member name.
+_ENUMS = {
+    "ShardingStrategy": STRATEGY,
+    "BackwardPrefetch": PREFETCH,
+    "StateDictType": STATE_DICT_TYPE,
+}
+#: FSDP1's config dataclasses the readers take as a dict of their fields: (kind, the fields in
+#: order, for arguments by position).
+_CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "MixedPrecision": (
+        MIXED,
+        (
+            "param_dtype",
+            "reduce_dtype",
+            "buffer_dtype",
+            "keep_low_precision_grads",
+            "cast_forward_inputs",
+            "cast_root_forward_inputs",
+            "_module_classes_to_ignore",
+        ),
+    ),
+    "CPUOffload": (OFFLOAD, ("offload_params",)),
+    "FullStateDictConfig": (MODEL_CONFIG, ("offload_to_cpu", "rank0_only")),
+    "ShardedStateDictConfig": (MODEL_CONFIG, ("offload_to_cpu", "_use_dtensor")),
+    "FullOptimStateDictConfig": (OPTIM_CONFIG, ("offload_to_cpu", "rank0_only")),
+    "ShardedOptimStateDictConfig": (OPTIM_CONFIG, ("offload_to_cpu", "_use_dtensor")),
+}
+#: No position: a keyword-only slot.
+_KEYWORD_ONLY = -1
+_STATE_DICT_SLOTS = (
+    (STATE_DICT_TYPE, 1, "state_dict_type"),
+    (MODEL_CONFIG, 2, "state_dict_config"),
+    (OPTIM_CONFIG, 3, "optim_state_dict_config"),
+)
 #: reader -> its slots: (the kind of value a slot takes, its position, its keyword). The
-#: bridge (``fully_shard_like_fsdp1``, FSDP1's signature) takes both spellings too.
+#: bridge (``fully_shard_like_fsdp1``, FSDP1's signature) and the state-dict type functions
+#: take both spellings too.
 _READERS: dict[str, tuple[tuple[str, int, str], ...]] = {
     "mesh_like_fsdp1": ((STRATEGY, 0, "sharding_strategy"),),
     "reshard_after_forward_like_fsdp1": ((STRATEGY, 0, "sharding_strategy"),),
-    "units_like_fsdp1": ((POLICY, 1, "auto_wrap_policy"),),
-    "fully_shard_like_fsdp1": ((STRATEGY, 2, "sharding_strategy"), (POLICY, 4, "auto_wrap_policy")),
+    "units_like_fsdp1": (
+        (POLICY, 1, "auto_wrap_policy"),
+        (MIXED, _KEYWORD_ONLY, "mixed_precision"),
+    ),
+    "mp_policy_like_fsdp1": ((MIXED, 0, "mixed_precision"),),
+    "offload_policy_like_fsdp1": ((OFFLOAD, 0, "cpu_offload"),),
+    "fully_shard_like_fsdp1": (
+        (STRATEGY, 2, "sharding_strategy"),
+        (OFFLOAD, 3, "cpu_offload"),
+        (POLICY, 4, "auto_wrap_policy"),
+        (PREFETCH, 5, "backward_prefetch"),
+        (MIXED, 6, "mixed_precision"),
+    ),
+    "state_dict_type": _STATE_DICT_SLOTS,
+    "set_state_dict_type": _STATE_DICT_SLOTS,
 }
-_ENUM = "ShardingStrategy"
+#: Methods of a logger: a value they show changes its text only.
+_LOG_METHODS = frozenset(("debug", "info", "warning", "warn", "error", "critical", "exception"))
 
 
 @dataclass(frozen=True)
@@ -77,7 +139,8 @@ class Written:
     text: str
 
     def message(self) -> str:
-        return f"{self.kind} read only by fsdp2_port's readers written as {self.text}"
+        shown = self.text if "\n" not in self.text else self.text.split("(")[0] + "(...)"
+        return f"{self.kind} read only by fsdp2_port's readers written as {shown}"
 
 
 def find(names: Names, lines: LineIndex) -> list[Written]:
@@ -88,7 +151,7 @@ def find(names: Names, lines: LineIndex) -> list[Written]:
     ignored = markers.ignored_lines(lines.text)
     return [
         written
-        for written in [*_strategies(names, lines), *_policies(names, lines)]
+        for written in [*_members(names, lines), *_policies(names, lines), *_configs(names, lines)]
         if written.node.lineno not in ignored and walk.reaches_only(written.node, written.kind)
     ]
 
@@ -101,31 +164,51 @@ def edit(lines: LineIndex, written: Written) -> Edit:
 # -- the values ------------------------------------------------------------------------------
 
 
-def _strategies(names: Names, lines: LineIndex) -> Iterator[Written]:
-    """``ShardingStrategy.X`` (any spelling FSDP1's names resolve to), and ``getattr`` /
-    subscript of the enum by a name."""
+def _members(names: Names, lines: LineIndex) -> Iterator[Written]:
+    """``ShardingStrategy.X`` (and the other enums the readers take by name; any spelling
+    FSDP1's names resolve to), and ``getattr`` / subscript of such an enum by a name."""
     for node in names.by_type[ast.Attribute]:
         assert isinstance(node, ast.Attribute)
-        member = fsdp1.first(names.qualified(node)) or ""
-        if member.split(".")[0] == _ENUM and member.count(".") == 1:
-            yield Written(node, STRATEGY, f'"{node.attr}"')
+        member = (fsdp1.first(names.qualified(node)) or "").split(".")
+        if len(member) == 2 and member[0] in _ENUMS:
+            yield Written(node, _ENUMS[member[0]], f'"{node.attr}"')
     for node in names.by_type[ast.Call]:
         assert isinstance(node, ast.Call)
         if (
             names.qualified(node.func) == {"builtins.getattr"}
             and len(node.args) == 2
             and not node.keywords
-            and _is_enum(names, node.args[0])
+            and (kind := _enum(names, node.args[0])) is not None
         ):
-            yield Written(node, STRATEGY, lines.source(node.args[1]))
+            yield Written(node, kind, lines.source(node.args[1]))
     for node in names.by_type[ast.Subscript]:
         assert isinstance(node, ast.Subscript)
-        if isinstance(node.ctx, ast.Load) and _is_enum(names, node.value):
-            yield Written(node, STRATEGY, lines.source(node.slice))
+        if isinstance(node.ctx, ast.Load) and (kind := _enum(names, node.value)) is not None:
+            yield Written(node, kind, lines.source(node.slice))
 
 
-def _is_enum(names: Names, node: ast.expr) -> bool:
-    return fsdp1.first(names.qualified(node)) == _ENUM
+def _enum(names: Names, node: ast.expr) -> str | None:
+    """The kind of value an FSDP1 enum ``node`` names holds, or None."""
+    return _ENUMS.get(fsdp1.first(names.qualified(node)) or "")
+
+
+def _configs(names: Names, lines: LineIndex) -> Iterator[Written]:
+    """An FSDP1 config dataclass built here (``MixedPrecision(...)``) as the dict of its
+    fields: the call's own text where it passes them by keyword."""
+    for node in names.by_type[ast.Call]:
+        assert isinstance(node, ast.Call)
+        config = _CONFIGS.get(fsdp1.first(names.qualified(node.func)) or "")
+        if config is None or any(k.arg is None for k in node.keywords):
+            continue
+        kind, fields = config
+        if any(isinstance(a, ast.Starred) for a in node.args) or len(node.args) > len(fields):
+            continue
+        if node.args:
+            given = [f"{f}={lines.source(a)}" for f, a in zip(fields, node.args)]
+            given += [f"{k.arg}={lines.source(k.value)}" for k in node.keywords]
+            yield Written(node, kind, f"dict({', '.join(given)})")
+        else:
+            yield Written(node, kind, "dict" + lines.source(node)[len(lines.source(node.func)) :])
 
 
 def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
@@ -223,6 +306,8 @@ class _Paths:
         return self.memo[key]
 
     def _value(self, node: ast.expr, kind: str) -> bool:
+        if self._logged(node):
+            return True
         parent = self.names.parent.get(node)
         if isinstance(parent, ast.IfExp) and node is not parent.test:
             return self.reaches_only(parent, kind)
@@ -259,6 +344,20 @@ class _Paths:
             return argument is not None and self._parameter(parent, argument, kind)
         return False
 
+    def _logged(self, node: ast.expr) -> bool:
+        """``node`` is shown by a log line: an argument of ``print`` or of a logger's method
+        (``logger.info``), or formatted into an f-string that is one. Only its text changes."""
+        parent = self.names.parent.get(node)
+        if isinstance(parent, ast.FormattedValue) and parent.value is node:
+            joined = self.names.parent.get(parent)
+            return isinstance(joined, ast.JoinedStr) and self._logged(joined)
+        if not (isinstance(parent, ast.Call) and any(node is a for a in parent.args)):
+            return False
+        func = parent.func
+        return self.names.qualified(func) == {"builtins.print"} or (
+            isinstance(func, ast.Attribute) and func.attr in _LOG_METHODS
+        )
+
     # -- dicts: a lookup table of values, or the keyword arguments of a call ---------------------
     def _dict(self, mapping: ast.expr, kind: str, key: str | None) -> bool:
         """A dict expression holding the value under ``key`` (None: a key not written out):
@@ -266,6 +365,8 @@ class _Paths:
         return self._memo(("dict", mapping, kind, key), lambda: self._dict_read(mapping, kind, key))
 
     def _dict_read(self, mapping: ast.expr, kind: str, key: str | None) -> bool:
+        if self._logged(mapping):
+            return True
         parent = self.names.parent.get(mapping)
         if isinstance(parent, ast.Subscript) and parent.value is mapping:
             if isinstance(parent.ctx, ast.Store):

@@ -12,6 +12,7 @@ its own call did), and load the same way. torch 2.13 on the CPU: FSDP1's FULL_ST
 compared by settings only.
 """
 
+import dataclasses
 import warnings
 
 import pytest
@@ -127,6 +128,37 @@ def test_options_mean_these_fsdp1_settings(options, settings):
 @pytest.mark.parametrize(("options", "optim_options", "settings"), MIXED)
 def test_optim_options_set_the_optimizers_settings(options, optim_options, settings):
     assert fsdp1_api._given(None, None, None, options, optim_options) == settings
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        *(settings for _, settings in MAPPED),
+        # FSDP1's default optimizer config beside rank 0's model: no options say it
+        StateDictSettings(
+            FULL,
+            FullStateDictConfig(offload_to_cpu=True, rank0_only=True),
+            FullOptimStateDictConfig(),
+        ),
+    ],
+)
+def test_names_and_dicts_of_fields_mean_fsdp1s_members_and_configs(settings):
+    """F2P013 writes the type as its name and each config as the dict of its fields where only
+    ``fsdp2_port`` reads them: the same settings, set and read back."""
+    model_config, optim_config = settings.state_dict_config, settings.optim_state_dict_config
+    spelled = (
+        settings.state_dict_type.name,
+        dataclasses.asdict(model_config),
+        dataclasses.asdict(optim_config),
+    )
+    assert fsdp1_api._given(*spelled, None) == settings
+    model = nn.Linear(2, 2)
+    fsdp2_port.set_state_dict_type(model, *spelled)
+    assert fsdp2_port.get_state_dict_type(model) == settings
+    with pytest.raises(ValueError, match=r"'rank0' not a field of FullStateDictConfig"):
+        fsdp2_port.state_dict_type(model, "FULL_STATE_DICT", {"rank0": True})
+    with pytest.raises(ValueError, match=r"'FULL' names no StateDictType"):
+        fsdp2_port.state_dict_type(model, "FULL")
 
 
 def test_optim_options_need_options_and_the_same_type():

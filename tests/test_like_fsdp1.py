@@ -79,7 +79,8 @@ LR, MAX_NORM, STEPS = 1e-2, 1.0, 3
 #: BatchNorm over 2 rows maps any input to +-1, leaving embed gradients of rounding noise
 ROWS_PER_RANK = 4
 TOL = {"fp32": 1e-6, "bf16": 2e-3}  # why: module docstring
-BF16_FP32_REDUCE = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+BF16 = torch.bfloat16
+BF16_FP32_REDUCE = MixedPrecision(param_dtype=BF16, reduce_dtype=torch.float32)
 
 
 # -- the model --------------------------------------------------------------------------------
@@ -434,30 +435,55 @@ def _fsdp2_layout(model: nn.Module) -> dict[str, dict[str, Any]]:
     return out
 
 
-def test_names_and_predicates_build_what_members_and_policies_build():
-    """The codemod writes a strategy as its name and a module policy as a predicate where only
-    the bridge reads them (F2P013): the same units, each with the same mesh and resharding.
-    (Its own one-rank group: this module's refusals need none to be there.)"""
+def test_spellings_without_fsdp1_build_what_fsdp1s_build():
+    """The codemod writes FSDP1's values without FSDP1 where only the bridge reads them
+    (F2P013): a strategy's and a prefetch's name, a module policy as a predicate, a config's
+    fields as a dict. The same units, each with the same mesh, resharding, mixed precision and
+    offload, and the same buffer dtypes. (Its own one-rank group: this module's refusals need
+    none to be there.)"""
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        _names_and_predicates()
+        _spellings_without_fsdp1()
     finally:
         dist.destroy_process_group()
 
 
-def _names_and_predicates() -> None:
+def _spellings_without_fsdp1() -> None:
     built = []
-    for strategy, policy in (
-        (ShardingStrategy.SHARD_GRAD_OP, ModuleWrapPolicy({GainBlock})),
-        ("SHARD_GRAD_OP", lambda module: isinstance(module, (GainBlock,))),
+    for strategy, policy, mp, offload, prefetch in (
+        (
+            ShardingStrategy.SHARD_GRAD_OP,
+            ModuleWrapPolicy({GainBlock}),
+            MixedPrecision(param_dtype=BF16, buffer_dtype=BF16),
+            CPUOffload(offload_params=True),
+            BackwardPrefetch.BACKWARD_POST,
+        ),
+        (
+            "SHARD_GRAD_OP",
+            lambda module: isinstance(module, (GainBlock,)),
+            dict(param_dtype=BF16, buffer_dtype=BF16),
+            dict(offload_params=True),
+            "BACKWARD_POST",
+        ),
     ):
         torch.manual_seed(0)
         model = fully_shard_like_fsdp1(
-            Net(), sharding_strategy=strategy, auto_wrap_policy=policy, device_id=CPU
+            Net(),
+            sharding_strategy=strategy,
+            auto_wrap_policy=policy,
+            mixed_precision=mp,
+            cpu_offload=offload,
+            backward_prefetch=prefetch,
+            device_id=CPU,
         )
-        built.append(_fsdp2_layout(model))
-    assert built[0] == built[1] and len(built[0]) > 1
-    assert not any(unit["reshard"] for unit in built[0].values())  # SHARD_GRAD_OP's
+        built.append((_fsdp2_layout(model), _buffer_dtypes(model)))
+    assert built[0] == built[1] and len(built[0][0]) > 1
+    layout, buffers = built[0]
+    assert not any(unit["reshard"] for unit in layout.values())  # SHARD_GRAD_OP's
+    assert all(unit["offload"] for unit in layout.values())
+    # mixed precision on the blocks (the BatchNorm unit runs without it, as in FSDP1)
+    assert {name: unit["param_dtype"] for name, unit in layout.items()}["blocks.0"] is BF16
+    assert buffers["blocks.0.gain"] is BF16 and buffers["bn.running_mean"] is torch.float32
 
 
 def _buffer_dtypes(model: nn.Module) -> dict[str, torch.dtype]:
@@ -597,12 +623,17 @@ def test_signature_is_fsdp1s():
             r"keep_low_precision_grads=True.*model\.to\(torch\.bfloat16\) before sharding",
         ),
         ({"sharding_strategy": "full"}, r"names no ShardingStrategy"),
-        ({"sharding_strategy": 1}, r"ShardingStrategy\[name\]"),
+        ({"sharding_strategy": 1}, r"must be a ShardingStrategy, its name or None"),
+        ({"backward_prefetch": "BACKWARD"}, r"'BACKWARD' names no BackwardPrefetch"),
+        (
+            {"mixed_precision": {"param_dtype": torch.bfloat16, "buffer": torch.float32}},
+            r"mixed_precision: 'buffer' not a field of MixedPrecision \(its fields: param_dtype",
+        ),
         (
             {"process_group": object(), "device_mesh": object()},
             r"process_group and device_mesh: pass one",
         ),
-        ({"cpu_offload": True}, r"cpu_offload must be an FSDP1 CPUOffload"),
+        ({"cpu_offload": True}, r"cpu_offload must be an FSDP1 CPUOffload, a dict of its"),
         ({}, r"needs an initialised process group.*init_process_group\(\) first"),
     ],
 )

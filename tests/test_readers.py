@@ -101,7 +101,7 @@ def test_reshard_after_forward_for_every_strategy():
 
 @pytest.mark.parametrize("value", [1, True, b"FULL_SHARD"])
 def test_reshard_refuses_what_is_not_a_strategy(value):
-    with pytest.raises(ValueError, match=r"must be a ShardingStrategy.*ShardingStrategy\[name\]"):
+    with pytest.raises(ValueError, match=r"must be a ShardingStrategy, its name or None"):
         reshard_after_forward_like_fsdp1(value)
 
 
@@ -227,7 +227,7 @@ def test_mesh_refuses_what_fully_shard_like_fsdp1_refuses(one_rank):
     two_d = init_device_mesh("cpu", (1, 1))
     for kwargs, match in [
         ({"sharding_strategy": "no_shard"}, r"names no ShardingStrategy"),
-        ({"sharding_strategy": 3}, r"ShardingStrategy\[name\]"),
+        ({"sharding_strategy": 3}, r"must be a ShardingStrategy, its name or None, not 3"),
         ({"process_group": dist.group.WORLD, "device_mesh": two_d}, r"pass one of them"),
         ({"device_mesh": two_d}, r"2-D device_mesh with a non-hybrid"),
         (
@@ -422,8 +422,32 @@ def test_units_without_a_policy_and_refusals():
     model = fsdp1_units.Model()
     assert units_like_fsdp1(model, None) == []
     assert units_like_fsdp1(model, None, mixed_precision=MixedPrecision(param_dtype=BF16)) == []
-    with pytest.raises(ValueError, match=r"MixedPrecision, an FSDP2 MixedPrecisionPolicy"):
+    with pytest.raises(ValueError, match=r"must be an FSDP1 MixedPrecision, a dict of its"):
         units_like_fsdp1(model, ModuleWrapPolicy({nn.Linear}), mixed_precision=BF16)
+
+
+def test_configs_as_dicts_of_their_fields_read_as_the_configs():
+    """F2P013 writes ``MixedPrecision(...)`` / ``CPUOffload(...)`` as ``dict(...)`` where only
+    readers read them: the same FSDP2 values and units, and the same refusals."""
+    for fields in (
+        {},
+        {"param_dtype": BF16},
+        {"param_dtype": BF16, "reduce_dtype": torch.float32, "cast_forward_inputs": True},
+        {"reduce_dtype": BF16, "cast_root_forward_inputs": False},
+    ):
+        for root in (False, True):
+            want = _fields(mp_policy_like_fsdp1(MixedPrecision(**fields), root=root))
+            assert _fields(mp_policy_like_fsdp1(dict(fields), root=root)) == want
+    for offload in (False, True):
+        want_policy = offload_policy_like_fsdp1(CPUOffload(offload_params=offload))
+        policy = offload_policy_like_fsdp1({"offload_params": offload})
+        assert type(policy) is type(want_policy) and vars(policy) == vars(want_policy)
+    case = UNIT_CASES["size-based 300, mixed precision (recursion everywhere, BatchNorm apart)"]
+    assert _ours(case, dict(param_dtype=BF16))[0] == _ours(case, MixedPrecision(BF16))[0]
+    with pytest.raises(ValueError, match=r"keep_low_precision_grads=True"):
+        mp_policy_like_fsdp1(dict(param_dtype=BF16, keep_low_precision_grads=True))
+    with pytest.raises(ValueError, match=r"'offload' not a field of CPUOffload"):
+        offload_policy_like_fsdp1({"offload": True})
 
 
 # -- a program written with the readers trains as FSDP1 (2 gloo ranks) -----------------------------

@@ -226,14 +226,7 @@ def _validated(
     optim_state_dict_config: OptimStateDictConfig | None,
 ) -> StateDictSettings:
     """FSDP1's settings, its default config filled in; refuses what cannot be honoured."""
-    from torch.distributed.fsdp import (
-        FullOptimStateDictConfig,
-        FullStateDictConfig,
-        ShardedOptimStateDictConfig,
-        ShardedStateDictConfig,
-        StateDictSettings,
-        StateDictType,
-    )
+    from torch.distributed.fsdp import StateDictSettings, StateDictType
 
     if state_dict_type == StateDictType.LOCAL_STATE_DICT:
         raise ValueError(
@@ -241,10 +234,7 @@ def _validated(
             "flattened shards): use StateDictType.SHARDED_STATE_DICT and save and load it with "
             "torch.distributed.checkpoint (dcp.save / dcp.load), which reshards"
         )
-    configs: dict[Any, tuple[type, type]] = {
-        StateDictType.FULL_STATE_DICT: (FullStateDictConfig, FullOptimStateDictConfig),
-        StateDictType.SHARDED_STATE_DICT: (ShardedStateDictConfig, ShardedOptimStateDictConfig),
-    }
+    configs = _config_classes()
     if state_dict_type not in configs:
         raise ValueError(f"state_dict_type: expected a StateDictType, got {state_dict_type!r}")
     model_type, optim_type = configs[state_dict_type]
@@ -259,6 +249,25 @@ def _validated(
                 f"{name}: {state_dict_type.name} takes a {want.__name__}, got {type(got).__name__}"
             )
     return StateDictSettings(state_dict_type, model_config, optim_config)
+
+
+def _config_classes() -> dict[Any, tuple[type, type]]:
+    """Each ``StateDictType``'s config classes: (the model's, the optimizer's)."""
+    from torch.distributed.fsdp import (
+        FullOptimStateDictConfig,
+        FullStateDictConfig,
+        LocalOptimStateDictConfig,
+        LocalStateDictConfig,
+        ShardedOptimStateDictConfig,
+        ShardedStateDictConfig,
+        StateDictType,
+    )
+
+    return {
+        StateDictType.FULL_STATE_DICT: (FullStateDictConfig, FullOptimStateDictConfig),
+        StateDictType.SHARDED_STATE_DICT: (ShardedStateDictConfig, ShardedOptimStateDictConfig),
+        StateDictType.LOCAL_STATE_DICT: (LocalStateDictConfig, LocalOptimStateDictConfig),
+    }
 
 
 def _set(module: nn.Module, settings: StateDictSettings | None) -> None:
@@ -488,17 +497,17 @@ def _settings_of_options(options: StateDictOptions) -> StateDictSettings:
 
 
 def _given(
-    state_dict_type: StateDictType | None,
-    state_dict_config: StateDictConfig | None,
-    optim_state_dict_config: OptimStateDictConfig | None,
+    state_dict_type: StateDictType | str | None,
+    state_dict_config: StateDictConfig | Mapping[str, Any] | None,
+    optim_state_dict_config: OptimStateDictConfig | Mapping[str, Any] | None,
     options: StateDictOptions | None,
     optim_options: StateDictOptions | None = None,
 ) -> StateDictSettings:
     """The settings asked for, in FSDP1's words or in DCP's (``options``, and ``optim_options``
     for the optimizer where they differ): exactly one of them.
 
-    FSDP1's words are passed on as given (a config left None stays None: FSDP1 fills in its
-    own default)."""
+    FSDP1's words are passed on as given, names and dicts read as FSDP1's members and configs
+    (a config left None stays None: FSDP1 fills in its own default)."""
     from torch.distributed.fsdp import StateDictSettings
 
     fsdp1 = {
@@ -536,11 +545,29 @@ def _given(
             "state_dict_type: missing; pass FSDP1's state_dict_type (and configs) or options= "
             "(a torch.distributed.checkpoint.state_dict.StateDictOptions)"
         )
+    from torch.distributed.fsdp import StateDictType
+
+    from fsdp2_port.fsdp1 import readers
+
+    kind = readers.member_of(state_dict_type, StateDictType, "state_dict_type")
+    assert kind is not None  # state_dict_type is not None here
+    model_type, optim_type = _config_classes()[kind]
     return StateDictSettings(
-        state_dict_type,
-        cast("StateDictConfig", state_dict_config),
-        cast("OptimStateDictConfig", optim_state_dict_config),
+        kind,
+        _config(state_dict_config, model_type, "state_dict_config"),
+        _config(optim_state_dict_config, optim_type, "optim_state_dict_config"),
     )
+
+
+def _config(value: Any, cls: type, what: str) -> Any:
+    """A config as given, or built from the dict of its fields the codemod writes where only
+    ``fsdp2_port`` reads it (F2P013): FSDP1 models need FSDP1's own config objects."""
+    if not isinstance(value, Mapping):
+        return value
+    from fsdp2_port.fsdp1 import readers
+
+    readers.config_of(value, cls, what)  # its fields, or ValueError
+    return cls(**value)
 
 
 # -- the state-dict type APIs ---------------------------------------------------------------------
@@ -548,9 +575,9 @@ def _given(
 
 def state_dict_type(
     module: nn.Module,
-    state_dict_type: StateDictType | None = None,
-    state_dict_config: StateDictConfig | None = None,
-    optim_state_dict_config: OptimStateDictConfig | None = None,
+    state_dict_type: StateDictType | str | None = None,
+    state_dict_config: StateDictConfig | Mapping[str, Any] | None = None,
+    optim_state_dict_config: OptimStateDictConfig | Mapping[str, Any] | None = None,
     *,
     options: StateDictOptions | None = None,
     optim_options: StateDictOptions | None = None,
@@ -564,7 +591,10 @@ def state_dict_type(
     means the FSDP1 settings DCP itself applies to FSDP1 models (``_settings_of_options``:
     ``StateDictOptions(full_state_dict=True, cpu_offload=True)`` is FULL, offloaded, rank 0
     only, for the model and the optimizer alike), with ``optim_options`` for the optimizer's
-    where they differ (same ``full_state_dict``). One of the two, never both.
+    where they differ (same ``full_state_dict``). One of the two, never both. FSDP1's words
+    may be spelled without FSDP1, as the codemod writes them where only ``fsdp2_port`` reads
+    them (F2P013): the type's name (``"FULL_STATE_DICT"``) and each config as the dict of its
+    fields (``dict(offload_to_cpu=True, rank0_only=True)``).
 
     FSDP1 models: FSDP1's context manager. Others (FSDP2, DDP, plain): what was set before (a
     type, or nothing) is restored on exit, also by an exception.
@@ -604,9 +634,9 @@ def _fsdp2_state_dict_type(module: nn.Module, settings: StateDictSettings) -> It
 
 def set_state_dict_type(
     module: nn.Module,
-    state_dict_type: StateDictType | None = None,
-    state_dict_config: StateDictConfig | None = None,
-    optim_state_dict_config: OptimStateDictConfig | None = None,
+    state_dict_type: StateDictType | str | None = None,
+    state_dict_config: StateDictConfig | Mapping[str, Any] | None = None,
+    optim_state_dict_config: OptimStateDictConfig | Mapping[str, Any] | None = None,
     *,
     options: StateDictOptions | None = None,
     optim_options: StateDictOptions | None = None,

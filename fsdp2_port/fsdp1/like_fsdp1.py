@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,10 +74,10 @@ def fully_shard_like_fsdp1(
     module: nn.Module,
     process_group: dist.ProcessGroup | tuple[dist.ProcessGroup, dist.ProcessGroup] | None = None,
     sharding_strategy: ShardingStrategy | str | None = None,
-    cpu_offload: CPUOffload | None = None,
+    cpu_offload: CPUOffload | Mapping[str, Any] | None = None,
     auto_wrap_policy: Callable | ModuleWrapPolicy | CustomPolicy | None = None,
-    backward_prefetch: BackwardPrefetch | None = BackwardPrefetch.BACKWARD_PRE,
-    mixed_precision: MixedPrecision | None = None,
+    backward_prefetch: BackwardPrefetch | str | None = BackwardPrefetch.BACKWARD_PRE,
+    mixed_precision: MixedPrecision | Mapping[str, Any] | None = None,
     ignored_modules: Iterable[nn.Module] | None = None,
     param_init_fn: Callable[[nn.Module], None] | None = None,
     device_id: int | torch.device | None = None,
@@ -94,12 +94,12 @@ def fully_shard_like_fsdp1(
     sharded children first, then ``module`` itself, which is returned as an ``FSDPModule``
     (the same object: no wrapper, no ``.module``, no flat parameters). What each argument
     becomes: README, "FSDP1 arguments on FSDP2". ``ValueError`` for what FSDP2 cannot honour.
-    As the readers do, it also takes a strategy's name (``"SHARD_GRAD_OP"``) and a predicate
-    ``is_unit(module) -> bool`` for a policy (``lambda_auto_wrap_policy``'s meaning): the
-    codemod writes those where only it reads the value (F2P013).
+    As the readers do, it also takes FSDP1's values spelled without FSDP1 (the codemod writes
+    them where only it reads the value, F2P013): an enum member's name (``"SHARD_GRAD_OP"``,
+    ``"BACKWARD_PRE"``), a config's fields as a dict (``mixed_precision=dict(param_dtype=...)``,
+    ``cpu_offload=dict(offload_params=True)``) and a predicate ``is_unit(module) -> bool`` for
+    a policy (``lambda_auto_wrap_policy``'s meaning).
     """
-    if isinstance(sharding_strategy, str):
-        sharding_strategy = readers.strategy_of(sharding_strategy)
     kwargs: dict[str, Any] = {
         "process_group": process_group,
         "sharding_strategy": sharding_strategy,
@@ -116,7 +116,8 @@ def fully_shard_like_fsdp1(
         "ignored_states": None if ignored_states is None else list(ignored_states),
         "device_mesh": device_mesh,
     }
-    _check_arguments(kwargs)
+    kwargs = _checked(kwargs)
+    sharding_strategy = kwargs["sharding_strategy"]
     wrapped = [m for m in module.modules() if isinstance(m, (FullyShardedDataParallel, FSDPModule))]
     if wrapped:
         raise ValueError(
@@ -328,9 +329,7 @@ class _Builder:
                     src=0,
                 )
 
-    def _cast_buffers(
-        self, module: nn.Module, ignored: Ignored, mixed_precision: MixedPrecision | None
-    ) -> None:
+    def _cast_buffers(self, module: nn.Module, ignored: Ignored, mixed_precision: Any) -> None:
         """FSDP1's ``buffer_dtype``: each buffer takes its innermost unit's (FSDP1 casts at the
         first forward; units are built innermost first, so the first to see a buffer decides),
         except the buffers of the unit's ignored modules."""
@@ -356,20 +355,25 @@ def _unit_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
             "auto_wrap_policy in a unit's own arguments (a CustomPolicy override) asks for "
             "nested auto-wrapping: select those modules in the outer policy instead"
         )
-    _check_arguments(kw)
-    return kw
+    return _checked(kw)
 
 
-def _check_arguments(kw: dict[str, Any]) -> None:
-    """ValueError for FSDP1 arguments FSDP2 cannot honour, naming what to do instead."""
-    readers.check_sharding_strategy(kw["sharding_strategy"])
+def _checked(kw: dict[str, Any]) -> dict[str, Any]:
+    """The arguments with names and dicts read as FSDP1's members and configs (``readers``);
+    ValueError for what FSDP2 cannot honour, naming what to do instead."""
     readers.check_process_group_and_device_mesh(kw["process_group"], kw["device_mesh"])
-    readers.check_mixed_precision(kw["mixed_precision"])
-    readers.check_cpu_offload(kw["cpu_offload"])
-    prefetch = kw["backward_prefetch"]
-    if prefetch is not None and not isinstance(prefetch, BackwardPrefetch):
-        raise ValueError(f"backward_prefetch must be a BackwardPrefetch or None, not {prefetch!r}")
     readers.check_device_id(kw["device_id"])
+    return {
+        **kw,
+        "sharding_strategy": readers.member_of(
+            kw["sharding_strategy"], ShardingStrategy, "sharding_strategy"
+        ),
+        "backward_prefetch": readers.member_of(
+            kw["backward_prefetch"], BackwardPrefetch, "backward_prefetch"
+        ),
+        "mixed_precision": readers.mixed_precision_of(kw["mixed_precision"]),
+        "cpu_offload": readers.cpu_offload_of(kw["cpu_offload"]),
+    }
 
 
 # -- devices and meshes -------------------------------------------------------------------------

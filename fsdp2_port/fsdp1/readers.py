@@ -18,6 +18,11 @@ mapping (strategy -> ``reshard_after_forward``, strategy / process group / devic
 ``fsdp1.units`` of the policy -> units one; ``fully_shard_like_fsdp1`` calls the same code. A
 value FSDP2 cannot honour raises the ``ValueError`` ``fully_shard_like_fsdp1`` raises for it.
 
+Each reader, and the bridge, takes a value in FSDP1's spelling or in one without FSDP1, which
+the codemod writes where only ``fsdp2_port`` reads the value (F2P013): an enum member's name
+(``"HYBRID_SHARD"``, ``member_of``), a config dataclass's fields as a dict
+(``dict(param_dtype=torch.bfloat16)``, ``config_of``), a policy's predicate.
+
 None of them runs FSDP1 code: FSDP1's enums, config dataclasses and policy objects are read,
 never called (``tests/test_readers.py`` holds a program written with them to zero FSDP1 calls
 with ``fsdp2_port.prove.no_fsdp1``). Loading this module imports FSDP1's modules (its classes
@@ -26,9 +31,13 @@ are what the arguments are): ``fsdp2_port`` exports the readers lazily.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import inspect
 import os
-from typing import Any, cast
+import types
+from collections.abc import Mapping
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -46,6 +55,8 @@ from torch.distributed.fsdp import (
 
 from fsdp2_port.fsdp1 import torch_internals, units
 from fsdp2_port.fsdp1.units import Ignored
+
+E = TypeVar("E", bound=enum.Enum)
 
 __all__ = [
     "mesh_like_fsdp1",
@@ -114,17 +125,16 @@ def mesh_like_fsdp1(
 
 
 def mp_policy_like_fsdp1(
-    mixed_precision: MixedPrecision | None, *, root: bool = False
+    mixed_precision: MixedPrecision | Mapping[str, Any] | None, *, root: bool = False
 ) -> MixedPrecisionPolicy:
-    """FSDP1's ``MixedPrecision`` with its defaults spelled out: ``param_dtype``,
-    ``reduce_dtype or param_dtype``, inputs cast if ``cast_forward_inputs`` or, for the
-    ``root``, ``cast_root_forward_inputs``; ``None`` -> ``MixedPrecisionPolicy()``.
+    """FSDP1's ``MixedPrecision`` (or the dict of its fields) with its defaults spelled out:
+    ``param_dtype``, ``reduce_dtype or param_dtype``, inputs cast if ``cast_forward_inputs``
+    or, for the ``root``, ``cast_root_forward_inputs``; ``None`` -> ``MixedPrecisionPolicy()``.
     (``buffer_dtype`` casts buffers, which no FSDP2 policy does: ``fully_shard_like_fsdp1``
     casts them; ``_module_classes_to_ignore``: see ``units_like_fsdp1``.)"""
-    check_mixed_precision(mixed_precision)
-    if mixed_precision is None:
+    mp = mixed_precision_of(mixed_precision)
+    if mp is None:
         return MixedPrecisionPolicy()
-    mp = mixed_precision
     return MixedPrecisionPolicy(
         param_dtype=mp.param_dtype,
         # FSDP1 reduces in param_dtype unless told otherwise
@@ -136,13 +146,14 @@ def mp_policy_like_fsdp1(
 
 
 def offload_policy_like_fsdp1(
-    cpu_offload: CPUOffload | None, mesh: DeviceMesh | None = None
+    cpu_offload: CPUOffload | Mapping[str, Any] | None, mesh: DeviceMesh | None = None
 ) -> OffloadPolicy:
-    """FSDP1's ``CPUOffload``: ``CPUOffloadPolicy`` if it offloads parameters, else
-    ``OffloadPolicy()`` (none). Pinned memory unless ``mesh``'s device type is the CPU; without
-    a mesh, pinned iff this machine has an accelerator."""
-    check_cpu_offload(cpu_offload)
-    if cpu_offload is None or not cpu_offload.offload_params:
+    """FSDP1's ``CPUOffload`` (or the dict of its fields, ``dict(offload_params=True)``):
+    ``CPUOffloadPolicy`` if it offloads parameters, else ``OffloadPolicy()`` (none). Pinned
+    memory unless ``mesh``'s device type is the CPU; without a mesh, pinned iff this machine has
+    an accelerator."""
+    offload = cpu_offload_of(cpu_offload)
+    if offload is None or not offload.offload_params:
         return OffloadPolicy()
     where = mesh.device_type if mesh is not None else device_type(None, None, None)
     return CPUOffloadPolicy(pin_memory=where != "cpu")
@@ -152,7 +163,7 @@ def units_like_fsdp1(
     module: nn.Module,
     auto_wrap_policy: Any,
     *,
-    mixed_precision: MixedPrecision | MixedPrecisionPolicy | None = None,
+    mixed_precision: MixedPrecision | Mapping[str, Any] | MixedPrecisionPolicy | None = None,
 ) -> list[nn.Module]:
     """The modules below ``module`` that ``FullyShardedDataParallel(module,
     auto_wrap_policy=auto_wrap_policy, mixed_precision=...)`` wraps as units, in the order FSDP1
@@ -165,11 +176,11 @@ def units_like_fsdp1(
     ModuleList/ModuleDict without a forward (``fully_shard`` refuses it) is left out, and
     raises if it would manage parameters of its own, as in ``fully_shard_like_fsdp1``.
 
-    ``mixed_precision`` (FSDP1's ``MixedPrecision``, an FSDP2 ``MixedPrecisionPolicy`` or
-    ``None``) only says whether FSDP1 ran under mixed precision: then the modules of
-    ``MixedPrecision._module_classes_to_ignore`` (``_BatchNorm`` by default, and for an FSDP2
-    policy) are units of their own too, as FSDP1 makes them. This reader does not register
-    FSDP1's fp32 hooks on them: the caller gives those units
+    ``mixed_precision`` (FSDP1's ``MixedPrecision`` or the dict of its fields, an FSDP2
+    ``MixedPrecisionPolicy`` or ``None``) only says whether FSDP1 ran under mixed precision:
+    then the modules of ``MixedPrecision._module_classes_to_ignore`` (``_BatchNorm`` by
+    default, and for an FSDP2 policy) are units of their own too, as FSDP1 makes them. This
+    reader does not register FSDP1's fp32 hooks on them: the caller gives those units
     ``MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=<the param dtype>)``.
 
     It does not modify ``module`` and runs no FSDP1 code (a ``CustomPolicy``'s ``lambda_fn`` and
@@ -179,17 +190,10 @@ def units_like_fsdp1(
     are accepted as FSDP1 accepts them with ``use_orig_params=True`` (it warns)."""
     if auto_wrap_policy is None:
         return []
-    if mixed_precision is None:
-        mp = None
-    elif isinstance(mixed_precision, MixedPrecision):
-        mp = mixed_precision
-    elif isinstance(mixed_precision, MixedPrecisionPolicy):
-        mp = MixedPrecision()  # FSDP1's default exceptions (BatchNorm)
+    if isinstance(mixed_precision, MixedPrecisionPolicy):
+        mp = config_of({}, MixedPrecision, "mixed_precision")  # FSDP1's default exceptions
     else:
-        raise ValueError(
-            "mixed_precision must be an FSDP1 MixedPrecision, an FSDP2 MixedPrecisionPolicy or "
-            f"None, not {mixed_precision!r}"
-        )
+        mp = config_of(mixed_precision, MixedPrecision, "mixed_precision")
     fp32_classes = () if mp is None else units.fp32_classes(mp)
     # What FSDP1 hands its children: its defaults, this mixed precision, nothing ignored.
     root_kwargs = {**_CHILD_DEFAULTS, "ignored_states": set(), "mixed_precision": mp}
@@ -267,26 +271,54 @@ def _same(a: Any, b: Any) -> bool:
 # -- checks: what FSDP2 cannot honour (fully_shard_like_fsdp1's too) -------------------------------
 
 
-def check_sharding_strategy(strategy: Any) -> None:
-    if strategy is not None and not isinstance(strategy, ShardingStrategy):
+def member_of(value: Any, enum: type[E], what: str) -> E | None:
+    """An FSDP1 enum argument (``ShardingStrategy``, ``BackwardPrefetch``, ``StateDictType``):
+    a member, its name (``"FULL_SHARD"``: how the codemod writes a value only ``fsdp2_port``
+    reads, F2P013) or None, as the member or None; ``ValueError`` for anything else."""
+    if isinstance(value, str):
+        if value not in enum.__members__:
+            raise ValueError(
+                f"{what} {value!r} names no {enum.__name__} (one of {', '.join(enum.__members__)})"
+            )
+        return enum[value]
+    if value is not None and not isinstance(value, enum):
+        raise ValueError(f"{what} must be a {enum.__name__}, its name or None, not {value!r}")
+    return value
+
+
+def config_of(value: Any, cls: type, what: str) -> Any:
+    """An FSDP1 config argument (``MixedPrecision``, ``CPUOffload``): the dataclass, or the dict
+    of its fields (``dict(param_dtype=...)``: how the codemod writes a config only
+    ``fsdp2_port`` reads, F2P013), or None. A dict comes back as an object with every field of
+    ``cls`` (its defaults filled in), built without calling FSDP1; ``ValueError`` for a field
+    ``cls`` lacks or any other value."""
+    if value is None or isinstance(value, cls) or (isinstance(value, _Fields) and value.of is cls):
+        return value
+    if not isinstance(value, Mapping):
         raise ValueError(
-            f"sharding_strategy must be a ShardingStrategy, not {strategy!r}: for a name read "
-            "from a config, pass ShardingStrategy[name]"
+            f"{what} must be an FSDP1 {cls.__name__}, a dict of its fields or None, not {value!r}"
         )
+    fields = {f.name: f.default for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"{what}: {', '.join(map(repr, unknown))} not a field of {cls.__name__} (its fields: "
+            f"{', '.join(fields)})"
+        )
+    return _Fields(cls, {**fields, **value})
+
+
+class _Fields(types.SimpleNamespace):
+    """A config's fields read from a dict (``config_of``), and the class they are fields of."""
+
+    def __init__(self, of: type, fields: Mapping[str, Any]) -> None:
+        super().__init__(**fields)
+        self.of = of
 
 
 def strategy_of(strategy: ShardingStrategy | str | None) -> ShardingStrategy:
-    """The readers' strategy: a member, its name (``"FULL_SHARD"``, as the codemod writes a
-    strategy only readers read) or ``None`` (FULL_SHARD, FSDP1's default)."""
-    if isinstance(strategy, str):
-        if strategy not in ShardingStrategy.__members__:
-            raise ValueError(
-                f"sharding_strategy {strategy!r} names no ShardingStrategy (one of "
-                f"{', '.join(ShardingStrategy.__members__)})"
-            )
-        return ShardingStrategy[strategy]
-    check_sharding_strategy(strategy)
-    return strategy or ShardingStrategy.FULL_SHARD
+    """The readers' strategy: a member, its name or ``None`` (FULL_SHARD, FSDP1's default)."""
+    return member_of(strategy, ShardingStrategy, "sharding_strategy") or ShardingStrategy.FULL_SHARD
 
 
 def check_process_group_and_device_mesh(process_group: Any, device_mesh: Any) -> None:
@@ -294,11 +326,11 @@ def check_process_group_and_device_mesh(process_group: Any, device_mesh: Any) ->
         raise ValueError("process_group and device_mesh: pass one of them (FSDP1 refuses both)")
 
 
-def check_mixed_precision(mp: Any) -> None:
+def mixed_precision_of(mixed_precision: Any) -> Any:
+    """``config_of`` a ``MixedPrecision``, refusing what FSDP2 cannot honour."""
+    mp = config_of(mixed_precision, MixedPrecision, "mixed_precision")
     if mp is None:
-        return
-    if not isinstance(mp, MixedPrecision):
-        raise ValueError(f"mixed_precision must be an FSDP1 MixedPrecision, not {mp!r}")
+        return None
     if mp.keep_low_precision_grads and (mp.param_dtype is not None or mp.reduce_dtype is not None):
         raise ValueError(
             "mixed_precision.keep_low_precision_grads=True: FSDP2 always hands the optimizer "
@@ -312,11 +344,12 @@ def check_mixed_precision(mp: Any) -> None:
             "mixed_precision; FSDP2 has no such switch. Unset it, or evaluate a copy sharded "
             "without mixed_precision"
         )
+    return mp
 
 
-def check_cpu_offload(offload: Any) -> None:
-    if offload is not None and not isinstance(offload, CPUOffload):
-        raise ValueError(f"cpu_offload must be an FSDP1 CPUOffload, not {offload!r}")
+def cpu_offload_of(cpu_offload: Any) -> Any:
+    """``config_of`` a ``CPUOffload``."""
+    return config_of(cpu_offload, CPUOffload, "cpu_offload")
 
 
 def check_device_id(device_id: Any) -> None:
