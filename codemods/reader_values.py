@@ -19,7 +19,9 @@ removes the import):
   transformer_layer_cls=S)`` and ``ModuleWrapPolicy([A, B])`` (classes written out) ->
   ``lambda module: isinstance(module, <the classes as a tuple>)`` (when each name they read is
   bound only above them: the lambda reads them later than the policy did): the predicate
-  ``units_like_fsdp1`` reads as that policy.
+  ``units_like_fsdp1`` reads as that policy; ``size_based_auto_wrap_policy`` and its
+  ``partial``s -> ``size_based_policy(...)``, imported from ``fsdp2_port`` where FSDP1's
+  function was imported.
 
 The value must reach nothing else. From each value, its path is followed up the tree through
 conditional expressions, dict values read only by subscripts (``.get`` too), assignments to a
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 
 from codemods import calls, dead_values, fsdp1, markers
 from codemods.names import Names, Scope
+from codemods.plan import NeededImport
 from codemods.rules import Code
 from codemods.text import Edit, LineIndex
 
@@ -56,7 +59,8 @@ DOC = Code(
         "`CPUOffload(...)` and the state-dict configs → `dict(...)` of their fields; "
         "`partial(lambda_auto_wrap_policy, lambda_fn=f)` → `f`, "
         "`partial(transformer_auto_wrap_policy, transformer_layer_cls=S)` and "
-        "`ModuleWrapPolicy([A, B])` → `lambda module: isinstance(module, ...)`: where the "
+        "`ModuleWrapPolicy([A, B])` → `lambda module: isinstance(module, ...)`, "
+        "`size_based_auto_wrap_policy` (and its `partial`s) → `size_based_policy(...)`: where the "
         "value (through dicts, conditional expressions, locals, private module-level maps, "
         "parameter defaults, arguments of functions defined here and log lines) reaches only "
         "the matching argument of `fsdp2_port`'s readers (`mesh_like_fsdp1`, "
@@ -97,6 +101,8 @@ _CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "FullOptimStateDictConfig": (OPTIM_CONFIG, ("offload_to_cpu", "rank0_only")),
     "ShardedOptimStateDictConfig": (OPTIM_CONFIG, ("offload_to_cpu", "_use_dtensor")),
 }
+#: ``size_based_auto_wrap_policy``'s own arguments (``fsdp2_port.size_based_policy``'s).
+_SIZE_BASED_ARGUMENTS = frozenset(("min_num_params", "force_leaf_modules", "exclude_wrap_modules"))
 #: No position: a keyword-only slot.
 _KEYWORD_ONLY = -1
 _STATE_DICT_SLOTS = (
@@ -132,11 +138,13 @@ _LOG_METHODS = frozenset(("debug", "info", "warning", "warn", "error", "critical
 
 @dataclass(frozen=True)
 class Written:
-    """One value written without FSDP1: ``node`` (a ``kind``) becomes ``text``."""
+    """One value written without FSDP1: ``node`` (a ``kind``) becomes ``text``, which reads
+    the names ``imports`` bind."""
 
     node: ast.expr
     kind: str
     text: str
+    imports: tuple[NeededImport, ...] = ()
 
     def message(self) -> str:
         shown = self.text if "\n" not in self.text else self.text.split("(")[0] + "(...)"
@@ -151,7 +159,12 @@ def find(names: Names, lines: LineIndex) -> list[Written]:
     ignored = markers.ignored_lines(lines.text)
     return [
         written
-        for written in [*_members(names, lines), *_policies(names, lines), *_configs(names, lines)]
+        for written in [
+            *_members(names, lines),
+            *_policies(names, lines),
+            *_bare_size_based(names, lines),
+            *_configs(names, lines),
+        ]
         if written.node.lineno not in ignored and walk.reaches_only(written.node, written.kind)
     ]
 
@@ -228,13 +241,16 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
             classes = _as_tuple(lines, node.args[0])
             yield Written(node, POLICY, f"lambda module: isinstance(module, {classes})")
             continue
-        if not (
-            "functools.partial" in names.qualified(node.func)
-            and len(node.args) == 1
-            and len(node.keywords) == 1
-        ):
+        if not ("functools.partial" in names.qualified(node.func) and len(node.args) == 1):
             continue
         policy = fsdp1.first(names.qualified(node.args[0]))
+        if policy == "size_based_auto_wrap_policy":
+            size_based = _size_based(names, lines, node, node.keywords)
+            if size_based is not None:
+                yield size_based
+            continue
+        if len(node.keywords) != 1:
+            continue
         keyword = node.keywords[0]
         if policy == "lambda_auto_wrap_policy" and keyword.arg == "lambda_fn":
             yield Written(node, POLICY, lines.source(keyword.value))
@@ -245,6 +261,47 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
         ):
             classes = _as_tuple(lines, keyword.value)
             yield Written(node, POLICY, f"lambda module: isinstance(module, {classes})")
+
+
+def _bare_size_based(names: Names, lines: LineIndex) -> Iterator[Written]:
+    """``size_based_auto_wrap_policy`` itself as a policy (not in a ``partial``)."""
+    for node in [*names.by_type[ast.Name], *names.by_type[ast.Attribute]]:
+        assert isinstance(node, (ast.Name, ast.Attribute))
+        if not isinstance(node.ctx, ast.Load):
+            continue
+        if fsdp1.first(names.qualified(node)) != "size_based_auto_wrap_policy":
+            continue
+        parent = names.parent.get(node)
+        if isinstance(parent, ast.Attribute) or (
+            isinstance(parent, ast.Call) and (parent.func is node or node in parent.args[:1])
+        ):
+            continue  # a part of a longer name, called, or bound by a partial
+        written = _size_based(names, lines, node, [])
+        if written is not None:
+            yield written
+
+
+def _size_based(
+    names: Names, lines: LineIndex, node: ast.expr, keywords: list[ast.keyword]
+) -> Written | None:
+    """``size_based_auto_wrap_policy``, or a ``partial`` of it that passes ``keywords``, as
+    ``size_based_policy(...)`` imported from ``fsdp2_port`` right after the statement that
+    imported FSDP1's function (where that name was bound)."""
+    if not all(k.arg in _SIZE_BASED_ARGUMENTS for k in keywords):
+        return None
+    function = node.args[0] if isinstance(node, ast.Call) else node
+    while isinstance(function, ast.Attribute):
+        function = function.value
+    bound = names.bindings_of(function) if isinstance(function, ast.Name) else []
+    if len(bound) != 1 or bound[0].kind != "import":
+        return None
+    statement = names.statement(bound[0].node)
+    anchor = lines.line_end(lines.end(statement) - 1)
+    needed = NeededImport(
+        "fsdp2_port", "size_based_policy", anchor, lines.indent_at(lines.start(statement))
+    )
+    given = ", ".join(f"{k.arg}={lines.source(k.value)}" for k in keywords)
+    return Written(node, POLICY, f"size_based_policy({given})", (needed,))
 
 
 def _fixed(names: Names, value: ast.expr) -> bool:

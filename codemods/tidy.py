@@ -42,9 +42,16 @@ def tidy(
         else []
     )
     written = reader_values.find(names, applied_lines) if writes_reader_values else []
+    needed = [needed for w in written for needed in w.imports]
+    added = (
+        imports.additions(needed, imports.importing_scopes(names, applied_lines), applied_lines)
+        if needed
+        else []
+    )
     cleared = sorted(
         [dead_values.removal(applied_lines, d) for d in dead]
-        + [reader_values.edit(applied_lines, w) for w in written],
+        + [reader_values.edit(applied_lines, w) for w in written]
+        + added,
         key=lambda e: e.start,
     )
     text, cleared_starts = apply_tracked(applied.text, cleared)

@@ -13,9 +13,9 @@ bf16 compute 2e-3 (one bf16 rounding; measured ~6e-4 on the norm).
 Each migration runs under ``--forbid-fsdp1``: no call of FSDP1's implementation from its code
 or fsdp2_port's. The kwargs script stays on ``fully_shard_like_fsdp1`` (its dict's keys come
 from a function and it ignores a module); the policy and strategy its dict holds are written
-as a predicate and a name (F2P013), and its size-based branch hands the bridge FSDP1's
-``size_based_auto_wrap_policy``, which ``fsdp2_port`` reads without calling: both branches run
-under the guard.
+as a predicate and a name (F2P013), its configs as dicts of their fields, its prefetch by name,
+and its size-based branch's policy as ``fsdp2_port.size_based_policy``: the migrated script
+imports no FSDP1 name (asserted below), and both branches run under the guard.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import live_fsdp1
 from tests.processes import fsdp2_port_cli
 
 pytestmark = pytest.mark.slow  # fsdp2-port compare: torchrun, 2 ranks
@@ -48,6 +49,8 @@ def folders(tmp_path_factory):
     for script in migrated.glob("*.py"):
         text = script.read_text()
         assert "TODO(fsdp2-port)" not in text and "FullyShardedDataParallel" not in text, script
+        # the destination: no FSDP1 name imported (read independently of the codemod)
+        assert live_fsdp1.read(str(script), text).fsdp1_imports == [], script
     return original, migrated
 
 

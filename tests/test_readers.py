@@ -56,6 +56,7 @@ from fsdp2_port.fsdp1.readers import (
     reshard_after_forward_like_fsdp1,
     units_like_fsdp1,
 )
+from fsdp2_port.fsdp1.units import size_based_policy
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.prove.no_fsdp1 import forbid_fsdp1_calls, record_fsdp1_calls
 from tests import test_fsdp1_units as fsdp1_units
@@ -381,6 +382,37 @@ def test_module_wrap_policy_units_are_its_predicates(classes, mixed_precision):
             model, lambda m: isinstance(m, kinds), mixed_precision=mixed_precision
         )
     assert got == want
+
+
+def _size_based_cases() -> list[str]:
+    model = fsdp1_units.Model()
+    return [
+        name
+        for name, case in sorted(UNIT_CASES.items())
+        if getattr(case.policy(model, print), "func", None) is size_based_auto_wrap_policy
+    ]
+
+
+@pytest.mark.parametrize("name", _size_based_cases())
+def test_size_based_policy_is_fsdp1s_size_based_policy(name):
+    """F2P013 writes ``partial(size_based_auto_wrap_policy, ...)`` as
+    ``fsdp2_port.size_based_policy(...)``: the same units (ignored modules, its own leaves and
+    exclusions, defaults changed on FSDP1's function, mixed precision included), and the same
+    under FSDP1 itself, which calls it as a policy of its own."""
+    case = UNIT_CASES[name]
+
+    def ours(model: nn.Module, log: Any) -> Any:
+        return size_based_policy(**case.policy(model, log).keywords)
+
+    def outcome(case: fsdp1_units.Case) -> Any:
+        try:
+            return _ours(case, case.mixed_precision)
+        except ValueError as refusal:  # a container the policy would make a unit
+            return str(refusal)
+
+    written = dataclasses.replace(case, policy=ours)
+    assert outcome(written) == outcome(case)
+    assert fsdp1_units._fsdp1_choice(written)[0] == fsdp1_units._fsdp1_choice(case)[0]
 
 
 def test_what_takes_fsdp1s_call_is_a_policy_not_a_predicate():

@@ -412,6 +412,31 @@ def _size_based(arguments: dict[str, Any]) -> Any:
     return large and not isinstance(arguments["module"], tuple(skip))
 
 
+def size_based_policy(
+    min_num_params: int = int(1e8),
+    force_leaf_modules: set[type[nn.Module]] | None = None,
+    exclude_wrap_modules: set[type[nn.Module]] | None = None,
+) -> Callable[..., bool]:
+    """``functools.partial(size_based_auto_wrap_policy, ...)`` without FSDP1 (how the codemod
+    writes it where only ``fsdp2_port`` reads it, F2P013): a policy called as FSDP1 calls one
+    (``module=, recurse=, nonwrapped_numel=``) that wraps a module once the numel not yet
+    wrapped below it reaches ``min_num_params``, does not enter ``force_leaf_modules`` and
+    does not wrap ``exclude_wrap_modules`` (None: FSDP1's defaults, read when it is called)."""
+    return functools.partial(
+        _size_based_policy,
+        min_num_params=min_num_params,
+        force_leaf_modules=force_leaf_modules,
+        exclude_wrap_modules=exclude_wrap_modules,
+    )
+
+
+def _size_based_policy(
+    module: nn.Module, recurse: bool, nonwrapped_numel: int, **arguments: Any
+) -> bool:
+    asked = {"module": module, "recurse": recurse, "nonwrapped_numel": nonwrapped_numel}
+    return bool(_size_based({**asked, **arguments}))
+
+
 def _or(arguments: dict[str, Any]) -> Any:
     asked = (arguments["module"], arguments["recurse"], arguments["nonwrapped_numel"])
     return any(_ask(policy, *asked) for policy in arguments["policies"])
