@@ -66,14 +66,15 @@ def _marker(directory: Path, finding) -> dict:
     }
 
 
-def run_repository(directory: Path) -> dict:
+def run_repository(directory: Path, options: Options | None = None) -> dict:
+    options = options or Options()
     files, _ = sources.discover([str(directory)])
     before = audits(files)
     codes = registry.select()
     start = time.perf_counter()
-    first = list(engine.migrate_files(files, codes, Options(), write=True))
+    first = list(engine.migrate_files(files, codes, options, write=True))
     seconds = time.perf_counter() - start
-    second = list(engine.migrate_files(files, codes, Options()))
+    second = list(engine.migrate_files(files, codes, options))
     after = audits(files)
     read = readings(files)
     fsdp1_left = sum(r.fsdp1_constructors for r in read.values())
@@ -137,6 +138,12 @@ def main() -> int:
         help="print N markers drawn with --seed, with the code under each, to be judged",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--drop-fsdp1-branches",
+        action="store_true",
+        help="migrate as `fsdp2-port migrate --drop-fsdp1-branches` (the destination for code "
+        "that dispatches between FSDP versions)",
+    )
     args = parser.parse_args()
     if not args.corpus.is_dir():
         parser.error(f"{args.corpus}: not a directory")
@@ -154,7 +161,7 @@ def main() -> int:
         for repository in sorted(p for p in args.corpus.iterdir() if p.is_dir()):
             copy = Path(scratch) / repository.name
             shutil.copytree(repository, copy)
-            report = run_repository(copy)
+            report = run_repository(copy, Options(drop_fsdp1_branches=args.drop_fsdp1_branches))
             reports[repository.name] = report
             for key in (
                 "files",

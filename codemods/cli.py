@@ -81,8 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--drop-fsdp1-branches",
         action="store_true",
-        help="delete the FSDP1 branch of a type dispatch that also has an FSDP2 branch "
-        "(library code kept for both versions on purpose keeps it otherwise)",
+        help="FSDP1 branches of dispatches between FSDP versions go: a type dispatch's is "
+        "deleted, a config switch's constructor migrates in place (library code kept for both "
+        "versions on purpose keeps them otherwise)",
     )
     parser.add_argument("--list-rules", action="store_true", help="print the rule codes and exit")
     return parser

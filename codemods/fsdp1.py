@@ -136,7 +136,7 @@ _FSDP2_MODULES = (
     "torch.distributed._composable.fsdp.",
     "torch.distributed.fsdp._fully_shard.",
 )
-_FSDP2_NAMES = frozenset(
+FSDP2_NAMES = frozenset(
     {"fully_shard", "FSDPModule", "MixedPrecisionPolicy", "CPUOffloadPolicy", "OffloadPolicy"}
 )
 
@@ -146,5 +146,5 @@ def fsdp2(qualified_name: str) -> str | None:
     for prefix in _FSDP2_MODULES:
         if qualified_name.startswith(prefix):
             name = qualified_name.rsplit(".", 1)[-1]
-            return name if name in _FSDP2_NAMES else None
+            return name if name in FSDP2_NAMES else None
     return None

@@ -19,7 +19,7 @@ from typing import ClassVar
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
 from codemods.rules import Code
-from codemods.rules.constructors import emit
+from codemods.rules.constructors import dispatch, emit
 from codemods.rules.constructors.pure import pure
 from codemods.rules.constructors.values import SPREAD, Pure, Removable
 from codemods.text import Edit
@@ -61,7 +61,10 @@ class ConstructorRule:
             ),
             marked=(
                 "FSDP1 subclasses, `wrapper_cls=FSDP` (`enable_wrap`/`wrap`); with "
-                "`--no-runtime-dependency`, what has no plain form"
+                "`--no-runtime-dependency`, what has no plain form; without "
+                "`--drop-fsdp1-branches`, a constructor in the FSDP1 branch of a dispatch "
+                "between FSDP versions (an `if` chain another branch of which uses FSDP2: "
+                '`if cfg.strategy == "fsdp": FSDP(...) elif ...: fully_shard(...)`), kept'
             ),
         ),
         "F2P003": Code(
@@ -140,6 +143,14 @@ class ConstructorRule:
             message = (
                 f"FSDP(...) inside class {owner.name}(FSDP): its units stay FSDP1 with the "
                 "subclass (FSDP2 units cannot live inside an FSDP1 model)"
+            )
+            analysis.add(self.CODE, call, message, constructor=cid)
+            return None
+        if not analysis.options.drop_fsdp1_branches and dispatch.in_fsdp1_branch(analysis, call):
+            message = (
+                "FSDP(...) in the FSDP1 branch of a dispatch between FSDP versions (another "
+                "branch uses FSDP2): kept, as library code may offer both on purpose; "
+                "--drop-fsdp1-branches migrates it"
             )
             analysis.add(self.CODE, call, message, constructor=cid)
             return None
