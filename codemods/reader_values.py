@@ -488,11 +488,13 @@ class _Paths:
         slots = _reader_kind(self.names, call)
         if slots is not None:
             return any(k == kind and (position == p or keyword == w) for k, p, w in slots)
-        function = self._defined_here(call)
+        function = self._defined_here(call) or self._own_method(call)
         if function is None or any(isinstance(a, ast.Starred) for a in call.args):
             return False
         if any(k.arg is None for k in call.keywords):
             return False
+        if position is not None and isinstance(call.func, ast.Attribute):
+            position += 1  # after ``self``
         parameter = calls.parameter_for(function.args, position, keyword)
         return parameter is not None and self._parameter(function.args, parameter, kind)
 
@@ -507,6 +509,37 @@ class _Paths:
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
         return None if function.decorator_list else function
+
+    def _own_method(self, call: ast.Call) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The method ``self._name(...)`` calls from another method of its class: defined
+        once in that class's body, private (a subclass elsewhere is not expected to replace
+        it), no decorator, on the caller's own first parameter."""
+        func = call.func
+        if not (
+            isinstance(func, ast.Attribute)
+            and func.attr.startswith("_")
+            and not func.attr.startswith("__")
+            and isinstance(func.value, ast.Name)
+        ):
+            return None
+        caller = self.names.function_of(call)
+        owner = self.names.parent.get(caller) if caller is not None else None
+        if not (
+            isinstance(caller, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and isinstance(owner, ast.ClassDef)
+            and not caller.decorator_list
+            and caller.args.args
+            and caller.args.args[0].arg == func.value.id
+        ):
+            return None
+        scope = self.names.scopes.get(owner)
+        bound = scope.bindings.get(func.attr, []) if scope is not None else []
+        if len(bound) != 1 or bound[0].kind != "def":
+            return None
+        method = bound[0].node
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        return None if method.decorator_list or not method.args.args else method
 
     def _reads_pass(
         self,
