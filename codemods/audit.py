@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -85,9 +86,14 @@ def run_unmarked(before: Mapping[str, Audit], after: Mapping[str, Audit]) -> lis
 
 
 def run_problems(before: Mapping[str, Audit], after: Mapping[str, Audit]) -> list[str]:
-    """Half-migrations of a whole run: per file, plus FSDP2 APIs newly used on models of
-    unknown origin while FSDP1 constructors remain anywhere in the run."""
-    problems = [p for audit in after.values() for p in audit.half_migrated]
+    """Half-migrations of a whole run: per file (those the input already had aside: a test
+    that builds an FSDP1 model and an FSDP2 one under the same name), plus FSDP2 APIs newly
+    used on models of unknown origin while FSDP1 constructors remain anywhere in the run."""
+    problems = []
+    for path, audit in after.items():
+        had = Counter(_what(p) for p in before[path].half_migrated) if path in before else {}
+        new = Counter(_what(p) for p in audit.half_migrated) - Counter(had)
+        problems += [p for p in audit.half_migrated if new[_what(p)] > 0]
     remaining = sum(x.constructors + x.wrapper_classes for x in after.values())
     added = sum(len(x.untied_fsdp2) for x in after.values()) - sum(
         len(x.untied_fsdp2) for x in before.values()
@@ -99,6 +105,11 @@ def run_problems(before: Mapping[str, Audit], after: Mapping[str, Audit]) -> lis
             for where in x.untied_fsdp2
         ]
     return problems
+
+
+def _what(problem: str) -> str:
+    """A problem without its ``path:line:`` (lines move when a file is rewritten)."""
+    return problem.split(": ", 1)[-1]
 
 
 # -- models ----------------------------------------------------------------------------------------

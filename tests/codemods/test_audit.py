@@ -307,6 +307,20 @@ def test_untied_fsdp2_apis_are_half_migrated_only_while_fsdp1_constructors_remai
     assert run_problems({"a.py": untied}, {"a.py": untied, "b.py": fsdp1_left}) == []
 
 
+def test_half_migrations_the_input_had_are_not_the_runs():
+    """A test that builds an FSDP1 model and, later, an FSDP2 one under the same name reads
+    as half-migrated before the run too: only what the run adds counts (lines move)."""
+    had = Audit(half_migrated=["t.py:8: an FSDP2 API on a model an FSDP1 constructor builds"])
+    same = Audit(half_migrated=["t.py:9: an FSDP2 API on a model an FSDP1 constructor builds"])
+    more = Audit(half_migrated=[*same.half_migrated, "t.py:20: " + _FSDP2_ON_FSDP1])
+    assert run_problems({"t.py": had}, {"t.py": same}) == []
+    assert run_problems({"t.py": had}, {"t.py": more}) == more.half_migrated
+    assert run_problems({}, {"t.py": same}) == same.half_migrated
+
+
+_FSDP2_ON_FSDP1 = "an FSDP2 API on a model an FSDP1 constructor builds"
+
+
 # -- unmarked -------------------------------------------------------------------------------------
 
 

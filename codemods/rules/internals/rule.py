@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
-from codemods import fsdp1
+from codemods import dead_values, fsdp1
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
 from codemods.rules import Code
@@ -159,7 +159,9 @@ class InternalsRule:
                 "(FSDP1's call on FSDP1 models, `reshard()` on FSDP2 ones); "
                 "`ShardedGradScaler(...)` → `fsdp2_port.GradScaler(...)`, the same arguments "
                 "(`torch.amp.GradScaler` with the inf/NaN verdict reduced over "
-                "the process group: right on FSDP1, FSDP2, DDP and plain models)"
+                "the process group: right on FSDP1, FSDP2, DDP and plain models), also where "
+                "the class is bound to a local name only called (`scaler_type = "
+                "ShardedGradScaler`; `scaler_type(...)`)"
             ),
             marked=(
                 "the other deprecated optimizer-state functions, other references to "
@@ -245,6 +247,8 @@ class InternalsRule:
                 holds=False,
                 fsdp1_only_marker=True,
             )
+        elif node.attr in _FSDP1_SHARED and _public_store(node):
+            return  # ``layer.rank = r``: sets an attribute, FSDP1's meaning or not, on any object
         elif node.attr in _FSDP1_ATTRIBUTES:
             what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
             # a receiver named like a model that other files pass: if the run ties it to
@@ -263,8 +267,11 @@ class InternalsRule:
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             return  # an alias's own name (``Scaler = ShardedGradScaler``): its value is marked
         call = analysis.names.parent.get(node)
+        uses = _alias_uses(analysis, node)
+        if isinstance(call, ast.Call) and call.func is node:
+            uses = None
         if not analysis.options.runtime_dependency:
-            analysis.add(self.CODE, node, _SCALER_KEPT)
+            self._scaler_marked(analysis, node, uses, _SCALER_KEPT)
         elif isinstance(call, ast.Call) and call.func is node:
             rewrite = Rewrite(
                 [analysis.replace(node, "fsdp2_port.GradScaler")],
@@ -274,14 +281,31 @@ class InternalsRule:
                 [analysis.module_import("fsdp2_port")],
             )
             analysis.add(self.CODE, call, _SCALER_KEPT, rewrite, "ALWAYS")
+        elif _only_called(analysis, uses):
+            rewrite = Rewrite(
+                [analysis.replace(node, "fsdp2_port.GradScaler")],
+                "ShardedGradScaler bound to a name only called (scaler_type = ...; "
+                "scaler_type(...)) -> fsdp2_port.GradScaler: what each call builds is right on "
+                "FSDP1, FSDP2, DDP and plain models",
+                [analysis.module_import("fsdp2_port")],
+            )
+            analysis.add(self.CODE, node, _SCALER_KEPT, rewrite, "ALWAYS")
         else:
-            analysis.add(
-                self.CODE,
-                node,
+            message = (
                 "ShardedGradScaler: its calls become fsdp2_port.GradScaler (a "
                 "torch.amp.GradScaler, not a ShardedGradScaler): test, annotate or subclass "
-                "fsdp2_port.GradScaler instead",
+                "fsdp2_port.GradScaler instead"
             )
+            self._scaler_marked(analysis, node, uses, message)
+
+    def _scaler_marked(
+        self, analysis: FileAnalysis, node: ast.AST, uses: list[ast.Name] | None, message: str
+    ) -> None:
+        """Marked where it is read, and where a local alias of it is read."""
+        analysis.add(self.CODE, node, message)
+        for use in uses or ():
+            if not analysis.is_ignored(use):
+                analysis.add(self.CODE, use, message)
 
     def _static(self, analysis: FileAnalysis, node: ast.Attribute, api: str) -> None:
         call = analysis.names.parent.get(node)
@@ -445,6 +469,12 @@ def _instance_call(analysis: FileAnalysis, node: ast.Attribute) -> bool:
     )
 
 
+def _public_store(node: ast.Attribute) -> bool:
+    """A store or ``del`` of a public name (``rank``, ``world_size``...): it reads nothing of
+    FSDP1's; private ones (``_sync_gradients``) steer FSDP1 and stay FSDP1 uses."""
+    return not isinstance(node.ctx, ast.Load) and not node.attr.startswith("_")
+
+
 def _may_be_model(analysis: FileAnalysis, node: ast.Attribute) -> bool:
     """Whether an untied receiver may be an FSDP1 model: never ``self`` (an object's own
     attribute) nor an imported name; for names other objects share too, only a receiver
@@ -508,3 +538,37 @@ def _probed(analysis: FileAnalysis, node: ast.Constant) -> bool:
 def _is_docstring(analysis: FileAnalysis, node: ast.Constant) -> bool:
     parent = analysis.names.parent.get(node)
     return isinstance(parent, ast.Expr)
+
+
+def _alias_uses(analysis: FileAnalysis, node: ast.AST) -> list[ast.Name] | None:
+    """The reads of ``name`` in ``name = <node>`` (also as a branch of a conditional
+    expression) where ``name`` is seen only here (``dead_values``); None for another use."""
+    value: ast.AST = node
+    statement = analysis.names.parent.get(node)
+    while isinstance(statement, ast.IfExp) and statement.test is not value:
+        value, statement = statement, analysis.names.parent.get(statement)
+    if not (
+        isinstance(statement, ast.Assign)
+        and statement.value is value
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], ast.Name)
+    ):
+        return None
+    target = statement.targets[0]
+    binding = next((b for b in analysis.names.bindings_of(target) if b.node is target), None)
+    scope = analysis.names.lookup(target.id, analysis.names.scope_of(target))[0]
+    if binding is None or scope is None:
+        return None
+    if not dead_values.visible_only_here(analysis.names, scope, target.id):
+        return None
+    if scope.node in dead_values.opaque_scopes(analysis.names, target.id):
+        return None
+    return analysis.uses_of(binding)
+
+
+def _only_called(analysis: FileAnalysis, uses: list[ast.Name] | None) -> bool:
+    """Every read calls it (``scaler_type(...)``): the class is only instantiated."""
+    return bool(uses) and all(
+        isinstance(call := analysis.names.parent.get(use), ast.Call) and call.func is use
+        for use in uses or ()
+    )
