@@ -73,6 +73,14 @@ _FSDP1_ONLY_ATTRIBUTES = frozenset(
 _PARTIAL = "functools.partial"
 
 
+#: ``fsdp2_port``'s forms of ``x.module`` / ``x._fsdp_wrapped_module`` (F2P010's rewrites): a
+#: second run reads them as the first read the attribute.
+_UNWRAPPING = {
+    "fsdp2_port.unwrapped": "module",
+    "fsdp2_port.fsdp_wrapped_module": "_fsdp_wrapped_module",
+}
+
+
 class Ties:
     def __init__(
         self, analysis: ParsedFile, wraps: Callable[[ast.AST], bool] | None = None
@@ -394,7 +402,14 @@ class Ties:
             owner = self.parsed.names.class_of(call)
             if owner is not None:
                 return self._method(owner, func.attr, set())
-        return {Returned(q) for q in self.parsed.names.qualified(func)}
+        qualified = self.parsed.names.qualified(func)
+        for name, attribute in _UNWRAPPING.items():
+            if name in qualified and len(call.args) == 1 and not call.keywords:
+                # what the codemod wrote for ``x.module``: what ``x.module`` was
+                key = self._key(call.args[0], f"{self.parsed.source(call.args[0])}.{attribute}")
+                values = self._attributes.get(key, ()) if key is not None else ()
+                return {r for value in values for r in self._value(value)}
+        return {Returned(q) for q in qualified}
 
     def _method(self, owner: ast.ClassDef, name: str, seen: set[ast.ClassDef]) -> set[Ref]:
         """What ``self.<name>(...)`` returns, looking in ``owner`` then its bases."""
@@ -488,12 +503,15 @@ class Ties:
         """``(owner, text)``: the class for ``self.x...``, else the enclosing function/module."""
         if not isinstance(node, ast.Attribute):
             return None
+        return self._key(node, self.parsed.source(node))
+
+    def _key(self, node: ast.expr, text: str) -> tuple[ast.AST, str] | None:
+        """``_attribute_key`` of the chain ``text`` that starts where ``node`` does."""
         head: ast.AST = node
         while isinstance(head, ast.Attribute):
             head = head.value
         if not isinstance(head, ast.Name):
             return None
-        text = self.parsed.source(node)
         if self._is_self(head):
             owner = self.parsed.names.class_of(node)
             if owner is not None:
