@@ -813,6 +813,8 @@ class StateDictRule:
             quiet=True,
             # right on any module: also where the run ties no model, if named like one
             either=rewrite if analysis.named_like_model(receiver) else None,
+            # an FSDP2 model already in the code wants its own (sharded) answer here
+            fsdp2_meaning=True,
         )
 
     def _paired_load(self, assign: ast.Assign) -> tuple[ast.Assign, ast.stmt] | None:
