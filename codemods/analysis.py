@@ -46,12 +46,6 @@ class FileAnalysis(ParsedFile):
             or self.fsdp2_name(call.func) == "fully_shard"  # type: ignore[attr-defined]
             for call in self.names.by_type[ast.Call]
         )
-        self.plan.imports_fsdp2_port = any(
-            b.kind == "import" and (b.qualified or "").split(".")[0] == "fsdp2_port"
-            for scope in self.names.scopes.values()
-            for bindings in scope.bindings.values()
-            for b in bindings
-        )
         self.plan.exports = self.ties.exports()
         self.plan.signatures = self.ties.signatures()
         self.plan.passes = self.ties.passes()

@@ -117,9 +117,9 @@ class Site:
     #: in a run where no model migrates.
     fsdp1_only_marker: bool = False
     #: The original means something of its own on an FSDP2 model (``m.state_dict()``: FSDP2's
-    #: sharded answer): FSDP2 models the program already had do not make an untied one take
-    #: ``either``; models that migrate in the run do, and so do FSDP2 models in a run an
-    #: earlier one wrote (no FSDP1 model left, a file imports ``fsdp2_port``).
+    #: sharded answer): FSDP2 models the program already has do not make an untied one take
+    #: ``either`` (they cannot be told from those an earlier run migrated); only models that
+    #: migrate in this run do.
     fsdp2_meaning: bool = False
     #: Reached only while an FSDP1 type test holds: kept, no FSDP2 model gets there, and the
     #: test (when it is one the rules see) carries the marker.
@@ -161,11 +161,9 @@ class FilePlan:
     imported: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     #: FSDP2 models this file builds (``fully_shard``, ``fsdp2_port.fully_shard_like_fsdp1``):
     #: an untied FSDP1 site of the run may meet one, so it takes its form right on any model
-    #: (a rerun over a tree written half, by hand or killed without its journal, finishes).
+    #: (a rerun over a tree written half, by hand or killed without its journal, finishes),
+    #: except where the original already means something on FSDP2 (``Site.fsdp2_meaning``).
     fsdp2_models: int = 0
-    #: The file imports ``fsdp2_port``: an earlier run of the codemod wrote here (or the user
-    #: took up its runtime), so its FSDP2 models may have been FSDP1 ones.
-    imports_fsdp2_port: bool = False
 
     @property
     def constructors(self) -> list[Site]:
@@ -293,8 +291,6 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
     constructors = [s for s in sites if s.constructor is not None]
     migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
     fsdp2_models = any(plan.fsdp2_models for plan in plans)
-    # an earlier run wrote here and left no FSDP1 model: its FSDP2 models were FSDP1 ones
-    migrated_before = not constructors and any(plan.imports_fsdp2_port for plan in plans)
     groups: dict[str, list[Site]] = {}
     for site in sites:
         if site.constructor is None:
@@ -305,7 +301,7 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
         ok = {
             s.key
             for s in sites
-            if s.constructor is None and _allowed(s, migrating, run, fsdp2_models, migrated_before)
+            if s.constructor is None and _allowed(s, migrating, run, fsdp2_models)
         }
         changed = True
         while changed:
@@ -342,19 +338,13 @@ def _holds_run(site: Site) -> bool:
     return site.holds and site.requirement == "RUN" and not site.ties
 
 
-def _allowed(
-    site: Site,
-    migrating: set[str],
-    run: bool,
-    fsdp2_models: bool = False,
-    migrated_before: bool = False,
-) -> bool:
+def _allowed(site: Site, migrating: set[str], run: bool, fsdp2_models: bool = False) -> bool:
     if site.rewrite is None or site.requirement == "NEVER":
         return False
     if site.requirement == "ALWAYS":
         return True
     if site.requirement == "ANY":
-        return bool(migrating) or (fsdp2_models and (migrated_before or not site.fsdp2_meaning))
+        return bool(migrating) or (fsdp2_models and not site.fsdp2_meaning)
     if site.requirement == "RUN":
         return run
     return bool(site.ties) and site.ties <= migrating
