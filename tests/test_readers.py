@@ -454,7 +454,7 @@ def test_units_without_a_policy_and_refusals():
     model = fsdp1_units.Model()
     assert units_like_fsdp1(model, None) == []
     assert units_like_fsdp1(model, None, mixed_precision=MixedPrecision(param_dtype=BF16)) == []
-    with pytest.raises(ValueError, match=r"must be an FSDP1 MixedPrecision, a dict of its"):
+    with pytest.raises(ValueError, match=r"a dict of its fields, an FSDP2 MixedPrecisionPolicy"):
         units_like_fsdp1(model, ModuleWrapPolicy({nn.Linear}), mixed_precision=BF16)
 
 

@@ -192,8 +192,13 @@ def units_like_fsdp1(
         return []
     if isinstance(mixed_precision, MixedPrecisionPolicy):
         mp = config_of({}, MixedPrecision, "mixed_precision")  # FSDP1's default exceptions
-    else:
+    elif mixed_precision is None or isinstance(mixed_precision, (MixedPrecision, Mapping)):
         mp = config_of(mixed_precision, MixedPrecision, "mixed_precision")
+    else:
+        raise ValueError(
+            "mixed_precision must be an FSDP1 MixedPrecision, a dict of its fields, an FSDP2 "
+            f"MixedPrecisionPolicy or None, not {mixed_precision!r}"
+        )
     fp32_classes = () if mp is None else units.fp32_classes(mp)
     # What FSDP1 hands its children: its defaults, this mixed precision, nothing ignored.
     root_kwargs = {**_CHILD_DEFAULTS, "ignored_states": set(), "mixed_precision": mp}
