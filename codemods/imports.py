@@ -7,7 +7,7 @@
 - An FSDP1 import that nothing reads any more (names, string annotations, ``__all__``) is
   removed, and nothing else: the other names of its statement keep their text and comments;
   a statement left empty goes with its lines (``pass`` if it was alone in its block). In a
-  package's ``__init__.py`` nothing is removed: its imports are its exports.
+  package's ``__init__.py`` only imports inside functions go: its own are its exports.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ DOC = Code(
     rewritten=(
         "FSDP1 imports nothing reads any more are removed (their statement's other names, "
         "comments and layout kept); new imports go right after the statement that imported what "
-        "they replace (a lazy import stays lazy), once; nothing is removed from a package's "
-        "`__init__.py`"
+        "they replace (a lazy import stays lazy), once; in a package's `__init__.py` only "
+        "imports inside functions are removed (its own are its exports)"
     ),
     marked="—",
 )
@@ -119,15 +119,16 @@ def _already_bound(item: NeededImport, importing: Mapping[str, Sequence[tuple[in
 def unused_fsdp1(
     names: Names, is_package_init: bool, ignored: frozenset[int]
 ) -> list[tuple[ast.stmt, ast.alias]]:
-    """The FSDP1 import aliases nothing in the module reads."""
-    if is_package_init:
-        return []
+    """The FSDP1 import aliases nothing in the module reads (in a package's ``__init__.py``,
+    only those inside functions: the module's own are its exports)."""
     uses = names.uses()
     found = []
     for binding in names.imports():
         qualified = binding.qualified or ""
         statement = binding.statement
         if statement is None or statement.lineno in ignored or uses.get(binding):
+            continue
+        if is_package_init and names.function_of(statement) is None:
             continue
         alias = binding.node
         assert isinstance(alias, ast.alias)
