@@ -276,24 +276,24 @@ class FileAnalysis(ParsedFile):
         statement = self.names.statement(node)
         parent = self.names.parent.get(statement)
         while isinstance(parent, ast.If) and parent.orelse == [statement]:
-            if self.lines.line_of(self.lines.start(statement)) == statement.lineno and (
-                self.text[self.lines.line_start(self.lines.start(statement)) :].lstrip()
-            ).startswith("elif"):
+            if isinstance(statement, ast.If) and self.is_elif(statement):
                 statement, parent = parent, self.names.parent.get(parent)
             else:
                 break
         anchor = self.statement_start(statement)
         return NeededImport(module, name, anchor, self.lines.indent_at(anchor))
 
+    def is_elif(self, statement: ast.If) -> bool:
+        """An ``elif`` (not ``else:`` followed by a nested ``if``): it starts at its keyword."""
+        start = self.lines.start(statement)
+        return self.text[start : start + 4] == "elif"
+
     def import_after(
         self, statement: ast.stmt, module: str, name: str | None, asname: str | None = None
     ) -> NeededImport:
         """An import on the line after ``statement``, at its indentation: bound exactly where
         (and whenever) the name it replaces was bound."""
-        end = self.lines.line_end(self.lines.end(statement) - 1)
-        return NeededImport(
-            module, name, end, self.lines.indent_at(self.lines.start(statement)), asname
-        )
+        return imports.after(self.lines, statement, module, name, asname)
 
     def module_level_import(self, module: str, name: str) -> NeededImport:
         """``from module import name`` after the module's leading imports."""

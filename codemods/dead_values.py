@@ -134,6 +134,12 @@ def visible_only_here(names: Names, scope: Scope, name: str) -> bool:
     return name not in {*declared, *deleted}
 
 
+def seen_only_here(names: Names, scope: Scope, name: str) -> bool:
+    """``visible_only_here``, and ``scope`` reads or rebinds ``name`` nowhere ``names`` cannot
+    see (``opaque_scopes``): every read of it is one of ``names``'."""
+    return visible_only_here(names, scope, name) and scope.node not in opaque_scopes(names, name)
+
+
 def _is_script(module: ast.Module) -> bool:
     """Whether the module has ``if __name__ == "__main__":`` at its top level."""
     for statement in module.body:

@@ -48,6 +48,15 @@ _FSDP1_MODULES = frozenset(
 )
 
 
+def after(
+    lines: LineIndex, statement: ast.stmt, module: str, name: str | None, asname: str | None = None
+) -> NeededImport:
+    """An import on the line after ``statement``, at its indentation: bound exactly where (and
+    whenever) the name it replaces was bound."""
+    end = lines.line_end(lines.end(statement) - 1)
+    return NeededImport(module, name, end, lines.indent_at(lines.start(statement)), asname)
+
+
 def importing_scopes(names: Names, lines: LineIndex) -> dict[str, tuple[tuple[int, int], ...]]:
     """Each name a scope imports -> the spans of the scopes that import it (the module's is
     the whole text): what ``additions`` must not import again."""

@@ -42,7 +42,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from codemods import calls, dead_values, fsdp1, markers
+from codemods import calls, dead_values, fsdp1, imports, markers
 from codemods.names import Names, Scope
 from codemods.plan import NeededImport
 from codemods.rules import Code
@@ -295,11 +295,7 @@ def _size_based(
     bound = names.bindings_of(function) if isinstance(function, ast.Name) else []
     if len(bound) != 1 or bound[0].kind != "import":
         return None
-    statement = names.statement(bound[0].node)
-    anchor = lines.line_end(lines.end(statement) - 1)
-    needed = NeededImport(
-        "fsdp2_port", "size_based_policy", anchor, lines.indent_at(lines.start(statement))
-    )
+    needed = imports.after(lines, names.statement(bound[0].node), "fsdp2_port", "size_based_policy")
     given = ", ".join(f"{k.arg}={lines.source(k.value)}" for k in keywords)
     return Written(node, POLICY, f"size_based_policy({given})", (needed,))
 
@@ -553,9 +549,7 @@ class _Paths:
         at least); memoised per ``what`` (what ``each_read`` asks)."""
 
         def compute() -> bool:
-            if self._hidden(scope, name):
-                return False
-            if not dead_values.visible_only_here(self.names, scope, name):
+            if not dead_values.seen_only_here(self.names, scope, name):
                 return False
             reads = list(self._reads(scope, name))
             return bool(reads) and all(each_read(r) for r in reads)
@@ -568,10 +562,6 @@ class _Paths:
         return scope is not None and self._reads_pass(
             scope, argument.arg, kind, lambda read: self.reaches_only(read, kind)
         )
-
-    def _hidden(self, scope: Scope, name: str) -> bool:
-        """Whether ``name`` may be read or rebound in ``scope`` where the names cannot see it."""
-        return scope.node in dead_values.opaque_scopes(self.names, name)
 
     def _reads(self, scope: Scope, name: str) -> Iterator[ast.Name]:
         """Every load of ``name`` that resolves to ``scope``'s binding; a string reference

@@ -44,7 +44,7 @@ def _chain(analysis: FileAnalysis, statement: ast.If) -> list[list[ast.stmt]]:
     top = statement
     while True:
         parent = analysis.names.parent.get(top)
-        if isinstance(parent, ast.If) and parent.orelse == [top] and _is_elif(analysis, top):
+        if isinstance(parent, ast.If) and parent.orelse == [top] and analysis.is_elif(top):
             top = parent
         else:
             break
@@ -53,18 +53,13 @@ def _chain(analysis: FileAnalysis, statement: ast.If) -> list[list[ast.stmt]]:
     while current is not None:
         branches.append(current.body)
         rest = current.orelse
-        if len(rest) == 1 and isinstance(rest[0], ast.If) and _is_elif(analysis, rest[0]):
+        if len(rest) == 1 and isinstance(rest[0], ast.If) and analysis.is_elif(rest[0]):
             current = rest[0]
         else:
             if rest:
                 branches.append(rest)
             current = None
     return branches
-
-
-def _is_elif(analysis: FileAnalysis, statement: ast.If) -> bool:
-    start = analysis.lines.start(statement)
-    return analysis.text[start : start + 4] == "elif"
 
 
 def _uses_fsdp2(analysis: FileAnalysis, statements: list[ast.stmt]) -> bool:

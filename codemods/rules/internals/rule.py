@@ -559,9 +559,7 @@ def _alias_uses(analysis: FileAnalysis, node: ast.AST) -> list[ast.Name] | None:
     scope = analysis.names.lookup(target.id, analysis.names.scope_of(target))[0]
     if binding is None or scope is None:
         return None
-    if not dead_values.visible_only_here(analysis.names, scope, target.id):
-        return None
-    if scope.node in dead_values.opaque_scopes(analysis.names, target.id):
+    if not dead_values.seen_only_here(analysis.names, scope, target.id):
         return None
     return analysis.uses_of(binding)
 

@@ -71,9 +71,7 @@ class IsinstanceRule:
             assert isinstance(statement, ast.If)
             following = statement.orelse[0]
             assert isinstance(following, ast.If)
-            at = analysis.lines.start(following)
-            elif_ = analysis.text[at : at + 4] == "elif"  # not ``else:`` then a nested ``if``
-            deleted = analysis.options.drop_fsdp1_branches and elif_
+            deleted = analysis.options.drop_fsdp1_branches and analysis.is_elif(following)
             rewrite = None
             if deleted:
                 start, end = analysis.lines.start(call), analysis.lines.start(following.test)
