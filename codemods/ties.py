@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from codemods import flow
 from codemods.parsed import ParsedFile
 from codemods.plan import Passing
 from codemods.refs import (
@@ -259,7 +260,7 @@ class Ties:
         if isinstance(expr, ast.Name):
             out: set[Ref] = set()
             for binding in self.parsed.names.bindings_of(expr):
-                if not self._may_reach(binding.node, expr):
+                if not flow.may_reach(self.parsed.names, self.parsed.lines, binding.node, expr):
                     continue
                 if binding.kind == "assign" and binding.value is not None:
                     out |= self._value(binding.value)
@@ -466,37 +467,6 @@ class Ties:
             return False
         return not any(
             self.parsed.resolves_to(d, "builtins.staticmethod") for d in function.decorator_list
-        )
-
-    def _may_reach(self, target: ast.AST, use: ast.AST) -> bool:
-        """Whether the assignment to ``target`` can be what ``use`` reads, by position alone:
-        not in the other branch of an ``if`` that holds both, and not after the use (nor in the
-        statement that reads it: ``x = f(x)``) unless a loop around both can bring it back.
-        (Names bound in another scope always may.)"""
-        names = self.parsed.names
-        if names.function_of(target) is not names.function_of(use):
-            return True
-        target_path = [target, *names.ancestors(target)]
-        use_path = {id(n): i for i, n in enumerate([use, *names.ancestors(use)])}
-        for depth, ancestor in enumerate(target_path):
-            if id(ancestor) not in use_path:
-                continue
-            if isinstance(ancestor, (ast.If, ast.IfExp, ast.Try)) and depth > 0:
-                mine = _branch(ancestor, target_path[depth - 1])
-                theirs = _branch(ancestor, [use, *names.ancestors(use)][use_path[id(ancestor)] - 1])
-                if mine and theirs and mine != theirs and not isinstance(ancestor, ast.Try):
-                    return False
-            break
-        assigned_by = next(
-            (n for n in target_path if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))),
-            None,
-        )
-        inside = assigned_by is not None and id(assigned_by) in use_path  # x = f(x)
-        if not inside and self.parsed.lines.start(target) <= self.parsed.lines.start(use):
-            return True
-        return any(
-            isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and id(n) in use_path
-            for n in target_path
         )
 
     def _attribute_key(self, node: ast.AST) -> tuple[ast.AST, str] | None:
@@ -710,12 +680,3 @@ def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
 def _positional(function: ast.AST) -> list[str]:
     assert isinstance(function, _FUNCTIONS)
     return [parsed.arg for parsed in (*function.args.posonlyargs, *function.args.args)]
-
-
-def _branch(statement: ast.AST, child: ast.AST) -> str | None:
-    """Which branch of an ``if``/``try`` the direct child ``child`` belongs to."""
-    for name in ("body", "orelse", "handlers", "finalbody"):
-        part = getattr(statement, name, None)
-        if part is child or (isinstance(part, list) and child in part):
-            return name
-    return None

@@ -1,0 +1,130 @@
+"""Which binding of a name a read can see, from the code's shape alone (no values).
+
+``may_reach`` over-approximates: a ``False`` is a proof (the binding is in the other branch
+of an ``if`` around both, or later with no loop to bring it back, or every path from it to
+the read passes a statement that binds the name again); a ``True`` may be wrong. Names bound
+in another function (a closure, a global) always may reach.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from codemods.names import Names
+from codemods.text import LineIndex
+
+#: Statements after which the rest of their block does not run.
+_LEAVING = (ast.Return, ast.Raise, ast.Break, ast.Continue)
+#: The statement lists of compound statements; each is entered at its first statement.
+_BLOCKS = ("body", "orelse", "finalbody")
+
+
+def may_reach(names: Names, lines: LineIndex, target: ast.AST, use: ast.AST) -> bool:
+    """Whether the binding at ``target`` (a name stored, a parameter) can be what ``use``
+    reads."""
+    if names.function_of(target) is not names.function_of(use):
+        return True
+    return _in_reach(names, lines, target, use) and not _bound_again(names, target, use)
+
+
+def _in_reach(names: Names, lines: LineIndex, target: ast.AST, use: ast.AST) -> bool:
+    """By position: not in the other branch of an ``if`` that holds both, and not after the
+    use (nor in the statement that reads it: ``x = f(x)``) unless a loop around both can bring
+    it back."""
+    target_path = [target, *names.ancestors(target)]
+    use_path = {id(n): i for i, n in enumerate([use, *names.ancestors(use)])}
+    for depth, ancestor in enumerate(target_path):
+        if id(ancestor) not in use_path:
+            continue
+        if isinstance(ancestor, (ast.If, ast.IfExp, ast.Try)) and depth > 0:
+            mine = _branch(ancestor, target_path[depth - 1])
+            theirs = _branch(ancestor, [use, *names.ancestors(use)][use_path[id(ancestor)] - 1])
+            if mine and theirs and mine != theirs and not isinstance(ancestor, ast.Try):
+                return False
+        break
+    assigned_by = next(
+        (n for n in target_path if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))),
+        None,
+    )
+    inside = assigned_by is not None and id(assigned_by) in use_path  # x = f(x)
+    if not inside and lines.start(target) <= lines.start(use):
+        return True
+    return any(
+        isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and id(n) in use_path for n in target_path
+    )
+
+
+def _bound_again(names: Names, target: ast.AST, use: ast.AST) -> bool:
+    """Every path from ``target`` to ``use`` binds the name again first: in a block around the
+    use, a statement before the use's that binds it on every way it completes, and
+    ``target`` is not between that statement and the use (a block is entered at its top)."""
+    name = target.id if isinstance(target, ast.Name) else getattr(target, "arg", None)
+    if not isinstance(use, ast.Name) or name != use.id:
+        return False
+    scope = names.function_of(use)
+    around_target = {id(n) for n in [target, *names.ancestors(target)]}
+    child: ast.AST = use
+    for owner in names.ancestors(use):
+        block = _block_of(owner, child)
+        if block is not None:
+            at = next(i for i, s in enumerate(block) if s is child)
+            mine = next((i for i, s in enumerate(block) if id(s) in around_target), None)
+            if mine == at:
+                return False  # both in one statement: the paths between them stay inside it
+            for index in range(at - 1, -1, -1):
+                if mine is not None and index <= mine < at:
+                    break  # the target's statement, or one after it, holds its value here
+                if _binds_on_every_way(block[index], name):
+                    return True
+        if owner is scope:
+            return False
+        child = owner
+    return False
+
+
+def _binds_on_every_way(statement: ast.stmt, name: str) -> bool:
+    """``statement`` binds ``name`` whenever it completes normally."""
+    if isinstance(statement, ast.Assign):
+        return any(_names_it(t, name) for t in statement.targets)
+    if isinstance(statement, ast.AnnAssign):
+        return statement.value is not None and _names_it(statement.target, name)
+    if isinstance(statement, ast.If):
+        return _block_binds(statement.body, name) and _block_binds(statement.orelse, name)
+    if isinstance(statement, (ast.With, ast.AsyncWith)):
+        return _block_binds(statement.body, name)
+    return False
+
+
+def _block_binds(block: list[ast.stmt], name: str) -> bool:
+    """A block that binds ``name`` before it completes, or never completes normally."""
+    for statement in block:
+        if _binds_on_every_way(statement, name) or isinstance(statement, _LEAVING):
+            return True
+    return False
+
+
+def _names_it(target: ast.expr, name: str) -> bool:
+    if isinstance(target, ast.Name):
+        return target.id == name
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return any(_names_it(e, name) for e in target.elts)
+    return False
+
+
+def _block_of(owner: ast.AST, child: ast.AST) -> list[ast.stmt] | None:
+    """The statement list of ``owner`` (a compound statement, or an ``except`` handler) that
+    holds ``child`` directly."""
+    for field in _BLOCKS:
+        part = getattr(owner, field, None)
+        if isinstance(part, list) and any(child is s for s in part):
+            return part
+    return None
+
+
+def _branch(statement: ast.AST, child: ast.AST) -> str | None:
+    """Which branch of an ``if``/``try`` the direct child ``child`` belongs to."""
+    for name in ("body", "orelse", "handlers", "finalbody"):
+        part = getattr(statement, name, None)
+        if part is child or (isinstance(part, list) and child in part):
+            return name
+    return None

@@ -1,0 +1,161 @@
+"""``flow.may_reach``: which bindings of ``x`` the read marked ``use(x)`` can see. Each case
+binds ``x`` to ``A`` (the binding asked about) and perhaps to other values; the answer is
+checked against running the code on every input that matters."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import itertools
+import sys
+import textwrap
+
+import pytest
+
+from codemods import flow
+from codemods.names import Names
+from codemods.text import LineIndex
+
+CASES = {
+    "overwritten in both branches": (
+        """
+        x = "A"
+        if c1:
+            x = "B"
+        else:
+            x = "C"
+        use(x)
+        """
+    ),
+    "overwritten in one branch": (
+        """
+        x = "A"
+        if c1:
+            x = "B"
+        use(x)
+        """
+    ),
+    "the other branch leaves": (
+        """
+        x = "A"
+        for _ in range(1):
+            if c1:
+                x = "B"
+            elif c2:
+                continue
+            else:
+                return None
+            use(x)
+        """
+    ),
+    "nested: the read in a branch that binds first": (
+        """
+        x = "A"
+        if c1:
+            use(x)
+        else:
+            x = "B"
+            if c2:
+                use(x)
+        """
+    ),
+    "a loop brings it back": (
+        """
+        x = "B"
+        for _ in range(2):
+            use(x)
+            x = "A"
+        """
+    ),
+    "a loop, bound again before the read": (
+        """
+        for _ in range(2):
+            x = "B"
+            use(x)
+            x = "A"
+        """
+    ),
+    "in a with block": (
+        """
+        x = "A"
+        with ctx():
+            x = "B"
+        use(x)
+        """
+    ),
+    "bound again in a tuple": (
+        """
+        x = "A"
+        x, y = "B", 1
+        use(x)
+        """
+    ),
+    "after the use only": (
+        """
+        use(x)
+        x = "A"
+        """
+    ),
+}
+
+
+def _source(code: str) -> str:
+    return "def f(c1, c2, use, ctx, x=None):\n" + textwrap.indent(code, "    ") + "\n"
+
+
+def _run(code: str, c1: bool, c2: bool) -> set[tuple[int, str]]:
+    """(line of the read, value it saw) for every read one call runs."""
+    seen: set[tuple[int, str]] = set()
+
+    def use(value: str) -> None:
+        seen.add((sys._getframe(1).f_lineno, value))
+
+    namespace: dict = {}
+    exec(compile(_source(code), "<case>", "exec"), namespace)
+    namespace["f"](c1, c2, use, contextlib.nullcontext)
+    return seen
+
+
+def _reaches(code: str) -> dict[int, bool]:
+    """``may_reach`` of the binding ``x = "A"`` for each read ``use(x)``, by its line."""
+    source = _source(code)
+    tree = ast.parse(source)
+    names, lines = Names(tree), LineIndex(source)
+    target = next(
+        t
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and getattr(node.value, "value", None) == "A"
+        for t in node.targets
+    )
+    return {
+        node.lineno: flow.may_reach(names, lines, target, node.args[0])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "use"
+    }
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_read_that_can_see_the_binding_is_never_denied(name: str) -> None:
+    """Soundness: wherever running the code shows ``A`` at a read, ``may_reach`` says it may."""
+    code = textwrap.dedent(CASES[name])
+    answers = _reaches(code)
+    for c1, c2 in itertools.product((False, True), repeat=2):
+        for line, value in _run(code, c1, c2):
+            assert value != "A" or answers[line], (name, c1, c2, line)
+
+
+def test_proofs_where_every_path_binds_again() -> None:
+    """Precision: the cases where no run shows ``A`` at a read are denied."""
+    denied = {
+        name for name, code in CASES.items() if not any(_reaches(textwrap.dedent(code)).values())
+    }
+    assert denied == {
+        "overwritten in both branches",
+        "the other branch leaves",
+        "in a with block",
+        "bound again in a tuple",
+        "after the use only",
+        "a loop, bound again before the read",
+    }
+    partly = _reaches(textwrap.dedent(CASES["nested: the read in a branch that binds first"]))
+    assert sorted(partly.items()) == [(5, True), (9, False)]
