@@ -143,3 +143,41 @@ def parameter_for(
         return positional[position] if position < len(positional) else None
     named = [*parameters.args, *parameters.kwonlyargs]
     return next((p for p in named if p.arg == keyword), None)
+
+
+def condition(lines: LineIndex, fn: ast.expr, argument: str) -> str | None:
+    """A one-argument predicate ``fn`` as the condition it tests on ``argument`` (an
+    expression's text): a call of a named function, or a lambda's body with its parameter
+    replaced (the lambda called, when its body rebinds names or spans lines); None for
+    anything else."""
+    if is_simple(fn) and not isinstance(fn, ast.Constant):
+        return f"{lines.source(fn)}({argument})"
+    if not isinstance(fn, ast.Lambda) or len(fn.args.args) != 1 or _other_parameters(fn):
+        return None
+    called = f"({lines.source(fn)})({argument})"
+    if any(
+        isinstance(n, (ast.Lambda, ast.comprehension, ast.NamedExpr)) for n in ast.walk(fn.body)
+    ):
+        return called
+    parameter = fn.args.args[0].arg
+    reads = sorted(
+        (n for n in ast.walk(fn.body) if isinstance(n, ast.Name) and n.id == parameter),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    text = lines.source(fn.body)
+    base = lines.start(fn.body)
+    for read in reversed(reads):
+        start, end = lines.start(read) - base, lines.end(read) - base
+        text = text[:start] + argument + text[end:]
+    return called if "\n" in text else f"({text})"
+
+
+def _other_parameters(fn: ast.Lambda) -> bool:
+    parameters = fn.args
+    return bool(
+        parameters.posonlyargs
+        or parameters.kwonlyargs
+        or parameters.vararg
+        or parameters.kwarg
+        or parameters.defaults
+    )

@@ -39,10 +39,10 @@ it is.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
-from codemods import calls, dead_values, fsdp1, imports, markers
+from codemods import calls, dead_values, flow, fsdp1, imports, markers
 from codemods.names import Names, Scope
 from codemods.plan import NeededImport
 from codemods.rules import Code
@@ -136,7 +136,7 @@ _READERS: dict[str, tuple[tuple[str, int, str], ...]] = {
 _LOG_METHODS = frozenset(("debug", "info", "warning", "warn", "error", "critical", "exception"))
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Written:
     """One value written without FSDP1: ``node`` (a ``kind``) becomes ``text``, which reads
     the names ``imports`` bind."""
@@ -145,6 +145,12 @@ class Written:
     kind: str
     text: str
     imports: tuple[NeededImport, ...] = ()
+    #: For a policy that selects by module (a predicate, not a size-based policy): the
+    #: condition it tests on ``module``.
+    condition: str | None = None
+    #: For ``partial(_or_policy, policies=...)``: the policies it combines, each of which must
+    #: be written as a predicate too (the lambda calls each with the module alone).
+    members: tuple[ast.expr, ...] = ()
 
     def message(self) -> str:
         shown = self.text if "\n" not in self.text else self.text.split("(")[0] + "(...)"
@@ -155,9 +161,8 @@ def find(names: Names, lines: LineIndex) -> list[Written]:
     """Each FSDP1 value of the text that reaches only readers' slots of its kind."""
     if not any(_reader_kind(names, call) for call in names.by_type[ast.Call]):
         return []
-    walk = _Paths(names)
     ignored = markers.ignored_lines(lines.text)
-    return [
+    candidates = [
         written
         for written in [
             *_members(names, lines),
@@ -165,8 +170,20 @@ def find(names: Names, lines: LineIndex) -> list[Written]:
             *_bare_size_based(names, lines),
             *_configs(names, lines),
         ]
-        if written.node.lineno not in ignored and walk.reaches_only(written.node, written.kind)
+        if written.node.lineno not in ignored
     ]
+    either = {w.node for w in candidates if w.members}
+    refused: set[ast.expr] = set()
+    while True:
+        walk = _Paths(names, lines, either - refused)
+        chosen = [
+            w for w in candidates if w.node not in refused and walk.reaches_only(w.node, w.kind)
+        ]
+        predicates = {w.node for w in chosen if w.condition is not None}
+        broken = {w.node for w in chosen if not set(w.members) <= predicates}
+        if not broken:
+            return _nested_in_place(lines, chosen)
+        refused |= broken  # an or-policy with a member kept as it is: all of it stays
 
 
 def edit(lines: LineIndex, written: Written) -> Edit:
@@ -239,11 +256,16 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
             # ModuleWrapPolicy copies its classes when built: only classes written at the
             # call read the same later
             classes = _as_tuple(lines, node.args[0])
-            yield Written(node, POLICY, f"lambda module: isinstance(module, {classes})")
+            yield _selecting(node, f"isinstance(module, {classes})")
             continue
         if not ("functools.partial" in names.qualified(node.func) and len(node.args) == 1):
             continue
         policy = fsdp1.first(names.qualified(node.args[0]))
+        if policy == "_or_policy":
+            either = _either(names, lines, node)
+            if either is not None:
+                yield either
+            continue
         if policy == "size_based_auto_wrap_policy":
             size_based = _size_based(names, lines, node, node.keywords)
             if size_based is not None:
@@ -253,14 +275,142 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
             continue
         keyword = node.keywords[0]
         if policy == "lambda_auto_wrap_policy" and keyword.arg == "lambda_fn":
-            yield Written(node, POLICY, lines.source(keyword.value))
+            function = lines.source(keyword.value)
+            tested = calls.condition(lines, keyword.value, "module") or f"({function})(module)"
+            yield Written(node, POLICY, function, condition=tested)
         elif (
             policy == "transformer_auto_wrap_policy"
             and keyword.arg == "transformer_layer_cls"
             and _fixed(names, keyword.value)
+            and _free_of_module(keyword.value)
         ):
             classes = _as_tuple(lines, keyword.value)
-            yield Written(node, POLICY, f"lambda module: isinstance(module, {classes})")
+            yield _selecting(node, f"isinstance(module, {classes})")
+
+
+def _either(names: Names, lines: LineIndex, node: ast.Call) -> Written | None:
+    """``partial(_or_policy, policies=P)`` as ``lambda module: any(policy(module) for policy in
+    P)``: P a list or tuple written here, or a name bound once to one and otherwise only
+    extended (``.extend([...])``, ``.append(p)``), each policy a name bound once to a policy
+    or one written in place. FSDP1 asks an or of predicates nothing but each predicate."""
+    if len(node.keywords) != 1 or node.keywords[0].arg != "policies":
+        return None
+    given = node.keywords[0].value
+    if not (_fixed(names, given) and _free_of_module(given)):
+        return None
+    members = _or_members(names, given)
+    if members is None:
+        return None
+    condition = _either_condition(lines, given, {})
+    return Written(node, POLICY, f"lambda module: {condition}", (), condition, tuple(members))
+
+
+def _selecting(node: ast.expr, condition: str) -> Written:
+    return Written(node, POLICY, f"lambda module: {condition}", condition=condition)
+
+
+def _either_condition(lines: LineIndex, given: ast.expr, inline: dict[ast.expr, str]) -> str:
+    """An or-policy's condition on ``module``: the conditions of the policies written in
+    its list (``inline``) joined by ``or``, else each policy called in turn."""
+    elements = given.elts if _written_out(given) else []  # type: ignore[attr-defined]
+    if elements and all(e in inline for e in elements):
+        return " or ".join(inline[e] for e in elements)
+    return f"any(policy(module) for policy in {lines.source(given)})"
+
+
+def _nested_in_place(lines: LineIndex, chosen: list[Written]) -> list[Written]:
+    """An or-policy written with the policies written inside its own list (one edit)."""
+    inline = {
+        m: w
+        for w in chosen
+        for m in w.members
+        if isinstance(w.node, ast.Call) and _within(m, w.node)
+    }
+    if not inline:
+        return chosen
+    by_node = {w.node: w for w in chosen}
+
+    def condition_of(written: Written) -> str:
+        assert written.condition is not None
+        if not written.members:
+            return written.condition
+        nested = {
+            m: _operand(by_node[m], condition_of(by_node[m]))
+            for m in written.members
+            if m in inline
+        }
+        given = written.node.keywords[0].value  # type: ignore[attr-defined]
+        return _either_condition(lines, given, nested)
+
+    return [
+        dataclasses.replace(w, text=f"lambda module: {condition_of(w)}") if w.members else w
+        for w in chosen
+        if w.node not in inline
+    ]
+
+
+def _operand(written: Written, condition: str) -> str:
+    """A policy's condition as one operand of ``or`` (an or-policy's own is grouped)."""
+    return f"({condition})" if written.members else condition
+
+
+def _within(node: ast.AST, outer: ast.AST) -> bool:
+    return any(node is n for n in ast.walk(outer)) and node is not outer
+
+
+def _or_members(names: Names, given: ast.expr) -> list[ast.expr] | None:
+    """The policies an or-policy's list holds, or None if not all are known here."""
+    if _written_out(given):
+        elements = list(given.elts)  # type: ignore[attr-defined]
+    elif isinstance(given, ast.Name):
+        bound = names.bindings_of(given)
+        listed = bound[0].value if len(bound) == 1 else None
+        if not isinstance(listed, (ast.List, ast.Tuple)) or not _written_out(listed):
+            return None
+        elements = list(listed.elts)
+        scope = names.lookup(given.id, names.scope_of(given))[0]
+        for read in _reads(names, scope, given.id) if scope is not None else ():
+            added = _added(names, read)
+            if added is None:
+                return None
+            elements += added
+    else:
+        return None
+    members = []
+    for element in elements:
+        if isinstance(element, ast.Name):
+            bound = names.bindings_of(element)
+            if len(bound) != 1 or bound[0].value is None:
+                return None
+            members.append(bound[0].value)
+        else:
+            members.append(element)
+    return members
+
+
+def _added(names: Names, read: ast.Name) -> list[ast.expr] | None:
+    """What a read of a list's name adds to it: ``name.extend([...])`` its elements,
+    ``name.append(p)`` ``p``, any other read nothing; None when the elements are unknown."""
+    method = names.parent.get(read)
+    call = names.parent.get(method) if method is not None else None
+    if not (
+        isinstance(method, ast.Attribute) and isinstance(call, ast.Call) and call.func is method
+    ):
+        return []
+    if method.attr not in ("extend", "append"):
+        return []
+    if len(call.args) != 1 or call.keywords:
+        return None
+    if method.attr == "append":
+        return [call.args[0]]
+    return list(call.args[0].elts) if _written_out(call.args[0]) else None  # type: ignore[attr-defined]
+
+
+def _free_of_module(value: ast.expr) -> bool:
+    """``value`` reads no name ``module`` or ``policy``, the written lambda's own names."""
+    return not any(
+        isinstance(n, ast.Name) and n.id in ("module", "policy") for n in ast.walk(value)
+    )
 
 
 def _bare_size_based(names: Names, lines: LineIndex) -> Iterator[Written]:
@@ -305,11 +455,13 @@ def _fixed(names: Names, value: ast.expr) -> bool:
     reader calls it, later than the policy read them, and that is the same value only if
     nothing binds them again in between."""
     at = (value.lineno, value.col_offset)
+    inside = set(ast.walk(value))  # a lambda's own parameters are bound when it runs
     return all(
         (getattr(b.node, "lineno", 0), getattr(b.node, "col_offset", 0)) < at
-        for node in ast.walk(value)
+        for node in inside
         if isinstance(node, ast.Name)
         for b in names.bindings_of(node)
+        if b.node not in inside
     )
 
 
@@ -344,8 +496,11 @@ def _reader_kind(names: Names, call: ast.AST | None) -> tuple[tuple[str, int, st
 class _Paths:
     """Where values go, memoised (a cycle counts as reaching nothing)."""
 
-    def __init__(self, names: Names) -> None:
+    def __init__(self, names: Names, lines: LineIndex, either: set[ast.expr]) -> None:
         self.names = names
+        self.lines = lines
+        #: The or-policies that may be written as predicates: other lists lead nowhere.
+        self.either = either
         self.memo: dict[object, bool] = {}
 
     def reaches_only(self, node: ast.expr, kind: str) -> bool:
@@ -367,8 +522,15 @@ class _Paths:
         if isinstance(parent, ast.Dict) and any(node is v for v in parent.values):
             key = parent.keys[[id(v) for v in parent.values].index(id(node))]
             return self._dict(parent, kind, _text_key(key))
+        if isinstance(parent, (ast.List, ast.Tuple)) and kind == POLICY:
+            return self._in_or_list(parent)
         if isinstance(parent, ast.Call) and any(node is a for a in parent.args):
+            appended = _appended_to(parent)
+            if appended is not None and kind == POLICY:
+                return self._or_list_name(appended)
             return self._argument(parent, kind, position=parent.args.index(node))
+        if isinstance(parent, ast.Return) and parent.value is node:
+            return self._returned(node, ("returned", kind), lambda c: self.reaches_only(c, kind))
         if isinstance(parent, ast.keyword) and parent.arg is not None:
             call = self.names.parent.get(parent)
             if not isinstance(call, ast.Call):
@@ -391,6 +553,7 @@ class _Paths:
                 target.id,
                 kind,
                 lambda read: self.reaches_only(read, kind),
+                since=target,
             )
         if isinstance(parent, ast.arguments):
             argument = _defaulted(parent, node)
@@ -447,7 +610,9 @@ class _Paths:
             target = parent.targets[0]
             return isinstance(target, ast.Name) and self._dict_name(target, kind, key)
         if isinstance(parent, ast.Return) and isinstance(mapping, ast.Name):
-            return self._returned(mapping, kind, key)
+            return self._returned(
+                mapping, ("returned", kind, key), lambda call: self._dict(call, kind, key)
+            )
         return False
 
     def _dict_name(self, name: ast.Name, kind: str, key: str | None) -> bool:
@@ -458,23 +623,74 @@ class _Paths:
             scope, name.id, ("dict", kind, key), lambda read: self._dict(read, kind, key)
         )
 
-    def _returned(self, mapping: ast.Name, kind: str, key: str | None) -> bool:
-        """``return mapping`` from a function defined here: every read of the function's name
-        calls it, and each call's result passes ``_dict``."""
-        function = self.names.function_of(mapping)
-        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    def _returned(
+        self, value: ast.expr, what: object, each_call: Callable[[ast.Call], bool]
+    ) -> bool:
+        """``return value`` from a function defined here (no decorator, not a generator):
+        every read of the function's name calls it, and ``each_call`` holds for each call."""
+        function = self.names.function_of(value)
+        if not isinstance(function, ast.FunctionDef) or function.decorator_list:
             return False
-        if function.decorator_list:
+        if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(function)):
             return False
         return self._reads_pass(
             self.names.scope_of(function),
             function.name,
-            ("returned", kind, key),
+            what,
             lambda read: (
                 isinstance(call := self.names.parent.get(read), ast.Call)
                 and call.func is read
-                and self._dict(call, kind, key)
+                and each_call(call)
             ),
+        )
+
+    # -- or-policies: a list of policies that ``partial(_or_policy, policies=...)`` combines ------
+    def _in_or_list(self, listed: ast.List | ast.Tuple) -> bool:
+        """A list or tuple of policies: the ``policies`` of an or-policy that is written as a
+        predicate, bound to a name that is (``_or_list_name``), or added by ``.extend`` to
+        one."""
+        parent = self.names.parent.get(listed)
+        if isinstance(parent, ast.keyword) and parent.arg == "policies":
+            return self._or_written(self.names.parent.get(parent))
+        if isinstance(parent, ast.Assign) and parent.value is listed and len(parent.targets) == 1:
+            target = parent.targets[0]
+            return isinstance(target, ast.Name) and self._or_list_name(target)
+        if isinstance(parent, ast.Call) and parent.args == [listed]:
+            method = parent.func
+            return (
+                isinstance(method, ast.Attribute)
+                and method.attr == "extend"
+                and isinstance(method.value, ast.Name)
+                and self._or_list_name(method.value)
+            )
+        return False
+
+    def _or_list_name(self, name: ast.Name) -> bool:
+        """A list name whose reads only grow it or are the ``policies`` of a written
+        or-policy."""
+        scope = self.names.lookup(name.id, self.names.scope_of(name))[0]
+        return scope is not None and self._reads_pass(
+            scope, name.id, "or-list", lambda read: self._or_list_read(read)
+        )
+
+    def _or_list_read(self, read: ast.Name) -> bool:
+        parent = self.names.parent.get(read)
+        if isinstance(parent, ast.keyword) and parent.arg == "policies":
+            return self._or_written(self.names.parent.get(parent))
+        call = self.names.parent.get(parent) if isinstance(parent, ast.Attribute) else None
+        return (
+            isinstance(parent, ast.Attribute)
+            and parent.attr in ("extend", "append")
+            and isinstance(call, ast.Call)
+            and call.func is parent
+        )
+
+    def _or_written(self, call: ast.AST | None) -> bool:
+        """``call`` is an or-policy that may be written as a predicate (``_either``; ``find``
+        refuses one when a policy it combines is not written too) and its value reaches only
+        readers' policy slots."""
+        return (
+            isinstance(call, ast.Call) and call in self.either and self.reaches_only(call, POLICY)
         )
 
     def _argument(
@@ -543,18 +759,26 @@ class _Paths:
         name: str,
         what: object,
         each_read: Callable[[ast.Name], bool],
+        since: ast.Name | None = None,
     ) -> bool:
         """``name``, bound in ``scope``, is visible only here (a local, a parameter, a private
         or script module-level name) and ``each_read`` holds for each of its reads (there is one
-        at least); memoised per ``what`` (what ``each_read`` asks)."""
+        at least); with ``since`` (one binding), each read that binding may reach
+        (``flow.may_reach``); memoised per ``what`` (what ``each_read`` asks)."""
 
         def compute() -> bool:
             if not dead_values.seen_only_here(self.names, scope, name):
                 return False
-            reads = list(self._reads(scope, name))
+            reads = [
+                read
+                for read in _reads(self.names, scope, name)
+                if since is None
+                or read not in self.names.parent
+                or flow.may_reach(self.names, self.lines, since, read)
+            ]
             return bool(reads) and all(each_read(r) for r in reads)
 
-        return self._memo(("reads", scope.node, name, what), compute)
+        return self._memo(("reads", scope.node, name, what, since), compute)
 
     def _parameter(self, arguments: ast.arguments, argument: ast.arg, kind: str) -> bool:
         function = self.names.parent.get(arguments)
@@ -563,23 +787,36 @@ class _Paths:
             scope, argument.arg, kind, lambda read: self.reaches_only(read, kind)
         )
 
-    def _reads(self, scope: Scope, name: str) -> Iterator[ast.Name]:
-        """Every load of ``name`` that resolves to ``scope``'s binding; a string reference
-        (``__all__``, an annotation) counts as a read that goes elsewhere."""
-        for node in self.names.by_type[ast.Name]:
-            assert isinstance(node, ast.Name)
-            if node.id == name and isinstance(node.ctx, ast.Load):
-                if self.names.lookup(name, self.names.scope_of(node))[0] is scope:
-                    yield node
-        for other, where in self.names.string_references():
-            if other == name and self.names.lookup(name, where)[0] is scope:
-                yield ast.Name(id=name, ctx=ast.Load())  # has no parent: reaches no reader
+
+def _reads(names: Names, scope: Scope, name: str) -> Iterator[ast.Name]:
+    """Every load of ``name`` that resolves to ``scope``'s binding; a string reference
+    (``__all__``, an annotation) counts as a read that goes elsewhere."""
+    for node in names.by_type[ast.Name]:
+        assert isinstance(node, ast.Name)
+        if node.id == name and isinstance(node.ctx, ast.Load):
+            if names.lookup(name, names.scope_of(node))[0] is scope:
+                yield node
+    for other, where in names.string_references():
+        if other == name and names.lookup(name, where)[0] is scope:
+            yield ast.Name(id=name, ctx=ast.Load())  # has no parent: reaches no reader
 
 
 def _text_key(node: ast.AST | None) -> str | None:
     """A dict key written as a string constant, or None."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
+    return None
+
+
+def _appended_to(call: ast.Call) -> ast.Name | None:
+    """``l`` of an ``l.append(...)`` call."""
+    func = call.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "append"
+        and isinstance(func.value, ast.Name)
+    ):
+        return func.value
     return None
 
 

@@ -41,6 +41,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import (
     ModuleWrapPolicy,
+    _or_policy,
     lambda_auto_wrap_policy,
     size_based_auto_wrap_policy,
     transformer_auto_wrap_policy,
@@ -356,6 +357,16 @@ def test_a_predicate_means_a_lambda_policy(mixed_precision):
         assert fsdp1s(in_layers) == fsdp1s(lambda_policy)
         assert set(model.layers) <= set(fsdp1s(in_layers))
         assert fsdp1s(lambda module: False) == fsdp1s(nothing)
+    # an or-policy of both, as F2P013 writes it for a list it can see whole
+    either = functools.partial(_or_policy, policies=[transformer, lambda_policy])
+    predicates = [lambda m: isinstance(m, (fsdp1_units.Layer,)), in_layers]
+    heads = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: m is model.head)
+    with forbid_fsdp1_calls():
+        assert fsdp1s(lambda module: any(p(module) for p in predicates)) == fsdp1s(either)
+        assert fsdp1s(lambda module: in_layers(module) or module is model.head) == fsdp1s(
+            functools.partial(_or_policy, policies=[lambda_policy, heads])
+        )
+        assert model.head in fsdp1s(functools.partial(_or_policy, policies=[lambda_policy, heads]))
 
 
 @pytest.mark.parametrize(

@@ -69,43 +69,8 @@ def _literal_policy(analysis: FileAnalysis, value: ast.expr) -> str | None:
 
 
 def _predicate(analysis: FileAnalysis, fn: ast.expr) -> str | None:
-    """``lambda_fn`` as a condition on ``UNIT``: a one-argument lambda's body with its
-    argument replaced, or a call of a named function."""
-    if calls.is_simple(fn) and not isinstance(fn, ast.Constant):
-        return f"{analysis.source(fn)}({UNIT})"
-    if not isinstance(fn, ast.Lambda) or len(fn.args.args) != 1 or _other_arguments(fn):
-        return None
-    argument = fn.args.args[0].arg
-    rebinds = [
-        n
-        for n in ast.walk(fn.body)
-        if isinstance(n, (ast.Lambda, ast.comprehension, ast.NamedExpr))
-    ]
-    if rebinds:
-        return f"({analysis.source(fn)})({UNIT})"
-    reads = sorted(
-        (n for n in ast.walk(fn.body) if isinstance(n, ast.Name) and n.id == argument),
-        key=lambda n: (n.lineno, n.col_offset),
-    )
-    text = analysis.source(fn.body)
-    base = analysis.lines.start(fn.body)
-    for read in reversed(reads):
-        start, end = analysis.lines.start(read) - base, analysis.lines.end(read) - base
-        text = text[:start] + UNIT + text[end:]
-    if "\n" in text:
-        return f"({analysis.source(fn)})({UNIT})"
-    return f"({text})"
-
-
-def _other_arguments(fn: ast.Lambda) -> bool:
-    arguments = fn.args
-    return bool(
-        arguments.posonlyargs
-        or arguments.kwonlyargs
-        or arguments.vararg
-        or arguments.kwarg
-        or arguments.defaults
-    )
+    """``lambda_fn`` as a condition on ``UNIT``."""
+    return calls.condition(analysis.lines, fn, UNIT)
 
 
 def _classes(analysis: FileAnalysis, node: ast.expr) -> str | None:
