@@ -21,12 +21,18 @@ removes the import):
   bound only above them: the lambda reads them later than the policy did): the predicate
   ``units_like_fsdp1`` reads as that policy; ``size_based_auto_wrap_policy`` and its
   ``partial``s -> ``size_based_policy(...)``, imported from ``fsdp2_port`` where FSDP1's
-  function was imported.
+  function was imported; ``functools.partial(_or_policy, policies=P)`` -> ``lambda module:
+  any(policy(module) for policy in P)`` (the conditions joined by ``or`` when P is written in
+  place), when every policy P holds is written as a predicate too: P is seen whole (a literal,
+  or a name bound once to one and otherwise only grown by ``.extend([...])`` / ``.append(p)``)
+  and each member's path goes on only into it or to readers; one member that stays keeps all.
 
 The value must reach nothing else. From each value, its path is followed up the tree through
 conditional expressions, dict values read only by subscripts (``.get`` too), assignments to a
-name, and arguments of a function this module defines (to the parameter); every read of such a
-name must continue the path, and the path must end in a reader's slot for that kind of value.
+name, arguments of a function this module defines (to the parameter), and ``return`` from one
+(to each call); every read of such a name that the assignment may reach (``flow.may_reach``:
+not one after the name is bound again on every path) must continue the path, and the path
+must end in a reader's slot for that kind of value.
 A log line (``print``, a logger's method, an f-string it shows) may also show the value or its
 dict: only the text it prints changes. A name qualifies as ``dead_values`` lets it: a local, or
 a private or script module-level name, in a scope the names see through; a parameter's default
@@ -60,9 +66,11 @@ DOC = Code(
         "`partial(lambda_auto_wrap_policy, lambda_fn=f)` → `f`, "
         "`partial(transformer_auto_wrap_policy, transformer_layer_cls=S)` and "
         "`ModuleWrapPolicy([A, B])` → `lambda module: isinstance(module, ...)`, "
-        "`size_based_auto_wrap_policy` (and its `partial`s) → `size_based_policy(...)`: where the "
-        "value (through dicts, conditional expressions, locals, private module-level maps, "
-        "parameter defaults, arguments of functions defined here and log lines) reaches only "
+        "`size_based_auto_wrap_policy` (and its `partial`s) → `size_based_policy(...)`, "
+        "`partial(_or_policy, policies=P)` of such predicates → `lambda module: any(...)`: where "
+        "the value (through dicts, conditional expressions, locals, private module-level maps, "
+        "parameter defaults, arguments of and returns from functions defined here and log lines) "
+        "reaches only "
         "the matching argument of `fsdp2_port`'s readers (`mesh_like_fsdp1`, "
         "`reshard_after_forward_like_fsdp1`, `units_like_fsdp1`, `mp_policy_like_fsdp1`, "
         "`offload_policy_like_fsdp1`), `fully_shard_like_fsdp1` or `state_dict_type` / "
