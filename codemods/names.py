@@ -340,8 +340,10 @@ class _Builder:
         scope.bindings[name].append(Binding(name, kind, node, qualified, value, statement))
 
     def _bind_targets(self, target: ast.AST, scope: Scope) -> None:
+        """The names a target binds (``a``, ``a, *b``), not those it reads (``self.x``,
+        ``d[k]``, ``f(m).x``)."""
         for node in ast.walk(target):
-            if isinstance(node, ast.Name):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
                 self._bind(scope, node.id, "other", node)
 
     def _bind_arguments(self, arguments: ast.arguments, scope: Scope) -> None:
