@@ -50,6 +50,7 @@ class NoSyncRule:
             assert isinstance(node, ast.Attribute)
             if (
                 node.attr != "no_sync"
+                or not isinstance(node.ctx, ast.Load)  # a wrapper's own: self.no_sync = ...
                 or analysis.is_ignored(node)
                 or analysis.names.qualified(node)
             ):
@@ -73,9 +74,12 @@ class NoSyncRule:
         )
         ties, deferred = analysis.ties.of(receiver)
         statement = _sole_with_item(analysis, call) if call is not None else None
+        # the bound method read for an attribute of its own (a mock's ``.side_effect``): no
+        # call to stand in for
+        read_into = call is None and isinstance(analysis.names.parent.get(attribute), ast.Attribute)
         either = (
             _helper(analysis, attribute, call, text)
-            if analysis.options.runtime_dependency
+            if analysis.options.runtime_dependency and not read_into
             else None
         )
         rewrite: Rewrite | None
