@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from codemods import imports, markers
+from codemods import fsdp1, imports, markers
 from codemods.names import Binding
 from codemods.options import Options
 from codemods.parsed import ParsedFile, Source
@@ -45,6 +45,10 @@ class FileAnalysis(ParsedFile):
             bool(self.names.qualified(call.func) & _BRIDGE)  # type: ignore[attr-defined]
             or self.fsdp2_name(call.func) == "fully_shard"  # type: ignore[attr-defined]
             for call in self.names.by_type[ast.Call]
+        )
+        self.plan.fsdp1_or_port = any(
+            fsdp1.canonical(b.qualified or "") or (b.qualified or "").split(".")[0] == "fsdp2_port"
+            for b in self.names.imports()
         )
         self.plan.exports = self.ties.exports()
         self.plan.signatures = self.ties.signatures()

@@ -164,6 +164,10 @@ class FilePlan:
     #: (a rerun over a tree written half, by hand or killed without its journal, finishes),
     #: except where the original already means something on FSDP2 (``Site.fsdp2_meaning``).
     fsdp2_models: int = 0
+    #: The file imports an FSDP1 name or fsdp2_port: the run is one an FSDP1 migration is
+    #: about. FSDP2 models alone, in a run with neither, are FSDP2 code of its own (Megatron's
+    #: tests): its ``.module`` and ``no_sync`` stay as they are.
+    fsdp1_or_port: bool = False
 
     @property
     def constructors(self) -> list[Site]:
@@ -262,7 +266,11 @@ def _resolved(site: Site, resolver: Resolver) -> Site:
     if site.ties:
         return site
     if site.either is not None:
-        requirement = "ANY" if site.requirement in ("MODELS", "RUN") else site.requirement
+        # ``ALWAYS`` was the requirement had it been tied (a form right on any model): untied,
+        # the form is taken with the run's models like any other ``either``
+        requirement = (
+            "ANY" if site.requirement in ("MODELS", "RUN", "ALWAYS") else site.requirement
+        )
         rewrite = site.either if requirement == "ANY" else site.rewrite
         return replace(
             site,
@@ -290,7 +298,7 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
     sites = [s for plan in plans for s in plan.sites]
     constructors = [s for s in sites if s.constructor is not None]
     migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
-    fsdp2_models = any(plan.fsdp2_models for plan in plans)
+    fsdp2_models = any(p.fsdp2_models for p in plans) and any(p.fsdp1_or_port for p in plans)
     groups: dict[str, list[Site]] = {}
     for site in sites:
         if site.constructor is None:
