@@ -107,7 +107,7 @@ def apply_plan(text: str, plan: FilePlan, decisions: Decisions) -> Applied:
 
 def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
     """What happens to a site: rewritten, rewritten the FSDP1 way, marked, or nothing."""
-    if site.silent:
+    if site.silent or not decisions.about_fsdp1:
         return None
     if decisions.is_rewritten(site) and site.rewrite is not None:
         review = site.rewrite.review

@@ -332,6 +332,7 @@ def _for(decisions: Decisions, path: str) -> Decisions:
         decisions.run_migrates,
         {k for k in decisions.rewritten if k[0] == path},
         {k: v for k, v in decisions.reasons.items() if k[0] == path},
+        decisions.about_fsdp1,
     )
 
 

@@ -194,6 +194,9 @@ class Decisions:
     run_migrates: bool
     rewritten: set[tuple[str, int]]  # keys of the rewritten sites
     reasons: dict[tuple[str, int], Reason]  # key of a kept site -> why it is kept
+    #: The run has FSDP1 in it (a constructor, an FSDP1 import, fsdp2_port): else no site of
+    #: it is rewritten or marked.
+    about_fsdp1: bool = True
 
     def is_rewritten(self, site: Site) -> bool:
         return site.key in self.rewritten
@@ -268,9 +271,7 @@ def _resolved(site: Site, resolver: Resolver) -> Site:
     if site.either is not None:
         # ``ALWAYS`` was the requirement had it been tied (a form right on any model): untied,
         # the form is taken with the run's models like any other ``either``
-        requirement = (
-            "ANY" if site.requirement in ("MODELS", "RUN", "ALWAYS") else site.requirement
-        )
+        requirement = "ANY" if site.requirement in ("MODELS", "RUN", "ALWAYS") else site.requirement
         rewrite = site.either if requirement == "ANY" else site.rewrite
         return replace(
             site,
@@ -327,6 +328,10 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
             break
         migrating = still
     rewritten = set(ok) | {s.key for s in constructors if s.constructor in migrating}
+    if not constructors and not any(p.fsdp1_or_port for p in plans):
+        # no FSDP1 in the run: sites found by names alone (``.module``, ``no_sync``, ``params``
+        # on a library's own wrappers) are not about FSDP1: nothing changes, nothing is marked
+        return Decisions({plan.path: plan for plan in plans}, set(), False, set(), {}, False)
     reasons = {
         s.key: _reason(s, migrating, run, constructors, sites, ok)
         for s in sites
