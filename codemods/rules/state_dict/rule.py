@@ -326,6 +326,10 @@ class StateDictRule:
         else:
             block_calls = []
         if kind == "LOCAL_STATE_DICT":
+            if isinstance(statement, ast.With) and self._inert(
+                call, statement, bound["module"].value
+            ):
+                return
             self.handled.update(block_calls)
             analysis.add_tied(
                 self.CODE,
@@ -389,6 +393,34 @@ class StateDictRule:
             deferred=deferred,
             groups=group,
         )
+        return True
+
+    def _inert(self, call: ast.Call, statement: ast.With, model: ast.expr) -> bool:
+        """A block whose body reads no state-dict type (an optimizer's own ``state_dict()``,
+        ``torch.save``): the ``with`` is removed, whatever type it sets (Lumina's
+        LOCAL_STATE_DICT around ``torch.save(opt.state_dict(), ...)``)."""
+        analysis = self.analysis
+        if len(statement.items) != 1 or statement.items[0].optional_vars is not None:
+            return False
+        text = analysis.source(model)
+        body = [n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)]
+        if any(self._is_state_call(n, text) or not self._safe(n) for n in body):
+            return False
+        ties, deferred = analysis.ties.of(model)
+        analysis.add(
+            self.CODE,
+            call,
+            "kept: FSDP.state_dict_type(...) block",
+            Rewrite(
+                _unwrap(analysis, statement),
+                "with FSDP.state_dict_type(...) removed: nothing in its block reads the "
+                "state-dict type it sets",
+            ),
+            "ALWAYS",
+            ties=ties,
+            deferred=deferred,
+        )
+        self.handled.update(body)
         return True
 
     def _literal(self, bound: dict[str, calls.Argument], kind: str) -> Options | None:
