@@ -223,6 +223,8 @@ class FileAnalysis(ParsedFile):
         receiver = func.value
         opening = self.text.index("(", self.lines.end(func))
         separator = ", " if call.args or call.keywords else ""
+        if separator and self.text[opening + 1 : opening + 2] in ("\n", "\r"):
+            separator = ","  # the arguments start on the next line: no trailing space
         return [
             Edit(self.lines.start(call), self.lines.start(receiver), f"{function}("),
             Edit(self.lines.end(receiver), opening + 1, suffix + separator),
