@@ -222,11 +222,12 @@ def peak_extra_bytes(v: Variant, device: torch.device) -> int:
     return max(total for _, _, total in allocs) - start
 
 
-def _slowest(seconds: list[float]) -> list[float]:
-    """Per round, the slowest rank's time (the time itself in one process)."""
+def _slowest(seconds: list[float], device: torch.device) -> list[float]:
+    """Per round, the slowest rank's time (the time itself in one process); reduced on
+    ``device``, where the backend has it (NCCL takes no CPU tensor)."""
     if not dist.is_initialized():
         return seconds
-    t = torch.tensor(seconds, dtype=torch.float64)
+    t = torch.tensor(seconds, dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
 
@@ -246,7 +247,7 @@ def measure(args, params: float, tensors: int, sharded: bool) -> dict:
             _sync(device)
             if r >= args.warmup:
                 times[v.name].append(time.perf_counter() - start)
-    times = {name: _slowest(t) for name, t in times.items()}
+    times = {name: _slowest(t, device) for name, t in times.items()}
     peaks = {v.name: peak_extra_bytes(v, device) / numel for v in variants}
     bandwidth, floor = copy_floor_s(numel, device)
     return {
