@@ -22,11 +22,11 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from codemods import fsdp1, sources
+from codemods import fsdp1, reexports, sources
 from codemods.findings import Finding
 from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, decide
@@ -56,6 +56,8 @@ class _Analysed:
     error: str | None = None
     #: Skipped by the text filter, but calls FSDP1's module APIs on something.
     acts_on_a_model: bool = False
+    #: FSDP1 names other modules of the run re-export (``reexports.find``).
+    reexports: dict[str, str] = field(default_factory=dict)
 
 
 def module_name(path: str) -> tuple[str, bool]:
@@ -76,12 +78,13 @@ def analyse_text(
     options: Options,
     name: str = "",
     package: bool = False,
+    reexports: Mapping[str, str] | None = None,
 ) -> FilePlan:
     """The plan of one source text (raises ``SyntaxError`` when it does not parse)."""
     from codemods import registry
     from codemods.analysis import FileAnalysis, Source
 
-    analysis = FileAnalysis(Source(path, text, name, package), options)
+    analysis = FileAnalysis(Source(path, text, name, package, dict(reexports or {})), options)
     for rule in registry.rules_for(codes):
         rule.analyze(analysis)
     plan = analysis.finish()
@@ -117,12 +120,24 @@ def migrate_text(
     )
 
 
-def _analyse(path: str, codes: Sequence[str], options: Options, every: bool = False) -> _Analysed:
-    """``every``: also a file with no FSDP1 text (one the run passes models to)."""
-    result = _Analysed(path)
+def _analyse(
+    path: str,
+    codes: Sequence[str],
+    options: Options,
+    every: bool = False,
+    found: dict[str, str] | None = None,
+) -> _Analysed:
+    """``every``: also a file with no FSDP1 text (one the run passes models to); ``found``:
+    the run's re-exported FSDP1 names."""
+    result = _Analysed(path, reexports=found or {})
     try:
         data = sources.read_bytes(path)
-        if not every and not fsdp1.might_need_migration(data):
+        result.module_name, result.package_init = module_name(path)
+        if not (
+            every
+            or fsdp1.might_need_migration(data)
+            or reexports.imported(data, result.module_name, result.package_init, result.reexports)
+        ):
             result.acts_on_a_model = fsdp1.might_act_on_a_model(data)
             return result
         source = sources.decode(data)
@@ -130,10 +145,15 @@ def _analyse(path: str, codes: Sequence[str], options: Options, every: bool = Fa
         result.error = str(error)
         return result
     result.text, result.encoding = source.text, source.encoding
-    result.module_name, result.package_init = module_name(path)
     try:
         result.plan = analyse_text(
-            source.text, path, codes, options, result.module_name, result.package_init
+            source.text,
+            path,
+            codes,
+            options,
+            result.module_name,
+            result.package_init,
+            result.reexports,
         )
     except SyntaxError as error:
         result.error = _syntax_error(error, source.text)
@@ -189,6 +209,7 @@ def _apply(
             item.path,
             item.module_name,
             item.package_init,
+            reexports=item.reexports,
             removes_imports="F2P001" in codes,
             removes_dead_values="F2P012" in codes,
             writes_reader_values="F2P013" in codes,
@@ -223,10 +244,10 @@ def migrate_files(
         ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
     )
     try:
-        analysed = _map(
-            pool, _analyse, [(p, list(codes), options) for p in paths], progress, "analysing"
-        )
-        _analyse_receivers(analysed, pool, codes, options, progress)
+        found = reexports.find(paths, module_name)
+        arguments = [(p, list(codes), options, False, found) for p in paths]
+        analysed = _map(pool, _analyse, arguments, progress, "analysing")
+        _analyse_receivers(analysed, pool, codes, options, progress, found)
         plans = [a.plan for a in analysed if a.plan is not None]
         decisions = decide(plans)
         work = [a for a in analysed if a.plan is not None and a.error is None]
@@ -284,6 +305,7 @@ def _analyse_receivers(
     codes: Sequence[str],
     options: Options,
     progress: Progress | None,
+    found: dict[str, str],
 ) -> None:
     """Analyse, in place, the skipped files of the run that the analysed ones pass FSDP1
     models to (``save(model)`` of a module the text filter skipped), then those the new ones
@@ -293,7 +315,7 @@ def _analyse_receivers(
         a.plan.constructors or a.plan.fsdp2_models for a in analysed if a.plan is not None
     ):
         acting = [path for path in skipped if analysed[skipped[path]].acts_on_a_model]
-        arguments = [(path, list(codes), options, True) for path in acting]
+        arguments = [(path, list(codes), options, True, found) for path in acting]
         for path, result in zip(acting, _map(pool, _analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
     modules: dict[str, str] | None = None
@@ -312,7 +334,7 @@ def _analyse_receivers(
         wanted = [path for path in skipped if modules and modules[path] in owners]
         if not wanted:
             return
-        arguments = [(path, list(codes), options, True) for path in wanted]
+        arguments = [(path, list(codes), options, True, found) for path in wanted]
         for path, result in zip(wanted, _map(pool, _analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
 

@@ -141,7 +141,7 @@ def unused_fsdp1(
             continue
         alias = binding.node
         assert isinstance(alias, ast.alias)
-        full = alias.name if isinstance(statement, ast.Import) else qualified
+        full = alias.name if isinstance(statement, ast.Import) else names.through(qualified)
         if fsdp1.canonical(full) is not None or full in _FSDP1_MODULES:
             found.append((statement, alias))
     return found

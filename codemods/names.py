@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 _BUILTINS = frozenset(dir(builtins))
@@ -61,10 +61,18 @@ class Scope:
 class Names:
     """Scopes, bindings and parents of one parsed module."""
 
-    def __init__(self, tree: ast.Module, module_name: str = "", is_package: bool = False) -> None:
+    def __init__(
+        self,
+        tree: ast.Module,
+        module_name: str = "",
+        is_package: bool = False,
+        reexports: Mapping[str, str] | None = None,
+    ) -> None:
         self.tree = tree
         self.module_name = module_name
         self.is_package = is_package
+        #: FSDP1 names other modules of the run re-export (``reexports.find``), read through.
+        self.reexports: Mapping[str, str] = reexports or {}
         self.parent: dict[ast.AST, ast.AST] = {}
         self.scopes: dict[ast.AST, Scope] = {}
         #: Every node of each type, in source order: rules take what they look at from here.
@@ -131,7 +139,7 @@ class Names:
     def qualified(self, node: ast.AST) -> set[str]:
         """Dotted names an ``ast.Name``/``ast.Attribute`` chain may refer to (empty if local)."""
         if isinstance(node, ast.Attribute):
-            return {f"{base}.{node.attr}" for base in self.qualified(node.value)}
+            return {self.through(f"{base}.{node.attr}") for base in self.qualified(node.value)}
         if not isinstance(node, ast.Name):
             return set()
         scope, bindings = self.lookup(node.id, self.scope_of(node))
@@ -140,7 +148,11 @@ class Names:
         alias = self._alias(bindings)
         if alias is not None:
             return self.qualified(alias)
-        return {b.qualified for b in bindings if b.qualified is not None}
+        return {self.through(b.qualified) for b in bindings if b.qualified is not None}
+
+    def through(self, qualified: str) -> str:
+        """A name another module of the run re-exports, as the torch name it stands for."""
+        return self.reexports.get(qualified, qualified)
 
     def _alias(self, bindings: list[Binding]) -> ast.expr | None:
         """The chain a name bound once in its scope is an alias of (``Wrapper = fsdp.FSDP``,

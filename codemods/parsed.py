@@ -4,7 +4,8 @@ asks about them (which FSDP1/FSDP2 name a chain is, where a node is). No plan, n
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from codemods import fsdp1
 from codemods.names import Names
@@ -19,6 +20,8 @@ class Source:
     text: str
     module_name: str = ""
     is_package: bool = False
+    #: FSDP1 names other modules of the run re-export (``reexports.find``).
+    reexports: Mapping[str, str] = field(default_factory=dict)
 
 
 class ParsedFile:
@@ -28,7 +31,7 @@ class ParsedFile:
         self.module_name = source.module_name
         self.tree = ast.parse(source.text, filename=source.path)
         self.lines = LineIndex(source.text)
-        self.names = Names(self.tree, source.module_name, source.is_package)
+        self.names = Names(self.tree, source.module_name, source.is_package, source.reexports)
 
     # -- names ---------------------------------------------------------------------------------
     def fsdp1_name(self, node: ast.AST) -> str | None:

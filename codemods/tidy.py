@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from codemods import dead_values, imports, markers, reader_values
@@ -24,6 +24,7 @@ def tidy(
     module_name: str = "",
     is_package_init: bool = False,
     *,
+    reexports: Mapping[str, str] | None = None,
     removes_imports: bool = True,
     removes_dead_values: bool = True,
     writes_reader_values: bool = True,
@@ -35,7 +36,9 @@ def tidy(
     imports on the text without them (their reads are gone with them).
     """
     lines = applied_lines = LineIndex(applied.text)
-    names = Names(_parsed(applied.text, "the rewrite would not parse"), module_name)
+    names = Names(
+        _parsed(applied.text, "the rewrite would not parse"), module_name, reexports=reexports
+    )
     dead = (
         dead_values.find(names, applied_lines, original, applied.edits, applied.starts)
         if removes_dead_values
@@ -58,7 +61,9 @@ def tidy(
     if cleared:
         lines = LineIndex(text)
         names = Names(
-            _parsed(text, "the removal of unread FSDP1 values would not parse"), module_name
+            _parsed(text, "the removal of unread FSDP1 values would not parse"),
+            module_name,
+            reexports=reexports,
         )
     unused = []
     if removes_imports:

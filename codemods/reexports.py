@@ -1,0 +1,66 @@
+"""FSDP1 names a module of the run re-exports, read once for the whole run.
+
+A package that picks its FSDP per torch release (``from torch.distributed.fsdp import
+FullyShardedDataParallel as FSDP`` in its ``__init__.py``) hands the name on: ``from pkg
+import FSDP`` elsewhere is torch's class, and ``FSDP(...)`` there builds an FSDP1 model that a
+file-by-file reading would not see (RLinf). ``find`` maps each such ``module.name`` to the
+torch name it stands for; ``Names.qualified`` reads through the map. A chain (a module
+re-exporting another's re-export) resolves to its end.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable
+
+from codemods import fsdp1, sources
+from codemods.names import Names
+
+
+def find(paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]) -> dict[str, str]:
+    """``{"pkg.FSDP": "torch.distributed.fsdp.FullyShardedDataParallel", ...}`` for the
+    module-level imports of the files given (torch's own modules excepted: their names are
+    canonical already)."""
+    bound: dict[str, str] = {}
+    for path in paths:
+        try:
+            data = sources.read_bytes(path)
+            if b"fsdp" not in data and b"FSDP" not in data:
+                continue
+            tree = ast.parse(sources.decode(data).text)
+        except (sources.UnreadableSource, SyntaxError, ValueError, RecursionError):
+            continue
+        module, package = module_name(path)
+        if not module or module.split(".")[0] == "torch":
+            continue
+        names = Names(tree, module, package)
+        for bindings in names.scopes[tree].bindings.values():
+            for binding in bindings:
+                if binding.kind == "import" and binding.qualified:
+                    bound[f"{module}.{binding.name}"] = binding.qualified
+    found = {}
+    for name, target in bound.items():
+        seen = {name}
+        while target in bound and target not in seen:
+            seen.add(target)
+            target = bound[target]
+        if fsdp1.canonical(target) is not None:
+            found[name] = target
+    return found
+
+
+def imported(data: bytes, module: str, package: bool, found: dict[str, str]) -> bool:
+    """Whether a file imports one of the re-exported names (the text filter's part for a file
+    that reaches FSDP1 only through another module of the run): read cheaply first, the name
+    and its module's last part in the text, then its imports."""
+    if not any(
+        name.rpartition(".")[2].encode() in data
+        and name.rpartition(".")[0].rpartition(".")[2].encode() in data
+        for name in found
+    ):
+        return False
+    try:
+        tree = ast.parse(sources.decode(data).text)
+    except (sources.UnreadableSource, SyntaxError, ValueError, RecursionError):
+        return True  # the analysis reports it
+    return any(b.qualified in found for b in Names(tree, module, package).imports())
