@@ -15,6 +15,7 @@ half-migrated, unmarked, unparseable or unstable.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import random
 import shutil
@@ -27,18 +28,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import live_fsdp1
-from codemods import audit, engine, registry, sources
+from codemods import audit, audit_names, engine, registry, sources
 from codemods.options import Options
 
 
 def audits(files: list[str]) -> dict[str, audit.Audit]:
-    out = {}
+    """Each file audited, with the FSDP1 names the run's modules hand on to each other."""
+    texts, trees = {}, {}
     for path in files:
-        text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+        texts[path] = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
         try:
-            out[path] = audit.audit(path, text, *engine.module_name(path))
-        except SyntaxError:
+            trees[path] = ast.parse(texts[path])
+        except (SyntaxError, ValueError):
             continue
+    modules = {engine.module_name(p): trees[p] for p in trees}
+    handed_on = audit_names.handed_on({m: (t, package) for (m, package), t in modules.items() if m})
+    out = {}
+    for path in trees:
+        out[path] = audit.audit(path, texts[path], *engine.module_name(path), handed_on)
     return out
 
 

@@ -60,18 +60,27 @@ class Audit:
     untied_fsdp2: list[str] = field(default_factory=list)
 
 
-def audit(path: str, text: str, module_name: str = "", is_package: bool = False) -> Audit:
-    """Audit one file's text (raises ``SyntaxError`` when it does not parse)."""
+def audit(
+    path: str,
+    text: str,
+    module_name: str = "",
+    is_package: bool = False,
+    handed_on: Mapping[str, str] | None = None,
+) -> Audit:
+    """Audit one file's text (raises ``SyntaxError`` when it does not parse); ``handed_on``:
+    the FSDP1 names other modules of the run import (``audit_names.handed_on``)."""
     tree = ast.parse(text, filename=path)
     # Every verdict needs a name imported from a module path with ``fsdp`` in it (torch's
-    # FSDP1 and FSDP2, ``fsdp2_port``), except ``set_requires_gradient_sync`` on anything.
+    # FSDP1 and FSDP2, ``fsdp2_port``) or from a module of the run that imported one, except
+    # ``set_requires_gradient_sync`` on anything.
     if (
         "fsdp" not in text
         and "fsdp" not in module_name
         and "set_requires_gradient_sync" not in text
+        and not any(name.rpartition(".")[2] in text for name in handed_on or {})
     ):
         return Audit()
-    return _Reader(path, text, n.Scopes(tree, module_name, is_package)).report()
+    return _Reader(path, text, n.Scopes(tree, module_name, is_package, handed_on)).report()
 
 
 def run_unmarked(before: Mapping[str, Audit], after: Mapping[str, Audit]) -> list[str]:

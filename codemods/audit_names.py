@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # -- the tables ---------------------------------------------------------------------------------
@@ -179,9 +180,17 @@ class Scope:
 class Scopes:
     """Parents, scopes and bindings of one module, and the dotted names its expressions name."""
 
-    def __init__(self, tree: ast.Module, module_name: str = "", is_package: bool = False) -> None:
+    def __init__(
+        self,
+        tree: ast.Module,
+        module_name: str = "",
+        is_package: bool = False,
+        handed_on: Mapping[str, str] | None = None,
+    ) -> None:
         self.tree = tree
         self._package = _package_of(module_name, is_package)
+        #: ``module.name`` -> the FSDP1 name another module of the run imports under it.
+        self.handed_on: Mapping[str, str] = handed_on or {}
         self.parent: dict[ast.AST, ast.AST] = {}
         #: The scope each node is evaluated in.
         self.scope: dict[ast.AST, Scope] = {}
@@ -323,7 +332,10 @@ class Scopes:
         self._dotted[node] = _NOTHING  # an alias cycle names nothing
         found: frozenset[str]
         if isinstance(node, ast.Attribute):
-            found = frozenset(f"{base}.{node.attr}" for base in self.dotted(node.value))
+            found = frozenset(
+                self.handed_on.get(f"{base}.{node.attr}", f"{base}.{node.attr}")
+                for base in self.dotted(node.value)
+            )
         else:
             found = self.dotted_name(node.id, self.scope[node])
         self._dotted[node] = found
@@ -337,7 +349,7 @@ class Scopes:
         names: set[str] = set()
         for binding in bindings:
             if binding.kind == "import" and binding.dotted:
-                names.add(binding.dotted)
+                names.add(self.handed_on.get(binding.dotted, binding.dotted))
             elif binding.kind == "assign" and binding.value is not None:
                 names |= self._aliased(binding.value)
         return frozenset(names)
@@ -389,3 +401,25 @@ def _package_of(module_name: str, is_package: bool) -> str | None:
     if not module_name:
         return None
     return module_name if is_package else module_name.rpartition(".")[0]
+
+
+def handed_on(modules: Mapping[str, tuple[ast.Module, bool]]) -> dict[str, str]:
+    """The FSDP1 names each module (dotted name -> its tree, is a package) binds by a
+    module-level import, as ``module.name`` -> the FSDP1 name, chains followed: what another
+    module imports from it is that name."""
+    bound: dict[str, str] = {}
+    for module, (tree, package) in modules.items():
+        scopes = Scopes(tree, module, package)
+        for name, bindings in scopes.scopes[tree].names.items():
+            for binding in bindings:
+                if binding.kind == "import" and binding.dotted:
+                    bound[f"{module}.{name}"] = binding.dotted
+    out = {}
+    for name, target in bound.items():
+        seen = {name}
+        while target in bound and target not in seen:
+            seen.add(target)
+            target = bound[target]
+        if name.split(".")[0] != "torch" and fsdp1_name(target) is not None:
+            out[name] = target
+    return out

@@ -59,6 +59,30 @@ def test_partial_of_fsdp_is_a_constructor_and_its_calls_build_fsdp1_models():
     assert lines(found.half_migrated) == [4]
 
 
+def test_a_name_another_module_of_the_run_hands_on_is_torchs():
+    """RLinf's shape: the package imports FSDP per torch release and other modules import it
+    from the package. Read with what the run's modules hand on, it is torch's constructor;
+    a package that binds its own ``FSDP`` hands on nothing."""
+    from codemods import audit_names
+
+    package = ast.parse(
+        "import torch\n"
+        "if torch.__version__ >= '2.6':\n"
+        "    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+        "else:\n"
+        "    from torch.distributed.fsdp.fully_sharded_data_parallel import (\n"
+        "        FullyShardedDataParallel as FSDP)\n"
+    )
+    own = ast.parse("class FSDP:\n    pass\n")
+    user = "from pkg import FSDP\nmodel = FSDP(net)\n"
+    handed_on = audit_names.handed_on({"pkg": (package, True), "other": (own, True)})
+    assert set(handed_on) == {"pkg.FSDP"}
+    assert audit("user.py", user, "user", False, handed_on).constructors == 1
+    assert audit("user.py", user, "user", False).constructors == 0
+    other = user.replace("from pkg", "from other")
+    assert audit("user.py", other, "user", False, handed_on).constructors == 0
+
+
 def test_names_that_are_not_torchs_fsdp1_are_not_constructors():
     fairscale = "from fairscale.nn import FullyShardedDataParallel as FSDP\n"
     assert read("m = FSDP(net)\n", imports=fairscale).constructors == 0
