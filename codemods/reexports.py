@@ -23,15 +23,15 @@ def find(paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]) -
     canonical already)."""
     bound: dict[str, str] = {}
     for path in paths:
+        module, package = module_name(path)
+        if not module or module.split(".")[0] == "torch":
+            continue
         try:
             data = sources.read_bytes(path)
             if b"fsdp" not in data and b"FSDP" not in data:
                 continue
             tree = ast.parse(sources.decode(data).text)
         except (sources.UnreadableSource, SyntaxError, ValueError, RecursionError):
-            continue
-        module, package = module_name(path)
-        if not module or module.split(".")[0] == "torch":
             continue
         names = Names(tree, module, package)
         for bindings in names.scopes[tree].bindings.values():
