@@ -32,8 +32,9 @@ from codemods import audit, audit_names, engine, registry, sources
 from codemods.options import Options
 
 
-def audits(files: list[str]) -> dict[str, audit.Audit]:
-    """Each file audited, with the FSDP1 names the run's modules hand on to each other."""
+def _parsed(files: list[str]) -> tuple[dict[str, str], dict[str, ast.Module], dict[str, str]]:
+    """Each file's text and tree, and the FSDP1 names the run's modules hand on to each other
+    (``audit_names.handed_on``: the independent readings' own)."""
     texts, trees = {}, {}
     for path in files:
         texts[path] = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
@@ -43,22 +44,20 @@ def audits(files: list[str]) -> dict[str, audit.Audit]:
             continue
     modules = {engine.module_name(p): trees[p] for p in trees}
     handed_on = audit_names.handed_on({m: (t, package) for (m, package), t in modules.items() if m})
-    out = {}
-    for path in trees:
-        out[path] = audit.audit(path, texts[path], *engine.module_name(path), handed_on)
-    return out
+    return texts, trees, handed_on
+
+
+def audits(files: list[str]) -> dict[str, audit.Audit]:
+    texts, trees, handed_on = _parsed(files)
+    return {
+        path: audit.audit(path, texts[path], *engine.module_name(path), handed_on) for path in trees
+    }
 
 
 def readings(files: list[str]) -> dict[str, live_fsdp1.Reading]:
     """Each file's output read independently of the codemod (``benchmarks/live_fsdp1.py``)."""
-    out = {}
-    for path in files:
-        text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
-        try:
-            out[path] = live_fsdp1.read(path, text)
-        except SyntaxError:
-            continue
-    return out
+    texts, trees, handed_on = _parsed(files)
+    return {path: live_fsdp1.read(path, texts[path], handed_on) for path in trees}
 
 
 def _marker(directory: Path, finding) -> dict:

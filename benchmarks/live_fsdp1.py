@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 _FSDP1_MODULES = (
@@ -77,13 +78,15 @@ class Reading:
     fsdp1_dual: list[str] = field(default_factory=list)
 
 
-def read(path: str, text: str) -> Reading:
-    """What one file holds (raises ``SyntaxError`` when it does not parse)."""
+def read(path: str, text: str, handed_on: Mapping[str, str] | None = None) -> Reading:
+    """What one file holds (raises ``SyntaxError`` when it does not parse); ``handed_on``: the
+    FSDP1 names other modules of the run import (``from pkg import FSDP`` is torch's)."""
     tree = ast.parse(text)
-    names = _imported(tree)
+    handed_on = handed_on or {}
+    names = {local: handed_on.get(q, q) for local, q in _imported(tree).items()}
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     reading = Reading()
-    for qualified, local in _fsdp1_imports(tree):
+    for qualified, local in _fsdp1_imports(tree, handed_on):
         dual = _only_in_dual_dispatch(tree, local, names, parents)
         (reading.fsdp1_dual if dual else reading.fsdp1_imports).append(qualified)
     ddp_names = _bound_to(tree, names, _DDP)
@@ -348,13 +351,18 @@ def _bound_to(tree: ast.AST, names: dict[str, str], classes: set[str]) -> set[st
     return out
 
 
-def _fsdp1_imports(tree: ast.AST) -> list[tuple[str, str]]:
+def _fsdp1_imports(tree: ast.AST, handed_on: Mapping[str, str]) -> list[tuple[str, str]]:
     """The FSDP1 names imported anywhere in the file, with the name each binds: from
     ``torch.distributed.fsdp`` (or its FSDP1 submodules) anything that is not FSDP2's; a whole
-    FSDP1 submodule."""
+    FSDP1 submodule; one another module of the run hands on."""
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out += [
+                (handed_on[f"{node.module}.{a.name}"], a.asname or a.name)
+                for a in node.names
+                if f"{node.module}.{a.name}" in handed_on
+            ]
             if node.module == "torch.distributed.fsdp" or node.module.startswith(
                 "torch.distributed.fsdp."
             ):

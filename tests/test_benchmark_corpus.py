@@ -170,6 +170,21 @@ def test_the_reading_sets_apart_names_read_only_in_dual_version_dispatches():
     assert "torch.distributed.fsdp.MixedPrecision" in alone.fsdp1_imports
 
 
+def test_the_reading_follows_a_name_another_module_hands_on():
+    """RLinf's shape: ``from pkg import FSDP`` where pkg imported torch's class. Read with what
+    the run's modules hand on, its call is an FSDP1 constructor and its import an FSDP1 name;
+    read alone, neither."""
+    from benchmarks import live_fsdp1
+
+    text = "from pkg import FSDP\n\nmodel = FSDP(net)\nmodel.clip_grad_norm_(1.0)\n"
+    handed_on = {"pkg.FSDP": "torch.distributed.fsdp.FullyShardedDataParallel"}
+    seen = live_fsdp1.read("m.py", text, handed_on)
+    assert seen.fsdp1_constructors == 1
+    assert seen.fsdp1_imports == ["torch.distributed.fsdp.FullyShardedDataParallel"]
+    alone = live_fsdp1.read("m.py", text)
+    assert alone.fsdp1_constructors == 0 and alone.fsdp1_imports == []
+
+
 VERSIONED = """\
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
