@@ -399,19 +399,22 @@ def _or_members(names: Names, given: ast.expr) -> list[ast.expr] | None:
 def _added(names: Names, read: ast.Name) -> list[ast.expr] | None:
     """What a read of a list's name adds to it: ``name.extend([...])`` its elements,
     ``name.append(p)`` ``p``, any other read nothing; None when the elements are unknown."""
-    method = names.parent.get(read)
-    call = names.parent.get(method) if method is not None else None
-    if not (
-        isinstance(method, ast.Attribute) and isinstance(call, ast.Call) and call.func is method
-    ):
+    growing = _growing(names, read)
+    if growing is None:
         return []
-    if method.attr not in ("extend", "append"):
-        return []
-    if len(call.args) != 1 or call.keywords:
+    if len(growing.args) != 1 or growing.keywords:
         return None
-    if method.attr == "append":
-        return [call.args[0]]
-    return list(call.args[0].elts) if _written_out(call.args[0]) else None  # type: ignore[attr-defined]
+    if _called_on(growing, "append") is not None:
+        return [growing.args[0]]
+    return list(growing.args[0].elts) if _written_out(growing.args[0]) else None  # type: ignore[attr-defined]
+
+
+def _growing(names: Names, read: ast.Name) -> ast.Call | None:
+    """The ``read.extend(...)`` / ``read.append(...)`` call a read of a list's name makes."""
+    call = names.parent.get(names.parent.get(read, read))
+    if isinstance(call, ast.Call) and _called_on(call, "extend", "append") is read:
+        return call
+    return None
 
 
 def _free_of_module(value: ast.expr) -> bool:
@@ -533,7 +536,7 @@ class _Paths:
         if isinstance(parent, (ast.List, ast.Tuple)) and kind == POLICY:
             return self._in_or_list(parent)
         if isinstance(parent, ast.Call) and any(node is a for a in parent.args):
-            appended = _appended_to(parent)
+            appended = _called_on(parent, "append")
             if appended is not None and kind == POLICY:
                 return self._or_list_name(appended)
             return self._argument(parent, kind, position=parent.args.index(node))
@@ -545,7 +548,7 @@ class _Paths:
                 return False
             if self.names.qualified(call.func) == {"builtins.dict"} and not call.args:
                 return self._dict(call, kind, parent.arg)  # dict(key=value)
-            updated = _updated(call)
+            updated = _called_on(call, "update")
             if updated is not None:
                 return self._dict_name(updated, kind, parent.arg)  # d.update(key=value)
             return self._argument(call, kind, keyword=parent.arg)
@@ -657,20 +660,15 @@ class _Paths:
         """A list or tuple of policies: the ``policies`` of an or-policy that is written as a
         predicate, bound to a name that is (``_or_list_name``), or added by ``.extend`` to
         one."""
+        if self._combined(listed):
+            return True
         parent = self.names.parent.get(listed)
-        if isinstance(parent, ast.keyword) and parent.arg == "policies":
-            return self._or_written(self.names.parent.get(parent))
         if isinstance(parent, ast.Assign) and parent.value is listed and len(parent.targets) == 1:
             target = parent.targets[0]
             return isinstance(target, ast.Name) and self._or_list_name(target)
         if isinstance(parent, ast.Call) and parent.args == [listed]:
-            method = parent.func
-            return (
-                isinstance(method, ast.Attribute)
-                and method.attr == "extend"
-                and isinstance(method.value, ast.Name)
-                and self._or_list_name(method.value)
-            )
+            extended = _called_on(parent, "extend")
+            return extended is not None and self._or_list_name(extended)
         return False
 
     def _or_list_name(self, name: ast.Name) -> bool:
@@ -682,21 +680,16 @@ class _Paths:
         )
 
     def _or_list_read(self, read: ast.Name) -> bool:
-        parent = self.names.parent.get(read)
-        if isinstance(parent, ast.keyword) and parent.arg == "policies":
-            return self._or_written(self.names.parent.get(parent))
-        call = self.names.parent.get(parent) if isinstance(parent, ast.Attribute) else None
-        return (
-            isinstance(parent, ast.Attribute)
-            and parent.attr in ("extend", "append")
-            and isinstance(call, ast.Call)
-            and call.func is parent
-        )
+        return self._combined(read) or _growing(self.names, read) is not None
 
-    def _or_written(self, call: ast.AST | None) -> bool:
-        """``call`` is an or-policy that may be written as a predicate (``_either``; ``find``
-        refuses one when a policy it combines is not written too) and its value reaches only
-        readers' policy slots."""
+    def _combined(self, node: ast.expr) -> bool:
+        """``node`` is the ``policies`` of an or-policy that may be written as a predicate
+        (``_either``; ``find`` refuses one when a policy it combines is not written too) and
+        whose value reaches only readers' policy slots."""
+        keyword = self.names.parent.get(node)
+        if not (isinstance(keyword, ast.keyword) and keyword.arg == "policies"):
+            return False
+        call = self.names.parent.get(keyword)
         return (
             isinstance(call, ast.Call) and call in self.either and self.reaches_only(call, POLICY)
         )
@@ -816,24 +809,13 @@ def _text_key(node: ast.AST | None) -> str | None:
     return None
 
 
-def _appended_to(call: ast.Call) -> ast.Name | None:
-    """``l`` of an ``l.append(...)`` call."""
+def _called_on(call: ast.Call, *methods: str) -> ast.Name | None:
+    """``n`` of an ``n.<method>(...)`` call, for one of ``methods`` (``l.append(p)``,
+    ``d.update(k=v)``)."""
     func = call.func
     if (
         isinstance(func, ast.Attribute)
-        and func.attr == "append"
-        and isinstance(func.value, ast.Name)
-    ):
-        return func.value
-    return None
-
-
-def _updated(call: ast.Call) -> ast.Name | None:
-    """``d`` of a ``d.update(...)`` call."""
-    func = call.func
-    if (
-        isinstance(func, ast.Attribute)
-        and func.attr == "update"
+        and func.attr in methods
         and isinstance(func.value, ast.Name)
     ):
         return func.value
