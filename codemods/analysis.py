@@ -46,9 +46,9 @@ class FileAnalysis(ParsedFile):
             or self.fsdp2_name(call.func) == "fully_shard"  # type: ignore[attr-defined]
             for call in self.names.by_type[ast.Call]
         )
+        imported = [self.names.through(b.qualified) for b in self.names.imports() if b.qualified]
         self.plan.fsdp1_or_port = any(
-            fsdp1.canonical(b.qualified or "") or (b.qualified or "").split(".")[0] == "fsdp2_port"
-            for b in self.names.imports()
+            fsdp1.canonical(q) or q.split(".")[0] == "fsdp2_port" for q in imported
         )
         self.plan.exports = self.ties.exports()
         self.plan.signatures = self.ties.signatures()

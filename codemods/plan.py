@@ -164,9 +164,9 @@ class FilePlan:
     #: (a rerun over a tree written half, by hand or killed without its journal, finishes),
     #: except where the original already means something on FSDP2 (``Site.fsdp2_meaning``).
     fsdp2_models: int = 0
-    #: The file imports an FSDP1 name or fsdp2_port: the run is one an FSDP1 migration is
-    #: about. FSDP2 models alone, in a run with neither, are FSDP2 code of its own (Megatron's
-    #: tests): its ``.module`` and ``no_sync`` stay as they are.
+    #: The file imports an FSDP1 name (re-exported ones too) or fsdp2_port. A run with no such
+    #: file and no FSDP1 constructor is no FSDP1 migration's business (``Decisions.about_fsdp1``):
+    #: its FSDP2 models are FSDP2 code of its own (Megatron's tests).
     fsdp1_or_port: bool = False
 
     @property
@@ -299,7 +299,8 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
     sites = [s for plan in plans for s in plan.sites]
     constructors = [s for s in sites if s.constructor is not None]
     migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
-    fsdp2_models = any(p.fsdp2_models for p in plans) and any(p.fsdp1_or_port for p in plans)
+    about_fsdp1 = bool(constructors) or any(p.fsdp1_or_port for p in plans)
+    fsdp2_models = about_fsdp1 and any(p.fsdp2_models for p in plans)
     groups: dict[str, list[Site]] = {}
     for site in sites:
         if site.constructor is None:
@@ -328,7 +329,7 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
             break
         migrating = still
     rewritten = set(ok) | {s.key for s in constructors if s.constructor in migrating}
-    if not constructors and not any(p.fsdp1_or_port for p in plans):
+    if not about_fsdp1:
         # no FSDP1 in the run: sites found by names alone (``.module``, ``no_sync``, ``params``
         # on a library's own wrappers) are not about FSDP1: nothing changes, nothing is marked
         return Decisions({plan.path: plan for plan in plans}, set(), False, set(), {}, False)
