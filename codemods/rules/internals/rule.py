@@ -266,30 +266,28 @@ class InternalsRule:
         alike. Other references (type tests, annotations, subclasses) are marked."""
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             return  # an alias's own name (``Scaler = ShardedGradScaler``): its value is marked
-        call = analysis.names.parent.get(node)
-        uses = _alias_uses(analysis, node)
-        if isinstance(call, ast.Call) and call.func is node:
-            uses = None
+        parent = analysis.names.parent.get(node)
+        call = parent if isinstance(parent, ast.Call) and parent.func is node else None
+        called = call is not None
+        uses = None if called else _alias_uses(analysis, node)
         if not analysis.options.runtime_dependency:
             self._scaler_marked(analysis, node, uses, _SCALER_KEPT)
-        elif isinstance(call, ast.Call) and call.func is node:
-            rewrite = Rewrite(
-                [analysis.replace(node, "fsdp2_port.GradScaler")],
+        elif called or _only_called(analysis, uses):
+            what = (
                 "ShardedGradScaler -> fsdp2_port.GradScaler: torch.amp.GradScaler with "
                 "ShardedGradScaler's arguments, its inf/NaN verdict reduced over the process "
-                "group (every rank steps or skips together on FSDP1, FSDP2, DDP and plain models)",
-                [analysis.module_import("fsdp2_port")],
+                "group (every rank steps or skips together on FSDP1, FSDP2, DDP and plain models)"
+                if called
+                else "ShardedGradScaler bound to a name only called (scaler_type = ...; "
+                "scaler_type(...)) -> fsdp2_port.GradScaler: what each call builds is right on "
+                "FSDP1, FSDP2, DDP and plain models"
             )
-            analysis.add(self.CODE, call, _SCALER_KEPT, rewrite, "ALWAYS")
-        elif _only_called(analysis, uses):
             rewrite = Rewrite(
                 [analysis.replace(node, "fsdp2_port.GradScaler")],
-                "ShardedGradScaler bound to a name only called (scaler_type = ...; "
-                "scaler_type(...)) -> fsdp2_port.GradScaler: what each call builds is right on "
-                "FSDP1, FSDP2, DDP and plain models",
+                what,
                 [analysis.module_import("fsdp2_port")],
             )
-            analysis.add(self.CODE, node, _SCALER_KEPT, rewrite, "ALWAYS")
+            analysis.add(self.CODE, call or node, _SCALER_KEPT, rewrite, "ALWAYS")
         else:
             message = (
                 "ShardedGradScaler: its calls become fsdp2_port.GradScaler (a "
