@@ -325,10 +325,16 @@ class StateDictRule:
             ]
         else:
             block_calls = []
+        # a ``with`` of this one item, binding nothing: the one the rewrites can remove
+        block = (
+            statement
+            if isinstance(statement, ast.With)
+            and len(statement.items) == 1
+            and statement.items[0].optional_vars is None
+            else None
+        )
         if kind == "LOCAL_STATE_DICT":
-            if isinstance(statement, ast.With) and self._inert(
-                call, statement, bound["module"].value
-            ):
+            if block is not None and self._inert(call, block, bound["module"].value):
                 return
             self.handled.update(block_calls)
             analysis.add_tied(
@@ -341,14 +347,9 @@ class StateDictRule:
             )
             return
         literal = self._literal(bound, kind)
-        if (
-            isinstance(statement, ast.With)
-            and len(statement.items) == 1
-            and item.optional_vars is None  # type: ignore[union-attr]
-            and isinstance(literal, Options)
-        ):
+        if block is not None and isinstance(literal, Options):
             group = frozenset({f"state_dict:{analysis.site_id(call)}"})
-            if self._pure_block(call, statement, bound["module"].value, literal, group):
+            if self._pure_block(call, block, bound["module"].value, literal, group):
                 return
         self._runtime_call(call, "state_dict_type", "an FSDP1 state-dict block")
         for node in block_calls:
@@ -382,46 +383,45 @@ class StateDictRule:
         message = "with FSDP.state_dict_type(...) removed: FSDP2 chooses the state dict per call"
         if options.note:
             message += "; " + options.note
-        ties, deferred = analysis.ties.of(model)
-        analysis.add(
-            self.CODE,
-            call,
-            "kept: FSDP.state_dict_type(...) block",
-            Rewrite(_unwrap(analysis, statement), message),
-            "ALWAYS",
-            ties=ties,
-            deferred=deferred,
-            groups=group,
-        )
+        self._without_with(call, statement, model, message, group)
         return True
 
     def _inert(self, call: ast.Call, statement: ast.With, model: ast.expr) -> bool:
         """A block whose body reads no state-dict type (an optimizer's own ``state_dict()``,
         ``torch.save``): the ``with`` is removed, whatever type it sets (Lumina's
         LOCAL_STATE_DICT around ``torch.save(opt.state_dict(), ...)``)."""
-        analysis = self.analysis
-        if len(statement.items) != 1 or statement.items[0].optional_vars is not None:
-            return False
-        text = analysis.source(model)
+        text = self.analysis.source(model)
         body = [n for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Call)]
         if any(self._is_state_call(n, text) or not self._safe(n) for n in body):
             return False
-        ties, deferred = analysis.ties.of(model)
-        analysis.add(
+        message = (
+            "with FSDP.state_dict_type(...) removed: nothing in its block reads the state-dict "
+            "type it sets"
+        )
+        self._without_with(call, statement, model, message, frozenset())
+        self.handled.update(body)
+        return True
+
+    def _without_with(
+        self,
+        call: ast.Call,
+        statement: ast.With,
+        model: ast.expr,
+        message: str,
+        group: frozenset[str],
+    ) -> None:
+        """The site that removes the ``with`` (its body dedented): right on any model."""
+        ties, deferred = self.analysis.ties.of(model)
+        self.analysis.add(
             self.CODE,
             call,
             "kept: FSDP.state_dict_type(...) block",
-            Rewrite(
-                _unwrap(analysis, statement),
-                "with FSDP.state_dict_type(...) removed: nothing in its block reads the "
-                "state-dict type it sets",
-            ),
+            Rewrite(_unwrap(self.analysis, statement), message),
             "ALWAYS",
             ties=ties,
             deferred=deferred,
+            groups=group,
         )
-        self.handled.update(body)
-        return True
 
     def _literal(self, bound: dict[str, calls.Argument], kind: str) -> Options | None:
         """The options of a literal FULL/SHARDED block, each call's its own (``Options``), or
