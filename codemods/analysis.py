@@ -144,6 +144,7 @@ class FileAnalysis(ParsedFile):
     ) -> Site | None:
         """A site about the model ``receiver`` holds.
 
+        - Known to hold only DDP models (``Ties.never_fsdp``, with ``known``): a silent site.
         - Tied to constructors (or to calls and parameters the run resolves): ``MODELS``.
         - Tied to none, with ``either`` (a form right whatever ``receiver`` holds): that form,
           whenever the run migrates a model (``ANY``).
@@ -160,6 +161,9 @@ class FileAnalysis(ParsedFile):
         waits for the run: tied to nothing, it takes ``either``, else becomes a marker with
         ``unknown`` (or nothing at all, without one).
         """
+        if known and self.ties.never_fsdp(receiver):
+            # a DDP model: nothing to rewrite or mark
+            return self.add(code, node, "", None, "NEVER", silent=True, holds=False)
         ties, deferred = self.ties.of(receiver)
         fsdp1 = self.ties.known_fsdp1(receiver)
         speculative = speculate and known and not ties and bool(deferred) and not fsdp1

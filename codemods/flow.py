@@ -22,6 +22,9 @@ _BLOCKS = ("body", "orelse", "finalbody")
 def may_reach(names: Names, lines: LineIndex, target: ast.AST, use: ast.AST) -> bool:
     """Whether the binding at ``target`` (a name stored, a parameter) can be what ``use``
     reads."""
+    if isinstance(target, ast.arg):  # bound on entry to its function, before all it runs
+        function = names.parent.get(names.parent.get(target))  # type: ignore[arg-type]
+        return function is not names.function_of(use) or not _bound_again(names, target, use)
     if names.function_of(target) is not names.function_of(use):
         return True
     return _in_reach(names, lines, target, use) and not _bound_again(names, target, use)

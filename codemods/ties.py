@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from codemods import flow
+from codemods.names import Binding
 from codemods.parsed import ParsedFile
 from codemods.plan import Passing
 from codemods.refs import (
@@ -72,6 +73,16 @@ _FSDP1_ONLY_ATTRIBUTES = frozenset(
     {"_fsdp_wrapped_module", "_flat_param", "_handle", "_handles", "_fsdp_handles", "check_is_root"}
 )
 _PARTIAL = "functools.partial"
+#: Wrappers whose instances are never FSDP models (DDP, DataParallel).
+_NOT_FSDP = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+        "torch.nn.parallel.data_parallel.DataParallel",
+    }
+)
 
 
 #: ``fsdp2_port``'s forms of ``x.module`` / ``x._fsdp_wrapped_module`` (F2P010's rewrites): a
@@ -191,6 +202,32 @@ class Ties:
         key = self._attribute_key(attribute)
         return list(self._attributes.get(key, ())) if key else []
 
+    def never_fsdp(self, expr: ast.AST, seen: frozenset[ast.AST] = frozenset()) -> bool:
+        """Every value ``expr`` may hold is a DDP or DataParallel model, never an FSDP one:
+        ``ddp = DDP(m)``, names bound only to such values, their ``.to(...)`` and ``.module``,
+        both branches of a conditional. Anything else (a parameter, an unpacking, a cycle) may
+        be FSDP."""
+        if expr in seen:
+            return False
+        seen = seen | {expr}
+        if isinstance(expr, ast.Call):
+            func = expr.func
+            if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF:
+                return self.never_fsdp(func.value, seen)
+            qualified = self.parsed.names.qualified(func)
+            return bool(qualified) and qualified <= _NOT_FSDP
+        if isinstance(expr, ast.IfExp):
+            return self.never_fsdp(expr.body, seen) and self.never_fsdp(expr.orelse, seen)
+        if isinstance(expr, ast.Attribute) and expr.attr == "module":
+            return self.never_fsdp(expr.value, seen)  # what DDP wraps is no FSDP model
+        if not isinstance(expr, ast.Name):
+            return False
+        reaching = self._reaching(expr)
+        return bool(reaching) and all(
+            b.kind == "assign" and b.value is not None and self.never_fsdp(b.value, seen)
+            for b in reaching
+        )
+
     def known_fsdp1(self, expr: ast.AST) -> bool:
         """Known to be an FSDP1 module without knowing which: annotated so, or guarded by an
         FSDP1 type test (``guarded_fsdp1``)."""
@@ -259,9 +296,7 @@ class Ties:
             return self._call(expr)
         if isinstance(expr, ast.Name):
             out: set[Ref] = set()
-            for binding in self.parsed.names.bindings_of(expr):
-                if not flow.may_reach(self.parsed.names, self.parsed.lines, binding.node, expr):
-                    continue
+            for binding in self._reaching(expr):
                 if binding.kind == "assign" and binding.value is not None:
                     out |= self._value(binding.value)
                 elif binding.kind == "other":
@@ -281,6 +316,11 @@ class Ties:
         if isinstance(expr, ast.NamedExpr):
             return set(self._value(expr.value))
         return set()
+
+    def _reaching(self, name: ast.Name) -> list[Binding]:
+        """The bindings of ``name`` this read of it may see."""
+        names, lines = self.parsed.names, self.parsed.lines
+        return [b for b in names.bindings_of(name) if flow.may_reach(names, lines, b.node, name)]
 
     def _passed(self, parameter: ast.AST) -> set[Ref]:
         """What the calls of this file pass for a function's parameter, and what the run's

@@ -159,3 +159,39 @@ def test_proofs_where_every_path_binds_again() -> None:
     }
     partly = _reaches(textwrap.dedent(CASES["nested: the read in a branch that binds first"]))
     assert sorted(partly.items()) == [(5, True), (9, False)]
+
+
+#: A parameter ``x`` (called with ``"A"``): whether its entry value may reach ``use(x)``.
+PARAMETER_CASES = {
+    "bound again before the read": ("x = 'B'\nuse(x)", False),
+    "bound again in one branch": ("if c1:\n    x = 'B'\nuse(x)", True),
+    "bound again in both branches": ("if c1:\n    x = 'B'\nelse:\n    x = 'C'\nuse(x)", False),
+    "bound again after the read": ("use(x)\nx = 'B'", True),
+    "a loop that binds after the read": ("for _ in range(2):\n    use(x)\n    x = 'B'", True),
+    "read in a nested function": ("x = 'B'\ndef g():\n    use(x)\ng()", True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETER_CASES))
+def test_a_parameter_reaches_until_every_path_binds_it_again(name: str) -> None:
+    """A parameter is bound on entry: denied only where every path binds it again, and (by
+    running the function) never where the entry value is what the read sees. The nested
+    function's read is a closure's: always allowed, though this one sees ``B``."""
+    code, expected = PARAMETER_CASES[name]
+    source = "def f(c1, use, x):\n" + textwrap.indent(code, "    ") + "\n"
+    tree = ast.parse(source)
+    names, lines = Names(tree), LineIndex(source)
+    parameter = next(a for a in ast.walk(tree) if isinstance(a, ast.arg) and a.arg == "x")
+    reads = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "use"
+    ]
+    answers = {flow.may_reach(names, lines, parameter, read.args[0]) for read in reads}
+    assert answers == {expected}
+    namespace: dict = {}
+    exec(compile(source, "<case>", "exec"), namespace)
+    for c1 in (False, True):
+        seen: list[str] = []
+        namespace["f"](c1, seen.append, "A")
+        assert "A" not in seen or expected, (name, c1)
