@@ -144,7 +144,9 @@ class FileAnalysis(ParsedFile):
     ) -> Site | None:
         """A site about the model ``receiver`` holds.
 
-        - Known to hold only DDP models (``Ties.never_fsdp``, with ``known``): a silent site.
+        - Known to hold only DDP models (``Ties.never_fsdp``) or an object just built
+          (``Ties.fresh``), with ``known``: a silent site (the latter once the run ties it to
+          nothing, when it depends on calls into other files).
         - Tied to constructors (or to calls and parameters the run resolves): ``MODELS``.
         - Tied to none, with ``either`` (a form right whatever ``receiver`` holds): that form,
           whenever the run migrates a model (``ANY``).
@@ -161,10 +163,11 @@ class FileAnalysis(ParsedFile):
         waits for the run: tied to nothing, it takes ``either``, else becomes a marker with
         ``unknown`` (or nothing at all, without one).
         """
-        if known and self.ties.never_fsdp(receiver):
-            # a DDP model: nothing to rewrite or mark
-            return self.add(code, node, "", None, "NEVER", silent=True, holds=False)
         ties, deferred = self.ties.of(receiver)
+        fresh = known and self.ties.fresh(receiver)
+        if known and (self.ties.never_fsdp(receiver) or (fresh and not ties and not deferred)):
+            # a DDP model, or an object just built: nothing to rewrite or mark
+            return self.add(code, node, "", None, "NEVER", silent=True, holds=False)
         fsdp1 = self.ties.known_fsdp1(receiver)
         speculative = speculate and known and not ties and bool(deferred) and not fsdp1
         requirement: Requirement
@@ -191,6 +194,7 @@ class FileAnalysis(ParsedFile):
             requirement,
             ties=ties,
             deferred=deferred,
+            fresh=fresh,
             **{**settled, **details},
         )
 

@@ -30,6 +30,27 @@ def may_reach(names: Names, lines: LineIndex, target: ast.AST, use: ast.AST) -> 
     return _in_reach(names, lines, target, use) and not _bound_again(names, target, use)
 
 
+def between(names: Names, statement: ast.stmt, use: ast.AST) -> list[ast.stmt] | None:
+    """The statements a run passes from ``statement`` to ``use``, the one that holds ``use``
+    last, when both are in one block and ``statement`` comes first, or ``statement`` ends a
+    ``with`` body that does (``with init_empty_weights(): m = C()``); None otherwise."""
+    passed: list[ast.stmt] = []
+    while True:
+        child: ast.AST = use
+        for owner in names.ancestors(use):
+            block = _block_of(owner, child)
+            if block is not None and any(s is statement for s in block):
+                first = next(i for i, s in enumerate(block) if s is statement)
+                last = next(i for i, s in enumerate(block) if s is child)
+                return passed + block[first + 1 : last + 1] if first < last else None
+            child = owner
+        around = names.parent.get(statement)
+        if not isinstance(around, (ast.With, ast.AsyncWith)):
+            return None
+        passed += around.body[around.body.index(statement) + 1 :]
+        statement = around
+
+
 def _in_reach(names: Names, lines: LineIndex, target: ast.AST, use: ast.AST) -> bool:
     """By position: not in the other branch of an ``if`` that holds both, and not after the
     use (nor in the statement that reads it: ``x = f(x)``) unless a loop around both can bring

@@ -125,6 +125,10 @@ class Site:
     #: test (when it is one the rules see) carries the marker.
     behind_test: bool = False
 
+    #: Its receiver is an object just built (``Ties.fresh``): no FSDP model unless the run
+    #: ties it to one; tied to none, the site is nothing.
+    fresh: bool = False
+
     #: A site about a BF16 master optimizer (F2P009), not a model: the optimizers that reach
     #: it; none after the run resolved it, and it is nothing.
     about_optimizer: bool = False
@@ -268,6 +272,10 @@ def _resolved(site: Site, resolver: Resolver) -> Site:
         return site
     if site.ties:
         return site
+    if site.fresh:
+        return replace(
+            site, rewrite=None, fallback=None, requirement="NEVER", silent=True, holds=False
+        )
     if site.either is not None:
         # ``ALWAYS`` was the requirement had it been tied (a form right on any model): untied,
         # the form is taken with the run's models like any other ``either``

@@ -73,6 +73,8 @@ _FSDP1_ONLY_ATTRIBUTES = frozenset(
     {"_fsdp_wrapped_module", "_flat_param", "_handle", "_handles", "_fsdp_handles", "check_is_root"}
 )
 _PARTIAL = "functools.partial"
+#: Class methods that build a new model (Hugging Face's, diffusers').
+_BUILDERS = frozenset({"from_pretrained", "from_config"})
 #: Wrappers whose instances are never FSDP models (DDP, DataParallel).
 _NOT_FSDP = frozenset(
     {
@@ -227,6 +229,45 @@ class Ties:
             b.kind == "assign" and b.value is not None and self.never_fsdp(b.value, seen)
             for b in reaching
         )
+
+    def fresh(self, expr: ast.AST) -> bool:
+        """``expr`` names an object its function has just built and not yet handed to anyone,
+        so no FSDP wrapper, nor one sharded in place: the one binding that reaches it is
+        ``x = C(...)`` (a class of this file that is no FSDP class, a ``CamelCase`` name from
+        elsewhere, ``C.from_pretrained(...)``) earlier in the read's block, and between them
+        ``x`` is only read for an attribute (``x.to(...)``, ``x.config``). A name from elsewhere
+        may still be a factory of the run: the run's ties, when it has any, win."""
+        if not isinstance(expr, ast.Name):
+            return False
+        reaching = self._reaching(expr)
+        if len(reaching) != 1 or reaching[0].kind != "assign":
+            return False
+        statement = self.parsed.names.parent.get(reaching[0].node)
+        if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)):
+            return False
+        if not self._builds_anew(statement.value):
+            return False
+        path = flow.between(self.parsed.names, statement, expr)
+        return path is not None and all(
+            isinstance(self.parsed.names.parent.get(n), ast.Attribute)
+            for s in path
+            for n in ast.walk(s)
+            if isinstance(n, ast.Name) and n.id == expr.id and n is not expr
+        )
+
+    def _builds_anew(self, call: ast.Call) -> bool:
+        """A call that returns a new object of a class other than FSDP's."""
+        func = call.func
+        if call in self.constructors:
+            return False
+        if isinstance(func, ast.Attribute) and func.attr in _BUILDERS:
+            return True
+        if isinstance(func, ast.Name):
+            local = self._local_class(func)
+            if local is not None:
+                return not any(self.parsed.is_fsdp_class(b) for b in local.bases)
+        qualified = self.parsed.names.qualified(func)
+        return bool(qualified) and all(_camel(q.rsplit(".", 1)[-1]) for q in qualified)
 
     def known_fsdp1(self, expr: ast.AST) -> bool:
         """Known to be an FSDP1 module without knowing which: annotated so, or guarded by an
@@ -697,6 +738,11 @@ def _rules_out_then_jumps(
         and isinstance(statement.body[-1], _JUMPS)
         and tests(statement.test, text, False)
     )
+
+
+def _camel(name: str) -> bool:
+    """A class's name by convention (``WanModel``; not ``FSDP``, ``MAX_LEN`` or ``build``)."""
+    return name[:1].isupper() and not name.isupper()
 
 
 def _unsubscripted(func: ast.expr) -> ast.expr:

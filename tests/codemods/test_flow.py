@@ -195,3 +195,28 @@ def test_a_parameter_reaches_until_every_path_binds_it_again(name: str) -> None:
         seen: list[str] = []
         namespace["f"](c1, seen.append, "A")
         assert "A" not in seen or expected, (name, c1)
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("x = 1\nf()\nuse(x)", ["f()", "use(x)"]),
+        ("with c():\n    x = 1\n    f()\ng()\nuse(x)", ["f()", "g()", "use(x)"]),
+        ("x = 1\nif c1:\n    use(x)", ["if c1:\n    use(x)"]),
+        ("if c1:\n    x = 1\nuse(x)", None),  # the if may not bind it
+        ("use(x)\nx = 1", None),
+    ],
+)
+def test_between_lists_what_a_run_passes_from_a_statement_to_a_read(
+    code: str, expected: list[str] | None
+) -> None:
+    tree = ast.parse(code)
+    names = Names(tree)
+    statement = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign))
+    read = next(
+        n.args[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "use"
+    )
+    found = flow.between(names, statement, read)
+    assert (None if found is None else [ast.unparse(s) for s in found]) == expected
