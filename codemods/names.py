@@ -24,6 +24,33 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
+#: The node types ``_Builder._enter`` records something for.
+_BINDERS = frozenset(
+    {
+        *_FUNCTIONS,
+        ast.Lambda,
+        ast.ClassDef,
+        *_COMPREHENSIONS,
+        ast.Import,
+        ast.ImportFrom,
+        ast.Global,
+        ast.Nonlocal,
+        ast.Assign,
+        ast.AnnAssign,
+        ast.AugAssign,
+        ast.For,
+        ast.AsyncFor,
+        ast.withitem,
+        ast.ExceptHandler,
+        ast.NamedExpr,
+        ast.Delete,
+        ast.MatchAs,
+        ast.MatchStar,
+        ast.MatchMapping,
+    }
+)
+
+
 @dataclass(eq=False)
 class Binding:
     """One place that binds ``name`` in a scope."""
@@ -79,6 +106,8 @@ class Names:
         self.by_type: dict[type, list[ast.AST]] = defaultdict(list)
         #: Every annotation expression (string annotations name things too).
         self.annotations: list[ast.expr] = []
+        self._qualified: dict[ast.AST, frozenset[str]] = {}
+        self._scope: dict[ast.AST, Scope] = {}
         _Builder(self).build(tree)
 
     # -- structure ---------------------------------------------------------------------------
@@ -94,7 +123,11 @@ class Names:
         return node
 
     def scope_of(self, node: ast.AST) -> Scope:
-        """The scope ``node`` is evaluated in (a def's name and defaults: the outer one)."""
+        """The scope ``node`` is evaluated in (a def's name and defaults: the outer one);
+        recorded as the tree was read, found from the ancestors for a node made since."""
+        recorded = self._scope.get(node)
+        if recorded is not None:
+            return recorded
         child = node
         for ancestor in self.ancestors(node):
             scope = self.scopes.get(ancestor)
@@ -136,19 +169,28 @@ class Names:
     def bindings_of(self, node: ast.Name) -> list[Binding]:
         return self.lookup(node.id, self.scope_of(node))[1]
 
-    def qualified(self, node: ast.AST) -> set[str]:
-        """Dotted names an ``ast.Name``/``ast.Attribute`` chain may refer to (empty if local)."""
+    def qualified(self, node: ast.AST) -> frozenset[str]:
+        """Dotted names an ``ast.Name``/``ast.Attribute`` chain may refer to (empty if local);
+        computed once per node (rules ask about the same nodes many times)."""
+        found = self._qualified.get(node)
+        if found is None:
+            found = self._qualified[node] = self._compute_qualified(node)
+        return found
+
+    def _compute_qualified(self, node: ast.AST) -> frozenset[str]:
         if isinstance(node, ast.Attribute):
-            return {self.through(f"{base}.{node.attr}") for base in self.qualified(node.value)}
+            return frozenset(
+                self.through(f"{base}.{node.attr}") for base in self.qualified(node.value)
+            )
         if not isinstance(node, ast.Name):
-            return set()
+            return frozenset()
         scope, bindings = self.lookup(node.id, self.scope_of(node))
         if scope is None:
-            return {f"builtins.{node.id}"} if node.id in _BUILTINS else set()
+            return frozenset({f"builtins.{node.id}"} if node.id in _BUILTINS else ())
         alias = self._alias(bindings)
         if alias is not None:
             return self.qualified(alias)
-        return {self.through(b.qualified) for b in bindings if b.qualified is not None}
+        return frozenset(self.through(b.qualified) for b in bindings if b.qualified is not None)
 
     def through(self, qualified: str) -> str:
         """A name another module of the run re-exports, as the torch name it stands for."""
@@ -249,10 +291,12 @@ class _Builder:
     def _visit_block(self, node: ast.AST, scope: Scope) -> None:
         parent = self.names.parent
         by_type = self.names.by_type
+        scopes = self.names._scope
         stack: list[tuple[ast.AST, Scope]] = [(node, scope)]
         while stack:
             current, current_scope = stack.pop()
             by_type[type(current)].append(current)
+            scopes[current] = current_scope
             inner_scope = self._enter(current, current_scope)
             for child in reversed(list(ast.iter_child_nodes(current))):
                 parent[child] = current
@@ -261,6 +305,8 @@ class _Builder:
 
     def _enter(self, node: ast.AST, scope: Scope) -> Scope:
         """Record what ``node`` binds in ``scope``; the scope its children are evaluated in."""
+        if type(node) not in _BINDERS:  # most nodes: nothing to record
+            return scope
         if isinstance(node, _FUNCTIONS):
             self._bind(scope, node.name, "def", node)
             inner = self._new_scope(node, scope)

@@ -11,10 +11,13 @@ re-exporting another's re-export) resolves to its end.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from codemods import fsdp1, sources
 from codemods.names import Names
+
+#: Statements whose blocks run as part of the module's own body.
+_NESTED = (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.ExceptHandler)
 
 
 def find(paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]) -> dict[str, str]:
@@ -33,8 +36,9 @@ def find(paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]) -
             tree = ast.parse(sources.decode(data).text)
         except (sources.UnreadableSource, SyntaxError, ValueError, RecursionError):
             continue
-        names = Names(tree, module, package)
-        for bindings in names.scopes[tree].bindings.values():
+        imports = ast.Module(body=list(_module_level_imports(tree.body)), type_ignores=[])
+        names = Names(imports, module, package)
+        for bindings in names.scopes[imports].bindings.values():
             for binding in bindings:
                 if binding.kind == "import" and binding.qualified:
                     bound[f"{module}.{binding.name}"] = binding.qualified
@@ -47,6 +51,19 @@ def find(paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]) -
         if fsdp1.canonical(target) is not None:
             found[name] = target
     return found
+
+
+def _module_level_imports(block: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The imports a module runs as it loads, in the blocks of its ``if``/``try``/``with``
+    statements too (not in functions or classes): all ``find`` reads of a file, so that only
+    they are bound."""
+    for statement in block:
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            yield statement
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(statement, field, None)
+            if isinstance(statement, _NESTED) and isinstance(inner, list):
+                yield from _module_level_imports(inner)
 
 
 def imported(data: bytes, module: str, package: bool, found: dict[str, str]) -> bool:
