@@ -265,8 +265,9 @@ class FileAnalysis(ParsedFile):
             ]
         if not statements:
             return self._after_leading_imports(module, name)
-        if len(statements) == 1 and self._dominates(statements[0], replaced):
-            return self.import_after(statements[0], module, name)
+        first = min(statements, key=self.lines.start)
+        if self._dominates(first, replaced):  # the name imported twice: after the first
+            return self.import_after(first, module, name)
         return self._import_before(replaced, module, name)  # imported in a sibling branch
 
     def _dominates(self, statement: ast.stmt, node: ast.AST) -> bool:

@@ -2,8 +2,9 @@
 
 - A new import goes on a line of its own right after the statement that imported the FSDP1
   name it replaces, at that statement's indentation (a lazy import stays lazy; set-up code
-  above the imports stays above them); several names for one place share one line. A name the
-  scope already imports from the same module is not imported again.
+  above the imports stays above them); several names for one place share one line, and at
+  module level all of a module's names share the first of their places. A name the scope
+  already imports from the same module is not imported again.
 - An FSDP1 import that nothing reads any more (names, string annotations, ``__all__``) is
   removed, and nothing else: the other names of its statement keep their text and comments;
   a statement left empty goes with its lines (``pass`` if it was alone in its block). In a
@@ -15,6 +16,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from codemods import calls, fsdp1
 from codemods.names import Names
@@ -80,9 +82,16 @@ def additions(
     newline = lines.newline()
     grouped: dict[tuple[int, str, str], list[tuple[str, str | None]]] = defaultdict(list)
     plain: dict[tuple[int, str], list[str]] = defaultdict(list)
+    # at module level, one line per module, at the first place one of its names is needed
+    first: dict[str, int] = {}
+    for item in needed:
+        if not item.indent and item.name is not None:
+            first[item.module] = min(item.anchor, first.get(item.module, item.anchor))
     for item in dict.fromkeys(needed):
         if _already_bound(item, importing):
             continue
+        if not item.indent and item.name is not None:
+            item = replace(item, anchor=first[item.module])
         if item.name is None:
             if item.module not in plain[(item.anchor, item.indent)]:
                 plain[(item.anchor, item.indent)].append(item.module)

@@ -38,9 +38,12 @@ def module_name(analysis: FileAnalysis, statement: ast.stmt, pure: Pure) -> str:
     return "fsdp2_root_module"
 
 
-def argument_edits(analysis: FileAnalysis, call: ast.Call, pure: Pure, module: str) -> list[Edit]:
+def argument_edits(
+    analysis: FileAnalysis, call: ast.Call, pure: Pure, module: str, callee: str
+) -> list[Edit]:
     """Every FSDP1 argument but the module goes; the FSDP2 keywords take the place of the
-    first of them; a hoisted module is read from its name."""
+    first of them (lined up with the parenthesis of ``callee``, the call's new name, when the
+    arguments were lined up with the old one's); a hoisted module is read from its name."""
     assert pure.module is not None
     renamed = [analysis.replace(pure.module, module)] if pure.hoisted else []
     dropped = [a.node for a in calls.arguments(call) if a.value is not pure.module]
@@ -54,6 +57,11 @@ def argument_edits(analysis: FileAnalysis, call: ast.Call, pure: Pure, module: s
     first = analysis.lines.start(dropped[0])
     own_line = not analysis.text[analysis.lines.line_start(first) : first].strip()
     newline, indent = analysis.lines.newline(), analysis.lines.indent_at(first)
+    shift = len(callee) - len(analysis.source(call.func))
+    if own_line and shift and indent == " " * (opening + 1 - analysis.lines.line_start(opening)):
+        line = analysis.lines.line_start(first)  # lined up with the parenthesis, which moves
+        renamed.append(Edit(line, first, " " * (len(indent) + shift)))
+        indent = " " * (len(indent) + shift)
     separator = f",{newline}{indent}" if own_line else ", "
     replace = {dropped[0]: separator.join(pure.root)} if pure.root else {}
     return renamed + calls.edit_arguments(

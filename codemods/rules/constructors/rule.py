@@ -205,7 +205,7 @@ class ConstructorRule:
         statement = analysis.names.statement(call)
         module = emit.module_name(analysis, statement, found)
         edits = [analysis.replace(call.func, "fully_shard"), *found.edits]
-        edits += emit.argument_edits(analysis, call, found, module)
+        edits += emit.argument_edits(analysis, call, found, module, "fully_shard")
         before = emit.lines_before(analysis, statement, found, module)
         if before:
             start = analysis.statement_start(statement)
@@ -255,6 +255,14 @@ class ConstructorRule:
             done.add(item.statement)
             start = analysis.statement_start(item.statement)
             end = analysis.lines.line_end(analysis.lines.end(item.statement) - 1)
+            lines = analysis.lines
+            if start > 0 and end < len(lines.text):
+                above = lines.line_start(start - 1)
+                if (
+                    not lines.text[above:start].strip()
+                    and not lines.text[end : lines.line_end(end)].strip()
+                ):
+                    start = above  # alone between blank lines: one blank line stays, not two
             code = "F2P003" if item.what == "auto_wrap_policy" else "F2P004"
             what = item.what if item.what == SPREAD else f"{item.what} binding"
             analysis.add(
