@@ -272,6 +272,7 @@ class ConstructorRule:
                 Rewrite([Edit(start, end, "")], f"{what} removed: inlined into the FSDP2 calls"),
                 "MODELS",
                 ties=frozenset(plain[u] for u in item.users),
+                quiet=True,  # kept with its constructor, whose marker says why
             )
 
     # -- the FSDP1 class as a value ------------------------------------------------------------
