@@ -375,4 +375,5 @@ _SETTINGS_WORDS = (
     "kwargs",
     "plugin",
     "strategy",
+    "state",  # a train state (Flax's unet_state.params), a checkpoint's model_state
 )
