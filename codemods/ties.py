@@ -73,6 +73,30 @@ _FSDP1_ONLY_ATTRIBUTES = frozenset(
     {"_fsdp_wrapped_module", "_flat_param", "_handle", "_handles", "_fsdp_handles", "check_is_root"}
 )
 _PARTIAL = "functools.partial"
+#: Module methods, besides those that return the module, that never shard it.
+_UNSHARDING_METHODS = frozenset(
+    {
+        "half",
+        "float",
+        "double",
+        "bfloat16",
+        "state_dict",
+        "load_state_dict",
+        "parameters",
+        "named_parameters",
+        "modules",
+        "named_modules",
+        "register_to_config",
+        "register_buffer",
+        "register_parameter",
+        "resize_token_embeddings",
+        "gradient_checkpointing_enable",
+        "tie_weights",
+        "zero_grad",
+        "set_attn_processor",
+        "enable_xformers_memory_efficient_attention",
+    }
+)
 #: Class methods that build a new model (Hugging Face's, diffusers').
 _BUILDERS = frozenset({"from_pretrained", "from_config"})
 #: Wrappers whose instances are never FSDP models (DDP, DataParallel).
@@ -235,7 +259,8 @@ class Ties:
         so no FSDP wrapper, nor one sharded in place: the one binding that reaches it is
         ``x = C(...)`` (a class of this file that is no FSDP class, a ``CamelCase`` name from
         elsewhere, ``C.from_pretrained(...)``) earlier in the read's block, and between them
-        ``x`` is only read for an attribute (``x.to(...)``, ``x.config``). A name from elsewhere
+        nothing can shard ``x`` (``_keeps_it_unsharded``: ``x.to(...)``, ``x.config``). A name
+        from elsewhere
         may still be a factory of the run: the run's ties, when it has any, win."""
         if not isinstance(expr, ast.Name):
             return False
@@ -249,10 +274,23 @@ class Ties:
             return False
         path = flow.between(self.parsed.names, statement, expr)
         return path is not None and all(
-            isinstance(self.parsed.names.parent.get(n), ast.Attribute)
+            self._keeps_it_unsharded(n)
             for s in path
             for n in ast.walk(s)
             if isinstance(n, ast.Name) and n.id == expr.id and n is not expr
+        )
+
+    def _keeps_it_unsharded(self, use: ast.Name) -> bool:
+        """A use of a fresh object that cannot shard it in place: an attribute read, or a call
+        of a method torch or Hugging Face define that does not (its own methods might call
+        ``FSDP(self)``, which under FSDP2 shards the object itself)."""
+        names = self.parsed.names
+        attribute = names.parent.get(use)
+        if not isinstance(attribute, ast.Attribute):
+            return False
+        call = names.parent.get(attribute)
+        return not (isinstance(call, ast.Call) and call.func is attribute) or (
+            attribute.attr in _RETURNS_SELF | _UNSHARDING_METHODS
         )
 
     def _builds_anew(self, call: ast.Call) -> bool:
