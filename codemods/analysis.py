@@ -50,6 +50,16 @@ class FileAnalysis(ParsedFile):
         self.plan.fsdp1_or_port = any(
             fsdp1.canonical(q) or q.split(".")[0] == "fsdp2_port" for q in imported
         )
+        self.plan.scaler_only = all(
+            fsdp1.canonical(q) in (None, "ShardedGradScaler")
+            and (not q.startswith("fsdp2_port.") or q == "fsdp2_port.GradScaler")
+            for q in imported
+        ) and all(
+            q == "fsdp2_port.GradScaler"
+            for node in self.names.by_type[ast.Attribute]
+            for q in self.names.qualified(node)
+            if q.startswith("fsdp2_port.")
+        )
         self.plan.exports = self.ties.exports()
         self.plan.signatures = self.ties.signatures()
         self.plan.passes = self.ties.passes()

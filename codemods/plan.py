@@ -172,6 +172,10 @@ class FilePlan:
     #: file and no FSDP1 constructor is no FSDP1 migration's business (``Decisions.about_fsdp1``):
     #: its FSDP2 models are FSDP2 code of its own (Megatron's tests).
     fsdp1_or_port: bool = False
+    #: Of FSDP1 and fsdp2_port, the file names only the sharded grad scaler (or what it became,
+    #: ``fsdp2_port.GradScaler``): FSDP2 code uses it too (ROLL), so its FSDP2 models are no
+    #: sign of a migration half done.
+    scaler_only: bool = True
 
     @property
     def constructors(self) -> list[Site]:
@@ -308,7 +312,11 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
     constructors = [s for s in sites if s.constructor is not None]
     migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
     about_fsdp1 = bool(constructors) or any(p.fsdp1_or_port for p in plans)
-    fsdp2_models = about_fsdp1 and any(p.fsdp2_models for p in plans)
+    fsdp2_models = (
+        (bool(constructors) or not all(p.scaler_only for p in plans))
+        and about_fsdp1
+        and any(p.fsdp2_models for p in plans)
+    )
     groups: dict[str, list[Site]] = {}
     for site in sites:
         if site.constructor is None:
