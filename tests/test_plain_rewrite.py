@@ -8,7 +8,8 @@ policy and mixed precision bound to names, a runtime class set, ``buffer_dtype``
 chosen by a flag, BatchNorm under a policy with mixed precision; Lumina's shape: a lambda
 policy, a process group, strategy and dtype chosen by a key; ``param_init_fn`` on a meta-device
 model, through ``fsdp2_port.materialize_like_fsdp1``; mixed precision chosen by an ``if``, the
-BatchNorm exception then decided at run time); the migration must be plain:
+BatchNorm exception then decided at run time; mixed precision or none by a flag in the call);
+the migration must be plain:
 no ``fully_shard_like_fsdp1`` and no FSDP1 name left. FSDP1's CPU offload pins memory, which
 needs an accelerator, so the offload branch is not taken here; ``tests/test_plain_readers.py``
 runs the plain form's offload on the CPU against FSDP1 without it.
@@ -92,6 +93,17 @@ def build_with_reduce_dtype(net, classes, half):
     return net
 
 
+def build_if_half(net, classes, half):
+    return FSDP(
+        net,
+        auto_wrap_policy=ModuleWrapPolicy(classes),
+        mixed_precision=MixedPrecision(
+            param_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16
+        ) if half else None,
+        device_id=torch.device("cpu"),
+    )
+
+
 def build_by_choices(net, group, choice, precision):
     net = FSDP(
         net,
@@ -160,6 +172,9 @@ def _compare(rank: int, world: int, source: str, migrated: str, case: str, rtol:
         elif case == "chosen":  # mixed precision chosen at run time: bf16 reductions
             model = namespace["build_with_reduce_dtype"](_net(), {GainBlock}, True)
             results.append(_train(model, rank, world, torch.float32))
+        elif case == "if half":  # mixed precision or none by a flag, in the call
+            model = namespace["build_if_half"](_net(), {GainBlock}, True)
+            results.append(_train(model, rank, world, torch.bfloat16))
         elif case == "meta":  # param_init_fn on a meta-device model: its RNG draws in order
             with torch.device("meta"):
                 net = Net()
@@ -194,6 +209,7 @@ def migrated() -> str:
         ("choices", 1e-6),
         ("meta", 1e-6),
         ("chosen", 1e-6),
+        ("if half", 1e-6),
     ],
 )
 def test_plain_rewrite_trains_as_fsdp1_did(migrated: str, case: str, rtol: float) -> None:

@@ -50,7 +50,10 @@ def mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     if (
         value is not None
         and inlined_once(removable, value)
-        and _literal_mixed_precision(analysis, call, out, value)
+        and (
+            _literal_mixed_precision(analysis, call, out, value)
+            or _conditional_mixed_precision(analysis, out, value)
+        )
     ):
         out.removable += [removable] if removable else []
         return
@@ -104,6 +107,48 @@ def _literal_mixed_precision(
     out.root.append(f"mp_policy=MixedPrecisionPolicy({root})")
     out.children.append(f"mp_policy=MixedPrecisionPolicy({child})")
     out.mixed_precision = f"MixedPrecisionPolicy({root})"
+    return True
+
+
+def _conditional_mixed_precision(analysis: FileAnalysis, out: Pure, value: ast.expr) -> bool:
+    """``MixedPrecision(...) if flag else None`` (either way round) of dtypes read without side
+    effects: the ``MixedPrecisionPolicy`` it means when the flag says so, none otherwise. Every
+    dtype is read only where the flag holds, as FSDP1 read it."""
+    if not (isinstance(value, ast.IfExp) and is_flag(value.test)):
+        return False
+    nones = [calls.is_none(side) for side in (value.body, value.orelse)]
+    policy = value.orelse if nones[0] else value.body
+    if nones.count(True) != 1 or not (
+        isinstance(policy, ast.Call) and analysis.fsdp1_name(policy.func) == "MixedPrecision"
+    ):
+        return False
+    bound = calls.bind(policy, _MIXED)
+    if bound is None or set(bound) - {"param_dtype", "reduce_dtype", "buffer_dtype"}:
+        return False
+    dtypes = {n: a.value for n, a in bound.items() if not calls.is_none(a.value)}
+    if not all(calls.is_simple(dtype) for dtype in dtypes.values()):
+        return False
+    test = analysis.source(value.test)
+    when = f"not {test}" if nones[0] else test
+    fields = [
+        f"{n}={analysis.source(dtypes[n])}" for n in ("param_dtype", "reduce_dtype") if n in dtypes
+    ]
+    if "buffer_dtype" in dtypes:
+        out.buffer_dtype, out.buffer_when = analysis.source(dtypes["buffer_dtype"]), when
+    param = dtypes.get("param_dtype")
+    out.full_precision_norms = analysis.source(param) if param is not None else "None"
+    out.norms_when = when
+    out.mixed_precision = f"MixedPrecisionPolicy({', '.join(fields)}) if {when} else None"
+    out.names.add("MixedPrecisionPolicy")
+    if fields:
+        child = ", ".join([*fields, "cast_forward_inputs=False"])
+        out.root.append(
+            f"mp_policy=MixedPrecisionPolicy({', '.join(fields)}) if {when} else "
+            "MixedPrecisionPolicy()"
+        )
+        out.children.append(
+            f"mp_policy=MixedPrecisionPolicy({child}) if {when} else MixedPrecisionPolicy()"
+        )
     return True
 
 
