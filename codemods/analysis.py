@@ -276,9 +276,10 @@ class FileAnalysis(ParsedFile):
         if not statements:
             return self._after_leading_imports(module, name)
         first = min(statements, key=self.lines.start)
-        if self._dominates(first, replaced):  # the name imported twice: after the first
+        if len(statements) == 1 or self._dominates(first, replaced):
+            # bound wherever and whenever the name it replaces was (after the first of two)
             return self.import_after(first, module, name)
-        return self._import_before(replaced, module, name)  # imported in a sibling branch
+        return self._import_before(replaced, module, name)  # imported in sibling branches
 
     def _dominates(self, statement: ast.stmt, node: ast.AST) -> bool:
         """Whether ``statement`` runs before ``node`` on every path that reaches it: at module
