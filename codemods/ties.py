@@ -301,11 +301,28 @@ class Ties:
         if isinstance(func, ast.Attribute) and func.attr in _BUILDERS:
             return True
         if isinstance(func, ast.Name):
-            local = self._local_class(func)
+            local = self._local_class(func) or self._class_of_cls(func)
             if local is not None:
                 return not any(self.parsed.is_fsdp_class(b) for b in local.bases)
         qualified = self.parsed.names.qualified(func)
         return bool(qualified) and all(_camel(q.rsplit(".", 1)[-1]) for q in qualified)
+
+    def _class_of_cls(self, name: ast.Name) -> ast.ClassDef | None:
+        """The class a classmethod's first parameter (``cls``) is bound to, read there."""
+        bindings = self.parsed.names.bindings_of(name)
+        if len(bindings) != 1 or bindings[0].kind != "param":
+            return None
+        function = self.parsed.names.function_of(name)
+        if not (
+            isinstance(function, _FUNCTIONS)
+            and function.args.args
+            and function.args.args[0] is bindings[0].node
+            and any(
+                isinstance(d, ast.Name) and d.id == "classmethod" for d in function.decorator_list
+            )
+        ):
+            return None
+        return self.parsed.names.class_of(function)
 
     def known_fsdp1(self, expr: ast.AST) -> bool:
         """Known to be an FSDP1 module without knowing which: annotated so, or guarded by an
