@@ -273,6 +273,7 @@ class ConstructorRule:
                 "MODELS",
                 ties=frozenset(plain[u] for u in item.users),
                 quiet=True,  # kept with its constructor, whose marker says why
+                holds=False,  # kept, it is right for the FSDP1 models still reading it
             )
 
     # -- the FSDP1 class as a value ------------------------------------------------------------
