@@ -68,7 +68,9 @@ def remove_items(lines: LineIndex, items: list[ast.AST], drop: set, limit: int) 
 
     Consecutive deleted items go as one run with their separators: up to the next kept item,
     or, at the end of the list, from the last kept one. A run that stands on lines of its own
-    goes with those whole lines (its comments included), so the rest keeps its layout.
+    goes with those whole lines (the comments on and between them included), so the rest
+    keeps its layout; the lines between the run and the next kept item (comments about that
+    item) stay.
     """
     text = lines.text
     edits = []
@@ -85,7 +87,8 @@ def remove_items(lines: LineIndex, items: list[ast.AST], drop: set, limit: int) 
         if last + 1 < len(items):
             following = lines.start(items[last + 1])
             if starts_line and not text[lines.line_start(following) : following].strip():
-                edits.append(Edit(lines.line_start(start), lines.line_start(following), ""))
+                after = _skip_comma(text, lines.end(items[last]), limit)
+                edits.append(Edit(lines.line_start(start), lines.line_end(after - 1), ""))
             else:
                 edits.append(Edit(start, following, ""))
         else:
