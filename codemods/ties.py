@@ -257,11 +257,9 @@ class Ties:
     def fresh(self, expr: ast.AST) -> bool:
         """``expr`` names an object its function has just built and not yet handed to anyone,
         so no FSDP wrapper, nor one sharded in place: the one binding that reaches it is
-        ``x = C(...)`` (a class of this file that is no FSDP class, a ``CamelCase`` name from
-        elsewhere, ``C.from_pretrained(...)``) earlier in the read's block, and between them
-        nothing can shard ``x`` (``_keeps_it_unsharded``: ``x.to(...)``, ``x.config``). A name
-        from elsewhere
-        may still be a factory of the run: the run's ties, when it has any, win."""
+        ``x = C(...)`` (``_builds_anew``) earlier in the read's block, and between them nothing
+        can shard ``x`` (``_keeps_it_unsharded``). A name from elsewhere may still be a factory
+        of the run: the run's ties, when it has any, win."""
         if not isinstance(expr, ast.Name):
             return False
         reaching = self._reaching(expr)
@@ -294,7 +292,9 @@ class Ties:
         )
 
     def _builds_anew(self, call: ast.Call) -> bool:
-        """A call that returns a new object of a class other than FSDP's."""
+        """A call that returns a new object of a class other than FSDP's: a class of this
+        file (or a classmethod's ``cls``) with no FSDP base, ``C.from_pretrained(...)``, or a
+        ``CamelCase`` name from elsewhere."""
         func = call.func
         if call in self.constructors:
             return False
