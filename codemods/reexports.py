@@ -60,10 +60,9 @@ def _module_level_imports(block: list[ast.stmt]) -> Iterator[ast.stmt]:
     for statement in block:
         if isinstance(statement, (ast.Import, ast.ImportFrom)):
             yield statement
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            inner = getattr(statement, field, None)
-            if isinstance(statement, _NESTED) and isinstance(inner, list):
-                yield from _module_level_imports(inner)
+        elif isinstance(statement, _NESTED):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                yield from _module_level_imports(getattr(statement, field, []))
 
 
 def imported(data: bytes, module: str, package: bool, found: dict[str, str]) -> bool:

@@ -45,10 +45,10 @@ def argument_edits(
     first of them (lined up with the parenthesis of ``callee``, the call's new name, when the
     arguments were lined up with the old one's); a hoisted module is read from its name."""
     assert pure.module is not None
-    renamed = [analysis.replace(pure.module, module)] if pure.hoisted else []
+    edits = [analysis.replace(pure.module, module)] if pure.hoisted else []
     dropped = [a.node for a in calls.arguments(call) if a.value is not pure.module]
     if not dropped:
-        return renamed
+        return edits
     opening = analysis.text.index("(", analysis.lines.end(call.func))
     closing = analysis.lines.end(call) - 1
     inside = analysis.text[opening + 1 : closing]
@@ -59,14 +59,11 @@ def argument_edits(
     newline, indent = analysis.lines.newline(), analysis.lines.indent_at(first)
     shift = len(callee) - len(analysis.source(call.func))
     if own_line and shift and indent == " " * (opening + 1 - analysis.lines.line_start(opening)):
-        line = analysis.lines.line_start(first)  # lined up with the parenthesis, which moves
-        renamed.append(Edit(line, first, " " * (len(indent) + shift)))
-        indent = " " * (len(indent) + shift)
+        indent = " " * (len(indent) + shift)  # lined up with the parenthesis, which moves
+        edits.append(Edit(analysis.lines.line_start(first), first, indent))
     separator = f",{newline}{indent}" if own_line else ", "
     replace = {dropped[0]: separator.join(pure.root)} if pure.root else {}
-    return renamed + calls.edit_arguments(
-        analysis.lines, call, set(dropped) - set(replace), replace
-    )
+    return edits + calls.edit_arguments(analysis.lines, call, set(dropped) - set(replace), replace)
 
 
 def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: str) -> str:

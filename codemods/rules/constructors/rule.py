@@ -204,8 +204,9 @@ class ConstructorRule:
     def _plain(self, analysis: FileAnalysis, call: ast.Call, cid: str, found: Pure) -> None:
         statement = analysis.names.statement(call)
         module = emit.module_name(analysis, statement, found)
-        edits = [analysis.replace(call.func, "fully_shard"), *found.edits]
-        edits += emit.argument_edits(analysis, call, found, module, "fully_shard")
+        callee = "fully_shard"
+        edits = [analysis.replace(call.func, callee), *found.edits]
+        edits += emit.argument_edits(analysis, call, found, module, callee)
         before = emit.lines_before(analysis, statement, found, module)
         if before:
             start = analysis.statement_start(statement)
