@@ -1,7 +1,9 @@
 """A tiny block model with uneven parameter sizes, and a deterministic global batch."""
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 IN, OUT = 7, 5
 
@@ -88,3 +90,10 @@ class NormNet(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x)
+
+
+def cpu_mesh() -> DeviceMesh:
+    """The world as a 1-D CPU mesh. These tests run gloo ranks on the CPU; ``fully_shard``
+    without a mesh takes the accelerator where the machine has one (2 ranks, 1 GPU: rank 1
+    asks for ``cuda:1``)."""
+    return init_device_mesh("cpu", (dist.get_world_size(),))

@@ -15,16 +15,17 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 import compat
 import fsdp2_port
 from fsdp2_port.prove.launch import run_ranks
-from tests.models import Block, TinyNet, global_batch, local_rows, loss_fn, make_model
+from tests.models import Block, TinyNet, cpu_mesh, global_batch, local_rows, loss_fn, make_model
 
 LR, MAX_NORM, SAVE_AT, TOTAL = 1e-2, 1.0, 3, 6
 
 
 def _fsdp2(dtype, seed=0):
     model = make_model(dtype, seed)
+    mesh = cpu_mesh()
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return model
 
 

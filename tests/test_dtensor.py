@@ -20,7 +20,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 import compat
 import fsdp2_port
 from fsdp2_port.prove.launch import run_ranks
-from tests.models import global_batch, local_rows, loss_fn, make_model
+from tests.models import cpu_mesh, global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop
 
 pytestmark = pytest.mark.slow  # gloo ranks
@@ -48,9 +48,10 @@ def _build(layout, dtype=torch.float32, seed=0):
     rank, world = dist.get_rank(), dist.get_world_size()
     sync = lambda: None  # noqa: E731
     if layout == "fsdp":
+        mesh = cpu_mesh()
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     elif layout == "hsdp":
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
         for block in model.blocks:
@@ -75,10 +76,11 @@ def _build(layout, dtype=torch.float32, seed=0):
         dp_group = mesh.get_group("dp")
         sync = lambda: _avg_over(model.blocks[1].parameters(), dp_group)  # noqa: E731
     elif layout == "plain_param":
+        mesh = cpu_mesh()
         for block in model.blocks:
-            fully_shard(block)
+            fully_shard(block, mesh=mesh)
         head = set(model.head.parameters())
-        fully_shard(model, ignored_params=head)
+        fully_shard(model, mesh=mesh, ignored_params=head)
         sync = lambda: _avg_over(head)  # noqa: E731
     return model, (rank, world), sync
 

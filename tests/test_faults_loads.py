@@ -16,7 +16,7 @@ from torch.distributed.fsdp import fully_shard
 import compat
 import fsdp2_port
 from fsdp2_port.prove.launch import run_ranks
-from tests.models import TinyNet, global_batch, local_rows, loss_fn, make_model
+from tests.models import TinyNet, cpu_mesh, global_batch, local_rows, loss_fn, make_model
 
 LR = 1e-2
 KW = dict(max_grad_norm=1.0, total_steps=50, warmup_ratio=0.1)
@@ -164,9 +164,10 @@ def test_refused_dcp_load_changes_nothing_in_one_process(tmp_path):
 
 
 def _shard(model):
+    mesh = cpu_mesh()
     for block in model.blocks:
-        fully_shard(block)
-    return fully_shard(model.to(torch.bfloat16))
+        fully_shard(block, mesh=mesh)
+    return fully_shard(model.to(torch.bfloat16), mesh=mesh)
 
 
 def _refusals_on_dtensors(rank, world, tmp_path):

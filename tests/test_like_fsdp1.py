@@ -70,7 +70,7 @@ import fsdp2_port
 from fsdp2_port.fsdp1.like_fsdp1 import fully_shard_like_fsdp1
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.prove.no_fsdp1 import forbid_fsdp1_calls
-from tests.models import GainBlock, global_batch, local_rows, loss_fn
+from tests.models import GainBlock, cpu_mesh, global_batch, local_rows, loss_fn
 from tests.models import NormNet as Net
 
 CPU = torch.device("cpu")
@@ -679,7 +679,7 @@ def _like_fsdp1_refusals() -> None:
     with pytest.raises(ValueError, match=r"already holds FullyShardedDataParallel modules"):
         fully_shard_like_fsdp1(FSDP(Net(), device_id=CPU))
     with pytest.raises(ValueError, match=r"already holds .* \(FSDP1 or fully_shard\)"):
-        fully_shard_like_fsdp1(fully_shard(Net()))
+        fully_shard_like_fsdp1(fully_shard(Net(), mesh=cpu_mesh()))
     with pytest.raises(ValueError, match=r"hybrid sharding_strategy takes process_group=\("):
         fully_shard_like_fsdp1(
             Net(), sharding_strategy=S.HYBRID_SHARD, process_group=dist.group.WORLD

@@ -18,7 +18,7 @@ import compat
 import fsdp2_port
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.train import local_adamw
-from tests.models import global_batch, local_rows, loss_fn, make_model
+from tests.models import cpu_mesh, global_batch, local_rows, loss_fn, make_model
 
 KERNELS = [
     {},
@@ -132,9 +132,10 @@ def test_local_path_is_optimizer_step_on_fsdp2():
 def _on_fsdp2(rank, world):
     def make():
         model = make_model(torch.bfloat16)  # hidden 17: uneven shards on 2 ranks
+        mesh = cpu_mesh()
         for block in model.blocks:
-            fully_shard(block)
-        return fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        return fully_shard(model, mesh=mesh)
 
     for kwargs in KERNELS:
         local, torch_step = _local_and_torch_step(make, kwargs, rank, world)

@@ -40,6 +40,7 @@ from fsdp2_port.prove.no_fsdp1 import (
     forbid_fsdp1_calls,
     record_fsdp1_calls,
 )
+from tests.models import cpu_mesh
 
 CPU = torch.device("cpu")
 HERE = Path(__file__).resolve()
@@ -184,8 +185,9 @@ def test_fully_shard_and_a_training_step_of_an_fsdp2_model_are_clean():
         net = _net()
         assert not isinstance(net, FSDP)
         policy = MixedPrecisionPolicy(param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype)
-        fully_shard(net[0], mp_policy=policy)
-        fully_shard(net, mp_policy=policy)
+        mesh = cpu_mesh()
+        fully_shard(net[0], mesh=mesh, mp_policy=policy)
+        fully_shard(net, mesh=mesh, mp_policy=policy)
         assert isinstance(net, FSDPModule)
         opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
         for _ in range(2):

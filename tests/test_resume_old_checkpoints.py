@@ -38,7 +38,7 @@ from fsdp2_port import cli
 from fsdp2_port.fsdp1.convert import ConversionError, convert_checkpoint
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.train.lr_schedules import build_scheduler
-from tests.models import Block, global_batch, local_rows, loss_fn, make_model
+from tests.models import Block, cpu_mesh, global_batch, local_rows, loss_fn, make_model
 
 LR, MAX_NORM, SAVE_AT, TOTAL = 1e-2, 1.0, 3, 5
 KW = dict(max_grad_norm=MAX_NORM, total_steps=100, warmup_ratio=0.1)
@@ -146,9 +146,10 @@ def _fsdp1_job(rank, world, d):
 
 def _fsdp2_model():
     model = make_model(seed=1)  # other weights: only the checkpoint can make them right
+    mesh = cpu_mesh()
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return model
 
 

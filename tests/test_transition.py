@@ -15,7 +15,7 @@ import compat
 import fsdp2_port
 from compat.transition import fsdp2_state_dict
 from fsdp2_port.prove.launch import run_ranks
-from tests.models import Block, global_batch, local_rows, loss_fn, make_model
+from tests.models import Block, cpu_mesh, global_batch, local_rows, loss_fn, make_model
 
 pytestmark = pytest.mark.slow  # gloo ranks
 
@@ -56,9 +56,10 @@ def _fsdp1_run(rank, world, use_orig_params, inner, path):
 
 def _fsdp2_resume(rank, world, path):
     model = make_model(seed=1)  # other weights: only the checkpoint can make them right
+    mesh = cpu_mesh()
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     opt = fsdp2_port.BF16Optimizer(model, LR, **KW)
     ref = torch.load(path, weights_only=False)
     opt.load_state_dict(ref["saved"])
