@@ -13,7 +13,12 @@ from codemods import calls
 from codemods.analysis import FileAnalysis
 from codemods.rules.constructors.policy import wrap_policy
 from codemods.rules.constructors.precision import mixed_precision, offload
-from codemods.rules.constructors.strategy import process_group, strategy_and_mesh, sync
+from codemods.rules.constructors.strategy import (
+    cpu_mesh,
+    process_group,
+    strategy_and_mesh,
+    sync,
+)
 from codemods.rules.constructors.values import (
     Pure,
     device_call,
@@ -50,6 +55,7 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
         )
     strategy_and_mesh(analysis, call, out)
     process_group(analysis, call, out)
+    cpu_mesh(analysis, call, out)
     mixed_precision(analysis, call, out)
     offload(analysis, call, out)
     wrap_policy(analysis, call, out)

@@ -267,6 +267,21 @@ def process_group(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     out.children.insert(0, f"mesh={name}")
 
 
+def cpu_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
+    """``device_id`` names the CPU and no mesh is bound yet: the world's CPU mesh, bound once
+    and given to every ``fully_shard``. FSDP1 computes where ``device_id`` says; without a
+    mesh, ``fully_shard`` takes the machine's accelerator when it has one."""
+    if out.group_mesh is not None or device_type_of(analysis, out.values.get("device_id")) != "cpu":
+        return
+    name = fresh(analysis, call, out, "mesh")
+    out.bound_first.append((name, _mesh_of("FULL_SHARD", "cpu")))
+    out.names.add("init_device_mesh")
+    out.uses_torch = True
+    out.group_mesh = name
+    out.root.insert(0, f"mesh={name}")
+    out.children.insert(0, f"mesh={name}")
+
+
 def sync(analysis: FileAnalysis, out: Pure) -> None:
     sync = out.values.get("sync_module_states")
     if sync is None or calls.is_none(sync):
