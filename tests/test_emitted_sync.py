@@ -20,11 +20,12 @@ from fsdp2_port.prove.launch import run_ranks
 pytestmark = pytest.mark.slow  # gloo ranks
 
 SOURCE = """\
+import torch
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
 
 def build(net, flag):
-    model = FSDP(net, sync_module_states=flag)
+    model = FSDP(net, sync_module_states=flag, device_id=torch.device("cpu"))
     return model
 """
 

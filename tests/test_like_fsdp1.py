@@ -711,7 +711,9 @@ def _tools_refuse_the_other_fsdp() -> None:
     flat = FSDP(Net(), device_id=CPU, use_orig_params=False)  # flat parameters themselves
     with pytest.raises(TypeError, match=r"fsdp2_port\.BF16Optimizer was given parameters"):
         fsdp2_port.BF16Optimizer(flat, LR)
-    fsdp2 = fully_shard_like_fsdp1(Net(), auto_wrap_policy=ModuleWrapPolicy({GainBlock}))
+    fsdp2 = fully_shard_like_fsdp1(
+        Net(), auto_wrap_policy=ModuleWrapPolicy({GainBlock}), device_id=CPU
+    )
     loss_fn(fsdp2, *global_batch(0)).backward()
     # compat's optimizer on an FSDP2 model (or an inner module of one) is fsdp2_port's
     assert type(compat.BF16Optimizer(fsdp2, LR)) is fsdp2_port.BF16Optimizer
