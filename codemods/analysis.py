@@ -41,10 +41,11 @@ class FileAnalysis(ParsedFile):
         """After the rules: guarded FSDP1 sites join their type check's group, sites in FSDP1
         branches no FSDP2 model reaches become markers; exports for the run."""
         self.plan.sites = [self._after_guards(site) for site in self.plan.sites]
-        self.plan.fsdp2_models = sum(
-            bool(self.names.qualified(call.func) & _BRIDGE)  # type: ignore[attr-defined]
-            or self.fsdp2_name(call.func) == "fully_shard"  # type: ignore[attr-defined]
+        self.plan.fsdp2_models = tuple(
+            call.lineno  # type: ignore[attr-defined]
             for call in self.names.by_type[ast.Call]
+            if self.names.qualified(call.func) & _BRIDGE  # type: ignore[attr-defined]
+            or self.fsdp2_name(call.func) == "fully_shard"  # type: ignore[attr-defined]
         )
         imported = [self.names.through(b.qualified) for b in self.names.imports() if b.qualified]
         self.plan.fsdp1_or_port = any(

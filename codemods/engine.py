@@ -7,7 +7,8 @@
    a helper library: a model may reach them unseen) are analysed too, and so are those whose
    functions the analysed ones pass models to, until no new one is reached.
 2. *Decide* (``plan.decide``): one plan for the run, whole models or nothing, with models
-   followed across files through the functions each file exports.
+   followed across files through the functions each file exports, and each entry script's
+   lines held to the constructors its own program runs (``programs``).
 3. *Apply* (in parallel): every decided rewrite and marker, then the imports. Results come
    back in the order of the paths given.
 4. *Write* (``write=True``): all changed files or none; an internal error in one file leaves
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from codemods import fsdp1, reexports, sources
+from codemods import fsdp1, programs, reexports, sources
 from codemods.findings import Finding
 from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, decide
@@ -249,7 +250,7 @@ def migrate_files(
         analysed = _map(pool, _analyse, arguments, progress, "analysing")
         _analyse_receivers(analysed, pool, codes, options, progress, found)
         plans = [a.plan for a in analysed if a.plan is not None]
-        decisions = decide(plans)
+        decisions = decide(plans, _programs(paths, plans))
         work = [a for a in analysed if a.plan is not None and a.error is None]
         outcomes = _map(
             pool,
@@ -337,6 +338,15 @@ def _analyse_receivers(
         arguments = [(path, list(codes), options, True, found) for path in wanted]
         for path, result in zip(wanted, _map(pool, _analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
+
+
+def _programs(paths: Sequence[str], plans: list[FilePlan]) -> programs.Programs | None:
+    """Which constructors each file's lines may meet, in a run of several files that has any."""
+    builds = [(c.constructor or "", c.path, c.line) for p in plans for c in p.constructors]
+    builds += [(b, p.path, line) for p in plans for b, line in p.fsdp2_builds]
+    if not builds or len(paths) < 2:
+        return None
+    return programs.find(paths, builds, [p.path for p in plans])
 
 
 def _owners(callee: str) -> tuple[str, str]:

@@ -13,6 +13,8 @@ the whole run at once, whole models or nothing:
   kept, it holds every constructor of the run (``holds``): none may migrate under it;
 - a site with a form right whatever its receiver turns out to be (FSDP1, FSDP2, DDP, a plain
   module) takes it when any constructor of the run migrates (``ANY``), tied or not;
+- "the run", for an untied site of an entry script, is the constructors its program may run
+  (``programs.Programs``): others build no model that line can meet;
 - ``NEVER``: no rewrite exists; the site gets a marker;
 - sites of one group (a state-dict block and its calls, a type check and the FSDP1 code it
   guards, an import shared by optimizers) are rewritten together or not at all.
@@ -28,10 +30,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from codemods.programs import Programs
 from codemods.refs import Built, Deferred, Optimizer, Passed, Ref, Returned
 from codemods.text import Edit
 
 _MODEL_STAYS = "its model stays FSDP1"
+_NO_CONSTRUCTOR_HERE = (
+    "no FSDP1 constructor of this run runs in this script's program: "
+    "migrate it together with the code that builds the model"
+)
 _NO_CONSTRUCTOR = (
     "no FSDP1 constructor in this run says where its model comes from: "
     "migrate it together with the code that builds the model"
@@ -163,11 +170,19 @@ class FilePlan:
     passes: list[Passing] = field(default_factory=list)
     #: Each name the file imports -> the spans of the scopes importing it (no import twice).
     imported: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
-    #: FSDP2 models this file builds (``fully_shard``, ``fsdp2_port.fully_shard_like_fsdp1``):
-    #: an untied FSDP1 site of the run may meet one, so it takes its form right on any model
-    #: (a rerun over a tree written half, by hand or killed without its journal, finishes),
-    #: except where the original already means something on FSDP2 (``Site.fsdp2_meaning``).
-    fsdp2_models: int = 0
+    #: The lines where this file builds FSDP2 models (``fully_shard``,
+    #: ``fsdp2_port.fully_shard_like_fsdp1``): an untied FSDP1 site of the run may meet one, so
+    #: it takes its form right on any model (a rerun over a tree written half, by hand or
+    #: killed without its journal, finishes), except where the original already means
+    #: something on FSDP2 (``Site.fsdp2_meaning``).
+    fsdp2_models: tuple[int, ...] = ()
+
+    @property
+    def fsdp2_builds(self) -> list[tuple[str, int]]:
+        """``(id, line)`` of each FSDP2 build, for ``programs`` (the ids of constructors are
+        ``path:line:column``; these cannot be taken for one)."""
+        return [(f"fsdp2 {self.path}:{line}", line) for line in self.fsdp2_models]
+
     #: The file imports an FSDP1 name (re-exported ones too) or fsdp2_port. A run with no such
     #: file and no FSDP1 constructor is no FSDP1 migration's business (``Decisions.about_fsdp1``):
     #: its FSDP2 models are FSDP2 code of its own (Megatron's tests).
@@ -305,11 +320,13 @@ def _resolved(site: Site, resolver: Resolver) -> Site:
     return site
 
 
-def decide(plans: Sequence[FilePlan]) -> Decisions:
-    """Settle the run: which constructors migrate and which sites are rewritten."""
+def decide(plans: Sequence[FilePlan], programs: Programs | None = None) -> Decisions:
+    """Settle the run: which constructors migrate and which sites are rewritten (``programs``:
+    which constructors each file's lines may meet; without it, every one)."""
     plans = resolve(plans)
     sites = [s for plan in plans for s in plan.sites]
     constructors = [s for s in sites if s.constructor is not None]
+    reach = _Reach(constructors, [b for p in plans for b, _ in p.fsdp2_builds], programs)
     migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
     about_fsdp1 = bool(constructors) or any(p.fsdp1_or_port for p in plans)
     fsdp2_models = (
@@ -323,11 +340,10 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
             for group in site.groups:
                 groups.setdefault(group, []).append(site)
     while True:
-        run = bool(constructors) and len(migrating) == len(constructors)
         ok = {
             s.key
             for s in sites
-            if s.constructor is None and _allowed(s, migrating, run, fsdp2_models)
+            if s.constructor is None and _allowed(s, migrating, reach, fsdp2_models)
         }
         changed = True
         while changed:
@@ -338,19 +354,21 @@ def decide(plans: Sequence[FilePlan]) -> Decisions:
                     changed = True
         kept = [s for s in sites if s.constructor is None and s.key not in ok and s.holds]
         blocked = {c for s in kept for c in s.ties}
-        if any(_holds_run(s) for s in kept):
-            blocked |= migrating
+        for site in kept:
+            if _holds_run(site):
+                blocked |= reach(site)
         still = migrating - blocked
         if still == migrating:
             break
         migrating = still
     rewritten = set(ok) | {s.key for s in constructors if s.constructor in migrating}
+    run = bool(constructors) and len(migrating) == len(constructors)
     if not about_fsdp1:
         # no FSDP1 in the run: sites found by names alone (``.module``, ``no_sync``, ``params``
         # on a library's own wrappers) are not about FSDP1: nothing changes, nothing is marked
         return Decisions({plan.path: plan for plan in plans}, set(), False, set(), {}, False)
     reasons = {
-        s.key: _reason(s, migrating, run, constructors, sites, ok)
+        s.key: _reason(s, migrating, reach, constructors, sites, ok)
         for s in sites
         if s.key not in rewritten
     }
@@ -368,22 +386,46 @@ def _holds_run(site: Site) -> bool:
     return site.holds and site.requirement == "RUN" and not site.ties
 
 
-def _allowed(site: Site, migrating: set[str], run: bool, fsdp2_models: bool = False) -> bool:
+class _Reach:
+    """The constructors whose models an untied site may meet, and whether it may meet an FSDP2
+    model the run builds already: those its program may run (``programs``; none: every one)."""
+
+    def __init__(
+        self, constructors: Sequence[Site], fsdp2_builds: list[str], programs: Programs | None
+    ) -> None:
+        self._all = frozenset(c.constructor for c in constructors if c.constructor)
+        self._fsdp2 = fsdp2_builds
+        self._programs = programs or Programs()
+        self._by_path: dict[str, frozenset[str]] = {}
+
+    def __call__(self, site: Site) -> frozenset[str]:
+        if site.path not in self._by_path:
+            meets = self._programs.may_meet
+            self._by_path[site.path] = frozenset(c for c in self._all if meets(site.path, c))
+        return self._by_path[site.path]
+
+    def fsdp2(self, site: Site) -> bool:
+        return any(self._programs.may_meet(site.path, b) for b in self._fsdp2)
+
+
+def _allowed(site: Site, migrating: set[str], reach: _Reach, fsdp2_models: bool = False) -> bool:
     if site.rewrite is None or site.requirement == "NEVER":
         return False
     if site.requirement == "ALWAYS":
         return True
     if site.requirement == "ANY":
-        return bool(migrating) or (fsdp2_models and not site.fsdp2_meaning)
+        return bool(migrating & reach(site)) or (
+            fsdp2_models and reach.fsdp2(site) and not site.fsdp2_meaning
+        )
     if site.requirement == "RUN":
-        return run
+        return bool(reach(site)) and reach(site) <= migrating
     return bool(site.ties) and site.ties <= migrating
 
 
 def _reason(
     site: Site,
     migrating: set[str],
-    run: bool,
+    reach: _Reach,
     constructors: Sequence[Site],
     sites: Sequence[Site],
     ok: set[tuple[str, int]],
@@ -399,9 +441,12 @@ def _reason(
         blockers = [
             s
             for s in sites
-            if ((site.constructor in s.ties and s.holds) or _holds_run(s))
+            if (
+                (site.constructor in s.ties and s.holds)
+                or (_holds_run(s) and site.constructor in reach(s))
+            )
             and s.key not in ok
-            and not _allowed(s, with_it, run)
+            and not _allowed(s, with_it, reach)
         ]
         because = _list(
             f"{b.code} at {_at(site, b)}"
@@ -411,18 +456,20 @@ def _reason(
         return Reason(f"{_MODEL_STAYS} because of {because}", model_stays=True)
     if site.key in ok:
         return Reason("")
-    if _holds_run(site) and site.rewrite is None and any(c.rewrite for c in constructors):
-        return Reason("it may act on any model of this run: they all stay FSDP1 until it is ported")
+    reached = [c for c in constructors if c.constructor in reach(site)]
+    if _holds_run(site) and site.rewrite is None and any(c.rewrite for c in reached):
+        models = "of this run" if len(reached) == len(constructors) else "its program builds"
+        return Reason(f"it may act on any model {models}: they all stay FSDP1 until it is ported")
     if site.rewrite is None or site.requirement == "NEVER":
         return Reason("")
-    if _allowed(site, migrating, run):
+    if _allowed(site, migrating, reach):
         partners = [
             s
             for s in sites
             if s.key != site.key
             and s.key not in ok
             and set(s.groups) & set(site.groups)
-            and not _allowed(s, migrating, run)
+            and not _allowed(s, migrating, reach)
         ]
         listed = _list(f"{p.code} at {_at(site, p)}" for p in partners)
         return Reason(f"it goes with FSDP1 code that stays: {listed}")
@@ -433,8 +480,10 @@ def _reason(
     if site.requirement == "RUN":
         if not constructors:
             return Reason(_NO_CONSTRUCTOR)
+        if not reached:
+            return Reason(_NO_CONSTRUCTOR_HERE)
         # Name what holds the run, not the constructors this site holds itself.
-        held = [c for c in constructors if c.constructor not in migrating]
+        held = [c for c in reached if c.constructor not in migrating]
         causes = [c for c in held if c.rewrite is None or _held_by_ties(c, sites, ok)]
         listed = _list(f"FSDP(...) at {_at(site, c)}" for c in (causes or held))
         return Reason(f"FSDP1 models remain in this run, and this one may be any of them: {listed}")

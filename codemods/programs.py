@@ -1,0 +1,268 @@
+"""Which programs of the run a constructor's models can live in.
+
+A model exists only in a process that ran its constructor. An *entry script* has a
+module-level ``if __name__ == "__main__":`` and no file of the run imports it (``import``,
+``from``, ``importlib.import_module``, ``runpy``, by a literal): it runs as its own program.
+Its lines can meet a constructor's models only if the script reaches the constructor
+itself, through the functions that hold it:
+
+- the holder of a constructor is its innermost function (its class for ``__init__``, other
+  dunders and ``forward``, which are reached through the class); a constructor in a class
+  body or at module level is held by its module;
+- a function or class is reached where its name is read (a name, an attribute, a string
+  naming it); a read inside another function or class is followed by that one's name, one
+  at module level reaches its module; a function of an entry script is read only there.
+
+A constructor whose modules are all entry scripts runs only in their programs. Any doubt
+answers "any program": a holder never read in the run (called from outside it, or by a
+config: a config file of the run's folders that names it counts as a read too), a module
+that reaches it and is not an entry script, a file that does not parse, too many names.
+Lines outside entry scripts can always meet every model of the run.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from codemods import sources
+
+#: Functions reached through their class rather than by name.
+_THROUGH_CLASS = re.compile(r"__\w+__|forward")
+#: Import statements (parenthesized or continued ones whole) and calls that load a module by
+#: a name or path given as a string; a docstring that shows one counts too.
+_IMPORTS = re.compile(
+    rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*(?:\([^)]*\)|[^\n]*(?:\\\n[^\n]*)*)"
+    rb"|import[ \t]+[^\n]*(?:\\\n[^\n]*)*)"
+    rb"|\b(?:import_module|__import__|run_path|run_module|spec_from_file_location)[ \t]*\([^)]*\)",
+    re.MULTILINE,
+)
+#: A module-level ``if __name__ == "__main__":``.
+_MAIN_GUARD = re.compile(
+    rb"^if[ \t(]+(?:__name__[ \t]*==[ \t]*([\"'])__main__\1"
+    rb"|([\"'])__main__\2[ \t]*==[ \t]*__name__)",
+    re.MULTILINE,
+)
+#: Config files whose text may name a function for a program to call.
+_CONFIGS = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini")
+#: Past this many names followed for one constructor, it may run in any program.
+_MAX_NAMES = 64
+
+
+@dataclass(frozen=True)
+class Programs:
+    """``entry``: the run's entry scripts; ``runs_in``: constructor id -> the entry scripts
+    whose programs may run it (``None``: any program)."""
+
+    entry: frozenset[str] = frozenset()
+    runs_in: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+
+    def may_meet(self, path: str, constructor: str) -> bool:
+        """Whether the models of ``constructor`` may reach a line of ``path``."""
+        if path not in self.entry:
+            return True
+        where = self.runs_in.get(constructor)
+        return where is None or path in where
+
+
+def find(
+    paths: Iterable[str], constructors: Iterable[tuple[str, str, int]], lines: Iterable[str]
+) -> Programs:
+    """The run's programs, for constructors given as ``(id, path, line)`` and the files whose
+    lines may meet models (``lines``)."""
+    run = _Run(list(paths))
+    entry = run.entry(lines)
+    if not entry:
+        return Programs()
+    return Programs(
+        frozenset(entry), {cid: run.runs_in(path, line) for cid, path, line in constructors}
+    )
+
+
+class _Run:
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+        self._data: dict[str, bytes] = {}
+        self._trees: dict[str, ast.Module | None] = {}
+        self._configs: list[bytes] | None = None
+        self._entry: dict[str, bool] = {}
+        self._loaded: dict[str, set[str]] | None = None
+
+    def data(self, path: str) -> bytes:
+        if path not in self._data:
+            try:
+                self._data[path] = sources.read_bytes(path)
+            except sources.UnreadableSource:
+                self._data[path] = b""
+        return self._data[path]
+
+    def tree(self, path: str) -> ast.Module | None:
+        if path not in self._trees:
+            try:
+                self._trees[path] = ast.parse(self.data(path))
+            except (SyntaxError, ValueError, RecursionError):
+                self._trees[path] = None
+        return self._trees[path]
+
+    def holding(self, word: str) -> list[str]:
+        """The files whose text has ``word`` as a word."""
+        pattern = re.compile(rb"\b" + re.escape(word.encode()) + rb"\b")
+        return [p for p in self.paths if pattern.search(self.data(p))]
+
+    def entry(self, paths: Iterable[str]) -> set[str]:
+        """Of ``paths``, the entry scripts (their statuses are kept: ``is_entry``)."""
+        found = set()
+        for path in paths:
+            stem = os.path.splitext(os.path.basename(path))[0]
+            self._entry[path] = bool(_MAIN_GUARD.search(self.data(path))) and not (
+                self.loaded().get(stem, set()) - {path}
+            )
+            if self._entry[path]:
+                found.add(path)
+        return found
+
+    def loaded(self) -> dict[str, set[str]]:
+        """Each word of the run's import statements and loader calls -> the files it is in."""
+        if self._loaded is None:
+            self._loaded = {}
+            for path in self.paths:
+                for statement in _IMPORTS.findall(self.data(path)):
+                    for word in re.findall(rb"\w+", statement):
+                        self._loaded.setdefault(word.decode(), set()).add(path)
+        return self._loaded
+
+    def is_entry(self, path: str) -> bool:
+        if path not in self._entry:
+            self.entry([path])
+        return self._entry[path]
+
+    def runs_in(self, path: str, line: int) -> frozenset[str] | None:
+        """The entry scripts whose programs may run the constructor at ``path:line``."""
+        tree = self.tree(path)
+        if tree is None:
+            return None
+        modules: set[str] = set()
+        todo: list[tuple[str | None, str]] = [(_holder(tree, line), path)]
+        seen: set[tuple[str | None, str | None]] = set()
+        while todo:
+            name, home = todo.pop()
+            if name is None:
+                modules.add(home)
+                if not self.is_entry(home):
+                    return None
+                continue
+            scope = home if self.is_entry(home) else None
+            if (name, scope) in seen:
+                continue
+            seen.add((name, scope))
+            if len(seen) > _MAX_NAMES or (scope is None and self._configured(name)):
+                return None
+            readers = [home] if scope else self.holding(name)
+            found = False
+            for reader in readers:
+                tree = self.tree(reader)
+                if tree is None:
+                    return None
+                for holder in _readers_of(tree, name):
+                    found = True
+                    todo.append((holder, reader))
+            if not found:
+                return None  # read by no line of the run: called from outside it
+        return frozenset(modules)
+
+    def _configured(self, name: str) -> bool:
+        if self._configs is None:
+            self._configs = list(_config_texts(self.paths))
+        pattern = re.compile(rb"\b" + re.escape(name.encode()) + rb"\b")
+        return any(pattern.search(text) for text in self._configs)
+
+
+def _holder(tree: ast.Module, line: int) -> str | None:
+    """The name that reaches the code at ``line``: its innermost function's (its class's for
+    a dunder or ``forward``); ``None`` for a class body or module level."""
+    holder: str | None = None
+    body: list[ast.stmt] = tree.body
+    classes: list[str] = []
+    while True:
+        inner = next(
+            (
+                s
+                for s in body
+                if s.lineno <= line <= (s.end_lineno or s.lineno)
+                and isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            ),
+            None,
+        )
+        if inner is None:
+            blocks = [
+                s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno) and _blocks(s)
+            ]
+            if not blocks:
+                return holder
+            body = [b for block in _blocks(blocks[0]) for b in block]
+            continue
+        if isinstance(inner, ast.ClassDef):
+            if any(_within(b, line) for b in inner.bases + inner.keywords):
+                return inner.name  # a base class: reached when the class is instantiated
+            classes.append(inner.name)
+            body = inner.body
+            continue
+        if not any(_within(s, line) for s in inner.body):
+            return holder  # decorators, defaults: evaluated where the function is defined
+        holder = classes[-1] if _THROUGH_CLASS.fullmatch(inner.name) and classes else inner.name
+        classes = []
+        body = inner.body
+
+
+def _within(node: ast.AST, line: int) -> bool:
+    start = getattr(node, "lineno", None)
+    return start is not None and start <= line <= (getattr(node, "end_lineno", None) or start)
+
+
+def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+    found = []
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(statement, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            found.append(block)
+    for handler in getattr(statement, "handlers", ()):
+        found.append(handler.body)
+    for case in getattr(statement, "cases", ()):
+        found.append(case.body)
+    return found
+
+
+def _readers_of(tree: ast.Module, name: str) -> list[str | None]:
+    """The holders (``_holder``) of each line of ``tree`` that reads ``name``."""
+    lines = set()
+    for node in ast.walk(tree):
+        if (
+            (isinstance(node, ast.Name) and node.id == name)
+            or (isinstance(node, ast.Attribute) and node.attr == name)
+            or (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and re.fullmatch(rf"(.*[.:])?{re.escape(name)}", node.value)
+            )
+            or (isinstance(node, ast.alias) and node.asname and node.name == name)
+        ):
+            lines.add(node.lineno)
+    return [_holder(tree, line) for line in sorted(lines)]
+
+
+def _config_texts(paths: list[str]) -> Iterable[bytes]:
+    """The config files of the folders the run's files are in."""
+    for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith(_CONFIGS) and entry.is_file():
+                try:
+                    yield sources.read_bytes(entry.path)
+                except sources.UnreadableSource:
+                    continue

@@ -1,0 +1,133 @@
+"""``programs``: which entry scripts may run a constructor. Each case is a small tree of files;
+the answer is either the exact set of scripts or ``None`` (any program), and every doubt must
+land on ``None``: a wrong set would leave FSDP1 calls on FSDP2 models."""
+
+import textwrap
+
+import pytest
+
+from codemods import programs
+
+WRAP = """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def wrap(model):
+    return FSDP(model)
+"""
+SCRIPT = """\
+from lib import wrap
+
+
+def main():
+    wrap(None)
+
+
+if __name__ == "__main__":
+    main()
+"""
+PLAIN = """\
+def main():
+    pass
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _find(tmp_path, files: dict[str, str], at: tuple[str, int] = ("lib.py", 5)):
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    paths = sorted(str(p) for p in tmp_path.rglob("*.py"))
+    found = programs.find(paths, [("c", str(tmp_path / at[0]), at[1])], paths)
+    where = found.runs_in.get("c", None) if found.entry else None
+    return found, None if where is None else {p[len(str(tmp_path)) + 1 :] for p in where}
+
+
+def test_a_helper_runs_only_in_the_scripts_that_reach_it(tmp_path):
+    found, where = _find(tmp_path, {"lib.py": WRAP, "a.py": SCRIPT, "b.py": PLAIN})
+    assert where == {"a.py"}
+    assert not found.may_meet(str(tmp_path / "b.py"), "c")
+    assert found.may_meet(str(tmp_path / "a.py"), "c")
+    assert found.may_meet(str(tmp_path / "lib.py"), "c")  # not a script: any program
+
+
+def test_a_function_of_a_script_is_read_only_in_that_script(tmp_path):
+    own = SCRIPT.replace("from lib import wrap\n", WRAP).replace("wrap(None)", "wrap(None)")
+    _, where = _find(tmp_path, {"a.py": own, "b.py": PLAIN}, ("a.py", 5))
+    assert where == {"a.py"}  # b.py's own main() is another function
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        pytest.param({"lib.py": WRAP, "a.py": PLAIN}, id="read-nowhere"),
+        pytest.param(
+            {"lib.py": WRAP, "a.py": PLAIN, "conf/run.yaml": "_target_: lib.wrap\n"},
+            id="named-by-a-config",
+        ),
+        pytest.param(
+            {"lib.py": WRAP, "a.py": SCRIPT, "registry.py": "from lib import wrap\nB = [wrap]\n"},
+            id="read-at-module-level-of-a-library",
+        ),
+        pytest.param(
+            {"lib.py": WRAP, "a.py": SCRIPT, "run.py": "import a\n"},
+            id="script-imported",
+        ),
+        pytest.param(
+            {
+                "lib.py": WRAP,
+                "a.py": SCRIPT,
+                "run.py": "import importlib\nimportlib.import_module('pkg.a')\n",
+            },
+            id="script-loaded-by-name",
+        ),
+        pytest.param({"lib.py": WRAP + "\nwrap(None)\n", "a.py": PLAIN}, id="module-level"),
+        pytest.param({"lib.py": WRAP, "a.py": SCRIPT, "broken.py": "def f(:\n wrap\n"}, id="parse"),
+    ],
+)
+def test_any_doubt_means_any_program(tmp_path, files):
+    _, where = _find(tmp_path, files)
+    assert where is None
+
+
+def test_config_names_count_only_next_to_the_run(tmp_path):
+    files = {"lib.py": WRAP, "a.py": SCRIPT, "b.py": PLAIN, "docs/x.yaml": "wrap: 1\n"}
+    _, where = _find(tmp_path, files)
+    assert where == {"a.py"}  # docs/ holds no file of the run
+
+
+def test_a_constructor_in_init_or_forward_is_reached_through_its_class(tmp_path):
+    for method in ("__init__", "forward"):
+        lib = f"""\
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+            class Wrapped:
+                def {method}(self, model):
+                    return FSDP(model)
+
+
+            class Sub(Wrapped):
+                pass
+            """
+        script = SCRIPT.replace("from lib import wrap", "from lib import Sub").replace(
+            "wrap(None)", "Sub()"
+        )
+        _, where = _find(tmp_path, {"lib.py": lib, "a.py": script, "b.py": PLAIN}, ("lib.py", 6))
+        assert where == {"a.py"}, method
+
+
+def test_a_decorator_runs_where_the_function_is_defined(tmp_path):
+    lib = WRAP + "\n\n@wrap\ndef registered():\n    pass\n"
+    _, where = _find(tmp_path, {"lib.py": lib, "a.py": SCRIPT})
+    assert where is None  # applied when lib is imported, in any program
+
+
+def test_no_entry_script_no_programs(tmp_path):
+    found, _ = _find(tmp_path, {"lib.py": WRAP, "a.py": "from lib import wrap\nwrap(None)\n"})
+    assert found.entry == frozenset()
+    assert found.may_meet(str(tmp_path / "a.py"), "c")
