@@ -110,6 +110,7 @@ def run_repository(directory: Path, options: Options | None = None) -> dict:
         # some stay FSDP1: a live call may be theirs (listed for a person to judge)
         "live_to_judge": live if moved and not all_moved else [],
         "files": len(files),
+        "changed_files": sum(r.changed for r in first),
         "seconds": round(seconds, 3),
         "constructors_before": sum(a.constructors for a in before.values()),
         "constructors_after": sum(a.constructors for a in after.values()),
@@ -171,6 +172,7 @@ def main() -> int:
             reports[repository.name] = report
             for key in (
                 "files",
+                "changed_files",
                 "bridges",
                 "plain_with_readers",
                 "constructors_before",
@@ -189,7 +191,8 @@ def main() -> int:
                 totals[key] += len(report[key])
             migrated = report["constructors_before"] - report["constructors_after"]
             print(
-                f"{repository.name:<34} {report['files']:>3} files  constructors "
+                f"{repository.name:<34} {report['files']:>3} files "
+                f"({report['changed_files']} changed)  constructors "
                 f"{migrated:>2}/{report['constructors_before']:<2} migrated  "
                 + "  ".join(f"{key.replace('_', '-')} {len(report[key])}" for key in lists)
                 + f"  {report['seconds']:.2f} s"
@@ -202,7 +205,8 @@ def main() -> int:
     share = migrated / max(totals["constructors_before"], 1)
     plain = migrated - totals["bridges"]
     print(
-        f"\n{len(reports)} repositories, {totals['files']} files: {migrated} of "
+        f"\n{len(reports)} repositories, {totals['files']} files ({totals['changed_files']} "
+        f"changed): {migrated} of "
         f"{totals['constructors_before']} FSDP1 constructors migrated ({share:.0%}), "
         f"{plain} of them to plain fully_shard code ({plain / max(migrated, 1):.0%}; "
         f"{totals['plain_with_readers']} of these read values only the run knows with "
