@@ -98,6 +98,25 @@ _FSDP1_SHARED = frozenset(
     }
 )
 _FSDP1_ATTRIBUTES = _FSDP1_ONLY | _FSDP1_SHARED
+#: What FSDP1's value of a shared name has: a read of anything else from it (``m.params.
+#: max_seq_len``, a config's) shows that the receiver is not an FSDP1 model.
+_VALUE_ATTRIBUTES = {
+    "params": frozenset(dir(list)),  # its flat parameters
+    "mixed_precision": frozenset(
+        {
+            "param_dtype",
+            "reduce_dtype",
+            "buffer_dtype",
+            "keep_low_precision_grads",
+            "cast_forward_inputs",
+            "cast_root_forward_inputs",
+            "_module_classes_to_ignore",
+        }
+    ),
+    "sharding_strategy": frozenset({"name", "value"}),
+    "cpu_offload": frozenset({"offload_params"}),
+    "compute_device": frozenset({"type", "index"}),
+}
 #: Wrappers whose ``.module`` is theirs, not FSDP1's: a receiver bound only to them is left alone.
 #: Attributes that read a wrapper's module, and the form right on any receiver.
 _WRAPPED = {"module": "unwrapped", "_fsdp_wrapped_module": "fsdp_wrapped_module"}
@@ -249,6 +268,8 @@ class InternalsRule:
             )
         elif node.attr in _FSDP1_SHARED and _public_store(node):
             return  # ``layer.rank = r``: sets an attribute, FSDP1's meaning or not, on any object
+        elif node.attr in _VALUE_ATTRIBUTES and _read_as_another_value(analysis, node):
+            return
         elif node.attr in _FSDP1_ATTRIBUTES:
             what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
             # a receiver named like a model that other files pass: if the run ties it to
@@ -471,6 +492,41 @@ def _public_store(node: ast.Attribute) -> bool:
     """A store or ``del`` of a public name (``rank``, ``world_size``...): it reads nothing of
     FSDP1's; private ones (``_sync_gradients``) steer FSDP1 and stay FSDP1 uses."""
     return not isinstance(node.ctx, ast.Load) and not node.attr.startswith("_")
+
+
+def _read_as_another_value(analysis: FileAnalysis, node: ast.Attribute) -> bool:
+    """``m.params.max_seq_len``: something FSDP1's value lacks is read from the value, there,
+    through a name bound only to it, or through ``self.x = m.params`` in the same class."""
+    has = _VALUE_ATTRIBUTES[node.attr]
+
+    def foreign(read: ast.AST) -> bool:
+        outer = analysis.names.parent.get(read)
+        return isinstance(outer, ast.Attribute) and outer.value is read and outer.attr not in has
+
+    if foreign(node) or any(foreign(use) for use in _alias_uses(analysis, node) or ()):
+        return True
+    statement = analysis.names.parent.get(node)
+    if not (
+        isinstance(statement, ast.Assign)
+        and statement.value is node
+        and len(statement.targets) == 1
+        and isinstance(target := statement.targets[0], ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    ):
+        return False
+    owner = analysis.names.parent.get(statement)
+    while owner is not None and not isinstance(owner, ast.ClassDef):
+        owner = analysis.names.parent.get(owner)
+    return owner is not None and any(
+        isinstance(read, ast.Attribute)
+        and isinstance(read.ctx, ast.Load)
+        and read.attr == target.attr
+        and isinstance(read.value, ast.Name)
+        and read.value.id == "self"
+        and foreign(read)
+        for read in ast.walk(owner)
+    )
 
 
 def _may_be_model(analysis: FileAnalysis, node: ast.Attribute) -> bool:
