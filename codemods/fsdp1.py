@@ -128,7 +128,11 @@ def might_act_on_a_model(data: bytes) -> bool:
     name (a base class, a helper library, a file whose FSDP1 names an earlier run rewrote
     around a site that holds the run: the second run must hold it too), since one of the run's
     models may reach it by a path the analysis cannot see."""
-    return markers.PREFIX.encode() in data or _ACTS_ON_A_MODEL.search(data) is not None
+    return (
+        markers.PREFIX.encode() in data
+        or _ACTS_ON_A_MODEL.search(data) is not None
+        or (b"all_reduce" in data and b".grad" in data)  # a gradient norm reduced by hand
+    )
 
 
 _FSDP2_MODULES = (

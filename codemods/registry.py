@@ -17,6 +17,7 @@ from codemods import dead_values, imports, reader_values
 from codemods.rules import Code, Rule
 from codemods.rules.clip_grad import ClipGradRule
 from codemods.rules.constructors import ConstructorRule
+from codemods.rules.grad_reduce import GradReduceRule
 from codemods.rules.internals import InternalsRule
 from codemods.rules.isinstance_check import IsinstanceRule
 from codemods.rules.leftovers import LeftoversRule
@@ -30,6 +31,7 @@ RULES: tuple[type[Rule], ...] = (
     OptimizerRule,
     StateDictRule,
     ClipGradRule,
+    GradReduceRule,
     NoSyncRule,
     InternalsRule,
     IsinstanceRule,

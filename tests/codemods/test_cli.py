@@ -299,7 +299,7 @@ def test_jobs_give_the_same_output_in_the_same_order(tmp_path, capsys):
 def test_list_rules(capsys):
     assert main(["--list-rules"]) == 0
     codes = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert codes[-1] == "F2P099" and len(codes) == len(set(codes)) == 14
+    assert codes[-1] == "F2P099" and len(codes) == len(set(codes)) == 15
 
 
 def _add_edit(sites, edit):

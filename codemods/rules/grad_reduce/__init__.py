@@ -1,0 +1,3 @@
+from codemods.rules.grad_reduce.rule import GradReduceRule
+
+__all__ = ["GradReduceRule"]

@@ -1,0 +1,42 @@
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def local_norm(model):
+    total = 0.0
+    for p in model.parameters():
+        if p.grad is not None:
+            total += torch.linalg.vector_norm(p.grad) ** 2
+    return total**0.5
+
+
+def global_norm(model):
+    # FSDP1's shards summed: under FSDP2 the grads are DTensors
+    norm = local_norm(model).clone() ** 2
+    # TODO(fsdp2-port): F2P014 gradients all-reduced by hand: under FSDP2 they are DTensors, whose norms are already global and which dist.all_reduce refuses; use fsdp2_port.global_grad_norm(model.parameters())
+    dist.all_reduce(norm)
+    return norm**0.5
+
+
+def train(net):
+    # TODO(fsdp2-port): F2P002 FSDP(...) left as is (its model stays FSDP1 because of F2P014 at line 17)
+    model = FSDP(net)
+    return global_norm(model)
+
+
+def dtensor_aware(model):
+    norm = sum(p.grad.to_local().pow(2).sum() for p in model.parameters())
+    dist.all_reduce(norm)
+    return norm
+
+
+def losses(loss):
+    dist.all_reduce(loss)  # not gradients
+    return loss
+
+
+def data_parallel_by_hand(model):
+    for param in model.parameters():
+        dist.all_reduce(param.grad)  # the gradients themselves: never on an FSDP1 model
+        param.grad.div_(dist.get_world_size())

@@ -1,0 +1,146 @@
+"""F2P014: a gradient norm (or sum) all-reduced by hand, on a model that may migrate.
+
+``dist.all_reduce(x)`` where ``x`` is a norm computed from ``p.grad`` (a norm, a power, a sum of
+squares; through the function's names, its loops over ``m.parameters()`` and helpers of the same
+file) is right under FSDP1: each rank holds a shard of the flat gradient, and the sum over ranks
+completes the norm. (An all-reduce of the gradients themselves is a hand-written data-parallel
+step, never right on an FSDP1 model: not this rule's business.) Under FSDP2 the
+gradients are DTensors: their norm is already the global one, and ``dist.all_reduce`` refuses a
+DTensor (``c10d.allreduce_`` has no sharding strategy; seen on torch 2.13). No rewrite fits
+every shape of such code, so the line is marked and holds its model on FSDP1 (a model the run
+cannot tie: every model of its program). Code that already reads DTensors (``to_local()``,
+``full_tensor()``) is left alone; ``fsdp2_port.global_grad_norm(m.parameters())`` is the norm
+on any mesh.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar
+
+from codemods.analysis import FileAnalysis
+from codemods.rules import Code
+
+_ALL_REDUCE = "torch.distributed.all_reduce"
+#: Reads that show the code already handles DTensors.
+_DTENSOR_AWARE = frozenset({"to_local", "full_tensor", "redistribute"})
+_PARAMETERS = frozenset({"parameters", "named_parameters"})
+#: Calls that turn gradients into (a piece of) their norm.
+_NORMS = frozenset({"norm", "vector_norm", "get_total_norm", "pow", "square", "sum", "sqrt"})
+_MESSAGE = (
+    "gradients all-reduced by hand: under FSDP2 they are DTensors, whose norms are already "
+    "global and which dist.all_reduce refuses; use fsdp2_port.global_grad_norm(model.parameters())"
+)
+#: How many names and helpers deep a reduced value is followed back.
+_DEPTH = 4
+
+
+class GradReduceRule:
+    CODE: ClassVar[str] = "F2P014"
+    CODES: ClassVar[dict[str, Code]] = {
+        "F2P014": Code(
+            summary="gradient norms all-reduced by hand (marked: FSDP2 gradients are DTensors)",
+            topic="`dist.all_reduce` of a gradient norm",
+            rewritten="—",
+            marked=(
+                "an all-reduce of a norm computed from gradients (a norm, a power, a sum; "
+                "through names, loops over `m.parameters()` and helpers of the file), unless the "
+                "code reads DTensors (`to_local()`, `full_tensor()`): it holds its model on FSDP1 "
+                "(an all-reduce of the gradients themselves is left alone)"
+            ),
+        ),
+    }
+    NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)
+    EMITS: ClassVar[dict[str, str]] = {}
+
+    def analyze(self, analysis: FileAnalysis) -> None:
+        for call in analysis.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if not call.args or _ALL_REDUCE not in analysis.names.qualified(call.func):
+                continue
+            if analysis.is_ignored(call):
+                continue
+            found = _Gradients(analysis)
+            found.follow(call.args[0], _DEPTH)
+            if not (found.read and found.norm) or found.dtensor_aware:
+                continue
+            receiver = found.modules[0] if found.modules else None
+            site = None
+            if receiver is not None:
+                site = analysis.add_tied(
+                    self.CODE, call, receiver, _MESSAGE, None, quiet=False, speculate=False
+                )
+            if site is None:
+                analysis.hold(self.CODE, call, _MESSAGE)
+
+
+class _Gradients:
+    """What a value is computed from: whether ``.grad`` is read on the way, the modules whose
+    parameters are read, and whether DTensors are handled there."""
+
+    def __init__(self, analysis: FileAnalysis) -> None:
+        self.analysis = analysis
+        self.read = False
+        self.norm = False
+        self.dtensor_aware = False
+        self.modules: list[ast.expr] = []
+        self._seen: set[ast.AST] = set()
+
+    def follow(self, expr: ast.AST, depth: int) -> None:
+        if expr in self._seen or depth < 0:
+            return
+        self._seen.add(expr)
+        names = self.analysis.names
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Attribute):
+                if node.attr == "grad":
+                    self.read = True
+                    self._module_of(node.value, depth)
+                elif node.attr in _DTENSOR_AWARE:
+                    self.dtensor_aware = True
+                elif node.attr in _PARAMETERS:
+                    self.modules.append(node.value)
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+                self.norm = True
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                for binding in names.bindings_of(node):
+                    if binding.kind == "def":
+                        continue
+                    value = binding.value or _bound_from(names.parent.get(binding.node))
+                    if value is not None:
+                        self.follow(value, depth - 1)
+            if isinstance(node, ast.Call) and _called(node) in _NORMS:
+                self.norm = True
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                helper = next(
+                    (b.node for b in names.bindings_of(node.func) if b.kind == "def"), None
+                )
+                if helper is not None and helper not in self._seen:
+                    before = self.read
+                    self.follow(helper, depth - 1)
+                    if self.read and not before:
+                        self.modules += [a for a in node.args if not isinstance(a, ast.Constant)]
+
+    def _module_of(self, tensor: ast.expr, depth: int) -> None:
+        """``p`` of ``p.grad``: a loop variable over ``m.parameters()`` names ``m``."""
+        if isinstance(tensor, ast.Name):
+            for binding in self.analysis.names.bindings_of(tensor):
+                loop = self.analysis.names.parent.get(binding.node)
+                while isinstance(loop, ast.Tuple):
+                    loop = self.analysis.names.parent.get(loop)
+                if isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)):
+                    self.follow(loop.iter, depth - 1)
+
+
+def _called(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _bound_from(statement: ast.AST | None) -> ast.AST | None:
+    """The value an augmented assignment or a ``with ... as`` adds to a name."""
+    if isinstance(statement, ast.AugAssign):
+        return statement.value
+    if isinstance(statement, ast.withitem):
+        return statement.context_expr
+    return None
