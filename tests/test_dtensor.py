@@ -200,3 +200,25 @@ def _partial_refused(rank, world):
     p.grad = DTensor.from_local(torch.ones(4), mesh, [Partial()])
     with pytest.raises(ValueError, match="Partial"):
         fsdp2_port.clip_grad_norm_([p], 1.0)
+
+
+def _hand_reduced_norm(rank, world):
+    model, data, sync = _build("fsdp")
+    replica = _replica("fsdp")
+    _backward(model, data, 0, sync)
+    loss_fn(replica, *global_batch(0)).backward()
+    # FSDP1-era code: each rank's norm squared, summed over ranks (right for flat-parameter
+    # shards). On FSDP2 the sum is a DTensor, already global, and c10d refuses it.
+    squares = sum(torch.linalg.vector_norm(p.grad) ** 2 for p in model.parameters())
+    assert isinstance(squares, DTensor)
+    want = torch.nn.utils.get_total_norm([p.grad for p in replica.parameters()])
+    assert math.isclose(squares.full_tensor().sqrt().item(), want.item(), rel_tol=1e-6)
+    with pytest.raises(NotImplementedError, match="allreduce_"):
+        dist.all_reduce(squares)
+    norm = fsdp2_port.global_grad_norm([p.grad for p in model.parameters()])
+    assert math.isclose(norm.item(), want.item(), rel_tol=1e-6)
+
+
+def test_a_grad_norm_all_reduced_by_hand_fails_on_fsdp2():
+    """Why F2P014 holds its model on FSDP1 rather than letting it migrate."""
+    run_ranks(_hand_reduced_norm, 2)
