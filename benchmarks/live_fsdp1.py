@@ -11,8 +11,9 @@ file-wide table of imported names. A run over a repository is judged as a whole:
   ``_fsdp_wrapped_module``, ``_flat_param``), marked or not, unless no FSDP2 model can get there:
   behind ``isinstance(x, FSDP)`` or ``hasattr(x, "_fsdp_wrapped_module")`` (an ``if`` body,
   the rest of an ``and``, the ``else`` of a negation, or after ``if not ...: return``), or on
-  a name bound to a ``DistributedDataParallel``. A ``clip_grad_norm_`` whose first argument
-  is parameters is torch's signature, not FSDP1's method.
+  a name bound to a ``DistributedDataParallel`` (``.to(...)`` of one too). A
+  ``clip_grad_norm_`` whose first argument is parameters is torch's signature, not FSDP1's
+  method.
 
 In a run where every constructor migrated, each live call is on a migrated model: a defect.
 Where some stay FSDP1, a live call may be theirs; those are listed for a person to judge.
@@ -44,6 +45,8 @@ _DDP = {
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel",
 }
+#: ``nn.Module`` methods that return the module itself.
+_RETURN_SELF = {"to", "cuda", "cpu", "train", "eval", "half", "float", "bfloat16", "requires_grad_"}
 _METHODS = {"no_sync", "clip_grad_norm_", "summon_full_params", "check_is_root"}
 _ATTRIBUTES = {"_handle", "_fsdp_wrapped_module", "_flat_param", "_all_handles", "_is_root"}
 _JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
@@ -343,10 +346,19 @@ def _asserts(test: ast.AST, names: dict[str, str], holds: bool) -> bool:
 
 
 def _bound_to(tree: ast.AST, names: dict[str, str], classes: set[str]) -> set[str]:
+    """Names assigned an instance of ``classes``, also through methods that return the module
+    itself (``DDP(m).to(device)``)."""
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            if _qualified(node.value.func, names) in classes:
+            value = node.value
+            while (
+                isinstance(value.func, ast.Attribute)
+                and value.func.attr in _RETURN_SELF
+                and isinstance(value.func.value, ast.Call)
+            ):
+                value = value.func.value
+            if _qualified(value.func, names) in classes:
                 out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     return out
 

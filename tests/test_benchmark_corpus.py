@@ -221,3 +221,23 @@ def test_the_reading_follows_version_helpers_and_skips_attribute_sets():
     # the helper's FSDP2 answer no longer constant: the call after its test is live too
     loose = live_fsdp1.read("m.py", VERSIONED.replace("return 2", "return model.version"))
     assert sorted(loose.live) == ["m.py:16: ._handle", "m.py:22: ._handle"]
+
+
+DDP_MOVED = """\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def step(net, other, device):
+    model = DDP(net).to(device)
+    with model.no_sync():
+        pass
+    with other.no_sync():
+        pass
+"""
+
+
+def test_the_reading_leaves_a_ddp_model_moved_by_to():
+    """``DDP(net).to(device)`` is still the DDP model: its ``no_sync`` is DDP's, not FSDP1's."""
+    from benchmarks import live_fsdp1
+
+    assert live_fsdp1.read("m.py", DDP_MOVED).live == ["m.py:8: .no_sync()"]
