@@ -32,7 +32,6 @@ BOUND_S = GRACE_S + KILL_WAIT_S + 5
 # pid to $PIDS, starts a child in a session of its own, and then both ignore SIGTERM and sleep.
 FACTORIES = """\
 import os, signal, subprocess, sys, time
-from torch import nn
 
 def exits():
     sys.exit(3)
@@ -46,6 +45,8 @@ def sleeper():
     time.sleep(120)
 
 def stubborn():
+    from torch import nn  # here: a child that only sleeps starts without importing torch
+
     def batch(step, size):
         code = "import sys; sys.path.insert(0, sys.argv[1]); import factories; factories.sleeper()"
         here = os.path.dirname(os.path.abspath(__file__))
