@@ -176,13 +176,6 @@ class FilePlan:
     #: killed without its journal, finishes), except where the original already means
     #: something on FSDP2 (``Site.fsdp2_meaning``).
     fsdp2_models: tuple[int, ...] = ()
-
-    @property
-    def fsdp2_builds(self) -> list[tuple[str, int]]:
-        """``(id, line)`` of each FSDP2 build, for ``programs`` (the ids of constructors are
-        ``path:line:column``; these cannot be taken for one)."""
-        return [(f"fsdp2 {self.path}:{line}", line) for line in self.fsdp2_models]
-
     #: The file imports an FSDP1 name (re-exported ones too) or fsdp2_port. A run with no such
     #: file and no FSDP1 constructor is no FSDP1 migration's business (``Decisions.about_fsdp1``):
     #: its FSDP2 models are FSDP2 code of its own (Megatron's tests).
@@ -195,6 +188,12 @@ class FilePlan:
     @property
     def constructors(self) -> list[Site]:
         return [s for s in self.sites if s.constructor is not None]
+
+    @property
+    def fsdp2_builds(self) -> list[tuple[str, int]]:
+        """``(id, line)`` of each FSDP2 build, for ``programs`` (the ids of constructors are
+        ``path:line:column``; these cannot be taken for one)."""
+        return [(f"fsdp2 {self.path}:{line}", line) for line in self.fsdp2_models]
 
 
 @dataclass(frozen=True)
