@@ -34,6 +34,17 @@ VALUE_CLASSES = frozenset(
         "CustomPolicy",
     }
 )
+#: ``MixedPrecision``'s fields, in order (its arguments by position), and ``CPUOffload``'s.
+MIXED_PRECISION_FIELDS = (
+    "param_dtype",
+    "reduce_dtype",
+    "buffer_dtype",
+    "keep_low_precision_grads",
+    "cast_forward_inputs",
+    "cast_root_forward_inputs",
+    "_module_classes_to_ignore",
+)
+CPU_OFFLOAD_FIELDS = ("offload_params",)
 #: FSDP1's public wrap-policy functions (``functools.partial`` of one is a policy).
 WRAP_POLICY_FUNCTIONS = frozenset(
     {

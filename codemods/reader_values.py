@@ -91,19 +91,8 @@ _ENUMS = {
 #: FSDP1's config dataclasses the readers take as a dict of their fields: (kind, the fields in
 #: order, for arguments by position).
 _CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "MixedPrecision": (
-        MIXED,
-        (
-            "param_dtype",
-            "reduce_dtype",
-            "buffer_dtype",
-            "keep_low_precision_grads",
-            "cast_forward_inputs",
-            "cast_root_forward_inputs",
-            "_module_classes_to_ignore",
-        ),
-    ),
-    "CPUOffload": (OFFLOAD, ("offload_params",)),
+    "MixedPrecision": (MIXED, fsdp1.MIXED_PRECISION_FIELDS),
+    "CPUOffload": (OFFLOAD, fsdp1.CPU_OFFLOAD_FIELDS),
     "FullStateDictConfig": (MODEL_CONFIG, ("offload_to_cpu", "rank0_only")),
     "ShardedStateDictConfig": (MODEL_CONFIG, ("offload_to_cpu", "_use_dtensor")),
     "FullOptimStateDictConfig": (OPTIM_CONFIG, ("offload_to_cpu", "rank0_only")),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 
-from codemods import calls
+from codemods import calls, fsdp1
 from codemods.analysis import FileAnalysis
 from codemods.names import Binding
 from codemods.rules.constructors.values import (
@@ -29,15 +29,6 @@ from codemods.text import Edit
 #: The FSDP2 offload classes an ``offload_policy`` text calls (the names it imports).
 _POLICY_CLASSES = re.compile(r"\b(CPUOffloadPolicy|OffloadPolicy)\(")
 _DTYPES = ("float32", "float16", "bfloat16", "float64", "float", "half", "double")
-_MIXED = (
-    "param_dtype",
-    "reduce_dtype",
-    "buffer_dtype",
-    "keep_low_precision_grads",
-    "cast_forward_inputs",
-    "cast_root_forward_inputs",
-    "_module_classes_to_ignore",
-)
 
 
 def mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
@@ -78,7 +69,7 @@ def _literal_mixed_precision(
     False (``out`` untouched) for anything else."""
     if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"):
         return False
-    bound = calls.bind(value, _MIXED)
+    bound = calls.bind(value, fsdp1.MIXED_PRECISION_FIELDS)
     if bound is None or "_module_classes_to_ignore" in bound:
         return False
     flags = {n: calls.literal_bool(bound[n].value) for n in bound if n.startswith(("cast", "keep"))}
@@ -122,7 +113,7 @@ def _conditional_mixed_precision(analysis: FileAnalysis, out: Pure, value: ast.e
         isinstance(policy, ast.Call) and analysis.fsdp1_name(policy.func) == "MixedPrecision"
     ):
         return False
-    bound = calls.bind(policy, _MIXED)
+    bound = calls.bind(policy, fsdp1.MIXED_PRECISION_FIELDS)
     if bound is None or set(bound) - {"param_dtype", "reduce_dtype", "buffer_dtype"}:
         return False
     dtypes = {n: a.value for n, a in bound.items() if not calls.is_none(a.value)}
@@ -177,7 +168,7 @@ def _chosen_mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -
             isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"
         ):
             return False
-        bound = calls.bind(value, _MIXED)
+        bound = calls.bind(value, fsdp1.MIXED_PRECISION_FIELDS)
         if bound is None or set(bound) - {"reduce_dtype", "param_dtype", "buffer_dtype"}:
             return False
         casts |= "param_dtype" in bound and not calls.is_none(bound["param_dtype"].value)

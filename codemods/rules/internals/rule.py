@@ -102,19 +102,9 @@ _FSDP1_ATTRIBUTES = _FSDP1_ONLY | _FSDP1_SHARED
 #: max_seq_len``, a config's) shows that the receiver is not an FSDP1 model.
 _VALUE_ATTRIBUTES = {
     "params": frozenset(dir(list)),  # its flat parameters
-    "mixed_precision": frozenset(
-        {
-            "param_dtype",
-            "reduce_dtype",
-            "buffer_dtype",
-            "keep_low_precision_grads",
-            "cast_forward_inputs",
-            "cast_root_forward_inputs",
-            "_module_classes_to_ignore",
-        }
-    ),
+    "mixed_precision": frozenset(fsdp1.MIXED_PRECISION_FIELDS),
     "sharding_strategy": frozenset({"name", "value"}),
-    "cpu_offload": frozenset({"offload_params"}),
+    "cpu_offload": frozenset(fsdp1.CPU_OFFLOAD_FIELDS),
     "compute_device": frozenset({"type", "index"}),
 }
 #: Wrappers whose ``.module`` is theirs, not FSDP1's: a receiver bound only to them is left alone.
