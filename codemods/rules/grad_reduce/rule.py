@@ -115,7 +115,7 @@ class _Gradients:
                 helper = next(
                     (b.node for b in names.bindings_of(node.func) if b.kind == "def"), None
                 )
-                if helper is not None and helper not in self._seen:
+                if helper is not None:
                     before = self.read
                     self.follow(helper, depth - 1)
                     if self.read and not before:
