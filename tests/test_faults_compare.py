@@ -112,10 +112,12 @@ def test_the_timeout_ends_the_whole_run_in_bounded_time(tmp_path):
 @pytest.mark.slow
 def test_the_timeout_ends_torchrun_and_a_worker_in_its_own_session(tmp_path):
     """torchrun itself, its worker (ignoring SIGTERM) and the worker's two children."""
+    # 15 s: torchrun and its worker each import torch before writing their pids, under a
+    # second test worker's load (the deadline is a wait, not work)
     pids, proc = _start(
-        tmp_path, "--timeout", "8", launcher=("--launcher", "torchrun", "--nproc-per-node", "1")
+        tmp_path, "--timeout", "15", launcher=("--launcher", "torchrun", "--nproc-per-node", "1")
     )
-    _, stderr = proc.communicate(timeout=8 + BOUND_S + 10)
+    _, stderr = proc.communicate(timeout=15 + BOUND_S + 10)
     assert proc.returncode == 2, stderr
     assert "timed out" in stderr
     _assert_run_gone(pids, 3)

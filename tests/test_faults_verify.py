@@ -207,7 +207,7 @@ def _alive(pid):
 def test_a_hung_rank_leaves_no_process_of_its_own(factories):
     pids = factories / "pids"
     with pytest.raises(RankTimeout):
-        run_ranks(_hung_rank, 2, str(pids), timeout=4)
+        run_ranks(_hung_rank, 2, str(pids), timeout=8)  # both ranks write their pids first
     started = [int(p) for p in pids.read_text().split()]
     assert len(started) == 2
     deadline = time.monotonic() + 2
