@@ -21,11 +21,14 @@ removes the import):
   bound only above them: the lambda reads them later than the policy did): the predicate
   ``units_like_fsdp1`` reads as that policy; ``size_based_auto_wrap_policy`` and its
   ``partial``s -> ``size_based_policy(...)``, imported from ``fsdp2_port`` where FSDP1's
-  function was imported; ``functools.partial(_or_policy, policies=P)`` -> ``lambda module:
+  function was imported; ``always_wrap_policy`` (or its ``partial``) -> ``lambda module: True``;
+  ``functools.partial(_or_policy, policies=P)`` -> ``lambda module:
   any(policy(module) for policy in P)`` (the conditions joined by ``or`` when P is written in
   place), when every policy P holds is written as a predicate too: P is seen whole (a literal,
   or a name bound once to one and otherwise only grown by ``.extend([...])`` / ``.append(p)``)
   and each member's path goes on only into it or to readers; one member that stays keeps all.
+  A ``partial`` that also binds ``module``, ``recurse`` or ``nonwrapped_numel`` binds nothing
+  (every call passes them by keyword): those keywords are left out.
 
 The value must reach nothing else. From each value, its path is followed up the tree through
 conditional expressions, dict values read only by subscripts (``.get`` too), assignments to a
@@ -67,6 +70,7 @@ DOC = Code(
         "`partial(transformer_auto_wrap_policy, transformer_layer_cls=S)` and "
         "`ModuleWrapPolicy([A, B])` → `lambda module: isinstance(module, ...)`, "
         "`size_based_auto_wrap_policy` (and its `partial`s) → `size_based_policy(...)`, "
+        "`always_wrap_policy` → `lambda module: True`, "
         "`partial(_or_policy, policies=P)` of such predicates → `lambda module: any(...)`: where "
         "the value (through dicts, conditional expressions, locals, private module-level maps, "
         "parameter defaults, arguments of and returns from functions defined here and log lines) "
@@ -100,6 +104,9 @@ _CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 #: ``size_based_auto_wrap_policy``'s own arguments (``fsdp2_port.size_based_policy``'s).
 _SIZE_BASED_ARGUMENTS = frozenset(("min_num_params", "force_leaf_modules", "exclude_wrap_modules"))
+#: What FSDP1 (and ``units_like_fsdp1``) passes a policy by keyword on every call: a
+#: ``partial`` that binds one of them binds nothing the policy ever sees.
+_CALL_ARGUMENTS = frozenset(("module", "recurse", "nonwrapped_numel"))
 #: No position: a keyword-only slot.
 _KEYWORD_ONLY = -1
 _STATE_DICT_SLOTS = (
@@ -164,7 +171,7 @@ def find(names: Names, lines: LineIndex) -> list[Written]:
         for written in [
             *_members(names, lines),
             *_policies(names, lines),
-            *_bare_size_based(names, lines),
+            *_bare_policies(names, lines),
             *_configs(names, lines),
         ]
         if written.node.lineno not in ignored
@@ -179,8 +186,19 @@ def find(names: Names, lines: LineIndex) -> list[Written]:
         predicates = {w.node for w in chosen if w.condition is not None}
         broken = {w.node for w in chosen if not set(w.members) <= predicates}
         if not broken:
-            return _nested_in_place(lines, chosen)
+            return [_grouped(names, w) for w in _nested_in_place(lines, chosen)]
         refused |= broken  # an or-policy with a member kept as it is: all of it stays
+
+
+def _grouped(names: Names, written: Written) -> Written:
+    """A lambda written inside an expression that would otherwise end up in its body (a
+    branch of a conditional expression, an operand) in parentheses."""
+    parent = names.parent.get(written.node)
+    if written.text.startswith("lambda ") and isinstance(
+        parent, (ast.IfExp, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare)
+    ):
+        return dataclasses.replace(written, text=f"({written.text})")
+    return written
 
 
 def edit(lines: LineIndex, written: Written) -> Edit:
@@ -258,19 +276,25 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
         if not ("functools.partial" in names.qualified(node.func) and len(node.args) == 1):
             continue
         policy = fsdp1.first(names.qualified(node.args[0]))
+        keywords = _own_keywords(node)
+        if keywords is None:
+            continue
         if policy == "_or_policy":
-            either = _either(names, lines, node)
+            either = _either(names, lines, node, keywords)
             if either is not None:
                 yield either
             continue
         if policy == "size_based_auto_wrap_policy":
-            size_based = _size_based(names, lines, node, node.keywords)
+            size_based = _size_based(names, lines, node, keywords)
             if size_based is not None:
                 yield size_based
             continue
-        if len(node.keywords) != 1:
+        if policy == "always_wrap_policy" and not keywords:
+            yield _selecting(node, "True")
             continue
-        keyword = node.keywords[0]
+        if len(keywords) != 1:
+            continue
+        keyword = keywords[0]
         if policy == "lambda_auto_wrap_policy" and keyword.arg == "lambda_fn":
             function = lines.source(keyword.value)
             tested = calls.condition(lines, keyword.value, "module") or f"({function})(module)"
@@ -285,14 +309,27 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
             yield _selecting(node, f"isinstance(module, {classes})")
 
 
-def _either(names: Names, lines: LineIndex, node: ast.Call) -> Written | None:
+def _own_keywords(partial: ast.Call) -> list[ast.keyword] | None:
+    """A policy ``partial``'s keywords but those every call replaces (``_CALL_ARGUMENTS``,
+    when dropping them drops no side effect); None for ``**`` keywords."""
+    if any(k.arg is None for k in partial.keywords):
+        return None
+    replaced = [k for k in partial.keywords if k.arg in _CALL_ARGUMENTS]
+    if not all(calls.is_simple(k.value) for k in replaced):
+        return None
+    return [k for k in partial.keywords if k.arg not in _CALL_ARGUMENTS]
+
+
+def _either(
+    names: Names, lines: LineIndex, node: ast.Call, keywords: list[ast.keyword]
+) -> Written | None:
     """``partial(_or_policy, policies=P)`` as ``lambda module: any(policy(module) for policy in
     P)``: P a list or tuple written here, or a name bound once to one and otherwise only
     extended (``.extend([...])``, ``.append(p)``), each policy a name bound once to a policy
     or one written in place. FSDP1 asks an or of predicates nothing but each predicate."""
-    if len(node.keywords) != 1 or node.keywords[0].arg != "policies":
+    if len(keywords) != 1 or keywords[0].arg != "policies":
         return None
-    given = node.keywords[0].value
+    given = keywords[0].value
     if not (_fixed(names, given) and _free_of_module(given)):
         return None
     members = _or_members(names, given)
@@ -336,7 +373,7 @@ def _nested_in_place(lines: LineIndex, chosen: list[Written]) -> list[Written]:
             for m in written.members
             if m in inline
         }
-        given = written.node.keywords[0].value  # type: ignore[attr-defined]
+        given = next(k.value for k in written.node.keywords if k.arg == "policies")  # type: ignore[attr-defined]
         return _either_condition(lines, given, nested)
 
     return [
@@ -413,19 +450,24 @@ def _free_of_module(value: ast.expr) -> bool:
     )
 
 
-def _bare_size_based(names: Names, lines: LineIndex) -> Iterator[Written]:
-    """``size_based_auto_wrap_policy`` itself as a policy (not in a ``partial``)."""
+def _bare_policies(names: Names, lines: LineIndex) -> Iterator[Written]:
+    """``size_based_auto_wrap_policy`` and ``always_wrap_policy`` themselves as policies (not
+    in a ``partial``)."""
     for node in [*names.by_type[ast.Name], *names.by_type[ast.Attribute]]:
         assert isinstance(node, (ast.Name, ast.Attribute))
         if not isinstance(node.ctx, ast.Load):
             continue
-        if fsdp1.first(names.qualified(node)) != "size_based_auto_wrap_policy":
+        policy = fsdp1.first(names.qualified(node))
+        if policy not in ("size_based_auto_wrap_policy", "always_wrap_policy"):
             continue
         parent = names.parent.get(node)
         if isinstance(parent, ast.Attribute) or (
             isinstance(parent, ast.Call) and (parent.func is node or node in parent.args[:1])
         ):
             continue  # a part of a longer name, called, or bound by a partial
+        if policy == "always_wrap_policy":
+            yield _selecting(node, "True")
+            continue
         written = _size_based(names, lines, node, [])
         if written is not None:
             yield written

@@ -201,6 +201,14 @@ CASES: dict[str, Case] = {
             transformer_auto_wrap_policy, transformer_layer_cls={Layer}
         )
     ),
+    "partials that bind the arguments every call replaces (oumi)": Case(
+        lambda m, log: functools.partial(
+            transformer_auto_wrap_policy,
+            transformer_layer_cls={Layer},
+            recurse=False,
+            nonwrapped_numel=0,
+        )
+    ),
     "size-based 50": Case(_size(50)),
     "size-based 300": Case(_size(300)),
     "size-based 700": Case(_size(700)),

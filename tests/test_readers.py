@@ -42,6 +42,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import (
     ModuleWrapPolicy,
     _or_policy,
+    always_wrap_policy,
     lambda_auto_wrap_policy,
     size_based_auto_wrap_policy,
     transformer_auto_wrap_policy,
@@ -357,6 +358,15 @@ def test_a_predicate_means_a_lambda_policy(mixed_precision):
         assert fsdp1s(in_layers) == fsdp1s(lambda_policy)
         assert set(model.layers) <= set(fsdp1s(in_layers))
         assert fsdp1s(lambda module: False) == fsdp1s(nothing)
+        assert fsdp1s(lambda module: True) == fsdp1s(always_wrap_policy)
+        # a partial that binds what every call passes (F2P013 leaves those keywords out)
+        bound = functools.partial(
+            transformer_auto_wrap_policy,
+            transformer_layer_cls={fsdp1_units.Layer},
+            recurse=False,
+            nonwrapped_numel=0,
+        )
+        assert fsdp1s(lambda m: isinstance(m, (fsdp1_units.Layer,))) == fsdp1s(bound)
     # an or-policy of both, as F2P013 writes it for a list it can see whole
     either = functools.partial(_or_policy, policies=[transformer, lambda_policy])
     predicates = [lambda m: isinstance(m, (fsdp1_units.Layer,)), in_layers]
