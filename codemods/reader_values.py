@@ -2,8 +2,8 @@
 
 Where an FSDP1 argument was chosen at run time, the plain rewrite reads it with a reader
 (``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``, ``units_like_fsdp1``,
-``mp_policy_like_fsdp1``, ``offload_policy_like_fsdp1``), or hands it to the bridge
-(``fully_shard_like_fsdp1``) or to ``fsdp2_port.state_dict_type``; each also takes an
+``mp_policy_like_fsdp1``, ``buffer_dtype_like_fsdp1``, ``offload_policy_like_fsdp1``), or
+hands it to the bridge (``fully_shard_like_fsdp1``) or to ``fsdp2_port.state_dict_type``; each also takes an
 FSDP1-free spelling of the value. Once these are a value's only readers, the value is written
 that way where the program builds it, and the file no longer needs FSDP1 for it (F2P001 then
 removes the import):
@@ -40,9 +40,12 @@ A log line (``print``, a logger's method, an f-string it shows) may also show th
 dict: only the text it prints changes. A name qualifies as ``dead_values`` lets it: a local, or
 a private or script module-level name, in a scope the names see through; a parameter's default
 and a parameter given an argument qualify when the function reads the parameter only that way
-(other callers may still pass FSDP1's values: the readers take both). Anything else on the way
-(a comparison, another call, an attribute, a string the run goes on with) keeps the value as
-it is.
+(other callers may still pass FSDP1's values: the readers take both). A test ``is None`` /
+``is not None`` passes too (neither spelling is None), and a name nothing reads reaches nothing.
+Anything else on the way (another comparison, another call, an attribute, a string the run goes
+on with) keeps the value as it is. ``x: ShardingStrategy = <value>`` (an FSDP1 class as the
+annotation) whose values are all written is annotated with what it now holds (``str``,
+``dict``).
 """
 
 from __future__ import annotations
@@ -77,7 +80,8 @@ DOC = Code(
         "reaches only "
         "the matching argument of `fsdp2_port`'s readers (`mesh_like_fsdp1`, "
         "`reshard_after_forward_like_fsdp1`, `units_like_fsdp1`, `mp_policy_like_fsdp1`, "
-        "`offload_policy_like_fsdp1`), `fully_shard_like_fsdp1` or `state_dict_type` / "
+        "`buffer_dtype_like_fsdp1`, `offload_policy_like_fsdp1`), `fully_shard_like_fsdp1` or "
+        "`state_dict_type` / "
         "`set_state_dict_type`"
     ),
     marked="—",
@@ -125,6 +129,7 @@ _READERS: dict[str, tuple[tuple[str, int, str], ...]] = {
         (MIXED, _KEYWORD_ONLY, "mixed_precision"),
     ),
     "mp_policy_like_fsdp1": ((MIXED, 0, "mixed_precision"),),
+    "buffer_dtype_like_fsdp1": ((MIXED, 0, "mixed_precision"),),
     "offload_policy_like_fsdp1": ((OFFLOAD, 0, "cpu_offload"),),
     "fully_shard_like_fsdp1": (
         (STRATEGY, 2, "sharding_strategy"),
@@ -204,6 +209,43 @@ def _grouped(names: Names, written: Written) -> Written:
 def edit(lines: LineIndex, written: Written) -> Edit:
     start, end = lines.span(written.node)
     return Edit(start, end, written.text)
+
+
+def annotations(names: Names, lines: LineIndex, written: list[Written]) -> list[Edit]:
+    """``x: ShardingStrategy = <value>`` (an FSDP1 enum or config class as the annotation)
+    where every value the statement binds is written: the annotation says what it now holds,
+    ``str`` or ``dict`` (``... | None`` in a function, where annotations are never evaluated,
+    when a branch binds None)."""
+    chosen = {w.node for w in written}
+    out = []
+    for statement in names.by_type[ast.AnnAssign]:
+        assert isinstance(statement, ast.AnnAssign)
+        kind = _ENUMS.get(fsdp1.first(names.qualified(statement.annotation)) or "")
+        spelled = "str"
+        if kind is None:
+            config = _CONFIGS.get(fsdp1.first(names.qualified(statement.annotation)) or "")
+            kind, spelled = (config[0], "dict") if config else (None, "")
+        if kind is None or statement.value is None:
+            continue
+        leaves = list(_branches(statement.value))
+        if not all(leaf in chosen or calls.is_none(leaf) for leaf in leaves):
+            continue
+        if any(calls.is_none(leaf) for leaf in leaves):
+            if not names.scope_of(statement).is_function:
+                continue
+            spelled += " | None"
+        start, end = lines.span(statement.annotation)
+        out.append(Edit(start, end, spelled))
+    return out
+
+
+def _branches(value: ast.expr) -> Iterator[ast.expr]:
+    """The values a conditional expression may give (itself for any other expression)."""
+    if isinstance(value, ast.IfExp):
+        yield from _branches(value.body)
+        yield from _branches(value.orelse)
+    else:
+        yield value
 
 
 # -- the values ------------------------------------------------------------------------------
@@ -559,6 +601,8 @@ class _Paths:
         if self._logged(node):
             return True
         parent = self.names.parent.get(node)
+        if _tested_for_none(node, parent):
+            return True  # neither spelling is None
         if isinstance(parent, ast.IfExp) and node is not parent.test:
             return self.reaches_only(parent, kind)
         if isinstance(parent, ast.Dict) and any(node is v for v in parent.values):
@@ -794,8 +838,8 @@ class _Paths:
         since: ast.Name | None = None,
     ) -> bool:
         """``name``, bound in ``scope``, is visible only here (a local, a parameter, a private
-        or script module-level name) and ``each_read`` holds for each of its reads (there is one
-        at least); with ``since`` (one binding), each read that binding may reach
+        or script module-level name) and ``each_read`` holds for each of its reads (none: the
+        value reaches nothing, and nothing can notice its spelling); with ``since`` (one binding), each read that binding may reach
         (``flow.may_reach``); memoised per ``what`` (what ``each_read`` asks)."""
 
         def compute() -> bool:
@@ -808,7 +852,7 @@ class _Paths:
                 or read not in self.names.parent
                 or flow.may_reach(self.names, self.lines, since, read)
             ]
-            return bool(reads) and all(each_read(r) for r in reads)
+            return all(each_read(r) for r in reads)
 
         return self._memo(("reads", scope.node, name, what, since), compute)
 
@@ -831,6 +875,18 @@ def _reads(names: Names, scope: Scope, name: str) -> Iterator[ast.Name]:
     for other, where in names.string_references():
         if other == name and names.lookup(name, where)[0] is scope:
             yield ast.Name(id=name, ctx=ast.Load())  # has no parent: reaches no reader
+
+
+def _tested_for_none(node: ast.expr, parent: ast.AST | None) -> bool:
+    """``node is None`` / ``node is not None``."""
+    if not (
+        isinstance(parent, ast.Compare)
+        and len(parent.ops) == 1
+        and isinstance(parent.ops[0], (ast.Is, ast.IsNot))
+    ):
+        return False
+    sides = (parent.left, parent.comparators[0])
+    return any(side is node for side in sides) and any(calls.is_none(side) for side in sides)
 
 
 def _text_key(node: ast.AST | None) -> str | None:

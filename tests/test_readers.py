@@ -52,6 +52,7 @@ import fsdp2_port
 from fsdp2_port.fsdp1 import readers
 from fsdp2_port.fsdp1.like_fsdp1 import HYBRID_SHARD_ZERO2
 from fsdp2_port.fsdp1.readers import (
+    buffer_dtype_like_fsdp1,
     mesh_like_fsdp1,
     mp_policy_like_fsdp1,
     offload_policy_like_fsdp1,
@@ -183,6 +184,18 @@ def test_mp_policy_refuses_what_fsdp2_cannot_honour():
         with pytest.raises(ValueError, match=r"FSDP_USE_FULL_PREC_IN_EVAL=1"):
             mp_policy_like_fsdp1(MixedPrecision(param_dtype=BF16))
         assert _fields(mp_policy_like_fsdp1(MixedPrecision(reduce_dtype=BF16)))[1] == BF16
+
+
+def test_buffer_dtype_is_the_configs_in_either_spelling():
+    """What the plain form casts floating buffers to: FSDP1's ``buffer_dtype`` (its default
+    None casts nothing), from the config or the dict F2P013 writes for it."""
+    for fields in ({}, {"param_dtype": BF16}, {"buffer_dtype": BF16}, {"buffer_dtype": None}):
+        want = MixedPrecision(**fields).buffer_dtype
+        assert buffer_dtype_like_fsdp1(MixedPrecision(**fields)) == want
+        assert buffer_dtype_like_fsdp1(dict(fields)) == want
+    assert buffer_dtype_like_fsdp1(None) is None
+    with pytest.raises(ValueError, match=r"keep_low_precision_grads=True"):
+        buffer_dtype_like_fsdp1(dict(param_dtype=BF16, keep_low_precision_grads=True))
 
 
 # -- offload ------------------------------------------------------------------------------------

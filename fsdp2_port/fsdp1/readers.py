@@ -145,6 +145,16 @@ def mp_policy_like_fsdp1(
     )
 
 
+def buffer_dtype_like_fsdp1(
+    mixed_precision: MixedPrecision | Mapping[str, Any] | None,
+) -> torch.dtype | None:
+    """The dtype FSDP1's ``MixedPrecision`` (or the dict of its fields) casts floating buffers
+    to, or None (no mixed precision, or none for buffers): what the plain form casts them to
+    before sharding, as no FSDP2 policy does."""
+    mp = mixed_precision_of(mixed_precision)
+    return None if mp is None else mp.buffer_dtype
+
+
 def offload_policy_like_fsdp1(
     cpu_offload: CPUOffload | Mapping[str, Any] | None, mesh: DeviceMesh | None = None
 ) -> OffloadPolicy:

@@ -58,8 +58,10 @@ def mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     out.root.append(f"mp_policy={reader}({name}, root=True)")
     out.children.append(f"mp_policy={reader}({name})")
     out.mixed_precision = name
-    out.buffer_dtype, out.buffer_when = f"{name}.buffer_dtype", f"{name} is not None"
-    out.full_precision_norms, out.norms_when = f"{name}.param_dtype", f"{name} is not None"
+    # read by the readers too, so that the value may lose FSDP1's spelling (F2P013)
+    out.buffer_dtype = f"fsdp2_port.buffer_dtype_like_fsdp1({name})"
+    out.full_precision_norms = f"{reader}({name}).param_dtype"
+    out.norms_when = f"{name} is not None"
 
 
 def _literal_mixed_precision(

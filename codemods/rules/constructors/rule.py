@@ -53,7 +53,7 @@ class ConstructorRule:
                 "built elsewhere; HSDP or NO_SHARD without a mesh) → the same plain form, that "
                 "value read by an `fsdp2_port.*_like_fsdp1` reader (`mesh_like_fsdp1`, "
                 "`reshard_after_forward_like_fsdp1`, `units_like_fsdp1`, `mp_policy_like_fsdp1`, "
-                "`offload_policy_like_fsdp1`: FSDP1's meaning, no FSDP1 code); **anything "
+                "`buffer_dtype_like_fsdp1`, `offload_policy_like_fsdp1`: FSDP1's meaning, no FSDP1 code); **anything "
                 "else** → `fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)` (`**kwargs` "
                 "whose keys only the run knows, `ignored_modules`...); "
                 "`functools.partial(FSDP, ...)` → "
@@ -115,6 +115,7 @@ class ConstructorRule:
             "fsdp2_port:reshard_after_forward_like_fsdp1"
         ),
         "fsdp2_port.mp_policy_like_fsdp1": "fsdp2_port:mp_policy_like_fsdp1",
+        "fsdp2_port.buffer_dtype_like_fsdp1": "fsdp2_port:buffer_dtype_like_fsdp1",
         "fsdp2_port.offload_policy_like_fsdp1": "fsdp2_port:offload_policy_like_fsdp1",
         "fsdp2_port.units_like_fsdp1": "fsdp2_port:units_like_fsdp1",
     }

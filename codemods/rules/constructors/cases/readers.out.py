@@ -40,12 +40,13 @@ def worker(model, cfg, device_mesh):
     for group in mesh.get_all_groups():  # sync_module_states
         for tensor in [*model.parameters(), *model.buffers()]:
             torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
-    if mixed_precision is not None and mixed_precision.buffer_dtype is not None:
+    buffer_dtype = fsdp2_port.buffer_dtype_like_fsdp1(mixed_precision)
+    if buffer_dtype is not None:
         for owner in model.modules():  # buffer_dtype
             if not isinstance(owner, torch.nn.modules.batchnorm._BatchNorm):
                 for buffer in owner.buffers(recurse=False):
                     if buffer.is_floating_point():
-                        buffer.data = buffer.to(mixed_precision.buffer_dtype)
+                        buffer.data = buffer.to(buffer_dtype)
     for submodule in reversed(list(model.modules())):
         if submodule is not model and mixed_precision is not None and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
             fully_shard(
@@ -53,7 +54,7 @@ def worker(model, cfg, device_mesh):
                 mesh=mesh,
                 reshard_after_forward=reshard_after_forward,
                 offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload, mesh),
-                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=mixed_precision.param_dtype),
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=fsdp2_port.mp_policy_like_fsdp1(mixed_precision).param_dtype),
             )
         elif submodule is not model and submodule in units:
             fully_shard(
@@ -98,15 +99,17 @@ def shared_computed_dtype(model, head, get_dtype):
     """A MixedPrecision two constructors share, with a dtype computed by a call: FSDP1 called
     it once, so both read the binding at run time."""
     mp = MixedPrecision(param_dtype=get_dtype())
-    if mp is not None and mp.buffer_dtype is not None:
+    buffer_dtype = fsdp2_port.buffer_dtype_like_fsdp1(mp)
+    if buffer_dtype is not None:
         for buffer in model.buffers():  # buffer_dtype
             if buffer.is_floating_point():
-                buffer.data = buffer.to(mp.buffer_dtype)
+                buffer.data = buffer.to(buffer_dtype)
     model = fully_shard(model, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mp, root=True))
-    if mp is not None and mp.buffer_dtype is not None:
+    buffer_dtype = fsdp2_port.buffer_dtype_like_fsdp1(mp)
+    if buffer_dtype is not None:
         for buffer in head.buffers():  # buffer_dtype
             if buffer.is_floating_point():
-                buffer.data = buffer.to(mp.buffer_dtype)
+                buffer.data = buffer.to(buffer_dtype)
     head = fully_shard(head, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mp, root=True))
     return model, head
 
