@@ -2,11 +2,11 @@
 
 Where an FSDP1 argument was chosen at run time, the plain rewrite reads it with a reader
 (``mesh_like_fsdp1``, ``reshard_after_forward_like_fsdp1``, ``units_like_fsdp1``,
-``mp_policy_like_fsdp1``, ``buffer_dtype_like_fsdp1``, ``offload_policy_like_fsdp1``), or
-hands it to the bridge (``fully_shard_like_fsdp1``) or to ``fsdp2_port.state_dict_type``; each also takes an
-FSDP1-free spelling of the value. Once these are a value's only readers, the value is written
-that way where the program builds it, and the file no longer needs FSDP1 for it (F2P001 then
-removes the import):
+``mp_policy_like_fsdp1``, ``buffer_dtype_like_fsdp1``, ``offload_policy_like_fsdp1``), or hands it
+to the bridge (``fully_shard_like_fsdp1``) or to ``fsdp2_port.state_dict_type``; each also takes an
+FSDP1-free spelling of the value. Once these are a value's only readers, the value is written that
+way where the program builds it, and the file no longer needs FSDP1 for it (F2P001 then removes the
+import):
 
 - an enum member by its name: ``ShardingStrategy.X``, ``BackwardPrefetch.X``,
   ``StateDictType.X`` -> ``"X"``; ``getattr(ShardingStrategy, s)`` / ``ShardingStrategy[s]``
@@ -211,7 +211,7 @@ def edit(lines: LineIndex, written: Written) -> Edit:
     return Edit(start, end, written.text)
 
 
-def annotations(names: Names, lines: LineIndex, written: list[Written]) -> list[Edit]:
+def annotation_edits(names: Names, lines: LineIndex, written: list[Written]) -> list[Edit]:
     """``x: ShardingStrategy = <value>`` (an FSDP1 enum or config class as the annotation)
     where every value the statement binds is written: the annotation says what it now holds,
     ``str`` or ``dict`` (``... | None`` in a function, where annotations are never evaluated,
@@ -839,8 +839,9 @@ class _Paths:
     ) -> bool:
         """``name``, bound in ``scope``, is visible only here (a local, a parameter, a private
         or script module-level name) and ``each_read`` holds for each of its reads (none: the
-        value reaches nothing, and nothing can notice its spelling); with ``since`` (one binding), each read that binding may reach
-        (``flow.may_reach``); memoised per ``what`` (what ``each_read`` asks)."""
+        value reaches nothing, and nothing can notice its spelling); with ``since`` (one
+        binding), each read that binding may reach (``flow.may_reach``); memoised per ``what``
+        (what ``each_read`` asks)."""
 
         def compute() -> bool:
             if not dead_values.seen_only_here(self.names, scope, name):

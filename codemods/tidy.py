@@ -54,7 +54,7 @@ def tidy(
     cleared = sorted(
         [dead_values.removal(applied_lines, d) for d in dead]
         + [reader_values.edit(applied_lines, w) for w in written]
-        + reader_values.annotations(names, applied_lines, written)
+        + reader_values.annotation_edits(names, applied_lines, written)
         + added,
         key=lambda e: e.start,
     )

@@ -53,9 +53,10 @@ class ConstructorRule:
                 "built elsewhere; HSDP or NO_SHARD without a mesh) → the same plain form, that "
                 "value read by an `fsdp2_port.*_like_fsdp1` reader (`mesh_like_fsdp1`, "
                 "`reshard_after_forward_like_fsdp1`, `units_like_fsdp1`, `mp_policy_like_fsdp1`, "
-                "`buffer_dtype_like_fsdp1`, `offload_policy_like_fsdp1`: FSDP1's meaning, no FSDP1 code); **anything "
-                "else** → `fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)` (`**kwargs` "
-                "whose keys only the run knows, `ignored_modules`...); "
+                "`buffer_dtype_like_fsdp1`, `offload_policy_like_fsdp1`: FSDP1's meaning, no "
+                "FSDP1 code); **anything else** → "
+                "`fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)` (`**kwargs` whose "
+                "keys only the run knows, `ignored_modules`...); "
                 "`functools.partial(FSDP, ...)` → "
                 "`partial(fully_shard_like_fsdp1, ...)`"
             ),
