@@ -14,7 +14,7 @@ from codemods import dead_values, imports, markers, reader_values
 from codemods.apply import Applied, InternalError
 from codemods.findings import Finding
 from codemods.names import Names
-from codemods.text import Edit, LineIndex, apply, apply_tracked, back, forward
+from codemods.text import Edit, LineIndex, OverlappingEdits, apply, apply_tracked, back, forward
 
 
 def tidy(
@@ -32,8 +32,9 @@ def tidy(
     """The final text and every finding, sorted by input position.
 
     Two rounds at most, each on a text parsed once: dead FSDP1 value bindings and values only
-    readers read (disjoint: a dead binding has no reads to reach a reader), then unused FSDP1
-    imports on the text without them (their reads are gone with them).
+    readers read (a value no one reads may be a dead binding's: that one is removed, not
+    written), then unused FSDP1 imports on the text without them (their reads are gone with
+    them).
     """
     lines = applied_lines = LineIndex(applied.text)
     names = Names(
@@ -45,6 +46,11 @@ def tidy(
         else []
     )
     written = reader_values.find(names, applied_lines) if writes_reader_values else []
+    # a value no one reads may also be a dead binding's: removing it is the one edit
+    removed = [applied_lines.span(d.statement) for d in dead]
+    written = [
+        w for w in written if not any(a <= applied_lines.start(w.node) < b for a, b in removed)
+    ]
     needed = [needed for w in written for needed in w.imports]
     added = (
         imports.additions(needed, imports.importing_scopes(names, applied_lines), applied_lines)
@@ -58,7 +64,10 @@ def tidy(
         + added,
         key=lambda e: e.start,
     )
-    text, cleared_starts = apply_tracked(applied.text, cleared)
+    try:
+        text, cleared_starts = apply_tracked(applied.text, cleared)
+    except OverlappingEdits as error:  # the file stays as it was, the run goes on
+        raise InternalError(f"two clean-ups touch the same code ({error})") from error
     if cleared:
         lines = LineIndex(text)
         names = Names(

@@ -341,3 +341,25 @@ def test_colliding_rewrites_are_an_internal_error_not_a_guess(tmp_path, capsys, 
     monkeypatch.setattr(ConstructorRule, "analyze", colliding)
     assert main([str(target)]) == 2
     assert "internal error: two rewrites touch the same code" in capsys.readouterr().err
+
+
+def test_colliding_clean_ups_are_an_internal_error_of_their_file(tmp_path, capsys, monkeypatch):
+    """A clean-up (the second round: dead values, values only readers read) that collides
+    is reported as its file's internal error, not a crash of the run; as for any error, the
+    run writes nothing (its files migrate together)."""
+    from codemods import reader_values
+    from codemods.text import Edit
+
+    first = write(tmp_path / "a.py", FSDP1_SOURCE)
+    second = write(tmp_path / "b.py", FSDP1_SOURCE)
+    calls = []
+
+    def colliding(names, lines, written):  # on the first file the run tidies (a.py)
+        calls.append(lines.text)
+        return [Edit(0, 5, "x"), Edit(2, 6, "y")] if len(calls) == 1 else []
+
+    monkeypatch.setattr(reader_values, "annotation_edits", colliding)
+    assert main(["--write", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{first}: error: internal error: two clean-ups touch the same code" in err
+    assert first.read_text() == second.read_text() == FSDP1_SOURCE
