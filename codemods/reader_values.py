@@ -28,7 +28,10 @@ import):
   or a name bound once to one and otherwise only grown by ``.extend([...])`` / ``.append(p)``)
   and each member's path goes on only into it or to readers; one member that stays keeps all.
   A ``partial`` that also binds ``module``, ``recurse`` or ``nonwrapped_numel`` binds nothing
-  (every call passes them by keyword): those keywords are left out.
+  (every call passes them by keyword): those keywords are left out. A policy a public function
+  of an importable module returns (its calls here reaching readers) is written the same, and
+  what the function returns becomes ``fsdp2_port.auto_wrap_policy(<predicate>)``: FSDP1's
+  call shape, right for the callers the run does not see, which may hand it to FSDP1.
 
 The value must reach nothing else. From each value, its path is followed up the tree through
 conditional expressions, dict values read only by subscripts (``.get`` too), assignments to a
@@ -73,7 +76,9 @@ DOC = Code(
         "`partial(transformer_auto_wrap_policy, transformer_layer_cls=S)` and "
         "`ModuleWrapPolicy([A, B])` → `lambda module: isinstance(module, ...)`, "
         "`size_based_auto_wrap_policy` (and its `partial`s) → `size_based_policy(...)`, "
-        "`always_wrap_policy` → `lambda module: True`, "
+        "`always_wrap_policy` → `lambda module: True`, a policy a public function returns "
+        "→ `fsdp2_port.auto_wrap_policy(<predicate>)` (FSDP1's call shape, for callers the "
+        "run does not see), "
         "`partial(_or_policy, policies=P)` of such predicates → `lambda module: any(...)`: where "
         "the value (through dicts, conditional expressions, locals, private module-level maps, "
         "parameter defaults, arguments of and returns from functions defined here and log lines) "
@@ -86,6 +91,8 @@ DOC = Code(
     ),
     marked="—",
 )
+#: APIs its values call -> ``module:attribute`` (``registry.EMITS``).
+EMITS = {"fsdp2_port.auto_wrap_policy": "fsdp2_port:auto_wrap_policy"}
 STRATEGY, POLICY = "sharding strategy", "wrap policy"
 PREFETCH, STATE_DICT_TYPE = "backward prefetch", "state-dict type"
 MIXED, OFFLOAD = "mixed precision", "cpu offload"
@@ -160,9 +167,16 @@ class Written:
     #: For ``partial(_or_policy, policies=...)``: the policies it combines, each of which must
     #: be written as a predicate too (the lambda calls each with the module alone).
     members: tuple[ast.expr, ...] = ()
+    #: What a public function returns, written in FSDP1's call shape.
+    returned: bool = False
 
     def message(self) -> str:
         shown = self.text if "\n" not in self.text else self.text.split("(")[0] + "(...)"
+        if self.returned:
+            return (
+                f"{self.kind} a public function returns written as {shown}: FSDP1's call "
+                "shape, for callers the run does not see"
+            )
         return f"{self.kind} read only by fsdp2_port's readers written as {shown}"
 
 
@@ -191,8 +205,52 @@ def find(names: Names, lines: LineIndex) -> list[Written]:
         predicates = {w.node for w in chosen if w.condition is not None}
         broken = {w.node for w in chosen if not set(w.members) <= predicates}
         if not broken:
-            return [_grouped(names, w) for w in _nested_in_place(lines, chosen)]
+            written = [_grouped(names, w) for w in _nested_in_place(lines, chosen)]
+            return _returned_in_call_shape(names, lines, written, walk.escapes)
         refused |= broken  # an or-policy with a member kept as it is: all of it stays
+
+
+def _returned_in_call_shape(
+    names: Names, lines: LineIndex, written: list[Written], escapes: set[ast.Return]
+) -> list[Written]:
+    """A written policy a public function returns, in FSDP1's call shape: the callers the run
+    does not see may hand it to FSDP1 (``fsdp2_port.auto_wrap_policy(<predicate>)``)."""
+    by_node = {w.node: w for w in written}
+    out = list(written)
+    for returned in sorted(escapes, key=lambda r: (r.lineno, r.col_offset)):
+        value = returned.value
+        assert value is not None
+        anchor = _top_import(names.tree)
+        assert anchor is not None  # ``_Paths._escapes``
+        needed = (imports.after(lines, anchor, "fsdp2_port", None),)
+        source: ast.expr | None = value
+        named = isinstance(value, ast.Name) and value not in by_node
+        if isinstance(value, ast.Name) and named:
+            source = names.bindings_of(value)[0].value  # bound once (``_Paths._escapes``)
+        policy = by_node.get(source) if source is not None else None
+        if policy is None or policy.condition is None:
+            continue  # kept as it was, or FSDP1's call shape already (``size_based_policy``)
+        if isinstance(value, ast.Name) and named:
+            text = f"fsdp2_port.auto_wrap_policy({value.id})"
+            out.append(Written(value, POLICY, text, needed, returned=True))
+        else:
+            text = f"fsdp2_port.auto_wrap_policy({policy.text})"
+            out[out.index(policy)] = dataclasses.replace(
+                policy, text=text, imports=policy.imports + needed, returned=True
+            )
+    return out
+
+
+def _top_import(module: ast.Module) -> ast.stmt | None:
+    """The last import of a module's first block of imports (after its docstring and
+    ``from __future__``), or None."""
+    last = None
+    for statement in module.body:
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            last = statement
+        elif not (last is None and isinstance(statement, ast.Expr)):
+            break
+    return last
 
 
 def _grouped(names: Names, written: Written) -> Written:
@@ -586,6 +644,9 @@ class _Paths:
         #: The or-policies that may be written as predicates: other lists lead nowhere.
         self.either = either
         self.memo: dict[object, bool] = {}
+        #: ``return``s of public functions a policy leaves by (``_returned``): written in
+        #: FSDP1's call shape (``fsdp2_port.auto_wrap_policy``) where the policy is written
+        self.escapes: set[ast.Return] = set()
 
     def reaches_only(self, node: ast.expr, kind: str) -> bool:
         """Whether every use of ``node``'s value is a reader's slot for ``kind``."""
@@ -616,7 +677,9 @@ class _Paths:
                 return self._or_list_name(appended)
             return self._argument(parent, kind, position=parent.args.index(node))
         if isinstance(parent, ast.Return) and parent.value is node:
-            return self._returned(node, ("returned", kind), lambda c: self.reaches_only(c, kind))
+            return self._returned(
+                node, ("returned", kind), lambda c: self.reaches_only(c, kind), kind == POLICY
+            )
         if isinstance(parent, ast.keyword) and parent.arg is not None:
             call = self.names.parent.get(parent)
             if not isinstance(call, ast.Call):
@@ -710,25 +773,55 @@ class _Paths:
         )
 
     def _returned(
-        self, value: ast.expr, what: object, each_call: Callable[[ast.Call], bool]
+        self,
+        value: ast.expr,
+        what: object,
+        each_call: Callable[[ast.Call], bool],
+        escapes: bool = False,
     ) -> bool:
         """``return value`` from a function defined here (no decorator, not a generator):
-        every read of the function's name calls it, and ``each_call`` holds for each call."""
+        every read of the function's name calls it, and ``each_call`` holds for each call.
+        With ``escapes`` (a policy), a public function of an importable module may also
+        return it, to callers the run does not see: its calls here must pass, and the
+        returned value (the policy itself, or a name bound once to it) is written in FSDP1's
+        call shape (``self.escapes``)."""
         function = self.names.function_of(value)
         if not isinstance(function, ast.FunctionDef) or function.decorator_list:
             return False
         if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(function)):
             return False
-        return self._reads_pass(
-            self.names.scope_of(function),
-            function.name,
-            what,
-            lambda read: (
-                isinstance(call := self.names.parent.get(read), ast.Call)
-                and call.func is read
-                and each_call(call)
-            ),
-        )
+        scope = self.names.scope_of(function)
+
+        def called(read: ast.Name) -> bool:
+            call = self.names.parent.get(read)
+            return isinstance(call, ast.Call) and call.func is read and each_call(call)
+
+        if escapes and self._escapes(value, scope, function.name):
+            reads = [r for r in _reads(self.names, scope, function.name) if r in self.names.parent]
+            if all(called(r) for r in reads):
+                self.escapes.add(self.names.parent[value])  # type: ignore[arg-type]
+                return True
+            return False
+        return self._reads_pass(scope, function.name, what, called)
+
+    def _escapes(self, value: ast.expr, scope: Scope, function: str) -> bool:
+        """``return value`` leaves the run: a public function of an importable module (bound
+        once, at module level, in a scope the names see through), returning the policy
+        itself or a name bound once, in a module that imports at its top (``import
+        fsdp2_port`` goes there)."""
+        if not isinstance(scope.node, ast.Module) or _top_import(scope.node) is None:
+            return False
+        if dead_values.visible_only_here(self.names, scope, function):
+            return False  # private: every call is here, ``_reads_pass`` decides
+        if scope.node in dead_values.opaque_scopes(self.names, function):
+            return False
+        defined = [s for s in scope.node.body if getattr(s, "name", None) == function]
+        if len(defined) != 1:
+            return False
+        if isinstance(value, ast.Name):
+            bound = self.names.bindings_of(value)
+            return len(bound) == 1 and bound[0].value is not None
+        return True
 
     # -- or-policies: a list of policies that ``partial(_or_policy, policies=...)`` combines ------
     def _in_or_list(self, listed: ast.List | ast.Tuple) -> bool:

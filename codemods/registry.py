@@ -52,7 +52,10 @@ DOCS: dict[str, Code] = dict(
 #: Every code with its one-line summary (``--list-rules``).
 CODES = {code: doc.summary for code, doc in DOCS.items()}
 #: APIs the rewrites may call -> ``module:attribute``.
-EMITS = {name: target for rule in RULES for name, target in rule.EMITS.items()}
+EMITS = {
+    **reader_values.EMITS,
+    **{name: target for rule in RULES for name, target in rule.EMITS.items()},
+}
 
 
 def select(chosen: Iterable[str] = (), ignored: Iterable[str] = ()) -> list[str]:

@@ -24,6 +24,8 @@ _LAZY = {
     "units_like_fsdp1": "fsdp2_port.fsdp1.readers",
     # FSDP1's size-based policy without FSDP1 (the codemod writes it where only these read it)
     "size_based_policy": "fsdp2_port.fsdp1.units",
+    # a predicate as a policy in FSDP1's call shape (the codemod writes it for public returns)
+    "auto_wrap_policy": "fsdp2_port.fsdp1.units",
     "global_grad_norm": "fsdp2_port.train.clip",
     # FSDP1's ShardedGradScaler, right on FSDP1, FSDP2, DDP and plain models (the codemod's target)
     "GradScaler": "fsdp2_port.train.grad_scaler",

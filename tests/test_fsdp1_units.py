@@ -209,6 +209,9 @@ CASES: dict[str, Case] = {
             nonwrapped_numel=0,
         )
     ),
+    "fsdp2_port.auto_wrap_policy of a predicate (what a public function returns, F2P013)": Case(
+        lambda m, log: units.auto_wrap_policy(lambda module: module in list(m.layers))
+    ),
     "size-based 50": Case(_size(50)),
     "size-based 300": Case(_size(300)),
     "size-based 700": Case(_size(700)),

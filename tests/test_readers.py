@@ -380,6 +380,10 @@ def test_a_predicate_means_a_lambda_policy(mixed_precision):
             nonwrapped_numel=0,
         )
         assert fsdp1s(lambda m: isinstance(m, (fsdp1_units.Layer,))) == fsdp1s(bound)
+        # what a public function returns (F2P013): FSDP1's call shape, a predicate called alone
+        public = fsdp2_port.auto_wrap_policy(in_layers)
+        assert fsdp1s(public) == fsdp1s(lambda_policy)
+        assert [public(m) for m in model.modules()] == [in_layers(m) for m in model.modules()]
     # an or-policy of both, as F2P013 writes it for a list it can see whole
     either = functools.partial(_or_policy, policies=[transformer, lambda_policy])
     predicates = [lambda m: isinstance(m, (fsdp1_units.Layer,)), in_layers]

@@ -228,11 +228,20 @@ def _as_policy(policy: Any) -> Any:
         signature.bind(None)
     except TypeError:
         return policy
+    return auto_wrap_policy(policy)
 
-    def is_unit_policy(module: nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:
-        return recurse or bool(policy(module))
 
-    return is_unit_policy
+def auto_wrap_policy(is_unit: Callable[[nn.Module], bool]) -> Callable[..., bool]:
+    """The predicate ``is_unit(module)`` as an ``auto_wrap_policy`` in FSDP1's call shape
+    (``module=, recurse=, nonwrapped_numel=``): recurse everywhere, wrap where ``is_unit``
+    holds, as ``lambda_auto_wrap_policy`` with it would. How the codemod writes a policy a
+    public function returns (F2P013): right for FSDP1's constructor and for
+    ``units_like_fsdp1`` alike, and still a predicate when called with the module alone."""
+
+    def policy(module: nn.Module, recurse: bool = False, nonwrapped_numel: int = 0) -> bool:
+        return recurse or bool(is_unit(module))
+
+    return policy
 
 
 def fp32_classes(mixed_precision: MixedPrecision) -> tuple[type, ...]:
