@@ -29,13 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
-def _compare(*args, timeout=240):
+def _compare(*args, timeout=240, env=None):
     return subprocess.run(
         [sys.executable, "-m", "fsdp2_port", "compare", *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
 
 
@@ -210,6 +211,9 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_correct_migration_is_the_same_under_torchrun(tmp_path):
+    """...and leaves no log folder behind (torchrun's logs went to compare's own)."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     run = _compare(
         SCRIPTS / "train_fsdp1.py",
         SCRIPTS / "train_fsdp2.py",
@@ -222,12 +226,15 @@ def test_a_correct_migration_is_the_same_under_torchrun(tmp_path):
         "--",
         "--steps",
         "3",
+        env={**os.environ, "TMPDIR": str(temporary)},
     )
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(run.stdout)
     assert report["verdict"] == "same" and report["tolerance"] == {"loss": 2e-3, "grad_norm": 2e-3}
     assert [s["step"] for s in report["steps"]] == [0, 1, 2]
     assert "torch.distributed.run" in report["runs"]["new"]["command"]
+    left = [p.name for p in temporary.iterdir()]  # torch's own caches aside (torchinductor_*)
+    assert [n for n in left if n.startswith(("torchelastic_", "fsdp2-port-compare-"))] == []
 
 
 @pytest.mark.slow

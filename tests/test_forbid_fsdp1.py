@@ -5,6 +5,7 @@ is reported before it ends."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,9 @@ def test_only_new_runs_under_the_guard() -> None:
     assert new[-4:] == ["-m", "fsdp2_port.prove.no_fsdp1", "new.py", "--x"]
     unguarded = launch_command(Config(old="o", new="n"), "new.py", "new")
     assert "fsdp2_port.prove.no_fsdp1" not in unguarded
+    logged = launch_command(config, "new.py", "new", "/logs")
+    assert logged[logged.index("--log-dir") + 1] == os.path.join("/logs", "new")
+    assert logged.index("--log-dir") < logged.index("fsdp2_port.prove.no_fsdp1")
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ metrics each prints on its standard output, and judges NEW against OLD step by s
   the same) makes the runs *different*;
 - a run that fails, times out, or logs no step both runs can be compared at is an *error*,
   reported with that run's exit status and the tail of its output;
-- nothing of a run outlives it (``launch.run_command``).
+- nothing of a run outlives it (``launch.run_command``), nor torchrun's log folders (in a
+  temporary folder of compare's, not one ``/tmp/torchelastic_*`` per run).
 
 Imports no torch: it launches the runs and reads their output.
 """
@@ -22,6 +23,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -143,8 +145,11 @@ def tolerances(
     return {name: float(overrides.get(name, TOLERANCE["metric"][dtype])) for name in metrics}
 
 
-def launch_command(config: Config, script: str, label: str) -> list[str]:
-    """The command line of one run; ``{run}`` in the script's arguments becomes ``label``."""
+def launch_command(
+    config: Config, script: str, label: str, log_dir: str | None = None
+) -> list[str]:
+    """The command line of one run; ``{run}`` in the script's arguments becomes ``label``;
+    torchrun keeps its logs under ``log_dir`` (its own temporary folder otherwise)."""
     args = [a.replace("{run}", label) for a in config.script_args]
     target = [script]
     if config.forbid_fsdp1 and label == "new":
@@ -160,6 +165,7 @@ def launch_command(config: Config, script: str, label: str) -> list[str]:
         rendezvous += ["--rdzv-id", config.rdzv_id or "fsdp2-port-compare"]
         if config.node_rank is not None:
             rendezvous += ["--node-rank", str(config.node_rank)]
+    logs = [] if log_dir is None else ["--log-dir", os.path.join(log_dir, label)]
     return [
         sys.executable,
         "-m",
@@ -167,6 +173,7 @@ def launch_command(config: Config, script: str, label: str) -> list[str]:
         *rendezvous,
         "--nproc-per-node",
         str(nproc),
+        *logs,
         *target,
         *args,
     ]
@@ -319,10 +326,10 @@ def compare(config: Config) -> Result:
     """
     check(config)
     runs = {}
-    with signals_interrupt():
+    with signals_interrupt(), tempfile.TemporaryDirectory(prefix="fsdp2-port-compare-") as logs:
         for label, script in zip(RUNS, (config.old, config.new)):
             print(f"fsdp2-port compare: running {label}: {script}", file=sys.stderr, flush=True)
-            command = launch_command(config, script, label)
+            command = launch_command(config, script, label, logs)
             ended = run_command(command, config.timeout)
             runs[label] = Run(script, command, **asdict(ended))
             if not runs[label].ok:
