@@ -75,7 +75,8 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
     for name in _NO_EFFECT:
         value = values.get(name)
         if value is not None and not (_without_calls(value) or is_fsdp1(analysis, value)):
-            out.blockers.append(f"{name} is computed by a call: assign it to a name first")
+            # FSDP2 has no use for it, but FSDP1 evaluated it: still evaluated, once, in order
+            once(analysis, call, out, name, value)
     out.hoisted = out.reads_module_before and not calls.is_simple(out.module)  # type: ignore[arg-type]
     if out.full_precision_norms is not None:
         out.names.add("MixedPrecisionPolicy")

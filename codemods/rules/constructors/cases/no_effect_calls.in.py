@@ -1,0 +1,18 @@
+"""An argument FSDP2 has no use for, computed by a call (oumi's ``use_orig_params``): the
+plain form still evaluates it, once, where FSDP1 did, bound to the argument's name."""
+
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def _use_orig_params(config):
+    return config.lora
+
+
+def wrap(model, config):
+    return FSDP(
+        model,
+        device_id=torch.cuda.current_device(),
+        use_orig_params=_use_orig_params(config),
+        limit_all_gathers=True,
+    )
