@@ -94,7 +94,7 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
     if pure.sync is not None:
         out += _sync(pure, root, indent, unit, _free(analysis, statement, "group", "tensor"))
     if pure.buffer_dtype is not None:
-        free = _free(analysis, statement, "owner", "buffer", "buffer_dtype")
+        free = _free(analysis, statement, "owner", "buffer")
         out += _buffer_casts(pure, root, indent, unit, free)
     if pure.selects is not None:
         out += _units(analysis, statement, pure, root, indent, unit)
@@ -140,18 +140,13 @@ def _buffer_casts(
 ) -> list[str]:
     """FSDP1's ``buffer_dtype``: floating buffers take it (not those of the BatchNorm units it
     keeps in full precision); a dtype only known at run time may be None: no cast then."""
-    owner, buffer, bound = free
     dtype = pure.buffer_dtype
-    assert dtype is not None
-    out = []
-    if dtype.endswith(")"):  # a reader's answer: read once
-        out.append(f"{indent}{bound} = {dtype}")
-        dtype = bound
-    known = dtype.startswith("torch.")
+    known = dtype is not None and dtype.startswith("torch.")
     when = [pure.buffer_when] if pure.buffer_when else []
     when += [] if known else [f"{dtype} is not None"]
     head = indent + unit if when else indent
-    out += [f"{indent}if {' and '.join(when)}:"] if when else []
+    out = [f"{indent}if {' and '.join(when)}:"] if when else []
+    owner, buffer = free
     if pure.full_precision_norms is not None:
         out += [
             f"{head}for {owner} in {root}.modules():  # buffer_dtype",

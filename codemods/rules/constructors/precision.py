@@ -19,6 +19,7 @@ from codemods.rules.constructors.values import (
     at_run_time,
     chosen,
     device_type_of,
+    fresh,
     inlined_once,
     is_flag,
     once,
@@ -59,7 +60,8 @@ def mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     out.children.append(f"mp_policy={reader}({name})")
     out.mixed_precision = name
     # read by the readers too, so that the value may lose FSDP1's spelling (F2P013)
-    out.buffer_dtype = f"fsdp2_port.buffer_dtype_like_fsdp1({name})"
+    out.buffer_dtype = fresh(analysis, call, out, "buffer_dtype")
+    out.bound_first.append((out.buffer_dtype, f"fsdp2_port.buffer_dtype_like_fsdp1({name})"))
     out.full_precision_norms = f"{reader}({name}).param_dtype"
     out.norms_when = f"{name} is not None"
 

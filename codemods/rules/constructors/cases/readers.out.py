@@ -29,6 +29,7 @@ def worker(model, cfg, device_mesh):
         device_id=device_id,
     )
     reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
+    buffer_dtype = fsdp2_port.buffer_dtype_like_fsdp1(mixed_precision)
     units = fsdp2_port.units_like_fsdp1(model, auto_wrap_policy, mixed_precision=mixed_precision)
     fsdp2_port.materialize_like_fsdp1(
         model,
@@ -40,7 +41,6 @@ def worker(model, cfg, device_mesh):
     for group in mesh.get_all_groups():  # sync_module_states
         for tensor in [*model.parameters(), *model.buffers()]:
             torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
-    buffer_dtype = fsdp2_port.buffer_dtype_like_fsdp1(mixed_precision)
     if buffer_dtype is not None:
         for owner in model.modules():  # buffer_dtype
             if not isinstance(owner, torch.nn.modules.batchnorm._BatchNorm):
