@@ -505,9 +505,7 @@ def _read_as_another_value(analysis: FileAnalysis, node: ast.Attribute) -> bool:
         and target.value.id == "self"
     ):
         return False
-    owner = analysis.names.parent.get(statement)
-    while owner is not None and not isinstance(owner, ast.ClassDef):
-        owner = analysis.names.parent.get(owner)
+    owner = analysis.names.class_of(statement)
     return owner is not None and any(
         isinstance(read, ast.Attribute)
         and isinstance(read.ctx, ast.Load)
