@@ -215,24 +215,24 @@ def _returned_in_call_shape(
 ) -> list[Written]:
     """A written policy a public function returns, in FSDP1's call shape: the callers the run
     does not see may hand it to FSDP1 (``fsdp2_port.auto_wrap_policy(<predicate>)``)."""
+    if not escapes:
+        return written
+    anchor = _top_import(names.tree)
+    assert anchor is not None  # ``_Paths._escapes``
+    needed = (imports.after(lines, anchor, "fsdp2_port", None),)
     by_node = {w.node: w for w in written}
     out = list(written)
     for returned in sorted(escapes, key=lambda r: (r.lineno, r.col_offset)):
         value = returned.value
         assert value is not None
-        anchor = _top_import(names.tree)
-        assert anchor is not None  # ``_Paths._escapes``
-        needed = (imports.after(lines, anchor, "fsdp2_port", None),)
-        source: ast.expr | None = value
-        named = isinstance(value, ast.Name) and value not in by_node
-        if isinstance(value, ast.Name) and named:
-            source = names.bindings_of(value)[0].value  # bound once (``_Paths._escapes``)
-        policy = by_node.get(source) if source is not None else None
+        name = value if isinstance(value, ast.Name) and value not in by_node else None
+        # a name is bound once (``_Paths._escapes``): to the policy, written or not
+        policy = by_node.get(names.bindings_of(name)[0].value if name else value)  # type: ignore[arg-type]
         if policy is None or policy.condition is None:
             continue  # kept as it was, or FSDP1's call shape already (``size_based_policy``)
-        if isinstance(value, ast.Name) and named:
-            text = f"fsdp2_port.auto_wrap_policy({value.id})"
-            out.append(Written(value, POLICY, text, needed, returned=True))
+        if name is not None:
+            text = f"fsdp2_port.auto_wrap_policy({name.id})"
+            out.append(Written(name, POLICY, text, needed, returned=True))
         else:
             text = f"fsdp2_port.auto_wrap_policy({policy.text})"
             out[out.index(policy)] = dataclasses.replace(
@@ -278,12 +278,14 @@ def annotation_edits(names: Names, lines: LineIndex, written: list[Written]) -> 
     out = []
     for statement in names.by_type[ast.AnnAssign]:
         assert isinstance(statement, ast.AnnAssign)
-        kind = _ENUMS.get(fsdp1.first(names.qualified(statement.annotation)) or "")
-        spelled = "str"
-        if kind is None:
-            config = _CONFIGS.get(fsdp1.first(names.qualified(statement.annotation)) or "")
-            kind, spelled = (config[0], "dict") if config else (None, "")
-        if kind is None or statement.value is None:
+        annotated = fsdp1.first(names.qualified(statement.annotation)) or ""
+        if annotated in _ENUMS:
+            spelled = "str"
+        elif annotated in _CONFIGS:
+            spelled = "dict"
+        else:
+            continue
+        if statement.value is None:
             continue
         leaves = list(_branches(statement.value))
         if not all(leaf in chosen or calls.is_none(leaf) for leaf in leaves):
