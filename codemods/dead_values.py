@@ -122,7 +122,10 @@ def _single_bindings(names: Names) -> Iterator[tuple[Scope, Binding]]:
 
 def visible_only_here(names: Names, scope: Scope, name: str) -> bool:
     """A local; or a module-level name no other module may import (private, or a script's),
-    that no ``global``/``del`` anywhere in the module names."""
+    that no ``global``/``del`` anywhere in the module names. A class attribute never is: it is
+    read as an attribute (``self.x``), wherever an instance goes."""
+    if isinstance(scope.node, ast.ClassDef):
+        return False
     if not isinstance(scope.node, ast.Module):
         return True
     if not (fsdp1.is_private(name) or _is_script(scope.node)):
