@@ -121,14 +121,15 @@ def _single_bindings(names: Names) -> Iterator[tuple[Scope, Binding]]:
 
 
 def visible_only_here(names: Names, scope: Scope, name: str) -> bool:
-    """A local; or a module-level name no other module may import (private, or a script's),
-    that no ``global``/``del`` anywhere in the module names. A class attribute never is: it is
-    read as an attribute (``self.x``), wherever an instance goes."""
+    """A local; or a module-level name no other module may import (private, or an entry
+    script's: ``Names.entry_script``), that no ``global``/``del`` anywhere in the module
+    names. A class attribute never is: it is read as an attribute (``self.x``), wherever an
+    instance goes."""
     if isinstance(scope.node, ast.ClassDef):
         return False
     if not isinstance(scope.node, ast.Module):
         return True
-    if not (fsdp1.is_private(name) or _is_script(scope.node)):
+    if not (fsdp1.is_private(name) or names.entry_script):
         return False
     declared = (n for g in names.by_type[ast.Global] for n in g.names)  # type: ignore[attr-defined]
     deleted = (
@@ -141,28 +142,6 @@ def seen_only_here(names: Names, scope: Scope, name: str) -> bool:
     """``visible_only_here``, and ``scope`` reads or rebinds ``name`` nowhere ``names`` cannot
     see (``opaque_scopes``): every read of it is one of ``names``'."""
     return visible_only_here(names, scope, name) and scope.node not in opaque_scopes(names, name)
-
-
-def _is_script(module: ast.Module) -> bool:
-    """Whether the module has ``if __name__ == "__main__":`` at its top level."""
-    for statement in module.body:
-        test = statement.test if isinstance(statement, ast.If) else None
-        if isinstance(test, ast.Compare) and len(test.ops) == 1:
-            sides = [test.left, *test.comparators]
-            if isinstance(test.ops[0], ast.Eq) and {_spelled(side) for side in sides} == {
-                "name:__name__",
-                "str:__main__",
-            }:
-                return True
-    return False
-
-
-def _spelled(node: ast.expr) -> str:
-    if isinstance(node, ast.Name):
-        return f"name:{node.id}"
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return f"str:{node.value}"
-    return ""
 
 
 def opaque_scopes(names: Names, naming: str | None = None) -> set[ast.AST]:

@@ -59,6 +59,18 @@ class _Analysed:
     acts_on_a_model: bool = False
     #: FSDP1 names other modules of the run re-export (``reexports.find``).
     reexports: dict[str, str] = field(default_factory=dict)
+    #: Runs as its own program, and no module of the run imports it (``programs``).
+    entry_script: bool = False
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the whole run tells each of its files."""
+
+    #: FSDP1 names modules of the run re-export (``reexports.find``).
+    reexports: dict[str, str]
+    #: The run's entry scripts (``programs.entry_scripts``).
+    entry_scripts: frozenset[str]
 
 
 def module_name(path: str) -> tuple[str, bool]:
@@ -80,12 +92,15 @@ def analyse_text(
     name: str = "",
     package: bool = False,
     reexports: Mapping[str, str] | None = None,
+    entry_script: bool = False,
 ) -> FilePlan:
     """The plan of one source text (raises ``SyntaxError`` when it does not parse)."""
     from codemods import registry
     from codemods.analysis import FileAnalysis, Source
 
-    analysis = FileAnalysis(Source(path, text, name, package, dict(reexports or {})), options)
+    analysis = FileAnalysis(
+        Source(path, text, name, package, dict(reexports or {}), entry_script), options
+    )
     for rule in registry.rules_for(codes):
         rule.analyze(analysis)
     plan = analysis.finish()
@@ -106,7 +121,8 @@ def migrate_text(
     from codemods.apply import apply_plan
     from codemods.tidy import tidy
 
-    plan = analyse_text(text, path, codes, options, name, package)
+    entry = programs.has_main_guard(text.encode("utf-8", "surrogateescape"))
+    plan = analyse_text(text, path, codes, options, name, package, entry_script=entry)
     decisions = decide([plan])
     applied = apply_plan(text, decisions.plans[path], decisions)
     return tidy(
@@ -115,6 +131,7 @@ def migrate_text(
         path,
         name,
         package,
+        entry_script=entry,
         removes_imports="F2P001" in codes,
         removes_dead_values="F2P012" in codes,
         writes_reader_values="F2P013" in codes,
@@ -126,14 +143,15 @@ def _analyse(
     codes: Sequence[str],
     options: Options,
     every: bool = False,
-    found: dict[str, str] | None = None,
+    run: _Run | None = None,
 ) -> _Analysed:
-    """``every``: also a file with no FSDP1 text (one the run passes models to); ``found``:
-    the run's re-exported FSDP1 names."""
-    result = _Analysed(path, reexports=found or {})
+    """``every``: also a file with no FSDP1 text (one the run passes models to); ``run``:
+    what the whole run tells the file."""
+    result = _Analysed(path, reexports=run.reexports if run else {})
     try:
         data = sources.read_bytes(path)
         result.module_name, result.package_init = module_name(path)
+        result.entry_script = run is not None and path in run.entry_scripts
         if not (
             every
             or fsdp1.might_need_migration(data)
@@ -155,6 +173,7 @@ def _analyse(
             result.module_name,
             result.package_init,
             result.reexports,
+            result.entry_script,
         )
     except SyntaxError as error:
         result.error = _syntax_error(error, source.text)
@@ -211,6 +230,7 @@ def _apply(
             item.module_name,
             item.package_init,
             reexports=item.reexports,
+            entry_script=item.entry_script,
             removes_imports="F2P001" in codes,
             removes_dead_values="F2P012" in codes,
             writes_reader_values="F2P013" in codes,
@@ -245,10 +265,10 @@ def migrate_files(
         ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
     )
     try:
-        found = reexports.find(paths, module_name)
-        arguments = [(p, list(codes), options, False, found) for p in paths]
+        run = _Run(reexports.find(paths, module_name), programs.entry_scripts(paths))
+        arguments = [(p, list(codes), options, False, run) for p in paths]
         analysed = _map(pool, _analyse, arguments, progress, "analysing")
-        _analyse_receivers(analysed, pool, codes, options, progress, found)
+        _analyse_receivers(analysed, pool, codes, options, progress, run)
         plans = [a.plan for a in analysed if a.plan is not None]
         decisions = decide(plans, _programs(paths, plans))
         work = [a for a in analysed if a.plan is not None and a.error is None]
@@ -306,7 +326,7 @@ def _analyse_receivers(
     codes: Sequence[str],
     options: Options,
     progress: Progress | None,
-    found: dict[str, str],
+    run: _Run,
 ) -> None:
     """Analyse, in place, the skipped files of the run that the analysed ones pass FSDP1
     models to (``save(model)`` of a module the text filter skipped), then those the new ones
@@ -316,7 +336,7 @@ def _analyse_receivers(
         a.plan.constructors or a.plan.fsdp2_models for a in analysed if a.plan is not None
     ):
         acting = [path for path in skipped if analysed[skipped[path]].acts_on_a_model]
-        arguments = [(path, list(codes), options, True, found) for path in acting]
+        arguments = [(path, list(codes), options, True, run) for path in acting]
         for path, result in zip(acting, _map(pool, _analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
     modules: dict[str, str] | None = None
@@ -335,7 +355,7 @@ def _analyse_receivers(
         wanted = [path for path in skipped if modules and modules[path] in owners]
         if not wanted:
             return
-        arguments = [(path, list(codes), options, True, found) for path in wanted]
+        arguments = [(path, list(codes), options, True, run) for path in wanted]
         for path, result in zip(wanted, _map(pool, _analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
 

@@ -94,12 +94,16 @@ class Names:
         module_name: str = "",
         is_package: bool = False,
         reexports: Mapping[str, str] | None = None,
+        entry_script: bool = False,
     ) -> None:
         self.tree = tree
         self.module_name = module_name
         self.is_package = is_package
         #: FSDP1 names other modules of the run re-export (``reexports.find``), read through.
         self.reexports: Mapping[str, str] = reexports or {}
+        #: The module runs as its own program, and no module of the run imports it
+        #: (``programs.entry_scripts``): its module-level names are its own.
+        self.entry_script = entry_script
         self.parent: dict[ast.AST, ast.AST] = {}
         self.scopes: dict[ast.AST, Scope] = {}
         #: Every node of each type, in source order: rules take what they look at from here.

@@ -22,6 +22,8 @@ class Source:
     is_package: bool = False
     #: FSDP1 names other modules of the run re-export (``reexports.find``).
     reexports: Mapping[str, str] = field(default_factory=dict)
+    #: Runs as its own program, and no module of the run imports it (``programs``).
+    entry_script: bool = False
 
 
 class ParsedFile:
@@ -31,7 +33,9 @@ class ParsedFile:
         self.module_name = source.module_name
         self.tree = ast.parse(source.text, filename=source.path)
         self.lines = LineIndex(source.text)
-        self.names = Names(self.tree, source.module_name, source.is_package, source.reexports)
+        self.names = Names(
+            self.tree, source.module_name, source.is_package, source.reexports, source.entry_script
+        )
 
     # -- names ---------------------------------------------------------------------------------
     def fsdp1_name(self, node: ast.AST) -> str | None:

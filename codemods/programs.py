@@ -68,6 +68,18 @@ class Programs:
         return where is None or path in where
 
 
+def entry_scripts(paths: Iterable[str]) -> frozenset[str]:
+    """The run's entry scripts: their module-level names are their own (no module of the run
+    imports them)."""
+    paths = list(paths)
+    return frozenset(_Run(paths).entry(paths))
+
+
+def has_main_guard(data: bytes) -> bool:
+    """A module-level ``if __name__ == "__main__":`` (an entry script, in a run of its own)."""
+    return bool(_MAIN_GUARD.search(data))
+
+
 def find(
     paths: Iterable[str], constructors: Iterable[tuple[str, str, int]], lines: Iterable[str]
 ) -> Programs:
@@ -117,7 +129,7 @@ class _Run:
         found = set()
         for path in paths:
             stem = os.path.splitext(os.path.basename(path))[0]
-            self._entry[path] = bool(_MAIN_GUARD.search(self.data(path))) and not (
+            self._entry[path] = has_main_guard(self.data(path)) and not (
                 self.loaded().get(stem, set()) - {path}
             )
             if self._entry[path]:

@@ -25,6 +25,7 @@ def tidy(
     is_package_init: bool = False,
     *,
     reexports: Mapping[str, str] | None = None,
+    entry_script: bool = False,
     removes_imports: bool = True,
     removes_dead_values: bool = True,
     writes_reader_values: bool = True,
@@ -38,7 +39,10 @@ def tidy(
     """
     lines = applied_lines = LineIndex(applied.text)
     names = Names(
-        _parsed(applied.text, "the rewrite would not parse"), module_name, reexports=reexports
+        _parsed(applied.text, "the rewrite would not parse"),
+        module_name,
+        reexports=reexports,
+        entry_script=entry_script,
     )
     dead = (
         dead_values.find(names, applied_lines, original, applied.edits, applied.starts)
@@ -74,6 +78,7 @@ def tidy(
             _parsed(text, "the removal of unread FSDP1 values would not parse"),
             module_name,
             reexports=reexports,
+            entry_script=entry_script,
         )
     unused = []
     if removes_imports:

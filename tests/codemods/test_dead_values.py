@@ -17,8 +17,9 @@ HEAD = "import torch\nfrom torch.distributed.fsdp import CPUOffload, ShardingStr
 READ_ONCE = "def f(use):\n    off = CPUOffload(offload_params=True)\n    use(off)  # read\n"
 
 
-def migrated(original: str) -> tuple[str, list[str]]:
-    """The tidy stage's text and F2P012 messages after the ``# read`` lines are deleted."""
+def migrated(original: str, entry_script: bool = False) -> tuple[str, list[str]]:
+    """The tidy stage's text and F2P012 messages after the ``# read`` lines are deleted (in
+    an entry script of the run, with ``entry_script``)."""
     lines = LineIndex(original)
     edits = [
         Edit(lines.starts[i], lines.starts[i + 1], "")
@@ -26,7 +27,8 @@ def migrated(original: str) -> tuple[str, list[str]]:
         if line.rstrip().endswith("# read")
     ]
     text, starts = apply_tracked(original, edits)
-    final, findings = tidy(original, Applied(text, edits, starts, [], {}), "m.py")
+    applied = Applied(text, edits, starts, [], {})
+    final, findings = tidy(original, applied, "m.py", entry_script=entry_script)
     return final, [f.message for f in findings if f.code == dead_values.CODE]
 
 
@@ -73,7 +75,8 @@ def test_module_level_names_go_only_when_no_other_module_can_import_them() -> No
         "FSDP1 value ShardingStrategy.NO_SHARD bound to _PRIVATE, no longer read, removed"
     ]
     script = original + 'if __name__ == "__main__":\n    f(print)\n'
-    assert len(migrated(script)[1]) == 2
+    assert len(migrated(script, entry_script=True)[1]) == 2
+    assert len(migrated(script)[1]) == 1  # a script another module of the run imports
 
 
 def test_class_bodies_and_bindings_unread_before_stay() -> None:

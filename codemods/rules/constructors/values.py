@@ -359,17 +359,11 @@ def _dict_readers(analysis: FileAnalysis, literal: ast.expr) -> frozenset[ast.Ca
 
 
 def _private_constant(analysis: FileAnalysis, statement: ast.stmt, name: str) -> bool:
-    """A module-level constant no other module can import: ``_NAME``, or any name of a script
-    (a file that runs ``if __name__ == "__main__"``). Inlining it and removing it is safe."""
+    """A module-level constant no other module can import: ``_NAME``, or any name of an
+    entry script (``Names.entry_script``). Inlining it and removing it is safe."""
     if not isinstance(analysis.names.parent.get(statement), ast.Module):
         return False
-    return name.startswith("_") or any(
-        isinstance(node, ast.If)
-        and isinstance(node.test, ast.Compare)
-        and isinstance(node.test.left, ast.Name)
-        and node.test.left.id == "__name__"
-        for node in analysis.tree.body
-    )
+    return name.startswith("_") or analysis.names.entry_script
 
 
 def chosen(
