@@ -121,15 +121,14 @@ def _single_bindings(names: Names) -> Iterator[tuple[Scope, Binding]]:
 
 
 def visible_only_here(names: Names, scope: Scope, name: str) -> bool:
-    """A local; or a module-level name no other module may import (private, or an entry
-    script's: ``Names.entry_script``), that no ``global``/``del`` anywhere in the module
-    names. A class attribute never is: it is read as an attribute (``self.x``), wherever an
-    instance goes."""
+    """A local; or a module-level name no other module reads (``visibility``), that no
+    ``global``/``del`` anywhere in the module names. A class attribute never is: it is read
+    as an attribute (``self.x``), wherever an instance goes."""
     if isinstance(scope.node, ast.ClassDef):
         return False
     if not isinstance(scope.node, ast.Module):
         return True
-    if not (fsdp1.is_private(name) or names.entry_script):
+    if not names.seen.own(name):
         return False
     declared = (n for g in names.by_type[ast.Global] for n in g.names)  # type: ignore[attr-defined]
     deleted = (

@@ -27,11 +27,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from codemods import fsdp1, programs, reexports, sources
+from codemods import fsdp1, programs, reexports, sources, visibility
 from codemods.findings import Finding
 from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, decide
 from codemods.text import split_lines
+from codemods.visibility import Visibility
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -59,8 +60,8 @@ class _Analysed:
     acts_on_a_model: bool = False
     #: FSDP1 names other modules of the run re-export (``reexports.find``).
     reexports: dict[str, str] = field(default_factory=dict)
-    #: Runs as its own program, and no module of the run imports it (``programs``).
-    entry_script: bool = False
+    #: Which of its module-level names only it reads (``visibility.find``).
+    visibility: Visibility = field(default_factory=Visibility)
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,8 @@ class _Run:
 
     #: FSDP1 names modules of the run re-export (``reexports.find``).
     reexports: dict[str, str]
-    #: The run's entry scripts (``programs.entry_scripts``).
-    entry_scripts: frozenset[str]
+    #: Each file's ``Visibility`` (``visibility.find``).
+    visibility: dict[str, Visibility]
 
 
 def module_name(path: str) -> tuple[str, bool]:
@@ -92,14 +93,14 @@ def analyse_text(
     name: str = "",
     package: bool = False,
     reexports: Mapping[str, str] | None = None,
-    entry_script: bool = False,
+    seen: Visibility | None = None,
 ) -> FilePlan:
     """The plan of one source text (raises ``SyntaxError`` when it does not parse)."""
     from codemods import registry
     from codemods.analysis import FileAnalysis, Source
 
     analysis = FileAnalysis(
-        Source(path, text, name, package, dict(reexports or {}), entry_script), options
+        Source(path, text, name, package, dict(reexports or {}), seen or Visibility()), options
     )
     for rule in registry.rules_for(codes):
         rule.analyze(analysis)
@@ -121,8 +122,8 @@ def migrate_text(
     from codemods.apply import apply_plan
     from codemods.tidy import tidy
 
-    entry = programs.has_main_guard(text.encode("utf-8", "surrogateescape"))
-    plan = analyse_text(text, path, codes, options, name, package, entry_script=entry)
+    seen = visibility.of_text(text)
+    plan = analyse_text(text, path, codes, options, name, package, seen=seen)
     decisions = decide([plan])
     applied = apply_plan(text, decisions.plans[path], decisions)
     return tidy(
@@ -131,7 +132,7 @@ def migrate_text(
         path,
         name,
         package,
-        entry_script=entry,
+        seen=seen,
         removes_imports="F2P001" in codes,
         removes_dead_values="F2P012" in codes,
         writes_reader_values="F2P013" in codes,
@@ -151,7 +152,8 @@ def _analyse(
     try:
         data = sources.read_bytes(path)
         result.module_name, result.package_init = module_name(path)
-        result.entry_script = run is not None and path in run.entry_scripts
+        if run is not None:
+            result.visibility = run.visibility[path]
         if not (
             every
             or fsdp1.might_need_migration(data)
@@ -173,7 +175,7 @@ def _analyse(
             result.module_name,
             result.package_init,
             result.reexports,
-            result.entry_script,
+            result.visibility,
         )
     except SyntaxError as error:
         result.error = _syntax_error(error, source.text)
@@ -230,7 +232,7 @@ def _apply(
             item.module_name,
             item.package_init,
             reexports=item.reexports,
-            entry_script=item.entry_script,
+            seen=item.visibility,
             removes_imports="F2P001" in codes,
             removes_dead_values="F2P012" in codes,
             writes_reader_values="F2P013" in codes,
@@ -265,7 +267,7 @@ def migrate_files(
         ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
     )
     try:
-        run = _Run(reexports.find(paths, module_name), programs.entry_scripts(paths))
+        run = _Run(reexports.find(paths, module_name), visibility.find(paths))
         arguments = [(p, list(codes), options, False, run) for p in paths]
         analysed = _map(pool, _analyse, arguments, progress, "analysing")
         _analyse_receivers(analysed, pool, codes, options, progress, run)

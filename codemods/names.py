@@ -19,6 +19,8 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from codemods.visibility import Visibility
+
 _BUILTINS = frozenset(dir(builtins))
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -94,16 +96,15 @@ class Names:
         module_name: str = "",
         is_package: bool = False,
         reexports: Mapping[str, str] | None = None,
-        entry_script: bool = False,
+        seen: Visibility | None = None,
     ) -> None:
         self.tree = tree
         self.module_name = module_name
         self.is_package = is_package
         #: FSDP1 names other modules of the run re-export (``reexports.find``), read through.
         self.reexports: Mapping[str, str] = reexports or {}
-        #: The module runs as its own program, and no module of the run imports it
-        #: (``programs.entry_scripts``): its module-level names are its own.
-        self.entry_script = entry_script
+        #: Which of its module-level names only this module reads (``visibility``).
+        self.seen = seen or Visibility()
         self.parent: dict[ast.AST, ast.AST] = {}
         self.scopes: dict[ast.AST, Scope] = {}
         #: Every node of each type, in source order: rules take what they look at from here.

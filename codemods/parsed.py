@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from codemods import fsdp1
 from codemods.names import Names
 from codemods.text import LineIndex
+from codemods.visibility import Visibility
 
 
 @dataclass
@@ -22,8 +23,8 @@ class Source:
     is_package: bool = False
     #: FSDP1 names other modules of the run re-export (``reexports.find``).
     reexports: Mapping[str, str] = field(default_factory=dict)
-    #: Runs as its own program, and no module of the run imports it (``programs``).
-    entry_script: bool = False
+    #: Which of its module-level names only it reads (``visibility.find``).
+    seen: Visibility = field(default_factory=Visibility)
 
 
 class ParsedFile:
@@ -34,7 +35,7 @@ class ParsedFile:
         self.tree = ast.parse(source.text, filename=source.path)
         self.lines = LineIndex(source.text)
         self.names = Names(
-            self.tree, source.module_name, source.is_package, source.reexports, source.entry_script
+            self.tree, source.module_name, source.is_package, source.reexports, source.seen
         )
 
     # -- names ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from codemods.apply import Applied, InternalError
 from codemods.findings import Finding
 from codemods.names import Names
 from codemods.text import Edit, LineIndex, OverlappingEdits, apply, apply_tracked, back, forward
+from codemods.visibility import Visibility
 
 
 def tidy(
@@ -25,7 +26,7 @@ def tidy(
     is_package_init: bool = False,
     *,
     reexports: Mapping[str, str] | None = None,
-    entry_script: bool = False,
+    seen: Visibility | None = None,
     removes_imports: bool = True,
     removes_dead_values: bool = True,
     writes_reader_values: bool = True,
@@ -42,7 +43,7 @@ def tidy(
         _parsed(applied.text, "the rewrite would not parse"),
         module_name,
         reexports=reexports,
-        entry_script=entry_script,
+        seen=seen,
     )
     dead = (
         dead_values.find(names, applied_lines, original, applied.edits, applied.starts)
@@ -78,7 +79,7 @@ def tidy(
             _parsed(text, "the removal of unread FSDP1 values would not parse"),
             module_name,
             reexports=reexports,
-            entry_script=entry_script,
+            seen=seen,
         )
     unused = []
     if removes_imports:

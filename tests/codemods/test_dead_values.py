@@ -11,6 +11,7 @@ from codemods import dead_values
 from codemods.apply import Applied
 from codemods.text import Edit, LineIndex, apply_tracked
 from codemods.tidy import tidy
+from codemods.visibility import Visibility
 
 HEAD = "import torch\nfrom torch.distributed.fsdp import CPUOffload, ShardingStrategy\n"
 #: A local read only by a line a rewrite deletes.
@@ -28,7 +29,8 @@ def migrated(original: str, entry_script: bool = False) -> tuple[str, list[str]]
     ]
     text, starts = apply_tracked(original, edits)
     applied = Applied(text, edits, starts, [], {})
-    final, findings = tidy(original, applied, "m.py", entry_script=entry_script)
+    seen = Visibility(entry_script=entry_script)
+    final, findings = tidy(original, applied, "m.py", seen=seen)
     return final, [f.message for f in findings if f.code == dead_values.CODE]
 
 

@@ -359,11 +359,11 @@ def _dict_readers(analysis: FileAnalysis, literal: ast.expr) -> frozenset[ast.Ca
 
 
 def _private_constant(analysis: FileAnalysis, statement: ast.stmt, name: str) -> bool:
-    """A module-level constant no other module can import: ``_NAME``, or any name of an
-    entry script (``Names.entry_script``). Inlining it and removing it is safe."""
+    """A module-level constant no other module reads (``visibility``): inlining it and
+    removing it is safe."""
     if not isinstance(analysis.names.parent.get(statement), ast.Module):
         return False
-    return name.startswith("_") or analysis.names.entry_script
+    return analysis.names.seen.own(name)
 
 
 def chosen(
