@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from codemods import fsdp1, programs, reexports, sources, visibility
+from codemods import fsdp1, programs, reexports, sources, spreads, visibility
 from codemods.findings import Finding
 from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, decide
@@ -62,6 +62,8 @@ class _Analysed:
     reexports: dict[str, str] = field(default_factory=dict)
     #: Which of its module-level names only it reads (``visibility.find``).
     visibility: Visibility = field(default_factory=Visibility)
+    #: The keys of the run's keyword-argument dicts (``spreads.find``).
+    spreads: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class _Run:
     reexports: dict[str, str]
     #: Each file's ``Visibility`` (``visibility.find``).
     visibility: dict[str, Visibility]
+    #: The keys of the run's keyword-argument dicts (``spreads.find``).
+    spreads: dict[str, tuple[str, ...]]
 
 
 def module_name(path: str) -> tuple[str, bool]:
@@ -94,13 +98,23 @@ def analyse_text(
     package: bool = False,
     reexports: Mapping[str, str] | None = None,
     seen: Visibility | None = None,
+    spread_keys: Mapping[str, tuple[str, ...]] | None = None,
 ) -> FilePlan:
     """The plan of one source text (raises ``SyntaxError`` when it does not parse)."""
     from codemods import registry
     from codemods.analysis import FileAnalysis, Source
 
     analysis = FileAnalysis(
-        Source(path, text, name, package, dict(reexports or {}), seen or Visibility()), options
+        Source(
+            path,
+            text,
+            name,
+            package,
+            dict(reexports or {}),
+            seen or Visibility(),
+            dict(spread_keys or {}),
+        ),
+        options,
     )
     for rule in registry.rules_for(codes):
         rule.analyze(analysis)
@@ -153,7 +167,7 @@ def _analyse(
         data = sources.read_bytes(path)
         result.module_name, result.package_init = module_name(path)
         if run is not None:
-            result.visibility = run.visibility[path]
+            result.visibility, result.spreads = run.visibility[path], run.spreads
         if not (
             every
             or fsdp1.might_need_migration(data)
@@ -176,6 +190,7 @@ def _analyse(
             result.package_init,
             result.reexports,
             result.visibility,
+            result.spreads,
         )
     except SyntaxError as error:
         result.error = _syntax_error(error, source.text)
@@ -267,7 +282,11 @@ def migrate_files(
         ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
     )
     try:
-        run = _Run(reexports.find(paths, module_name), visibility.find(paths))
+        run = _Run(
+            reexports.find(paths, module_name),
+            visibility.find(paths),
+            spreads.find(paths, module_name),
+        )
         arguments = [(p, list(codes), options, False, run) for p in paths]
         analysed = _map(pool, _analyse, arguments, progress, "analysing")
         _analyse_receivers(analysed, pool, codes, options, progress, run)

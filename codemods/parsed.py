@@ -25,6 +25,8 @@ class Source:
     reexports: Mapping[str, str] = field(default_factory=dict)
     #: Which of its module-level names only it reads (``visibility.find``).
     seen: Visibility = field(default_factory=Visibility)
+    #: The keys of the run's keyword-argument dicts (``spreads.find``).
+    spreads: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class ParsedFile:
@@ -34,6 +36,9 @@ class ParsedFile:
         self.module_name = source.module_name
         self.tree = ast.parse(source.text, filename=source.path)
         self.lines = LineIndex(source.text)
+        self.spreads = source.spreads
+        #: The text of nodes the analysis made, not read from the file (``written``).
+        self.made: dict[ast.AST, str] = {}
         self.names = Names(
             self.tree, source.module_name, source.is_package, source.reexports, source.seen
         )
@@ -63,7 +68,22 @@ class ParsedFile:
 
     # -- text and positions --------------------------------------------------------------------
     def source(self, node: ast.AST) -> str:
-        return self.lines.source(node)
+        made = self.made.get(node)
+        return made if made is not None else self.lines.source(node)
+
+    def written(self, text: str, at: ast.AST, parent: ast.AST) -> ast.expr:
+        """An expression the analysis makes (``kwargs["key"]``): placed at ``at`` under
+        ``parent`` for the questions rules ask of nodes, its text and its parts' ``text``."""
+        node = ast.parse(text, mode="eval").body
+        for part in ast.walk(node):
+            ast.copy_location(part, at)
+            part.end_lineno, part.end_col_offset = at.end_lineno, at.end_col_offset  # type: ignore[attr-defined]
+            self.made[part] = ast.unparse(part)
+            for child in ast.iter_child_nodes(part):
+                self.names.parent[child] = part
+        self.names.parent[node] = parent
+        self.made[node] = text
+        return node
 
     def span(self, node: ast.AST) -> tuple[int, int]:
         return self.lines.span(node)

@@ -134,6 +134,19 @@ def build_chosen(net, dtype, is_ref, classes):
         device_id=torch.device("cpu"),
     )
     return net
+
+
+class Defaults:
+    fsdp = {
+        "sharding_strategy": ShardingStrategy.SHARD_GRAD_OP,
+        "mixed_precision": MixedPrecision(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16
+        ),
+        "device_id": torch.device("cpu"),
+    }
+
+    def wrap(self, net, classes):
+        return FSDP(net, auto_wrap_policy=ModuleWrapPolicy(classes), **self.fsdp)
 """
 
 #: (strategy, compute dtype or None, a group of its own, sync_module_states); "mesh": the
@@ -143,8 +156,11 @@ def build_chosen(net, dtype, is_ref, classes):
 #: ``reshard_after_forward`` and ``init_device_mesh``); "offload": CPU offload by a flag, on
 #: the migrated side only (it moves no numbers; FSDP1 pins memory, which needs an accelerator);
 #: "helped:<class|lambda>": a policy and a strategy name handed to a helper that builds the
-#: model (``build_helped``: written as a predicate and a name where they are built, F2P013)
+#: model (``build_helped``: written as a predicate and a name where they are built, F2P013);
+#: "spread": a class attribute's keyword arguments (``Defaults.wrap``: the keys known, the
+#: values read at run time through ``kwargs_as_migrated``)
 CASES = {
+    "spread": ("spread", torch.bfloat16, False, False),
     "helped-class": ("helped:class", None, False, False),
     "helped-lambda": ("helped:lambda", None, False, False),
     "chosen-bf16": ("chosen", torch.bfloat16, False, False),
@@ -170,6 +186,8 @@ def _build(namespace: dict, case: str, rank: int, world: int, migrated: bool) ->
         return namespace["build_chosen"](net, dtype, False, {GainBlock})
     if kind == "offload":  # FSDP1 pins its CPU copies: it cannot offload on a CPU-only machine
         return namespace["build_offload"](net, migrated, {GainBlock})
+    if kind == "spread":
+        return namespace["Defaults"]().wrap(net, {GainBlock})
     if kind.startswith("helped:"):
         return namespace["build_helped"](net, {GainBlock}, kind == "helped:class")
     if kind.startswith("key:"):
@@ -215,8 +233,10 @@ def migrated() -> str:
     helped = text.split("def shard_with")[1].split("def build_chosen")[0]
     assert "lambda module: isinstance(module, tuple(classes))" in helped, helped
     assert "lambda_fn" not in helped and "ShardingStrategy" not in helped, helped
-    chosen = text.split("def build_chosen")[1]
+    chosen = text.split("def build_chosen")[1].split("class Defaults")[0]
     assert "MixedPrecision(" not in chosen and "fsdp2_port" not in chosen, chosen
+    spread = text.split("class Defaults")[1]
+    assert "fsdp2_port.kwargs_as_migrated(" in spread and "**" not in spread, spread
     assert not [f for f in findings if f.severity == "review"], findings
     return text
 

@@ -654,3 +654,16 @@ def _compare_programs(rank: int, world: int) -> None:
 @pytest.mark.slow
 def test_a_program_written_with_the_readers_trains_as_fsdp1():
     run_ranks(_compare_programs, 2, timeout=240)
+
+
+def test_kwargs_as_migrated_passes_the_keys_it_was_written_for_and_names_any_change() -> None:
+    kwargs = {"sharding_strategy": "FULL_SHARD", "use_orig_params": True}
+    assert fsdp2_port.kwargs_as_migrated(kwargs, "use_orig_params", "sharding_strategy") is kwargs
+    with pytest.raises(ValueError, match=r"added: cpu_offload; missing: use_orig_params"):
+        fsdp2_port.kwargs_as_migrated(
+            {"sharding_strategy": "FULL_SHARD", "cpu_offload": None},
+            "sharding_strategy",
+            "use_orig_params",
+        )
+    with pytest.raises(TypeError, match="mapping"):
+        fsdp2_port.kwargs_as_migrated([("sharding_strategy", "FULL_SHARD")], "sharding_strategy")

@@ -252,6 +252,26 @@ _CHILD_DEFAULTS: dict[str, Any] = {
 }
 
 
+def kwargs_as_migrated(kwargs: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
+    """``kwargs``, FSDP1 keyword arguments the program spreads with ``**``, once its keys are
+    checked to be ``keys``: the codemod wrote the plain form for these arguments and reads
+    their values from it. Other keys raise ``ValueError``, before any module is touched."""
+    if not isinstance(kwargs, Mapping):
+        raise TypeError(f"FSDP1 keyword arguments must be a mapping, not {type(kwargs).__name__}")
+    added, missing = sorted(set(kwargs) - set(keys)), sorted(set(keys) - set(kwargs))
+    if added or missing:
+        change = "; ".join(
+            f"{what}: {', '.join(names)}"
+            for what, names in (("added", added), ("missing", missing))
+            if names
+        )
+        raise ValueError(
+            f"the FSDP1 keyword arguments are not those this FSDP2 code was migrated for "
+            f"({change}): migrate the call again (fsdp2-port migrate) or port it by hand"
+        )
+    return kwargs
+
+
 def _check_no_unit_arguments(
     unit: nn.Module, kwargs: dict[str, Any], expected: dict[str, Any]
 ) -> None:

@@ -21,15 +21,17 @@ _LINE_LENGTH = 100
 NORMS = "torch.nn.modules.batchnorm._BatchNorm"
 
 
-def module_name(analysis: FileAnalysis, statement: ast.stmt, pure: Pure) -> str:
+def module_name(
+    analysis: FileAnalysis, statement: ast.stmt, pure: Pure, own_target: bool = True
+) -> str:
     """What the emitted code calls the module: its own text, or, when it is an expression
-    read more than once, the name it is bound to first (the statement's own target, or a
-    fresh ``module``)."""
+    read more than once, the name it is bound to first (the statement's own target when
+    ``own_target``, the call being the statement's value, or a fresh ``module``)."""
     assert pure.module is not None
     if not pure.hoisted:
         return analysis.source(pure.module)
     targets = getattr(statement, "targets", None)
-    if targets and len(targets) == 1 and calls.is_simple(targets[0]):
+    if own_target and targets and len(targets) == 1 and calls.is_simple(targets[0]):
         return analysis.source(targets[0])
     scope = analysis.names.scope_of(statement)
     for name in ("module", "fsdp_module", "fsdp2_module"):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
+from codemods import calls
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
 from codemods.rules import Code
@@ -55,7 +56,11 @@ class ConstructorRule:
                 "value read by an `fsdp2_port.*_like_fsdp1` reader (`mesh_like_fsdp1`, "
                 "`reshard_after_forward_like_fsdp1`, `units_like_fsdp1`, `mp_policy_like_fsdp1`, "
                 "`buffer_dtype_like_fsdp1`, `offload_policy_like_fsdp1`: FSDP1's meaning, no "
-                "FSDP1 code); **anything else** → "
+                "FSDP1 code); `**kwargs` whose keys are written out where it is bound (in this "
+                "file, another module of the run, a class attribute) but that other code may "
+                "read or change → the same plain form, its values read at run time from "
+                "`fsdp2_port.kwargs_as_migrated(kwargs, <keys>)` (which raises if the keys are "
+                "no longer those); **anything else** → "
                 "`fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)` (`**kwargs` whose "
                 "keys only the run knows, `ignored_modules`...); "
                 "`functools.partial(FSDP, ...)` → "
@@ -120,6 +125,7 @@ class ConstructorRule:
         "fsdp2_port.buffer_dtype_like_fsdp1": "fsdp2_port:buffer_dtype_like_fsdp1",
         "fsdp2_port.offload_policy_like_fsdp1": "fsdp2_port:offload_policy_like_fsdp1",
         "fsdp2_port.units_like_fsdp1": "fsdp2_port:units_like_fsdp1",
+        "fsdp2_port.kwargs_as_migrated": "fsdp2_port:kwargs_as_migrated",
     }
 
     def analyze(self, analysis: FileAnalysis) -> None:
@@ -206,7 +212,8 @@ class ConstructorRule:
 
     def _plain(self, analysis: FileAnalysis, call: ast.Call, cid: str, found: Pure) -> None:
         statement = analysis.names.statement(call)
-        module = emit.module_name(analysis, statement, found)
+        own_target = _evaluated_first(analysis, statement, call, chained=True)
+        module = emit.module_name(analysis, statement, found, own_target)
         callee = "fully_shard"
         edits = [analysis.replace(call.func, callee), *found.edits]
         edits += emit.argument_edits(analysis, call, found, module, callee)
@@ -319,21 +326,43 @@ def _fsdp1_subclass_around(analysis: FileAnalysis, call: ast.Call) -> ast.ClassD
     return None
 
 
-def _evaluated_first(analysis: FileAnalysis, statement: ast.stmt, call: ast.Call) -> bool:
-    """The statement's value is the call, or a chain of attributes and method calls on it
-    (``FSDP(...).to(device)``): the call runs whenever the statement does, before anything
-    else in it, so code put before the statement runs exactly when the call would."""
+def _evaluated_first(
+    analysis: FileAnalysis, statement: ast.stmt, call: ast.Call, *, chained: bool = False
+) -> bool:
+    """The call runs whenever the statement does, before anything else in it that has an
+    effect, so code put before the statement runs exactly when the call would: the
+    statement's value is the call, a chain of attributes and method calls on it
+    (``FSDP(...).to(device)``), or, unless ``chained``, a call that takes it as an argument
+    with only names, attribute chains and constants before it (``Policy(FSDP(...), tok)``),
+    and so on outwards."""
     value = getattr(statement, "value", None)
     node: ast.AST = call
     while node is not value:
         parent = analysis.names.parent.get(node)
+        held = node
+        if isinstance(parent, ast.keyword):
+            held, parent = parent, analysis.names.parent.get(parent)
         on_it = (isinstance(parent, ast.Attribute) and parent.value is node) or (
             isinstance(parent, ast.Call) and parent.func is node
         )
-        if not on_it:
+        if not on_it and (chained or not _first_with_effects(parent, held)):
             return False
         node = parent  # type: ignore[assignment]
     return True
+
+
+def _first_with_effects(call: ast.AST | None, held: ast.AST) -> bool:
+    """``held``, an argument of ``call``, is evaluated after nothing but the callee and other
+    arguments that are names, attribute chains or constants."""
+    if not isinstance(call, ast.Call) or not calls.is_simple(call.func):
+        return False
+    parts: list[ast.expr | ast.keyword] = sorted(
+        [*call.args, *call.keywords], key=lambda p: (p.lineno, p.col_offset)
+    )
+    before = parts[: next((i for i, p in enumerate(parts) if p is held), 0)]
+    return any(p is held for p in parts) and all(
+        calls.is_simple(p.value if isinstance(p, ast.keyword) else p) for p in before
+    )
 
 
 def _stands_alone(analysis: FileAnalysis, statement: ast.stmt) -> bool:

@@ -14,7 +14,7 @@ import ast
 import bisect
 from dataclasses import dataclass, field
 
-from codemods import calls
+from codemods import calls, spreads
 from codemods.analysis import FileAnalysis
 from codemods.names import Binding
 from codemods.text import Edit
@@ -171,24 +171,63 @@ def read_arguments(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
 
 
 def _spread(analysis: FileAnalysis, value: ast.expr, out: Pure) -> dict[str, ast.expr] | None:
-    """The entries of ``**name`` when ``name`` is a ``dict(...)``/``{...}`` of literal keys
-    bound once and read only by constructors' ``**``."""
+    """The entries of ``**name``: when ``name`` is a ``dict(...)``/``{...}`` of literal keys
+    bound once and read only by constructors' ``**``, its values where they are written;
+    else, when its keys are known (``_known_keys``), each value read at run time."""
     binding = _binding(analysis, value)
     entries_of = binding.value if binding is not None else None
     entries = _dict_entries(analysis, entries_of) if entries_of is not None else None
     if binding is None or entries_of is None or entries is None:
-        out.blockers.append("**kwargs that are not a dict of literal keys bound here")
-        return None
+        return _read_at_run_time(analysis, value, out, "not a dict of literal keys bound here")
     users = _spread_users(analysis, binding)
     if users is None:
-        out.blockers.append("**kwargs read by other code than FSDP(...) calls")
-        return None
+        return _read_at_run_time(analysis, value, out, "read by other code than FSDP(...) calls")
     statement = analysis.names.statement(binding.node)
     if rebound_before_use(analysis, entries_of, statement, analysis.uses_of(binding)):
-        out.blockers.append("**kwargs read a name bound again before the call")
-        return None
+        return _read_at_run_time(analysis, value, out, "read a name bound again before the call")
     out.removable.append(Removable(SPREAD, statement, users))
     return entries
+
+
+def _read_at_run_time(
+    analysis: FileAnalysis, value: ast.expr, out: Pure, why: str
+) -> dict[str, ast.expr] | None:
+    """``**kwargs`` whose keys are known: bound first, where FSDP1 evaluated it, to
+    ``fsdp2_port.kwargs_as_migrated(kwargs, <keys>)`` (which checks the keys are still
+    these), each entry read from that name."""
+    keys = _known_keys(analysis, value)
+    if keys is None or not analysis.options.runtime_dependency:
+        out.blockers.append(f"**kwargs {why}")
+        return None
+    call = analysis.names.parent[analysis.names.parent[value]]
+    assert isinstance(call, ast.Call)
+    arguments = ", ".join([analysis.source(value), *(f'"{key}"' for key in keys)])
+    name = fresh(analysis, call, out, "fsdp1_kwargs")
+    at = (value.lineno, value.col_offset)
+    index = bisect.bisect(out.evaluated_at, at)
+    out.evaluated_at.insert(index, at)
+    out.bound_first.insert(index, (name, f"fsdp2_port.kwargs_as_migrated({arguments})"))
+    out.read_at_run_time.append("**kwargs")
+    keyword = analysis.names.parent[value]
+    return {key: analysis.written(f'{name}["{key}"]', value, keyword) for key in keys}
+
+
+def _known_keys(analysis: FileAnalysis, value: ast.expr) -> tuple[str, ...] | None:
+    """The keys of ``**kwargs`` written out where it is bound: a name bound once in this
+    file, or imported from a module of the run, or a class attribute (``self.defaults``),
+    to a dict of literal keys no code adds a key to (``spreads``)."""
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+        key = spreads.ATTRIBUTE + value.attr
+    elif isinstance(value, ast.Name):
+        scope, bindings = analysis.names.lookup(value.id, analysis.names.scope_of(value))
+        if scope is not None and any(b.kind != "import" for b in bindings):
+            return spreads.written_keys(analysis.names, scope, value.id, bindings)
+        key = next(iter(sorted(analysis.names.qualified(value))), "")
+    else:
+        return None
+    if key in analysis.spreads:
+        return analysis.spreads[key]
+    return dict(spreads.in_module(analysis.names)).get(key)
 
 
 def _dict_entries(analysis: FileAnalysis, value: ast.expr) -> dict[str, ast.expr] | None:

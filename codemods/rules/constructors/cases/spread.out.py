@@ -11,6 +11,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
 from mymodel import get_block
+import fsdp2_port
 import torch
 
 
@@ -48,7 +49,11 @@ def build(policy, reference, rank, cfg):
 def read_elsewhere(model):
     options = {"sharding_strategy": ShardingStrategy.SHARD_GRAD_OP}
     print(options)
-    return fully_shard_like_fsdp1(model, **options)
+    fsdp1_kwargs = fsdp2_port.kwargs_as_migrated(options, "sharding_strategy")
+    sharding_strategy = fsdp1_kwargs["sharding_strategy"]
+    mesh = fsdp2_port.mesh_like_fsdp1(sharding_strategy)
+    reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
 
 
 def offload_flag(model, args):
