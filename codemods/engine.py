@@ -31,6 +31,7 @@ from codemods import fsdp1, programs, reexports, sources, spreads, visibility
 from codemods.findings import Finding
 from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, decide
+from codemods.spreads import Keys
 from codemods.text import split_lines
 from codemods.visibility import Visibility
 
@@ -63,7 +64,7 @@ class _Analysed:
     #: Which of its module-level names only it reads (``visibility.find``).
     visibility: Visibility = field(default_factory=Visibility)
     #: The keys of the run's keyword-argument dicts (``spreads.find``).
-    spreads: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    spreads: dict[str, Keys] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class _Run:
     #: Each file's ``Visibility`` (``visibility.find``).
     visibility: dict[str, Visibility]
     #: The keys of the run's keyword-argument dicts (``spreads.find``).
-    spreads: dict[str, tuple[str, ...]]
+    spreads: dict[str, Keys]
 
 
 def module_name(path: str) -> tuple[str, bool]:
@@ -98,7 +99,7 @@ def analyse_text(
     package: bool = False,
     reexports: Mapping[str, str] | None = None,
     seen: Visibility | None = None,
-    spread_keys: Mapping[str, tuple[str, ...]] | None = None,
+    spread_keys: Mapping[str, Keys] | None = None,
 ) -> FilePlan:
     """The plan of one source text (raises ``SyntaxError`` when it does not parse)."""
     from codemods import registry

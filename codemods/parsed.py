@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from codemods import fsdp1
 from codemods.names import Names
+from codemods.spreads import Keys
 from codemods.text import LineIndex
 from codemods.visibility import Visibility
 
@@ -26,7 +27,7 @@ class Source:
     #: Which of its module-level names only it reads (``visibility.find``).
     seen: Visibility = field(default_factory=Visibility)
     #: The keys of the run's keyword-argument dicts (``spreads.find``).
-    spreads: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    spreads: Mapping[str, Keys] = field(default_factory=dict)
 
 
 class ParsedFile:

@@ -750,6 +750,13 @@ class _Paths:
                 asked = _text_key(call.args[0])
                 return (asked is not None and asked != key) or self.reaches_only(call, kind)
             return False
+        if (
+            isinstance(parent, ast.Call)
+            and parent.args
+            and parent.args[0] is mapping
+            and "fsdp2_port.kwargs_as_migrated" in self.names.qualified(parent.func)
+        ):
+            return self._dict(parent, kind, key)  # the same mapping, its keys checked
         if isinstance(parent, ast.keyword) and parent.arg is None:  # **mapping
             call = self.names.parent.get(parent)
             return (

@@ -6,13 +6,15 @@ The plain form needs the arguments' names, not their values: it reads the values
 time, through ``fsdp2_port.kwargs_as_migrated``, which also checks that the keys are still
 these. ``find`` maps ``module.NAME`` (a module-level dict) and ``.NAME`` (a class attribute:
 the only class-level dict of that name in the run) to the keys of their one binding, a dict
-display or ``dict(k=...)`` with literal keys, that no code of its file writes a new key to.
+display or ``dict(k=...)`` with literal keys, and those its file stores by literal key (a
+dict "conditionally extended": they may be absent).
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from codemods import sources
 from codemods.names import Binding, Names, Scope
@@ -21,12 +23,10 @@ from codemods.names import Binding, Names, Scope
 ATTRIBUTE = "."
 
 
-def find(
-    paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]
-) -> dict[str, tuple[str, ...]]:
+def find(paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]) -> dict[str, Keys]:
     """``{"utils.fsdp_kwargs": ("auto_wrap_policy", ...), ".fsdp_defaults": (...)}``."""
-    found: dict[str, tuple[str, ...]] = {}
-    attributes: dict[str, tuple[str, ...] | None] = {}
+    found: dict[str, Keys] = {}
+    attributes: dict[str, Keys | None] = {}
     for path in paths:
         module, package = module_name(path)
         try:
@@ -45,7 +45,7 @@ def find(
     return found
 
 
-def in_module(names: Names) -> Iterator[tuple[str, tuple[str, ...]]]:
+def in_module(names: Names) -> Iterator[tuple[str, Keys]]:
     """``find``'s entries for one module: its module-level dicts (when it has a name) and
     class attributes."""
     for scope in names.scopes.values():
@@ -61,29 +61,39 @@ def in_module(names: Names) -> Iterator[tuple[str, tuple[str, ...]]]:
                 yield prefix + name, keys
 
 
-def written_keys(
-    names: Names, scope: Scope, name: str, bindings: list[Binding]
-) -> tuple[str, ...] | None:
-    """The literal keys of ``name``'s one binding in ``scope``, a dict display or
-    ``dict(k=...)``, when no code of the file stores another key in it (``d[k] = v`` with a
-    key not among them, ``d.update``, ``d.setdefault``, ``del d[k]``, ``d.pop``), through
-    the name or any attribute of that name."""
+@dataclass(frozen=True)
+class Keys:
+    """A dict's keys: ``required``, bound with it; ``optional``, stored in it by literal key
+    somewhere (``d["cpu_offload"] = ...`` under a condition)."""
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+
+def written_keys(names: Names, scope: Scope, name: str, bindings: list[Binding]) -> Keys | None:
+    """The keys of ``name``'s one binding in ``scope``, a dict display or ``dict(k=...)`` of
+    literal keys, and those the file stores in it by literal key (through the name, or any
+    attribute of that name); None when the file changes its keys otherwise (``del d[k]``,
+    ``d[key]`` with a key computed, ``d.update``, ``d.pop``, ...)."""
     if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].value is None:
         return None
-    keys = dict_keys(bindings[0].value)
-    if keys is None:
+    required = dict_keys(bindings[0].value)
+    if required is None:
         return None
+    optional: list[str] = []
     for node in names.by_type[ast.Subscript]:
         if _named(names, scope, node.value, name) and not isinstance(node.ctx, ast.Load):  # type: ignore[attr-defined]
             stored = node.slice  # type: ignore[attr-defined]
             if isinstance(node.ctx, ast.Del) or not (  # type: ignore[attr-defined]
-                isinstance(stored, ast.Constant) and stored.value in keys
+                isinstance(stored, ast.Constant) and isinstance(stored.value, str)
             ):
                 return None
+            if stored.value not in (*required, *optional):
+                optional.append(stored.value)
     for node in names.by_type[ast.Attribute]:
         if _named(names, scope, node.value, name) and node.attr in _GROWING:  # type: ignore[attr-defined]
             return None
-    return keys
+    return Keys(required, tuple(optional))
 
 
 def dict_keys(value: ast.expr) -> tuple[str, ...] | None:

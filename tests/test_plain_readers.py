@@ -136,6 +136,18 @@ def build_chosen(net, dtype, is_ref, classes):
     return net
 
 
+def build_grown(net, classes, dtype):
+    policy = functools.partial(
+        lambda_auto_wrap_policy, lambda_fn=lambda m: isinstance(m, tuple(classes))
+    )
+    options = {"auto_wrap_policy": policy, "device_id": torch.device("cpu")}
+    if dtype is not None:
+        options["mixed_precision"] = MixedPrecision(
+            param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype
+        )
+    return FSDP(net, **options)
+
+
 class Defaults:
     fsdp = {
         "sharding_strategy": ShardingStrategy.SHARD_GRAD_OP,
@@ -158,8 +170,11 @@ class Defaults:
 #: "helped:<class|lambda>": a policy and a strategy name handed to a helper that builds the
 #: model (``build_helped``: written as a predicate and a name where they are built, F2P013);
 #: "spread": a class attribute's keyword arguments (``Defaults.wrap``: the keys known, the
-#: values read at run time through ``kwargs_as_migrated``)
+#: values read at run time through ``kwargs_as_migrated``); "grown": keyword arguments
+#: extended under a condition (``build_grown``: a key it may lack reads as None)
 CASES = {
+    "grown-bf16": ("grown", torch.bfloat16, False, False),
+    "grown-fp32": ("grown", None, False, False),
     "spread": ("spread", torch.bfloat16, False, False),
     "helped-class": ("helped:class", None, False, False),
     "helped-lambda": ("helped:lambda", None, False, False),
@@ -186,6 +201,8 @@ def _build(namespace: dict, case: str, rank: int, world: int, migrated: bool) ->
         return namespace["build_chosen"](net, dtype, False, {GainBlock})
     if kind == "offload":  # FSDP1 pins its CPU copies: it cannot offload on a CPU-only machine
         return namespace["build_offload"](net, migrated, {GainBlock})
+    if kind == "grown":
+        return namespace["build_grown"](net, {GainBlock}, dtype)
     if kind == "spread":
         return namespace["Defaults"]().wrap(net, {GainBlock})
     if kind.startswith("helped:"):
@@ -233,8 +250,11 @@ def migrated() -> str:
     helped = text.split("def shard_with")[1].split("def build_chosen")[0]
     assert "lambda module: isinstance(module, tuple(classes))" in helped, helped
     assert "lambda_fn" not in helped and "ShardingStrategy" not in helped, helped
-    chosen = text.split("def build_chosen")[1].split("class Defaults")[0]
+    chosen = text.split("def build_chosen")[1].split("def build_grown")[0]
     assert "MixedPrecision(" not in chosen and "fsdp2_port" not in chosen, chosen
+    grown = text.split("def build_grown")[1].split("class Defaults")[0]
+    assert 'optional=("mixed_precision",)' in grown and "**" not in grown, grown
+    assert "MixedPrecision(" not in grown and "lambda_auto" not in grown, grown  # F2P013
     spread = text.split("class Defaults")[1]
     assert "fsdp2_port.kwargs_as_migrated(" in spread and "**" not in spread, spread
     assert not [f for f in findings if f.severity == "review"], findings

@@ -665,5 +665,11 @@ def test_kwargs_as_migrated_passes_the_keys_it_was_written_for_and_names_any_cha
             "sharding_strategy",
             "use_orig_params",
         )
+    optional = ("cpu_offload",)
+    assert fsdp2_port.kwargs_as_migrated({}, optional=optional) == {"cpu_offload": None}
+    offload = {"cpu_offload": CPUOffload(offload_params=True)}
+    assert fsdp2_port.kwargs_as_migrated(offload, optional=optional) == offload
+    with pytest.raises(ValueError, match=r"added: limit_all_gathers\)"):
+        fsdp2_port.kwargs_as_migrated({"limit_all_gathers": True}, optional=optional)
     with pytest.raises(TypeError, match="mapping"):
         fsdp2_port.kwargs_as_migrated([("sharding_strategy", "FULL_SHARD")], "sharding_strategy")

@@ -252,13 +252,19 @@ _CHILD_DEFAULTS: dict[str, Any] = {
 }
 
 
-def kwargs_as_migrated(kwargs: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
+def kwargs_as_migrated(
+    kwargs: Mapping[str, Any], *keys: str, optional: tuple[str, ...] = ()
+) -> Mapping[str, Any]:
     """``kwargs``, FSDP1 keyword arguments the program spreads with ``**``, once its keys are
-    checked to be ``keys``: the codemod wrote the plain form for these arguments and reads
-    their values from it. Other keys raise ``ValueError``, before any module is touched."""
+    checked to be ``keys`` and some of ``optional`` (stored under conditions), with each
+    absent optional one as None: the codemod wrote the plain form for these arguments and
+    reads their values from it (None, where FSDP1 had its default, means that default for
+    every argument the plain form reads). Other keys raise ``ValueError``, before any module
+    is touched."""
     if not isinstance(kwargs, Mapping):
         raise TypeError(f"FSDP1 keyword arguments must be a mapping, not {type(kwargs).__name__}")
-    added, missing = sorted(set(kwargs) - set(keys)), sorted(set(keys) - set(kwargs))
+    added = sorted(set(kwargs) - set(keys) - set(optional))
+    missing = sorted(set(keys) - set(kwargs))
     if added or missing:
         change = "; ".join(
             f"{what}: {', '.join(names)}"
@@ -269,7 +275,7 @@ def kwargs_as_migrated(kwargs: Mapping[str, Any], *keys: str) -> Mapping[str, An
             f"the FSDP1 keyword arguments are not those this FSDP2 code was migrated for "
             f"({change}): migrate the call again (fsdp2-port migrate) or port it by hand"
         )
-    return kwargs
+    return {**dict.fromkeys(optional), **kwargs} if optional else kwargs
 
 
 def _check_no_unit_arguments(

@@ -193,26 +193,34 @@ def _read_at_run_time(
     analysis: FileAnalysis, value: ast.expr, out: Pure, why: str
 ) -> dict[str, ast.expr] | None:
     """``**kwargs`` whose keys are known: bound first, where FSDP1 evaluated it, to
-    ``fsdp2_port.kwargs_as_migrated(kwargs, <keys>)`` (which checks the keys are still
-    these), each entry read from that name."""
+    ``fsdp2_port.kwargs_as_migrated(kwargs, <keys>, optional=(...))`` (which checks the keys
+    are still these, and gives an absent optional one as None, FSDP1's default for all the
+    plain form reads), each entry read from that name."""
     keys = _known_keys(analysis, value)
-    if keys is None or not analysis.options.runtime_dependency:
+    if keys is None or "module" in keys.optional or not analysis.options.runtime_dependency:
         out.blockers.append(f"**kwargs {why}")
         return None
     call = analysis.names.parent[analysis.names.parent[value]]
     assert isinstance(call, ast.Call)
-    arguments = ", ".join([analysis.source(value), *(f'"{key}"' for key in keys)])
+    arguments = [analysis.source(value), *(f'"{key}"' for key in keys.required)]
+    if keys.optional:
+        listed = ", ".join(f'"{key}"' for key in keys.optional)
+        arguments.append(f"optional=({listed}{',' if len(keys.optional) == 1 else ''})")
     name = fresh(analysis, call, out, "fsdp1_kwargs")
     at = (value.lineno, value.col_offset)
     index = bisect.bisect(out.evaluated_at, at)
     out.evaluated_at.insert(index, at)
-    out.bound_first.insert(index, (name, f"fsdp2_port.kwargs_as_migrated({arguments})"))
+    checked = f"fsdp2_port.kwargs_as_migrated({', '.join(arguments)})"
+    out.bound_first.insert(index, (name, checked))
     out.read_at_run_time.append("**kwargs")
     keyword = analysis.names.parent[value]
-    return {key: analysis.written(f'{name}["{key}"]', value, keyword) for key in keys}
+    return {
+        key: analysis.written(f'{name}["{key}"]', value, keyword)
+        for key in (*keys.required, *keys.optional)
+    }
 
 
-def _known_keys(analysis: FileAnalysis, value: ast.expr) -> tuple[str, ...] | None:
+def _known_keys(analysis: FileAnalysis, value: ast.expr) -> spreads.Keys | None:
     """The keys of ``**kwargs`` written out where it is bound: a name bound once in this
     file, or imported from a module of the run, or a class attribute (``self.defaults``),
     to a dict of literal keys no code adds a key to (``spreads``)."""

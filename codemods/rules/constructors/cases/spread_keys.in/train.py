@@ -2,7 +2,7 @@
 
 import torch
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-from torch.distributed.fsdp import ShardingStrategy
+from torch.distributed.fsdp import CPUOffload, ShardingStrategy
 
 from fsdp_config import eval_kwargs, fsdp_kwargs
 from model import Net
@@ -37,10 +37,19 @@ def logged(model):
     return FSDP(model, **options)
 
 
-def grown(model, offload):
+def grown(model, offload, sync):
+    # conditionally extended (open_lm's shape): a key it may lack reads as None, its default
     options = {"sharding_strategy": ShardingStrategy.FULL_SHARD}
     if offload:
-        options["cpu_offload"] = None  # a key only the run knows: the bridge
+        options["cpu_offload"] = CPUOffload(offload_params=True)
+    if sync:
+        options["sync_module_states"] = True
+    return FSDP(model, **options)
+
+
+def updated(model, extra):
+    options = {"sharding_strategy": ShardingStrategy.FULL_SHARD}
+    options.update(extra)  # keys only the run knows: the bridge
     return FSDP(model, **options)
 
 

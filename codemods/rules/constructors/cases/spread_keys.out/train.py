@@ -3,7 +3,7 @@
 import torch
 from fsdp2_port import fully_shard_like_fsdp1
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.fsdp import ShardingStrategy
+from torch.distributed.fsdp import CPUOffload, ShardingStrategy
 
 from fsdp_config import eval_kwargs, fsdp_kwargs
 from model import Net
@@ -81,10 +81,32 @@ def logged(model):
     return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
 
 
-def grown(model, offload):
+def grown(model, offload, sync):
+    # conditionally extended (open_lm's shape): a key it may lack reads as None, its default
     options = {"sharding_strategy": ShardingStrategy.FULL_SHARD}
     if offload:
-        options["cpu_offload"] = None  # a key only the run knows: the bridge
+        options["cpu_offload"] = CPUOffload(offload_params=True)
+    if sync:
+        options["sync_module_states"] = True
+    fsdp1_kwargs = fsdp2_port.kwargs_as_migrated(
+        options,
+        "sharding_strategy",
+        optional=("cpu_offload", "sync_module_states"),
+    )
+    sharding_strategy = fsdp1_kwargs["sharding_strategy"]
+    cpu_offload = fsdp1_kwargs["cpu_offload"]
+    mesh = fsdp2_port.mesh_like_fsdp1(sharding_strategy)
+    reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
+    if fsdp1_kwargs["sync_module_states"]:
+        for group in mesh.get_all_groups():  # sync_module_states
+            for tensor in [*model.parameters(), *model.buffers()]:
+                torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload, mesh))
+
+
+def updated(model, extra):
+    options = {"sharding_strategy": ShardingStrategy.FULL_SHARD}
+    options.update(extra)  # keys only the run knows: the bridge
     return fully_shard_like_fsdp1(model, **options)
 
 
