@@ -2,7 +2,7 @@
 
     python benchmarks/plain_blockers.py CORPUS_DIR [CORPUS_DIR ...]
 
-Each constructor of the corpus (``functools.partial`` factories aside) is read as the
+Each repository (a folder of ``CORPUS_DIR``) is one run. Each constructor of the corpus (``functools.partial`` factories aside) is read as the
 constructors rule reads it (``codemods.rules.constructors.pure``), file by file; the script
 counts the constructors each blocker stops (one constructor often has several), and those a
 single blocker stops alone: what to build next for issue 20. A ``**kwargs`` that cannot be
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codemods import engine, fsdp1, sources
+from codemods import engine, fsdp1, sources, spreads
 from codemods.analysis import FileAnalysis, Source
 from codemods.options import Options
 from codemods.rules.constructors.pure import pure
@@ -31,15 +31,18 @@ def main() -> int:
     each: Counter = Counter()
     alone: Counter = Counter()
     total = plain = 0
-    for corpus in args.corpora:
-        files, _ = sources.discover([str(corpus)])
+    repositories = [r for corpus in args.corpora for r in sorted(corpus.iterdir()) if r.is_dir()]
+    for repository in repositories:
+        files, _ = sources.discover([str(repository)])
+        keys = spreads.find(files, engine.module_name)  # the run's, as in a run of its own
         for path in files:
             data = Path(path).read_bytes()
             if not fsdp1.might_need_migration(data):
                 continue
             try:
                 text = sources.decode(data).text
-                analysis = FileAnalysis(Source(path, text, *engine.module_name(path)), Options())
+                source = Source(path, text, *engine.module_name(path), spreads=keys)
+                analysis = FileAnalysis(source, Options())
             except (sources.UnreadableSource, SyntaxError, ValueError):
                 continue
             for call in analysis.ties.constructors:

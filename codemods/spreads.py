@@ -77,10 +77,12 @@ def written_keys(names: Names, scope: Scope, name: str, bindings: list[Binding])
     ``d[key]`` with a key computed, ``d.update``, ``d.pop``, ...)."""
     if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].value is None:
         return None
-    required = dict_keys(bindings[0].value)
-    if required is None:
+    value = bindings[0].value
+    displayed = dict_keys(value)
+    built = Keys(displayed) if displayed is not None else _returned_keys(names, value)
+    if built is None:
         return None
-    optional: list[str] = []
+    required, optional = built.required, list(built.optional)
     for node in names.by_type[ast.Subscript]:
         if _named(names, scope, node.value, name) and not isinstance(node.ctx, ast.Load):  # type: ignore[attr-defined]
             stored = node.slice  # type: ignore[attr-defined]
@@ -94,6 +96,37 @@ def written_keys(names: Names, scope: Scope, name: str, bindings: list[Binding])
         if _named(names, scope, node.value, name) and node.attr in _GROWING:  # type: ignore[attr-defined]
             return None
     return Keys(required, tuple(optional))
+
+
+def _returned_keys(names: Names, value: ast.expr) -> Keys | None:
+    """The keys of the dict ``value``, a call of a function this module defines, returns:
+    every ``return`` of it returns one name, bound in it to a dict (``written_keys``)."""
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Name):
+        return None
+    bindings = names.lookup(value.func.id, names.scope_of(value))[1]
+    function = bindings[0].node if len(bindings) == 1 else None
+    if not isinstance(function, ast.FunctionDef) or function.decorator_list:
+        return None
+    own = [n for n in _own_nodes(function) if isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom))]
+    returned = {
+        n.value.id if isinstance(n, ast.Return) and isinstance(n.value, ast.Name) else ""
+        for n in own
+    }
+    if len(returned) != 1 or "" in returned:
+        return None
+    (name,) = returned
+    scope = names.scopes[function]
+    return written_keys(names, scope, name, scope.bindings.get(name, []))
+
+
+def _own_nodes(function: ast.FunctionDef) -> Iterator[ast.AST]:
+    """The nodes of ``function``'s body, not those of functions, lambdas or classes in it."""
+    todo: list[ast.AST] = list(function.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
 
 
 def dict_keys(value: ast.expr) -> tuple[str, ...] | None:

@@ -56,3 +56,18 @@ def updated(model, extra):
 def late(device):
     # evaluated after a call with effects: the statement cannot be split
     return Wrapped(torch.manual_seed(0), FSDP(Net(), **fsdp_kwargs, device_id=device))
+
+
+def fsdp_config(layer, use_mp):
+    # a function that builds the keyword arguments (llm-research's shape)
+    config = {}
+    if use_mp:
+        config["mixed_precision"] = None
+    config["sharding_strategy"] = ShardingStrategy.HYBRID_SHARD
+    return config
+
+
+def returned(model, layer, use_mp):
+    config = fsdp_config(layer, use_mp)
+    print(f"FSDP config: {config}")
+    return FSDP(model, **config)

@@ -113,3 +113,31 @@ def updated(model, extra):
 def late(device):
     # evaluated after a call with effects: the statement cannot be split
     return Wrapped(torch.manual_seed(0), fully_shard_like_fsdp1(Net(), **fsdp_kwargs, device_id=device))
+
+
+def fsdp_config(layer, use_mp):
+    # a function that builds the keyword arguments (llm-research's shape)
+    config = {}
+    if use_mp:
+        config["mixed_precision"] = None
+    config["sharding_strategy"] = ShardingStrategy.HYBRID_SHARD
+    return config
+
+
+def returned(model, layer, use_mp):
+    config = fsdp_config(layer, use_mp)
+    print(f"FSDP config: {config}")
+    fsdp1_kwargs = fsdp2_port.kwargs_as_migrated(
+        config,
+        optional=("mixed_precision", "sharding_strategy"),
+    )
+    sharding_strategy = fsdp1_kwargs["sharding_strategy"]
+    mixed_precision = fsdp1_kwargs["mixed_precision"]
+    mesh = fsdp2_port.mesh_like_fsdp1(sharding_strategy)
+    reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
+    buffer_dtype = fsdp2_port.buffer_dtype_like_fsdp1(mixed_precision)
+    if buffer_dtype is not None:
+        for buffer in model.buffers():  # buffer_dtype
+            if buffer.is_floating_point():
+                buffer.data = buffer.to(buffer_dtype)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision, root=True))
