@@ -197,7 +197,8 @@ def _read_at_run_time(
     are still these, and gives an absent optional one as None, FSDP1's default for all the
     plain form reads), each entry read from that name."""
     keys = _known_keys(analysis, value)
-    if keys is None or "module" in keys.optional or not analysis.options.runtime_dependency:
+    given_module = keys is not None and "module" in (*keys.required, *keys.optional)
+    if keys is None or given_module or not analysis.options.runtime_dependency:
         out.blockers.append(f"**kwargs {why}")
         return None
     call = analysis.names.parent[analysis.names.parent[value]]
