@@ -2,8 +2,10 @@
 
     python benchmarks/plain_blockers.py CORPUS_DIR [CORPUS_DIR ...]
 
-Each repository (a folder of ``CORPUS_DIR``) is one run. Each constructor of the corpus (``functools.partial`` factories aside) is read as the
-constructors rule reads it (``codemods.rules.constructors.pure``), file by file; the script
+Each repository (a folder of ``CORPUS_DIR``) is one run (the keys of its keyword-argument
+dicts read across its files, ``codemods.spreads``). Each constructor of the corpus
+(``functools.partial`` factories aside) is read as the constructors rule reads it
+(``codemods.rules.constructors.pure``), file by file; the script
 counts the constructors each blocker stops (one constructor often has several), and those a
 single blocker stops alone: what to build next for issue 20. A ``**kwargs`` that cannot be
 read stops the reading of its call, so that call's other blockers are not counted.

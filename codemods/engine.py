@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from codemods import fsdp1, programs, reexports, sources, spreads, visibility
 from codemods.findings import Finding
 from codemods.options import Options
-from codemods.plan import Decisions, FilePlan, Resolver, decide
+from codemods.plan import Decisions, FilePlan, Resolver, Site, decide
 from codemods.spreads import Keys
 from codemods.text import split_lines
 from codemods.visibility import Visibility
@@ -292,7 +292,8 @@ def migrate_files(
         analysed = _map(pool, _analyse, arguments, progress, "analysing")
         _analyse_receivers(analysed, pool, codes, options, progress, run)
         plans = [a.plan for a in analysed if a.plan is not None]
-        decisions = decide(plans, _programs(paths, plans))
+        unread = [p for p in map(_unread, analysed) if p is not None]
+        decisions = decide([*plans, *unread], _programs(paths, [*plans, *unread]))
         work = [a for a in analysed if a.plan is not None and a.error is None]
         outcomes = _map(
             pool,
@@ -312,6 +313,23 @@ def migrate_files(
             yield FileResult(item.path, parsed=item.plan is not None, error=item.error)
         else:
             yield by_path[item.path][0]
+
+
+def _unread(item: _Analysed) -> FilePlan | None:
+    """A file of the run that cannot be read (it does not parse here: a syntax error, or a
+    newer Python's) but whose text may call FSDP1 on a model: what it does cannot be seen, so
+    it holds every model its program may reach, like a line no model can be tied to."""
+    if item.plan is not None or item.error is None:
+        return None
+    try:
+        data = sources.read_bytes(item.path)
+    except sources.UnreadableSource:
+        data = b""
+    if not (fsdp1.might_need_migration(data) or fsdp1.might_act_on_a_model(data)):
+        return None
+    message = f"{item.path} cannot be read ({item.error}): it may call FSDP1 on any model"
+    site = Site("F2P099", item.path, 1, 1, 0, 0, 0, "", message, requirement="RUN")
+    return FilePlan(item.path, [site])
 
 
 def _write(

@@ -179,25 +179,37 @@ def test_an_internal_error_in_one_file_writes_no_file_of_the_run(tmp_path, capsy
     assert first.read_text() == FSDP1_SOURCE and second.read_text() == FSDP1_SOURCE
 
 
-def test_bad_files_are_reported_untouched_and_the_run_goes_on(tmp_path, capsys):
-    broken = write(
-        tmp_path / "a_broken.py", "from torch.distributed.fsdp import (FullyShardedDataParallel,\n"
-    )
+def test_bad_files_with_no_fsdp_text_are_not_read_and_the_run_goes_on(tmp_path, capsys):
+    broken = write(tmp_path / "a_broken.py", "import torch\nx = (\n")
     undecodable = tmp_path / "b_undecodable.py"
-    undecodable.write_bytes(
-        b"from torch.distributed.fsdp import FullyShardedDataParallel\nx = '\xff\xfe'\n"
-    )
+    undecodable.write_bytes(b"x = '\xff\xfe'\n")
+    good = write(tmp_path / "c_good.py", FSDP1_SOURCE)
+    assert main(["--write", str(tmp_path)]) == 0  # the text filter skips them: nothing to do
+    assert "0 errors" in capsys.readouterr().err
+    assert broken.read_text() == "import torch\nx = (\n"
+    assert undecodable.read_bytes() == b"x = '\xff\xfe'\n"
+    assert good.read_text() == FSDP2_SOURCE
+
+
+@pytest.mark.parametrize(
+    "unread",
+    [
+        b"from torch.distributed.fsdp import (FullyShardedDataParallel,\n",  # a syntax error
+        b"type Alias = int\ndef save(model):\n    model.no_sync()\n",  # a newer Python's
+        b"from torch.distributed.fsdp import FullyShardedDataParallel\nx = '\xff\xfe'\n",
+    ],
+    ids=["syntax", "newer", "undecodable"],
+)
+def test_a_file_that_cannot_be_read_but_may_call_fsdp1_holds_the_run(tmp_path, capsys, unread):
+    # what it does to a model cannot be seen: the run's models stay FSDP1, and say why
+    (tmp_path / "a_unread.py").write_bytes(unread)
     good = write(tmp_path / "c_good.py", FSDP1_SOURCE)
     assert main(["--write", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert f"{broken}: error: cannot parse" in err
-    assert f"{undecodable}: error: cannot decode" in err
-    assert broken.read_text() == "from torch.distributed.fsdp import (FullyShardedDataParallel,\n"
-    assert (
-        undecodable.read_bytes()
-        == b"from torch.distributed.fsdp import FullyShardedDataParallel\nx = '\xff\xfe'\n"
-    )
-    assert good.read_text() == FSDP2_SOURCE
+    assert "FSDP(...) left as is (its model stays FSDP1 because of F2P099 at " in err
+    assert "a_unread.py:1" in err and "a_unread.py: error: cannot " in err
+    assert "FullyShardedDataParallel" in good.read_text() and "fully_shard(" not in good.read_text()
+    assert (tmp_path / "a_unread.py").read_bytes() == unread
 
 
 def test_unreadable_file_is_an_error(tmp_path, capsys, monkeypatch):
