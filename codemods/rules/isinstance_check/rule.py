@@ -1,6 +1,8 @@
 """F2P005: the FSDP1 class as a type -> ``FSDPModule``.
 
-``isinstance(x, FSDP)`` / ``issubclass`` (in a tuple or a ``|`` union too) and annotations.
+``isinstance(x, FSDP)`` / ``issubclass`` (in a tuple or a ``|`` union too), an exact type
+test (``type(x) == FSDP``, ``is``, negated: ``isinstance`` then, as each model ``fully_shard``
+takes gets a class of its own) and annotations.
 Every module ``fully_shard`` was applied to is an ``FSDPModule``, as every FSDP1-wrapped module
 was an ``FSDP``; but a type check is rewritten only with the models it sees (tied ones, or
 every model of the run), and never when what it guards stays FSDP1: the check and the FSDP1
@@ -18,6 +20,10 @@ from codemods.rules import Code
 from codemods.text import Edit
 
 _CHECKS = ("builtins.isinstance", "builtins.issubclass")
+#: ``type(x) <op> FSDP``: the comparisons that test a type exactly.
+_EXACT = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
+#: Where ``not ...`` needs no parentheses: a condition of its own.
+_CONDITIONS = (ast.If, ast.While, ast.IfExp, ast.Assert, ast.BoolOp, ast.UnaryOp)
 
 
 class IsinstanceRule:
@@ -28,7 +34,9 @@ class IsinstanceRule:
             topic="the FSDP1 class as a type",
             rewritten=(
                 "`isinstance(x, FSDP)` / `issubclass` (in tuples and unions), annotations → "
-                "`FSDPModule`, with the models they see; with `--drop-fsdp1-branches`, the "
+                "`FSDPModule`, `type(x) == FSDP` (`!=`, `is`, `is not`) → "
+                "`isinstance(x, FSDPModule)` (negated), with the models they see; with "
+                "`--drop-fsdp1-branches`, the "
                 "FSDP1 branch of an `if isinstance(x, FSDP): ... elif isinstance(x, "
                 "FSDPModule):` dispatch is deleted (review)"
             ),
@@ -52,8 +60,49 @@ class IsinstanceRule:
                 and not analysis.is_ignored(call)
             ):
                 self._check(analysis, call)
+        for compare in analysis.names.by_type[ast.Compare]:
+            assert isinstance(compare, ast.Compare)
+            test = _exact_type_test(analysis, compare)
+            if test is not None and not analysis.is_ignored(compare):
+                self._exact(analysis, compare, *test)
         for annotation in analysis.names.annotations:
             self._annotation(analysis, annotation)
+
+    def _exact(
+        self,
+        analysis: FileAnalysis,
+        compare: ast.Compare,
+        subject: ast.expr,
+        ref: ast.expr,
+        negated: bool,
+    ) -> None:
+        """``type(x) == FSDP`` -> ``isinstance(x, FSDPModule)``: ``fully_shard`` gives each
+        module a class of its own (``FSDPLinear``), so only ``isinstance`` tells."""
+        text = f"isinstance({analysis.source(subject)}, FSDPModule)"
+        if negated:
+            parent = analysis.names.parent.get(compare)
+            text = f"not {text}" if isinstance(parent, _CONDITIONS) else f"(not {text})"
+        module = analysis.options.fsdp2_module
+        rewrite = Rewrite(
+            [analysis.replace(compare, text)],
+            "FSDP exact type test -> isinstance(x, FSDPModule)",
+            [analysis.import_for(ref, module, "FSDPModule")],
+        )
+        guarded = _guarded_span(analysis, compare, negated)
+        groups = frozenset({f"guard:{analysis.site_id(compare)}"}) if guarded else frozenset()
+        site = analysis.add_tied(
+            self.CODE,
+            compare,
+            subject,
+            "kept: FSDP1 type test",
+            rewrite,
+            known=False,
+            groups=groups,
+            holds=False,  # kept, an FSDP2 model fails the test: marked, not broken
+            fsdp1_only_marker=True,
+        )
+        if site is not None and guarded:
+            analysis.guards.append((guarded, f"guard:{analysis.site_id(compare)}"))
 
     def _check(self, analysis: FileAnalysis, call: ast.Call) -> None:
         kinds = call.args[1]
@@ -152,6 +201,27 @@ class IsinstanceRule:
                 holds=False,
                 fsdp1_only_marker=True,
             )
+
+
+def _exact_type_test(
+    analysis: FileAnalysis, compare: ast.Compare
+) -> tuple[ast.expr, ast.expr, bool] | None:
+    """``type(x) == FSDP`` (``is``; ``!=`` / ``is not``: negated; either side): ``(x, the
+    FSDP1 reference, negated)``."""
+    if len(compare.ops) != 1 or not isinstance(compare.ops[0], _EXACT):
+        return None
+    sides = (compare.left, compare.comparators[0])
+    for typed, other in (sides, sides[::-1]):
+        if (
+            isinstance(typed, ast.Call)
+            and analysis.resolves_to(typed.func, "builtins.type")
+            and len(typed.args) == 1
+            and not typed.keywords
+            and isinstance(other, (ast.Name, ast.Attribute))
+            and analysis.is_fsdp_class(other)
+        ):
+            return typed.args[0], other, isinstance(compare.ops[0], (ast.NotEq, ast.IsNot))
+    return None
 
 
 def _fsdp_refs(analysis: FileAnalysis, node: ast.AST) -> list[ast.expr]:
@@ -261,13 +331,14 @@ def _dispatch_branch(analysis: FileAnalysis, call: ast.Call) -> tuple[int, int] 
     return None
 
 
-def _guarded_span(analysis: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:
+def _guarded_span(
+    analysis: FileAnalysis, call: ast.expr, negated: bool = False
+) -> tuple[int, int] | None:
     """The code that runs only when the check holds: the rest of an ``and``, the ``if`` body;
-    for a negated check (``not``, ``or``), the ``else`` and, after ``if not ...: return``
-    (any jump), the rest of the block."""
+    for a negated check (``not``, ``or``, a check that is a negation itself), the ``else``
+    and, after ``if not ...: return`` (any jump), the rest of the block."""
     spans: list[tuple[int, int]] = []
     child: ast.AST = call
-    negated = False
     for ancestor in analysis.names.ancestors(call):
         if isinstance(ancestor, ast.UnaryOp) and isinstance(ancestor.op, ast.Not):
             negated = not negated
