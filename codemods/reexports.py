@@ -25,16 +25,8 @@ def find(paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]) -
     module-level imports of the files given (torch's own modules excepted: their names are
     canonical already)."""
     bound: dict[str, str] = {}
-    for path in paths:
-        module, package = module_name(path)
+    for module, package, tree in sources.fsdp_modules(paths, module_name):
         if not module or module.split(".")[0] == "torch":
-            continue
-        try:
-            data = sources.read_bytes(path)
-            if b"fsdp" not in data and b"FSDP" not in data:
-                continue
-            tree = ast.parse(sources.decode(data).text)
-        except (sources.UnreadableSource, SyntaxError, ValueError, RecursionError):
             continue
         imports = ast.Module(body=list(_module_level_imports(tree.body)), type_ignores=[])
         names = Names(imports, module, package)

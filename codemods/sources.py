@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import io
@@ -29,7 +30,7 @@ import stat
 import tempfile
 import threading
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 SKIPPED_DIRS = frozenset(
@@ -156,6 +157,23 @@ def read_bytes(path: str) -> bytes:
             return handle.read()
     except OSError as error:
         raise UnreadableSource(f"cannot read: {error.strerror or error}") from error
+
+
+def fsdp_modules(
+    paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]
+) -> Iterator[tuple[str, bool, ast.Module]]:
+    """``(module name, is a package, tree)`` of each file that mentions FSDP, for the passes
+    that read the whole run once; a file that cannot be read or parsed is skipped (the
+    analysis reports it)."""
+    for path in paths:
+        module, package = module_name(path)
+        try:
+            data = read_bytes(path)
+            if b"fsdp" not in data and b"FSDP" not in data:
+                continue
+            yield module, package, ast.parse(decode(data).text)
+        except (UnreadableSource, SyntaxError, ValueError, RecursionError):
+            continue
 
 
 def read_only(path: str) -> bool:

@@ -27,15 +27,7 @@ def find(paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]) -
     """``{"utils.fsdp_kwargs": ("auto_wrap_policy", ...), ".fsdp_defaults": (...)}``."""
     found: dict[str, Keys] = {}
     attributes: dict[str, Keys | None] = {}
-    for path in paths:
-        module, package = module_name(path)
-        try:
-            data = sources.read_bytes(path)
-            if b"fsdp" not in data and b"FSDP" not in data:
-                continue
-            tree = ast.parse(sources.decode(data).text)
-        except (sources.UnreadableSource, SyntaxError, ValueError, RecursionError):
-            continue
+    for module, package, tree in sources.fsdp_modules(paths, module_name):
         for key, keys in in_module(Names(tree, module, package)):
             if key.startswith(ATTRIBUTE):  # the same attribute in two classes: neither is known
                 attributes[key] = keys if key not in attributes else None

@@ -88,11 +88,23 @@ class IsinstanceRule:
             "FSDP exact type test -> isinstance(x, FSDPModule)",
             [analysis.import_for(ref, module, "FSDPModule")],
         )
-        guarded = _guarded_span(analysis, compare, negated)
-        groups = frozenset({f"guard:{analysis.site_id(compare)}"}) if guarded else frozenset()
+        self._type_test(analysis, compare, subject, rewrite, negated)
+
+    def _type_test(
+        self,
+        analysis: FileAnalysis,
+        test: ast.expr,
+        subject: ast.expr,
+        rewrite: Rewrite,
+        negated: bool = False,
+    ) -> None:
+        """A type test of ``subject``, tied to its models; the FSDP1 code it guards goes
+        with it (one group)."""
+        guarded = _guarded_span(analysis, test, negated)
+        groups = frozenset({f"guard:{analysis.site_id(test)}"}) if guarded else frozenset()
         site = analysis.add_tied(
             self.CODE,
-            compare,
+            test,
             subject,
             "kept: FSDP1 type test",
             rewrite,
@@ -102,7 +114,7 @@ class IsinstanceRule:
             fsdp1_only_marker=True,
         )
         if site is not None and guarded:
-            analysis.guards.append((guarded, f"guard:{analysis.site_id(compare)}"))
+            analysis.guards.append((guarded, f"guard:{analysis.site_id(test)}"))
 
     def _check(self, analysis: FileAnalysis, call: ast.Call) -> None:
         kinds = call.args[1]
@@ -140,22 +152,7 @@ class IsinstanceRule:
             analysis.add(self.CODE, call, "", None, "NEVER", silent=True, holds=False)
             return
         rewrite = _to_fsdp_module(analysis, kinds, refs, "FSDP class test -> FSDPModule")
-        guarded = _guarded_span(analysis, call)
-        groups = frozenset({f"guard:{analysis.site_id(call)}"}) if guarded else frozenset()
-        message = "kept: FSDP1 type test"
-        site = analysis.add_tied(
-            self.CODE,
-            call,
-            call.args[0],
-            message,
-            rewrite,
-            known=False,
-            groups=groups,
-            holds=False,  # kept, an FSDP2 model fails the test: marked, not broken
-            fsdp1_only_marker=True,
-        )
-        if site is not None and guarded:
-            analysis.guards.append((guarded, f"guard:{analysis.site_id(call)}"))
+        self._type_test(analysis, call, call.args[0], rewrite)
 
     def _annotation(self, analysis: FileAnalysis, annotation: ast.expr) -> None:
         refs = _fsdp_refs(analysis, annotation)
