@@ -36,7 +36,7 @@ def main() -> int:
     repositories = [r for corpus in args.corpora for r in sorted(corpus.iterdir()) if r.is_dir()]
     for repository in repositories:
         files, _ = sources.discover([str(repository)])
-        keys = spreads.find(files, engine.module_name)  # the run's, as in a run of its own
+        keys = spreads.find(sources.fsdp_files(files, engine.module_name))  # as in a run
         for path in files:
             data = Path(path).read_bytes()
             if not fsdp1.might_need_migration(data):

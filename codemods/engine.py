@@ -283,17 +283,15 @@ def migrate_files(
         ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
     )
     try:
-        run = _Run(
-            reexports.find(paths, module_name),
-            visibility.find(paths),
-            spreads.find(paths, module_name),
-        )
+        entry = programs.entry_scripts(paths)
+        files = sources.fsdp_files(paths, module_name)
+        run = _Run(reexports.find(files), visibility.find(paths, entry), spreads.find(files))
         arguments = [(p, list(codes), options, False, run) for p in paths]
         analysed = _map(pool, _analyse, arguments, progress, "analysing")
         _analyse_receivers(analysed, pool, codes, options, progress, run)
         plans = [a.plan for a in analysed if a.plan is not None]
         unread = [p for p in map(_unread, analysed) if p is not None]
-        decisions = decide([*plans, *unread], _programs(paths, [*plans, *unread]))
+        decisions = decide([*plans, *unread], _programs(paths, [*plans, *unread], entry))
         work = [a for a in analysed if a.plan is not None and a.error is None]
         outcomes = _map(
             pool,
@@ -400,13 +398,15 @@ def _analyse_receivers(
             analysed[skipped.pop(path)] = result
 
 
-def _programs(paths: Sequence[str], plans: list[FilePlan]) -> programs.Programs | None:
+def _programs(
+    paths: Sequence[str], plans: list[FilePlan], entry: frozenset[str]
+) -> programs.Programs | None:
     """Which constructors each file's lines may meet, in a run of several files that has any."""
     builds = [(c.constructor or "", c.path, c.line) for p in plans for c in p.constructors]
     builds += [(b, p.path, line) for p in plans for b, line in p.fsdp2_builds]
     if not builds or len(paths) < 2:
         return None
-    return programs.find(paths, builds, [p.path for p in plans])
+    return programs.find(paths, builds, [p.path for p in plans], entry)
 
 
 def _owners(callee: str) -> tuple[str, str]:

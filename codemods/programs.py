@@ -81,11 +81,16 @@ def has_main_guard(data: bytes) -> bool:
 
 
 def find(
-    paths: Iterable[str], constructors: Iterable[tuple[str, str, int]], lines: Iterable[str]
+    paths: Iterable[str],
+    constructors: Iterable[tuple[str, str, int]],
+    lines: Iterable[str],
+    entry_scripts: frozenset[str] | None = None,
 ) -> Programs:
     """The run's programs, for constructors given as ``(id, path, line)`` and the files whose
-    lines may meet models (``lines``)."""
+    lines may meet models (``lines``); ``entry_scripts``: the run's, when already known."""
     run = _Run(list(paths))
+    if entry_scripts is not None:
+        run.seed(entry_scripts)
     entry = run.entry(lines)
     if not entry:
         return Programs()
@@ -124,14 +129,19 @@ class _Run:
         pattern = re.compile(rb"\b" + re.escape(word.encode()) + rb"\b")
         return [p for p in self.paths if pattern.search(self.data(p))]
 
+    def seed(self, entry: frozenset[str]) -> None:
+        """Every path's status as an entry script, known already (``entry_scripts``)."""
+        self._entry = {path: path in entry for path in self.paths}
+
     def entry(self, paths: Iterable[str]) -> set[str]:
         """Of ``paths``, the entry scripts (their statuses are kept: ``is_entry``)."""
         found = set()
         for path in paths:
-            stem = os.path.splitext(os.path.basename(path))[0]
-            self._entry[path] = has_main_guard(self.data(path)) and not (
-                self.loaded().get(stem, set()) - {path}
-            )
+            if path not in self._entry:
+                stem = os.path.splitext(os.path.basename(path))[0]
+                self._entry[path] = has_main_guard(self.data(path)) and not (
+                    self.loaded().get(stem, set()) - {path}
+                )
             if self._entry[path]:
                 found.add(path)
         return found

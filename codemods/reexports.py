@@ -11,7 +11,7 @@ re-exporting another's re-export) resolves to its end.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from codemods import fsdp1, sources
 from codemods.names import Names
@@ -20,16 +20,19 @@ from codemods.names import Names
 _NESTED = (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.ExceptHandler)
 
 
-def find(paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]) -> dict[str, str]:
+def find(files: Iterable[sources.FsdpFile]) -> dict[str, str]:
     """``{"pkg.FSDP": "torch.distributed.fsdp.FullyShardedDataParallel", ...}`` for the
-    module-level imports of the files given (torch's own modules excepted: their names are
-    canonical already)."""
+    module-level imports of the files given (``sources.fsdp_files``; torch's own modules
+    excepted: their names are canonical already)."""
     bound: dict[str, str] = {}
-    for module, package, tree in sources.fsdp_modules(paths, module_name):
-        if not module or module.split(".")[0] == "torch":
+    for file in files:
+        module, tree = file.module, None
+        if module and module.split(".")[0] != "torch":
+            tree = file.tree
+        if tree is None:
             continue
         imports = ast.Module(body=list(_module_level_imports(tree.body)), type_ignores=[])
-        names = Names(imports, module, package)
+        names = Names(imports, module, file.package)
         for bindings in names.scopes[imports].bindings.values():
             for binding in bindings:
                 if binding.kind == "import" and binding.qualified:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -159,21 +160,37 @@ def read_bytes(path: str) -> bytes:
         raise UnreadableSource(f"cannot read: {error.strerror or error}") from error
 
 
-def fsdp_modules(
+@dataclass(frozen=True)
+class FsdpFile:
+    """A file of the run that mentions FSDP, for the passes over the whole run: its text, and
+    its tree when a pass asks (parsed once; None when it does not parse: the analysis reports
+    it)."""
+
+    module: str
+    package: bool
+    data: bytes
+
+    @functools.cached_property
+    def tree(self) -> ast.Module | None:
+        try:
+            return ast.parse(decode(self.data).text)
+        except (UnreadableSource, SyntaxError, ValueError, RecursionError):
+            return None
+
+
+def fsdp_files(
     paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]
-) -> Iterator[tuple[str, bool, ast.Module]]:
-    """``(module name, is a package, tree)`` of each file that mentions FSDP, for the passes
-    that read the whole run once; a file that cannot be read or parsed is skipped (the
-    analysis reports it)."""
+) -> list[FsdpFile]:
+    """Each file of the run that mentions FSDP (one that cannot be read is left out)."""
+    found = []
     for path in paths:
-        module, package = module_name(path)
         try:
             data = read_bytes(path)
-            if b"fsdp" not in data and b"FSDP" not in data:
-                continue
-            yield module, package, ast.parse(decode(data).text)
-        except (UnreadableSource, SyntaxError, ValueError, RecursionError):
+        except UnreadableSource:
             continue
+        if b"fsdp" in data or b"FSDP" in data:
+            found.append(FsdpFile(*module_name(path), data))
+    return found
 
 
 def read_only(path: str) -> bool:

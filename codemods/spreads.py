@@ -13,7 +13,8 @@ dict "conditionally extended": they may be absent).
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from codemods import sources
@@ -23,18 +24,61 @@ from codemods.names import Binding, Names, Scope
 ATTRIBUTE = "."
 
 
-def find(paths: Iterable[str], module_name: Callable[[str], tuple[str, bool]]) -> dict[str, Keys]:
-    """``{"utils.fsdp_kwargs": ("auto_wrap_policy", ...), ".fsdp_defaults": (...)}``."""
+def find(files: Iterable[sources.FsdpFile]) -> dict[str, Keys]:
+    """``{"utils.fsdp_kwargs": Keys(...), ".fsdp_defaults": Keys(...)}`` over the files given
+    (``sources.fsdp_files``): only names some file spreads (``**name``, ``**x.name``) are
+    looked for."""
+    files = list(files)
+    spread = [m.groups() for f in files for m in _SPREAD.finditer(f.data)]
+    if not spread:
+        return {}
+    # a name spread bare is another module's (at the margin); one spread as an attribute may
+    # be a class's, bound one indentation in
+    bare = {name for through, name in spread if not through}
+    attributes = {name for through, name in spread if through}
+    assigned = re.compile(
+        b"|".join(
+            rb"^" + indent + rb"(?:" + b"|".join(sorted(names)) + rb")[ \t]*(?::[^=\n]*)?=[^=]"
+            for indent, names in ((b"", bare), (b"[ \t]+", attributes))
+            if names
+        ),
+        re.M,
+    )
+    wanted = {name.decode() for _, name in spread}
     found: dict[str, Keys] = {}
-    attributes: dict[str, Keys | None] = {}
-    for module, package, tree in sources.fsdp_modules(paths, module_name):
-        for key, keys in in_module(Names(tree, module, package)):
+    classes: dict[str, Keys | None] = {}
+    for file in files:
+        tree = file.tree if assigned.search(file.data) else None
+        if tree is None or not _binds_any(tree, wanted):
+            continue
+        for key, keys in in_module(Names(tree, file.module, file.package)):
             if key.startswith(ATTRIBUTE):  # the same attribute in two classes: neither is known
-                attributes[key] = keys if key not in attributes else None
+                classes[key] = keys if key not in classes else None
             else:
                 found[key] = keys
-    found.update({name: keys for name, keys in attributes.items() if keys is not None})
+    found.update({name: keys for name, keys in classes.items() if keys is not None})
     return found
+
+
+#: ``**name`` / ``**x.y.name`` in a call: (what it is read through, if anything; the name).
+_SPREAD = re.compile(rb"\*\*[ \t]*((?:[A-Za-z_]\w*\.)*)([A-Za-z_]\w*)[ \t]*[,)\n]")
+
+
+def _binds_any(tree: ast.Module, wanted: set[str]) -> bool:
+    """A module-level or class-level assignment to one of ``wanted`` (cheap: before names;
+    a class defined in a function is not looked into, and its dicts are not found)."""
+    bodies, todo = [], [tree.body]
+    while todo:  # the module's and its classes' (nested ones too), not functions'
+        body = todo.pop()
+        bodies.append(body)
+        todo += [s.body for s in body if isinstance(s, ast.ClassDef)]
+    return any(
+        isinstance(t, ast.Name) and t.id in wanted
+        for body in bodies
+        for statement in body
+        if isinstance(statement, (ast.Assign, ast.AnnAssign))
+        for t in getattr(statement, "targets", [getattr(statement, "target", None)])
+    )
 
 
 def in_module(names: Names) -> Iterator[tuple[str, Keys]]:

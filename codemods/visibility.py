@@ -37,10 +37,10 @@ class Visibility:
         return self.entry_script or (name.startswith("_") and name not in self.shared)
 
 
-def find(paths: Iterable[str]) -> dict[str, Visibility]:
-    """Each path's ``Visibility`` in a run of these files."""
+def find(paths: Iterable[str], entry: frozenset[str]) -> dict[str, Visibility]:
+    """Each path's ``Visibility`` in a run of these files (``entry``: its entry scripts,
+    ``programs.entry_scripts``)."""
     paths = list(paths)
-    entry = programs.entry_scripts(paths)
     words: dict[str, set[str]] = {}
     for path in paths:
         try:
