@@ -717,9 +717,22 @@ class _Reader:
         )
 
     def _in_type_test(self, node: ast.AST) -> bool:
-        """The class tested in ``isinstance``/``issubclass``, or part of an annotation."""
+        """The class tested in ``isinstance``/``issubclass`` or compared with ``type(x)``
+        (``==``, ``is``, negated), or part of an annotation."""
         child = node
         for ancestor in self.s.ancestors(node):
+            if isinstance(ancestor, ast.Compare):
+                sides = [ancestor.left, *ancestor.comparators]
+                return (
+                    len(sides) == 2
+                    and any(
+                        isinstance(side, ast.Call)
+                        and self.s.is_(side.func, "builtins.type")
+                        and side is not child
+                        for side in sides
+                    )
+                    and isinstance(ancestor.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot))
+                )
             if isinstance(ancestor, ast.Call):
                 return any(child is a for a in ancestor.args[1:]) and self.s.is_(
                     ancestor.func, "builtins.isinstance", "builtins.issubclass"

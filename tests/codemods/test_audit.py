@@ -417,12 +417,13 @@ def test_type_tests_are_counted_apart_and_only_when_a_model_migrated():
             pass
         x: FSDP = build()
         issubclass(type(model), FSDP)
+        type(model) is not FSDP and FSDP != type(model)
         """
     )
     assert found.unmarked == []
-    assert lines(found.unmarked_type_tests) == [1, 3, 3, 5, 6]
+    assert lines(found.unmarked_type_tests) == [1, 3, 3, 5, 6, 7, 7]
     before, after = {"x.py": Audit(constructors=1)}, {"x.py": found}
-    assert len(run_unmarked(before, after)) == 5
+    assert len(run_unmarked(before, after)) == 7
     assert run_unmarked(after, after) == []
 
 
