@@ -73,8 +73,9 @@ class ParsedFile:
         return made if made is not None else self.lines.source(node)
 
     def written(self, text: str, at: ast.AST, parent: ast.AST) -> ast.expr:
-        """An expression the analysis makes (``kwargs["key"]``): placed at ``at`` under
-        ``parent`` for the questions rules ask of nodes, its text and its parts' ``text``."""
+        """An expression the analysis makes (``kwargs["key"]``) from ``text``: placed at
+        ``at`` under ``parent`` for the questions rules ask of nodes (scopes, names), its
+        ``source`` and its parts' their own text."""
         node = ast.parse(text, mode="eval").body
         for part in ast.walk(node):
             ast.copy_location(part, at)

@@ -2,7 +2,9 @@
 ``Pure`` record the other modules fill in; and the shared ways to read and reuse a value.
 
 Values are followed to where they are written: the call itself, a name bound once in the same
-scope (or a script's module constant), a ``dict(...)``/``{...}`` spread with ``**``. A binding
+scope (or a script's module constant), a ``dict(...)``/``{...}`` spread with ``**``; a spread
+whose keys are known but not its values (another module's dict, a class attribute, a dict
+other code reads or extends) is read at run time, through ``kwargs_as_migrated``. A binding
 is removable when every read of it is a constructor's (``Removable.users``); the rule removes
 it only when all those constructors take the plain form. Only values that evaluate to the same
 thing twice (names, attribute chains, constants) are inlined into more than one place.
@@ -208,11 +210,9 @@ def _read_at_run_time(
         listed = ", ".join(f'"{key}"' for key in keys.optional)
         arguments.append(f"optional=({listed}{',' if len(keys.optional) == 1 else ''})")
     name = fresh(analysis, call, out, "fsdp1_kwargs")
-    at = (value.lineno, value.col_offset)
-    index = bisect.bisect(out.evaluated_at, at)
-    out.evaluated_at.insert(index, at)
-    checked = f"fsdp2_port.kwargs_as_migrated({', '.join(arguments)})"
-    out.bound_first.insert(index, (name, checked))
+    _bound_where_evaluated(
+        out, value, name, f"fsdp2_port.kwargs_as_migrated({', '.join(arguments)})"
+    )
     out.read_at_run_time.append("**kwargs")
     keyword = analysis.names.parent[value]
     return {
@@ -224,7 +224,8 @@ def _read_at_run_time(
 def _known_keys(analysis: FileAnalysis, value: ast.expr) -> spreads.Keys | None:
     """The keys of ``**kwargs`` written out where it is bound: a name bound once in this
     file, or imported from a module of the run, or a class attribute (``self.defaults``),
-    to a dict of literal keys no code adds a key to (``spreads``)."""
+    to a dict of literal keys, or to what a function of the file builds and returns; keys
+    stored later by literal are optional (``spreads``)."""
     if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
         key = spreads.ATTRIBUTE + value.attr
     elif isinstance(value, ast.Name):
@@ -440,11 +441,17 @@ def once(analysis: FileAnalysis, call: ast.Call, out: Pure, base: str, value: as
     if calls.is_simple(value):
         return analysis.source(value)
     name = fresh(analysis, call, out, base)
+    _bound_where_evaluated(out, value, name, _dedented(analysis, value))
+    return name
+
+
+def _bound_where_evaluated(out: Pure, value: ast.expr, name: str, text: str) -> None:
+    """``name = text`` among the arguments bound first, in the order FSDP1 evaluated them
+    (``value``'s position in the source)."""
     at = (value.lineno, value.col_offset)
     index = bisect.bisect(out.evaluated_at, at)
     out.evaluated_at.insert(index, at)
-    out.bound_first.insert(index, (name, _dedented(analysis, value)))
-    return name
+    out.bound_first.insert(index, (name, text))
 
 
 def _dedented(analysis: FileAnalysis, value: ast.expr) -> str:
