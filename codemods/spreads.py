@@ -81,9 +81,9 @@ def _binds_any(tree: ast.Module, wanted: set[str]) -> bool:
     )
 
 
-def in_module(names: Names) -> Iterator[tuple[str, Keys]]:
+def in_module(names: Names, only: str | None = None) -> Iterator[tuple[str, Keys]]:
     """``find``'s entries for one module: its module-level dicts (when it has a name) and
-    class attributes."""
+    class attributes (``only``: the dicts of that name alone)."""
     for scope in names.scopes.values():
         if isinstance(scope.node, ast.Module) and names.module_name:
             prefix = f"{names.module_name}."
@@ -92,7 +92,7 @@ def in_module(names: Names) -> Iterator[tuple[str, Keys]]:
         else:
             continue
         for name, bindings in scope.bindings.items():
-            keys = written_keys(names, scope, name, bindings)
+            keys = None if only not in (None, name) else written_keys(names, scope, name, bindings)
             if keys is not None:
                 yield prefix + name, keys
 

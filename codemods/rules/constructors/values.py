@@ -237,7 +237,8 @@ def _known_keys(analysis: FileAnalysis, value: ast.expr) -> spreads.Keys | None:
         return None
     if key in analysis.spreads:
         return analysis.spreads[key]
-    return dict(spreads.in_module(analysis.names)).get(key)
+    wanted = key.rpartition(".")[2]
+    return dict(spreads.in_module(analysis.names, wanted)).get(key)
 
 
 def _dict_entries(analysis: FileAnalysis, value: ast.expr) -> dict[str, ast.expr] | None:
