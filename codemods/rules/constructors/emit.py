@@ -215,12 +215,30 @@ def _shard(target: str, keywords: list[str], indent: str, unit: str) -> str:
 
 
 def _call(function: str, arguments: list[str], indent: str, unit: str) -> str:
-    """A call statement, split one argument a line when it would pass the line length."""
+    """A call statement, split one argument a line when it would pass the line length (and
+    a tuple argument one element a line, when it still would)."""
     call = f"{indent}{function}({', '.join(arguments)})"
     if len(call) <= _LINE_LENGTH:
         return call
-    listed = "".join(f"{indent}{unit}{x},\n" for x in arguments)
+    listed = "".join(_argument_lines(x, indent + unit, unit) for x in arguments)
     return f"{indent}{function}(\n{listed}{indent})"
+
+
+def _argument_lines(argument: str, indent: str, unit: str) -> str:
+    """``argument,`` on its own line; a tuple (``optional=("a", "b")``) too long for it is
+    written one element a line."""
+    line = f"{indent}{argument},\n"
+    keyword, _, value = argument.partition("=")
+    if len(line) <= _LINE_LENGTH + 1 or not (value.startswith("(") and keyword.isidentifier()):
+        return line
+    try:
+        parsed = ast.parse(value, mode="eval").body
+    except SyntaxError:
+        return line
+    if not isinstance(parsed, ast.Tuple) or not parsed.elts:
+        return line
+    elements = "".join(f"{indent}{unit}{ast.get_source_segment(value, e)},\n" for e in parsed.elts)
+    return f"{indent}{keyword}=(\n{elements}{indent}),\n"
 
 
 def indent_unit(analysis: FileAnalysis) -> str:

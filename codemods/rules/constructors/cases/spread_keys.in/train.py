@@ -64,6 +64,9 @@ def fsdp_config(layer, use_mp):
     if use_mp:
         config["mixed_precision"] = None
     config["sharding_strategy"] = ShardingStrategy.HYBRID_SHARD
+    config["forward_prefetch"] = True
+    config["limit_all_gathers"] = True
+    config["use_orig_params"] = True
     return config
 
 

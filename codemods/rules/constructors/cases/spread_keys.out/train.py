@@ -121,6 +121,9 @@ def fsdp_config(layer, use_mp):
     if use_mp:
         config["mixed_precision"] = None
     config["sharding_strategy"] = ShardingStrategy.HYBRID_SHARD
+    config["forward_prefetch"] = True
+    config["limit_all_gathers"] = True
+    config["use_orig_params"] = True
     return config
 
 
@@ -129,7 +132,13 @@ def returned(model, layer, use_mp):
     print(f"FSDP config: {config}")
     fsdp1_kwargs = fsdp2_port.kwargs_as_migrated(
         config,
-        optional=("mixed_precision", "sharding_strategy"),
+        optional=(
+            "mixed_precision",
+            "sharding_strategy",
+            "forward_prefetch",
+            "limit_all_gathers",
+            "use_orig_params",
+        ),
     )
     sharding_strategy = fsdp1_kwargs["sharding_strategy"]
     mixed_precision = fsdp1_kwargs["mixed_precision"]
