@@ -63,8 +63,6 @@ class _Analysed:
     reexports: dict[str, str] = field(default_factory=dict)
     #: Which of its module-level names only it reads (``visibility.find``).
     visibility: Visibility = field(default_factory=Visibility)
-    #: The keys of the run's keyword-argument dicts (``spreads.find``).
-    spreads: dict[str, Keys] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -168,7 +166,7 @@ def _analyse(
         data = sources.read_bytes(path)
         result.module_name, result.package_init = module_name(path)
         if run is not None:
-            result.visibility, result.spreads = run.visibility[path], run.spreads
+            result.visibility = run.visibility[path]
         if not (
             every
             or fsdp1.might_need_migration(data)
@@ -191,7 +189,7 @@ def _analyse(
             result.package_init,
             result.reexports,
             result.visibility,
-            result.spreads,
+            run.spreads if run else None,
         )
     except SyntaxError as error:
         result.error = _syntax_error(error, source.text)

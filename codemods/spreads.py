@@ -114,8 +114,8 @@ def written_keys(names: Names, scope: Scope, name: str, bindings: list[Binding])
     if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].value is None:
         return None
     value = bindings[0].value
-    displayed = dict_keys(value)
-    built = Keys(displayed) if displayed is not None else _returned_keys(names, value)
+    displayed = dict_entries(names, value)
+    built = Keys(tuple(displayed)) if displayed is not None else _returned_keys(names, value)
     if built is None:
         return None
     required, optional = built.required, list(built.optional)
@@ -165,20 +165,20 @@ def _own_nodes(function: ast.FunctionDef) -> Iterator[ast.AST]:
             todo.extend(ast.iter_child_nodes(node))
 
 
-def dict_keys(value: ast.expr) -> tuple[str, ...] | None:
-    """The keys of ``{"a": ..., "b": ...}`` or ``dict(a=..., b=...)``, all written out."""
+def dict_entries(names: Names, value: ast.expr) -> dict[str, ast.expr] | None:
+    """The entries of ``{"a": ..., "b": ...}`` or ``dict(a=..., b=...)``, every key written
+    out, in order."""
     if isinstance(value, ast.Dict):
-        if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
-            return tuple(k.value for k in value.keys)  # type: ignore[union-attr]
-        return None
+        if not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
+            return None
+        return {k.value: v for k, v in zip(value.keys, value.values)}  # type: ignore[union-attr]
     if (
         isinstance(value, ast.Call)
-        and isinstance(value.func, ast.Name)
-        and value.func.id == "dict"
+        and "builtins.dict" in names.qualified(value.func)
         and not value.args
         and all(k.arg is not None for k in value.keywords)
     ):
-        return tuple(k.arg for k in value.keywords)  # type: ignore[misc]
+        return {k.arg: k.value for k in value.keywords}  # type: ignore[misc]
     return None
 
 

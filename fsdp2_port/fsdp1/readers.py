@@ -237,21 +237,6 @@ def units_like_fsdp1(
     return found
 
 
-#: FSDP1's keyword arguments and their defaults, ``module`` and ``auto_wrap_policy`` aside
-#: (read from its signature, which ``fully_shard_like_fsdp1``'s repeats exactly).
-FSDP1_DEFAULTS: dict[str, Any] = {
-    name: p.default
-    for name, p in inspect.signature(FullyShardedDataParallel.__init__).parameters.items()
-    if name not in ("self", "module", "auto_wrap_policy")
-}
-#: What FSDP1's constructor hands the units its auto-wrap builds, nothing ignored
-#: (``use_orig_params=True``: FSDP2 exposes the original parameters).
-_CHILD_DEFAULTS: dict[str, Any] = {
-    **{k: v for k, v in FSDP1_DEFAULTS.items() if k != "ignored_modules"},
-    "use_orig_params": True,
-}
-
-
 def kwargs_as_migrated(
     kwargs: Mapping[str, Any], *keys: str, optional: tuple[str, ...] = ()
 ) -> Mapping[str, Any]:
@@ -276,6 +261,21 @@ def kwargs_as_migrated(
             f"({change}): migrate the call again (fsdp2-port migrate) or port it by hand"
         )
     return {**dict.fromkeys(optional), **kwargs} if optional else kwargs
+
+
+#: FSDP1's keyword arguments and their defaults, ``module`` and ``auto_wrap_policy`` aside
+#: (read from its signature, which ``fully_shard_like_fsdp1``'s repeats exactly).
+FSDP1_DEFAULTS: dict[str, Any] = {
+    name: p.default
+    for name, p in inspect.signature(FullyShardedDataParallel.__init__).parameters.items()
+    if name not in ("self", "module", "auto_wrap_policy")
+}
+#: What FSDP1's constructor hands the units its auto-wrap builds, nothing ignored
+#: (``use_orig_params=True``: FSDP2 exposes the original parameters).
+_CHILD_DEFAULTS: dict[str, Any] = {
+    **{k: v for k, v in FSDP1_DEFAULTS.items() if k != "ignored_modules"},
+    "use_orig_params": True,
+}
 
 
 def _check_no_unit_arguments(

@@ -359,9 +359,9 @@ def _first_with_effects(call: ast.AST | None, held: ast.AST) -> bool:
     parts: list[ast.expr | ast.keyword] = sorted(
         [*call.args, *call.keywords], key=lambda p: (p.lineno, p.col_offset)
     )
-    before = parts[: next((i for i, p in enumerate(parts) if p is held), 0)]
-    return any(p is held for p in parts) and all(
-        calls.is_simple(p.value if isinstance(p, ast.keyword) else p) for p in before
+    index = next((i for i, p in enumerate(parts) if p is held), None)
+    return index is not None and all(
+        calls.is_simple(p.value if isinstance(p, ast.keyword) else p) for p in parts[:index]
     )
 
 

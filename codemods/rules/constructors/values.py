@@ -178,7 +178,7 @@ def _spread(analysis: FileAnalysis, value: ast.expr, out: Pure) -> dict[str, ast
     else, when its keys are known (``_known_keys``), each value read at run time."""
     binding = _binding(analysis, value)
     entries_of = binding.value if binding is not None else None
-    entries = _dict_entries(analysis, entries_of) if entries_of is not None else None
+    entries = spreads.dict_entries(analysis.names, entries_of) if entries_of is not None else None
     if binding is None or entries_of is None or entries is None:
         return _read_at_run_time(analysis, value, out, "not a dict of literal keys bound here")
     users = _spread_users(analysis, binding)
@@ -239,21 +239,6 @@ def _known_keys(analysis: FileAnalysis, value: ast.expr) -> spreads.Keys | None:
         return analysis.spreads[key]
     wanted = key.rpartition(".")[2]
     return dict(spreads.in_module(analysis.names, wanted)).get(key)
-
-
-def _dict_entries(analysis: FileAnalysis, value: ast.expr) -> dict[str, ast.expr] | None:
-    if isinstance(value, ast.Dict):
-        if not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
-            return None
-        return {k.value: v for k, v in zip(value.keys, value.values)}  # type: ignore[union-attr]
-    if (
-        isinstance(value, ast.Call)
-        and analysis.resolves_to(value.func, "builtins.dict")
-        and not value.args
-        and all(k.arg is not None for k in value.keywords)
-    ):
-        return {k.arg: k.value for k in value.keywords}  # type: ignore[misc]
-    return None
 
 
 def _binding(analysis: FileAnalysis, value: ast.expr) -> Binding | None:
