@@ -39,6 +39,10 @@ def mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     if _chosen_mixed_precision(analysis, call, out):
         return
     value, removable, blocker = resolved(analysis, out, "mixed_precision")
+    if _ignores_classes(analysis, value):
+        # the plain form keeps only BatchNorm in full precision; the bridge keeps these
+        out.blockers.append("mixed_precision sets _module_classes_to_ignore")
+        return
     if (
         value is not None
         and inlined_once(removable, value)
@@ -66,6 +70,15 @@ def mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     out.norms_when = f"{name} is not None"
 
 
+def _ignores_classes(analysis: FileAnalysis, value: ast.expr | None) -> bool:
+    """A ``MixedPrecision(...)`` written here that names the classes FSDP1 runs in full
+    precision (``_module_classes_to_ignore``, BatchNorm by default)."""
+    if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"):
+        return False
+    bound = calls.bind(value, fsdp1.MIXED_PRECISION_FIELDS)
+    return bound is not None and "_module_classes_to_ignore" in bound
+
+
 def _literal_mixed_precision(
     analysis: FileAnalysis, call: ast.Call, out: Pure, value: ast.expr
 ) -> bool:
@@ -74,7 +87,7 @@ def _literal_mixed_precision(
     if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"):
         return False
     bound = calls.bind(value, fsdp1.MIXED_PRECISION_FIELDS)
-    if bound is None or "_module_classes_to_ignore" in bound:
+    if bound is None:
         return False
     flags = {n: calls.literal_bool(bound[n].value) for n in bound if n.startswith(("cast", "keep"))}
     if any(v is None for v in flags.values()) or flags.get("keep_low_precision_grads"):
