@@ -33,6 +33,14 @@ import):
   what the function returns becomes ``fsdp2_port.auto_wrap_policy(<predicate>)``: FSDP1's
   call shape, right for the callers the run does not see, which may hand it to FSDP1.
 
+Two reads besides the readers take either spelling too, written so that they do:
+
+- a member test, ``x == ShardingStrategy.X`` (``!=``, ``in`` / ``not in`` a tuple of
+  members), goes by name: ``fsdp2_port.member_name(x) == "X"``, whatever x is (a config
+  field the run does not see included); ``is`` stays (by name it would need ``==``);
+- a field a config writes out, ``mp.param_dtype``, is read from its dict, ``mp["param_dtype"]``,
+  where every binding of ``mp`` is such a config and all of them are written.
+
 The value must reach nothing else. From each value, its path is followed up the tree through
 conditional expressions, dict values read only by subscripts (``.get`` too), assignments to a
 name, arguments of a function this module defines (to the parameter), and ``return`` from one
@@ -55,6 +63,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from collections.abc import Callable, Iterator
 
 from codemods import calls, dead_values, flow, fsdp1, imports, markers
@@ -87,12 +96,17 @@ DOC = Code(
         "`reshard_after_forward_like_fsdp1`, `units_like_fsdp1`, `mp_policy_like_fsdp1`, "
         "`buffer_dtype_like_fsdp1`, `offload_policy_like_fsdp1`), `fully_shard_like_fsdp1` or "
         "`state_dict_type` / "
-        "`set_state_dict_type`"
+        "`set_state_dict_type`, a member test (`x == ShardingStrategy.X` → "
+        '`fsdp2_port.member_name(x) == "X"`, also where x is not seen) or a field read '
+        '(`mp.param_dtype` → `mp["param_dtype"]`)'
     ),
     marked="—",
 )
 #: APIs its values call -> ``module:attribute`` (``registry.EMITS``).
-EMITS = {"fsdp2_port.auto_wrap_policy": "fsdp2_port:auto_wrap_policy"}
+EMITS = {
+    "fsdp2_port.auto_wrap_policy": "fsdp2_port:auto_wrap_policy",
+    "fsdp2_port.member_name": "fsdp2_port:member_name",
+}
 STRATEGY, POLICY = "sharding strategy", "wrap policy"
 PREFETCH, STATE_DICT_TYPE = "backward prefetch", "state-dict type"
 MIXED, OFFLOAD = "mixed precision", "cpu offload"
@@ -148,6 +162,10 @@ _READERS: dict[str, tuple[tuple[str, int, str], ...]] = {
     "state_dict_type": _STATE_DICT_SLOTS,
     "set_state_dict_type": _STATE_DICT_SLOTS,
 }
+#: Why a member test and its members are written by name.
+_BY_NAME = "tested by name"
+#: Where an f-string piece opens: its quote.
+_FSTRING_OPENING = re.compile(r"""(?:[fF][rR]?|[rR][fF])("|')""")
 #: Methods of a logger: a value they show changes its text only.
 _LOG_METHODS = frozenset(("debug", "info", "warning", "warn", "error", "critical", "exception"))
 
@@ -169,6 +187,8 @@ class Written:
     members: tuple[ast.expr, ...] = ()
     #: What a public function returns, written in FSDP1's call shape.
     returned: bool = False
+    #: Why it may be written so, when not because only readers read it.
+    why: str = "read only by fsdp2_port's readers"
 
     def message(self) -> str:
         shown = self.text if "\n" not in self.text else self.text.split("(")[0] + "(...)"
@@ -177,7 +197,7 @@ class Written:
                 f"{self.kind} a public function returns written as {shown}: FSDP1's call "
                 "shape, for callers the run does not see"
             )
-        return f"{self.kind} read only by fsdp2_port's readers written as {shown}"
+        return f"{self.kind} {self.why} written as {shown}"
 
 
 def find(names: Names, lines: LineIndex) -> list[Written]:
@@ -204,10 +224,46 @@ def find(names: Names, lines: LineIndex) -> list[Written]:
         ]
         predicates = {w.node for w in chosen if w.condition is not None}
         broken = {w.node for w in chosen if not set(w.members) <= predicates}
-        if not broken:
+        compared, tangled = _compared(names, lines, chosen)
+        fields, mixed = _field_reads(names, lines, chosen)
+        tangled |= mixed
+        if not broken | tangled:
+            chosen = [compared.get(w.node, w) for w in chosen]
             written = [_grouped(names, w) for w in _nested_in_place(lines, chosen)]
-            return _returned_in_call_shape(names, lines, written, walk.escapes)
+            written = _returned_in_call_shape(names, lines, written, walk.escapes)
+            return [*written, *(w for w in compared.values() if w not in chosen), *fields]
         refused |= broken  # an or-policy with a member kept as it is: all of it stays
+        refused |= tangled
+
+
+def _compared(
+    names: Names, lines: LineIndex, chosen: list[Written]
+) -> tuple[dict[ast.expr, Written], set[ast.expr]]:
+    """Member tests written by name: each node -> how (the members by name, the value they
+    test as ``fsdp2_port.member_name(x)``); and the members of tests whose value holds a
+    written value inside it (two edits in one place: those members stay)."""
+    written = {w.node: w for w in chosen}
+    out: dict[ast.expr, Written] = {}
+    tangled: set[ast.expr] = set()
+    anchor = _top_import(names.tree)
+    for compare in names.by_type[ast.Compare]:
+        assert isinstance(compare, ast.Compare)
+        test = _member_test(names, compare)
+        if test is None:
+            continue
+        kind, operand = test
+        members = [n for n in ast.walk(compare) if n in written and not _within(n, operand)]
+        if not members or operand in written:
+            continue  # kept; or a value written by name itself (``s == "X"``)
+        if any(_within(n, operand) for n in written) or anchor is None:
+            tangled.update(members)
+            continue
+        for member in members:
+            out[member] = dataclasses.replace(written[member], why=_BY_NAME)
+        needed = (imports.after(lines, anchor, "fsdp2_port", None),)
+        text = f"fsdp2_port.member_name({lines.source(operand)})"
+        out[operand] = Written(operand, kind, text, needed, why=_BY_NAME)
+    return out, tangled
 
 
 def _returned_in_call_shape(
@@ -316,9 +372,8 @@ def _members(names: Names, lines: LineIndex) -> Iterator[Written]:
     FSDP1's names resolve to), and ``getattr`` / subscript of such an enum by a name."""
     for node in names.by_type[ast.Attribute]:
         assert isinstance(node, ast.Attribute)
-        member = (fsdp1.first(names.qualified(node)) or "").split(".")
-        if len(member) == 2 and member[0] in _ENUMS:
-            yield Written(node, _ENUMS[member[0]], f'"{node.attr}"')
+        if (kind := _member_kind(names, node)) is not None:
+            yield Written(node, kind, f'"{node.attr}"')
     for node in names.by_type[ast.Call]:
         assert isinstance(node, ast.Call)
         if (
@@ -332,6 +387,105 @@ def _members(names: Names, lines: LineIndex) -> Iterator[Written]:
         assert isinstance(node, ast.Subscript)
         if isinstance(node.ctx, ast.Load) and (kind := _enum(names, node.value)) is not None:
             yield Written(node, kind, lines.source(node.slice))
+
+
+def _field_read(names: Names, lines: LineIndex, read: ast.Attribute, kind: str) -> bool:
+    """``v.<field>`` (a load) of a name every binding of which is built here as a config of
+    ``kind`` that writes the field out: as a dict (F2P013) the field is ``v["<field>"]``,
+    the same value."""
+    name = read.value
+    if not (
+        isinstance(name, ast.Name)
+        and isinstance(read.ctx, ast.Load)
+        and lines.source(read) == f"{name.id}.{read.attr}"  # its place in an f-string
+    ):
+        return False
+    bindings = names.bindings_of(name)
+    return bool(bindings) and all(
+        b.value is not None
+        and all(_writes_field(names, v, kind, read.attr) for v in _branches(b.value))
+        for b in bindings
+    )
+
+
+def _writes_field(names: Names, value: ast.expr, kind: str, field: str) -> bool:
+    """``value`` is a config of ``kind`` built with ``field`` written out."""
+    if not isinstance(value, ast.Call):
+        return False
+    config = _CONFIGS.get(fsdp1.first(names.qualified(value.func)) or "")
+    if config is None or config[0] != kind:
+        return False
+    given = {k.arg for k in value.keywords} | set(config[1][: len(value.args)])
+    return field in given
+
+
+def _field_reads(
+    names: Names, lines: LineIndex, chosen: list[Written]
+) -> tuple[list[Written], set[ast.expr]]:
+    """Each field read (``_field_read``) of configs written as dicts, as ``v["<field>"]``; and
+    the configs behind a read that only some of them reach written (those stay too)."""
+    written = {w.node for w in chosen}
+    out: list[Written] = []
+    mixed: set[ast.expr] = set()
+    for read in names.by_type[ast.Attribute]:
+        assert isinstance(read, ast.Attribute)
+        kinds = [w.kind for w in chosen if w.kind in (MIXED, OFFLOAD, MODEL_CONFIG, OPTIM_CONFIG)]
+        kind = next((k for k in kinds if _field_read(names, lines, read, k)), None)
+        if kind is None:
+            continue
+        assert isinstance(read.value, ast.Name)
+        built = [v for b in names.bindings_of(read.value) for v in _branches(b.value)]  # type: ignore[arg-type]
+        if all(v in written for v in built):
+            quote = "'" if _in_double_quoted_fstring(names, lines, read) else '"'
+            text = f"{read.value.id}[{quote}{read.attr}{quote}]"
+            out.append(Written(read, kind, text, why="field (its config is a dict now)"))
+        else:
+            mixed.update(v for v in built if v in written)
+    return out, mixed
+
+
+def _in_double_quoted_fstring(names: Names, lines: LineIndex, node: ast.AST) -> bool:
+    """``node`` sits in an f-string piece quoted with ``"`` (before Python 3.12 its expression
+    may not use that quote)."""
+    if not any(isinstance(a, ast.JoinedStr) for a in names.ancestors(node)):
+        return False
+    opened = _FSTRING_OPENING.findall(lines.text[: lines.start(node)])
+    return bool(opened) and opened[-1].startswith('"')
+
+
+def _member_test(names: Names, compare: ast.Compare) -> tuple[str, ast.expr] | None:
+    """The kind of member ``compare`` tests a value against and that value (``x ==
+    ShardingStrategy.X``, ``!=``, the member on either side; ``x in (A, B)``, ``not in``), or
+    None. Such a test is written by name, ``fsdp2_port.member_name(x) == "X"``, which holds
+    for a member and for its name alike (``_compared``)."""
+    if len(compare.ops) != 1:
+        return None
+    left, right, op = compare.left, compare.comparators[0], compare.ops[0]
+    if isinstance(op, (ast.In, ast.NotIn)):
+        if not isinstance(right, (ast.Tuple, ast.List, ast.Set)) or not right.elts:
+            return None
+        kinds = {_member_kind(names, e) for e in right.elts}
+        operand = left
+    elif isinstance(op, (ast.Eq, ast.NotEq)):
+        kinds = {_member_kind(names, left), _member_kind(names, right)} - {None}
+        operand = right if _member_kind(names, left) else left
+    else:
+        return None  # ``is``: by name it would need ``==``
+    if len(kinds) != 1 or None in kinds or _member_kind(names, operand) is not None:
+        return None
+    return kinds.pop(), operand  # type: ignore[return-value]
+
+
+def _tested_kind(names: Names, compare: ast.AST | None) -> str | None:
+    """The kind of member a member test (``_member_test``) compares with, or None."""
+    test = _member_test(names, compare) if isinstance(compare, ast.Compare) else None
+    return test[0] if test else None
+
+
+def _member_kind(names: Names, node: ast.expr) -> str | None:
+    """The kind of an FSDP1 enum member ``node`` is (``ShardingStrategy.X``), or None."""
+    member = (fsdp1.first(names.qualified(node)) or "").split(".")
+    return _ENUMS[member[0]] if len(member) == 2 and member[0] in _ENUMS else None
 
 
 def _enum(names: Names, node: ast.expr) -> str | None:
@@ -666,6 +820,13 @@ class _Paths:
         parent = self.names.parent.get(node)
         if _tested_for_none(node, parent):
             return True  # neither spelling is None
+        if isinstance(parent, (ast.Tuple, ast.List, ast.Set)):
+            if _tested_kind(self.names, self.names.parent.get(parent)) == kind:
+                return True  # one of the members of ``x in (A, B)``
+        if _tested_kind(self.names, parent) == kind:
+            return True  # compared by name (``member_name``): either spelling compares alike
+        if isinstance(parent, ast.Attribute) and _field_read(self.names, self.lines, parent, kind):
+            return True  # ``v.param_dtype`` -> ``v["param_dtype"]`` (``_field_reads``)
         if isinstance(parent, ast.IfExp) and node is not parent.test:
             return self.reaches_only(parent, kind)
         if isinstance(parent, ast.Dict) and any(node is v for v in parent.values):

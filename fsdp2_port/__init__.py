@@ -22,6 +22,8 @@ _LAZY = {
     "offload_policy_like_fsdp1": "fsdp2_port.fsdp1.readers",
     "reshard_after_forward_like_fsdp1": "fsdp2_port.fsdp1.readers",
     "units_like_fsdp1": "fsdp2_port.fsdp1.readers",
+    # FSDP1 enum values tested by name (``x == ShardingStrategy.X`` -> ``member_name(x) == "X"``)
+    "member_name": "fsdp2_port.fsdp1.readers",
     # FSDP1 keyword arguments spread with ** whose keys the codemod wrote the plain form for
     "kwargs_as_migrated": "fsdp2_port.fsdp1.readers",
     # FSDP1's size-based policy without FSDP1 (the codemod writes it where only these read it)

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import ShardingStrategy
 
 from codemods import engine, registry
 from codemods.options import Options
@@ -37,6 +38,7 @@ pytestmark = pytest.mark.slow  # gloo ranks
 
 SOURCE = """\
 import functools
+import logging
 
 import torch
 from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
@@ -148,6 +150,27 @@ def build_grown(net, classes, dtype):
     return FSDP(net, **options)
 
 
+def build_tested(net, strategy, bf16, classes):
+    if bf16:
+        precision = MixedPrecision(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16
+        )
+    else:
+        precision = MixedPrecision(
+            param_dtype=torch.float32, reduce_dtype=torch.float32, buffer_dtype=torch.float32
+        )
+    assert strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP), strategy
+    if strategy == ShardingStrategy.SHARD_GRAD_OP:
+        logging.info(f"ZeRO-2 in {precision.param_dtype}")
+    return FSDP(
+        net,
+        auto_wrap_policy=ModuleWrapPolicy(classes),
+        sharding_strategy=strategy,
+        mixed_precision=precision,
+        device_id=torch.device("cpu"),
+    )
+
+
 class Defaults:
     fsdp = {
         "sharding_strategy": ShardingStrategy.SHARD_GRAD_OP,
@@ -171,8 +194,12 @@ class Defaults:
 #: model (``build_helped``: written as a predicate and a name where they are built, F2P013);
 #: "spread": a class attribute's keyword arguments (``Defaults.wrap``: the keys known, the
 #: values read at run time through ``kwargs_as_migrated``); "grown": keyword arguments
-#: extended under a condition (``build_grown``: a key it may lack reads as None)
+#: extended under a condition (``build_grown``: a key it may lack reads as None); "tested":
+#: openvla's shape, a strategy FSDP1's caller passes, tested against members, and a
+#: MixedPrecision whose fields a log line reads (``build_tested``: tested by name, the config
+#: written as a dict and its fields read from it)
 CASES = {
+    "tested-bf16": ("tested", torch.bfloat16, False, False),
     "grown-bf16": ("grown", torch.bfloat16, False, False),
     "grown-fp32": ("grown", None, False, False),
     "spread": ("spread", torch.bfloat16, False, False),
@@ -203,6 +230,8 @@ def _build(namespace: dict, case: str, rank: int, world: int, migrated: bool) ->
         return namespace["build_offload"](net, migrated, {GainBlock})
     if kind == "grown":
         return namespace["build_grown"](net, {GainBlock}, dtype)
+    if kind == "tested":  # the caller passes FSDP1's member to both arms
+        return namespace["build_tested"](net, ShardingStrategy.SHARD_GRAD_OP, True, {GainBlock})
     if kind == "spread":
         return namespace["Defaults"]().wrap(net, {GainBlock})
     if kind.startswith("helped:"):
@@ -252,7 +281,11 @@ def migrated() -> str:
     assert "lambda_fn" not in helped and "ShardingStrategy" not in helped, helped
     chosen = text.split("def build_chosen")[1].split("def build_grown")[0]
     assert "MixedPrecision(" not in chosen and "fsdp2_port" not in chosen, chosen
-    grown = text.split("def build_grown")[1].split("class Defaults")[0]
+    tested = text.split("def build_tested")[1].split("class Defaults")[0]
+    assert tested.count("fsdp2_port.member_name(strategy)") == 2, tested
+    assert "ShardingStrategy" not in tested and "MixedPrecision(" not in tested, tested
+    assert "precision['param_dtype']" in tested, tested
+    grown = text.split("def build_grown")[1].split("def build_tested")[0]
     assert 'optional=("mixed_precision",)' in grown and "**" not in grown, grown
     assert "MixedPrecision(" not in grown and "lambda_auto" not in grown, grown  # F2P013
     spread = text.split("class Defaults")[1]

@@ -30,12 +30,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import (
+    BackwardPrefetch,
     CPUOffload,
     CPUOffloadPolicy,
     MixedPrecision,
     MixedPrecisionPolicy,
     OffloadPolicy,
     ShardingStrategy,
+    StateDictType,
     fully_shard,
 )
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -53,6 +55,7 @@ from fsdp2_port.fsdp1 import readers
 from fsdp2_port.fsdp1.like_fsdp1 import HYBRID_SHARD_ZERO2
 from fsdp2_port.fsdp1.readers import (
     buffer_dtype_like_fsdp1,
+    member_name,
     mesh_like_fsdp1,
     mp_policy_like_fsdp1,
     offload_policy_like_fsdp1,
@@ -70,6 +73,7 @@ S = ShardingStrategy
 CPU = torch.device("cpu")
 BF16 = torch.bfloat16
 READERS = (
+    "member_name",
     "mesh_like_fsdp1",
     "mp_policy_like_fsdp1",
     "offload_policy_like_fsdp1",
@@ -494,6 +498,22 @@ def test_units_without_a_policy_and_refusals():
     assert units_like_fsdp1(model, None, mixed_precision=MixedPrecision(param_dtype=BF16)) == []
     with pytest.raises(ValueError, match=r"a dict of its fields, an FSDP2 MixedPrecisionPolicy"):
         units_like_fsdp1(model, ModuleWrapPolicy({nn.Linear}), mixed_precision=BF16)
+
+
+def test_member_tests_by_name_hold_as_the_member_tests_for_either_spelling():
+    """F2P013 writes ``x == ShardingStrategy.X`` as ``member_name(x) == "X"`` and may write x by
+    its name: for every member x and every member X of FSDP1's three enums, both spellings of
+    x give the answer ``x == X`` gave; values that are no member (None, a number) pass as they
+    are, so a test on them still fails."""
+    for enum in (S, BackwardPrefetch, StateDictType):
+        for value in enum:
+            for tested in enum:
+                assert (member_name(value) == tested.name) is (value == tested)
+                assert (member_name(value.name) == tested.name) is (value == tested)
+        for other in (None, 0, 1.5):
+            assert member_name(other) is other
+            assert all(member_name(other) != m.name for m in enum)
+    assert {member_name(m) for m in S} == set(S.__members__)  # _HYBRID_SHARD_ZERO2 too
 
 
 def test_configs_as_dicts_of_their_fields_read_as_the_configs():

@@ -44,6 +44,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import (
+    BackwardPrefetch,
     CPUOffload,
     CPUOffloadPolicy,
     FullyShardedDataParallel,
@@ -51,6 +52,7 @@ from torch.distributed.fsdp import (
     MixedPrecisionPolicy,
     OffloadPolicy,
     ShardingStrategy,
+    StateDictType,
 )
 
 from fsdp2_port.fsdp1 import torch_internals, units
@@ -310,6 +312,18 @@ def _same(a: Any, b: Any) -> bool:
 
 
 # -- checks: what FSDP2 cannot honour (fully_shard_like_fsdp1's too) -------------------------------
+
+
+def member_name(value: Any) -> Any:
+    """An FSDP1 enum member's name (``ShardingStrategy``, ``BackwardPrefetch``,
+    ``StateDictType``), any other value as it is. The codemod tests a value by name where FSDP1
+    tested it against a member (``x == ShardingStrategy.X`` -> ``member_name(x) == "X"``), which
+    holds for the member and for its name alike, the two spellings the readers take (F2P013).
+    The one difference from the original test: a string equal to a member's name, which never
+    equalled the member, now passes."""
+    if isinstance(value, (ShardingStrategy, BackwardPrefetch, StateDictType)):
+        return value.name
+    return value
 
 
 def member_of(value: Any, enum: type[E], what: str) -> E | None:
