@@ -391,7 +391,8 @@ def _members(names: Names, lines: LineIndex) -> Iterator[Written]:
 
 def _field_read(names: Names, lines: LineIndex, read: ast.Attribute, kind: str) -> bool:
     """``v.<field>`` (a load) of a name every binding of which is built here as a config of
-    ``kind`` that writes the field out: as a dict (F2P013) the field is ``v["<field>"]``,
+    ``kind`` that writes the field out, or is a member of an enum of ``kind`` (the field
+    ``name``): as a dict (F2P013) the field is ``v["<field>"]``, as a name the name is ``v``,
     the same value."""
     name = read.value
     if not (
@@ -409,7 +410,10 @@ def _field_read(names: Names, lines: LineIndex, read: ast.Attribute, kind: str) 
 
 
 def _writes_field(names: Names, value: ast.expr, kind: str, field: str) -> bool:
-    """``value`` is a config of ``kind`` built with ``field`` written out."""
+    """``value`` is a config of ``kind`` built with ``field`` written out, or a member of an
+    enum of ``kind`` and ``field`` is its ``name``."""
+    if field == "name" and _member_kind(names, value) == kind:
+        return True
     if not isinstance(value, ast.Call):
         return False
     config = _CONFIGS.get(fsdp1.first(names.qualified(value.func)) or "")
@@ -422,20 +426,24 @@ def _writes_field(names: Names, value: ast.expr, kind: str, field: str) -> bool:
 def _field_reads(
     names: Names, lines: LineIndex, chosen: list[Written]
 ) -> tuple[list[Written], set[ast.expr]]:
-    """Each field read (``_field_read``) of configs written as dicts, as ``v["<field>"]``; and
-    the configs behind a read that only some of them reach written (those stay too)."""
+    """Each field read (``_field_read``) of configs written as dicts, as ``v["<field>"]``, and of
+    members written as names, as ``v``; and the values behind a read that only some of them
+    reach written (those stay too)."""
     written = {w.node for w in chosen}
+    kinds = {w.kind for w in chosen if w.kind != POLICY}
     out: list[Written] = []
     mixed: set[ast.expr] = set()
     for read in names.by_type[ast.Attribute]:
         assert isinstance(read, ast.Attribute)
-        kinds = [w.kind for w in chosen if w.kind in (MIXED, OFFLOAD, MODEL_CONFIG, OPTIM_CONFIG)]
-        kind = next((k for k in kinds if _field_read(names, lines, read, k)), None)
+        kind = next((k for k in sorted(kinds) if _field_read(names, lines, read, k)), None)
         if kind is None:
             continue
         assert isinstance(read.value, ast.Name)
         built = [v for b in names.bindings_of(read.value) for v in _branches(b.value)]  # type: ignore[arg-type]
         if all(v in written for v in built):
+            if kind in _ENUMS.values():
+                out.append(Written(read, kind, read.value.id, why="name (written as one now)"))
+                continue
             quote = "'" if _in_double_quoted_fstring(names, lines, read) else '"'
             text = f"{read.value.id}[{quote}{read.attr}{quote}]"
             out.append(Written(read, kind, text, why="field (its config is a dict now)"))

@@ -16,7 +16,7 @@ import ast
 import bisect
 from dataclasses import dataclass, field
 
-from codemods import calls, spreads
+from codemods import calls, fsdp1, spreads
 from codemods.analysis import FileAnalysis
 from codemods.names import Binding
 from codemods.text import Edit
@@ -292,15 +292,24 @@ def resolved(
         return None, None, f"{what} is not written at the call"
     users: set[ast.Call] = set()
     uses = analysis.uses_of(binding)
-    for use in uses:
-        found = _reader(analysis, use, what)
-        if found is None:
-            return None, None, f"{what} is read by other code than FSDP(...) calls"
-        users |= found
     statement = analysis.names.statement(binding.node)
     if rebound_before_use(analysis, binding.value, statement, uses):
         return None, None, f"{what} reads a name bound again before the call"
+    for use in uses:
+        found = _reader(analysis, use, what)
+        if found is None:
+            if _enum_member(analysis, binding.value):
+                return binding.value, None, None  # a constant: the binding stays for the rest
+            return None, None, f"{what} is read by other code than FSDP(...) calls"
+        users |= found
     return binding.value, Removable(what, statement, frozenset(users)), None
+
+
+def _enum_member(analysis: FileAnalysis, value: ast.expr) -> bool:
+    """``value`` is a member of one of FSDP1's enums (``ShardingStrategy.FULL_SHARD``): the same
+    object wherever it is written."""
+    name = analysis.fsdp1_name(value) or ""
+    return name.count(".") == 1 and name.split(".")[0] in fsdp1.ENUMS
 
 
 def rebound_before_use(
