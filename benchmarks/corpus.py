@@ -151,6 +151,12 @@ def main() -> int:
         help="migrate as `fsdp2-port migrate --drop-fsdp1-branches` (the destination for code "
         "that dispatches between FSDP versions)",
     )
+    parser.add_argument(
+        "--whole-program",
+        action="store_true",
+        help="migrate as `fsdp2-port migrate --whole-program` (each repository is an "
+        "application: nothing outside it imports its modules)",
+    )
     args = parser.parse_args()
     if not args.corpus.is_dir():
         parser.error(f"{args.corpus}: not a directory")
@@ -168,7 +174,10 @@ def main() -> int:
         for repository in sorted(p for p in args.corpus.iterdir() if p.is_dir()):
             copy = Path(scratch) / repository.name
             shutil.copytree(repository, copy)
-            report = run_repository(copy, Options(drop_fsdp1_branches=args.drop_fsdp1_branches))
+            options = Options(
+                drop_fsdp1_branches=args.drop_fsdp1_branches, whole_program=args.whole_program
+            )
+            report = run_repository(copy, options)
             reports[repository.name] = report
             for key in (
                 "files",

@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         "deleted, a config switch's constructor migrates in place (library code kept for both "
         "versions on purpose keeps them otherwise)",
     )
+    parser.add_argument(
+        "--whole-program",
+        action="store_true",
+        help="the files given are the whole program: no code outside them imports their "
+        "module-level names, so a public one that only the run reads may be respelled or "
+        "removed as a private one is (an application, not a library others import)",
+    )
     parser.add_argument("--list-rules", action="store_true", help="print the rule codes and exit")
     return parser
 
@@ -110,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.target_torch,
             runtime_dependency=not args.no_runtime_dependency,
             drop_fsdp1_branches=args.drop_fsdp1_branches,
+            whole_program=args.whole_program,
         )
     except ValueError as error:
         parser.print_usage(sys.stderr)

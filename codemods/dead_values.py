@@ -137,6 +137,91 @@ def visible_only_here(names: Names, scope: Scope, name: str) -> bool:
     return name not in {*declared, *deleted}
 
 
+def own_attribute_reads(names: Names, target: ast.Attribute) -> list[ast.Attribute] | None:
+    """The reads of the instance attribute ``self.x = ...`` stores, when only its own class
+    reads it: ``x`` is a name of the module's own (``visibility``: private and no other file of
+    the run mentions it; with ``--whole-program`` any name no other file mentions), the class
+    has no decorator (a dataclass's fields are read by name) and bases of its own package, and
+    every ``.x`` and string ``"x"`` of the module is ``self.x`` in a method of the class, with
+    no ``getattr``/``setattr``/``vars``/``__dict__`` in it; None otherwise."""
+    found = _method_self(names, target)
+    if found is None or not names.seen.own(target.attr):
+        return None
+    owner, _ = found
+    if owner.decorator_list or not all(_own_base(names, base) for base in owner.bases):
+        return None
+    if any(
+        isinstance(n, ast.Constant) and n.value == target.attr for n in names.by_type[ast.Constant]
+    ):
+        return None
+    if any(
+        (isinstance(n, ast.Name) and n.id in _REFLECTION) or getattr(n, "attr", None) == "__dict__"
+        for n in ast.walk(owner)
+    ):
+        return None
+    reads = []
+    for node in names.by_type[ast.Attribute]:
+        assert isinstance(node, ast.Attribute)
+        if node.attr != target.attr:
+            continue
+        method = _method_self(names, node)
+        if method is None or method[0] is not owner:
+            return None
+        if isinstance(node.ctx, ast.Load):
+            reads.append(node)
+        elif not _stored_plainly(names, node):
+            return None
+    return reads
+
+
+#: Builtins that read or write an object's attributes by a computed name.
+_REFLECTION = frozenset(("getattr", "setattr", "delattr", "hasattr", "vars"))
+
+
+def _method_self(names: Names, node: ast.Attribute) -> tuple[ast.ClassDef, str] | None:
+    """``self.x`` in a method of a class (``self``: the method's first parameter, not rebound):
+    the class and the parameter's name."""
+    if not isinstance(node.value, ast.Name):
+        return None
+    function = names.function_of(node)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    owner = names.parent.get(function)
+    positional = [*function.args.posonlyargs, *function.args.args]
+    if not isinstance(owner, ast.ClassDef) or not positional or function.decorator_list:
+        return None
+    first = positional[0].arg
+    bindings = names.bindings_of(node.value)
+    if node.value.id != first or len(bindings) != 1 or bindings[0].kind != "param":
+        return None
+    return owner, first
+
+
+def _own_base(names: Names, base: ast.expr) -> bool:
+    """A base class of the module's own package (or ``object`` / ``ABC``): none of a library
+    that may read the attribute."""
+    qualified = names.qualified(base)
+    if qualified & {"builtins.object", "abc.ABC"}:
+        return True
+    if isinstance(base, ast.Name) and not qualified:
+        bindings = names.bindings_of(base)  # a class of this module
+        return bool(bindings) and all(b.kind == "class" for b in bindings)
+    # the module's top package among the base's (a namespace package may add parents:
+    # ``vitra.training.base_strategy`` for ``training.fsdp``)
+    package = names.module_name.split(".")[0]
+    return bool(package and qualified) and all(package in q.split(".")[:-1] for q in qualified)
+
+
+def _stored_plainly(names: Names, node: ast.Attribute) -> bool:
+    """``self.x = value``, the one target of an assignment."""
+    parent = names.parent.get(node)
+    return (
+        isinstance(node.ctx, ast.Store)
+        and isinstance(parent, (ast.Assign, ast.AnnAssign))
+        and (parent.targets if isinstance(parent, ast.Assign) else [parent.target]) == [node]
+    )
+
+
 def seen_only_here(names: Names, scope: Scope, name: str) -> bool:
     """``visible_only_here``, and ``scope`` reads or rebinds ``name`` nowhere ``names`` cannot
     see (``opaque_scopes``): every read of it is one of ``names``'."""

@@ -283,7 +283,8 @@ def migrate_files(
     try:
         entry = programs.entry_scripts(paths)
         files = sources.fsdp_files(paths, module_name)
-        run = _Run(reexports.find(files), visibility.find(paths, entry), spreads.find(files))
+        seen = visibility.find(paths, entry, whole_program=options.whole_program)
+        run = _Run(reexports.find(files), seen, spreads.find(files))
         arguments = [(p, list(codes), options, False, run) for p in paths]
         analysed = _map(pool, _analyse, arguments, progress, "analysing")
         _analyse_receivers(analysed, pool, codes, options, progress, run)

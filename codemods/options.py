@@ -32,6 +32,9 @@ class Options:
     runtime_dependency: bool = True
     #: True: the FSDP1 branch of a dispatch that also has an FSDP2 branch is deleted.
     drop_fsdp1_branches: bool = False
+    #: True: the files given are the whole program, no code outside them imports their
+    #: module-level names (``visibility``).
+    whole_program: bool = False
 
     @classmethod
     def for_torch(
@@ -40,6 +43,9 @@ class Options:
         *,
         runtime_dependency: bool = True,
         drop_fsdp1_branches: bool = False,
+        whole_program: bool = False,
     ) -> Options:
         """Options for a target torch release; raises ValueError below 2.4."""
-        return cls(fully_shard_module(target_torch), runtime_dependency, drop_fsdp1_branches)
+        return cls(
+            fully_shard_module(target_torch), runtime_dependency, drop_fsdp1_branches, whole_program
+        )

@@ -49,14 +49,16 @@ not one after the name is bound again on every path) must continue the path, and
 must end in a reader's slot for that kind of value.
 A log line (``print``, a logger's method, an f-string it shows) may also show the value or its
 dict: only the text it prints changes. A name qualifies as ``dead_values`` lets it: a local, or
-a private or script module-level name, in a scope the names see through; a parameter's default
-and a parameter given an argument qualify when the function reads the parameter only that way
-(other callers may still pass FSDP1's values: the readers take both). A test ``is None`` /
-``is not None`` passes too (neither spelling is None), and a name nothing reads reaches nothing.
-Anything else on the way (another comparison, another call, an attribute, a string the run goes
-on with) keeps the value as it is. ``x: ShardingStrategy = <value>`` (an FSDP1 class as the
-annotation) whose values are all written is annotated with what it now holds (``str``,
-``dict``).
+a private or script module-level name (any one no other file mentions, with
+``--whole-program``), in a scope the names see through; so does an instance attribute only its
+class reads (``self.x = value``: ``dead_values.own_attribute_reads``), every read of it; a
+parameter's default and a parameter given an argument qualify when the function reads the
+parameter only that way (other callers may still pass FSDP1's values: the readers take both).
+A test ``is None`` / ``is not None`` passes too (neither spelling is None), and a name nothing
+reads reaches nothing. Anything else on the way (another comparison, another call, another
+attribute, a string the run goes on with) keeps the value as it is. ``x: ShardingStrategy =
+<value>`` (an FSDP1 class as the annotation) whose values are all written is annotated with
+what it now holds (``str``, ``dict``).
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ DOC = Code(
         "run does not see), "
         "`partial(_or_policy, policies=P)` of such predicates → `lambda module: any(...)`: where "
         "the value (through dicts, conditional expressions, locals, private module-level maps, "
-        "parameter defaults, arguments of and returns from functions defined here and log lines) "
+        "parameter defaults, instance attributes only their class reads, arguments of and "
+        "returns from functions defined here and log lines) "
         "reaches only "
         "the matching argument of `fsdp2_port`'s readers (`mesh_like_fsdp1`, "
         "`reshard_after_forward_like_fsdp1`, `units_like_fsdp1`, `mp_policy_like_fsdp1`, "
@@ -868,6 +871,8 @@ class _Paths:
             if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                 stored = _text_key(target.slice)  # d["key"] = value
                 return stored is not None and self._dict_name(target.value, kind, stored)
+            if isinstance(target, ast.Attribute):
+                return self._attribute(target, kind)  # self.x = value
             return isinstance(target, ast.Name) and self._reads_pass(
                 self.names.scope_of(target),
                 target.id,
@@ -879,6 +884,17 @@ class _Paths:
             argument = _defaulted(parent, node)
             return argument is not None and self._parameter(parent, argument, kind)
         return False
+
+    def _attribute(self, target: ast.Attribute, kind: str) -> bool:
+        """``self.x = value`` where only the class reads ``x`` (``own_attribute_reads``): each
+        of its reads continues the path (any method may run after any other: every read)."""
+
+        def compute() -> bool:
+            reads = dead_values.own_attribute_reads(self.names, target)
+            return reads is not None and all(self.reaches_only(r, kind) for r in reads)
+
+        owner = self.names.class_of(target)
+        return self._memo(("attribute", owner, target.attr, kind), compute)
 
     def _logged(self, node: ast.expr) -> bool:
         """``node`` is shown by a log line: an argument of ``print`` or of a logger's method

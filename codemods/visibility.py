@@ -10,6 +10,10 @@ module can read it:
 
 Code outside the run is trusted to keep to the convention: it imports neither an entry
 script nor a private name.
+
+With ``--whole-program`` the user says more: the files given are the whole program (an
+application, not a library others import), so any module-level name no other file of the run
+mentions is its module's own, unless another file star-imports a module of that name.
 """
 
 from __future__ import annotations
@@ -22,37 +26,57 @@ from dataclasses import dataclass
 from codemods import programs, sources
 
 _PRIVATE_WORD = re.compile(rb"\b_\w+")
+_WORD = re.compile(rb"\b[A-Za-z_]\w*")
+_STAR_IMPORT = re.compile(rb"^[ \t]*from[ \t]+[.\w]*?(\w+)[ \t]+import[ \t]+\*", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class Visibility:
-    """One module's answer: ``entry_script``; ``shared``: its private names another file of
-    the run mentions."""
+    """One module's answer: ``entry_script``; ``shared``: its names another file of the run
+    mentions (the private ones; every one with ``whole_program``); ``whole_program``: its
+    public names are its own too, unless ``shared``."""
 
     entry_script: bool = False
     shared: frozenset[str] = frozenset()
+    whole_program: bool = False
 
     def own(self, name: str) -> bool:
         """Whether the module-level ``name`` is read only by its own module."""
-        return self.entry_script or (name.startswith("_") and name not in self.shared)
+        if self.entry_script:
+            return True
+        return (name.startswith("_") or self.whole_program) and name not in self.shared
 
 
-def find(paths: Iterable[str], entry: frozenset[str]) -> dict[str, Visibility]:
+def find(
+    paths: Iterable[str], entry: frozenset[str], *, whole_program: bool = False
+) -> dict[str, Visibility]:
     """Each path's ``Visibility`` in a run of these files (``entry``: its entry scripts,
-    ``programs.entry_scripts``)."""
+    ``programs.entry_scripts``; ``whole_program``: nothing outside them imports them)."""
     paths = list(paths)
+    pattern = _WORD if whole_program else _PRIVATE_WORD
     words: dict[str, set[str]] = {}
+    starred: set[str] = set()
     for path in paths:
         try:
             data = sources.read_bytes(path)
         except sources.UnreadableSource:
             data = b""
-        words[path] = {w.decode("utf-8", "replace") for w in _PRIVATE_WORD.findall(data)}
+        words[path] = {w.decode("utf-8", "replace") for w in pattern.findall(data)}
+        starred.update(m.decode("utf-8", "replace") for m in _STAR_IMPORT.findall(data))
     files_naming = Counter(word for found in words.values() for word in found)
-    return {
-        path: Visibility(path in entry, frozenset(w for w in words[path] if files_naming[w] > 1))
-        for path in paths
-    }
+    out = {}
+    for path in paths:
+        # a module another file star-imports shares every name it has
+        everything = whole_program and _stem(path) in starred
+        shared = frozenset(w for w in words[path] if everything or files_naming[w] > 1)
+        out[path] = Visibility(path in entry, shared, whole_program and not everything)
+    return out
+
+
+def _stem(path: str) -> str:
+    """The last part of a file's module name (a package's ``__init__``: the package's)."""
+    parts = path.replace("\\", "/").removesuffix(".py").split("/")
+    return parts[-2] if parts[-1] == "__init__" and len(parts) > 1 else parts[-1]
 
 
 def of_text(text: str) -> Visibility:

@@ -6,7 +6,7 @@ A rule's cases (``codemods/rules/<rule>/cases/``) run with only that rule, the c
 ``tests/codemods/fixtures/`` (imports, whole models) run every rule and snapshot everything.
 
 A case's first lines may set options: ``# fixture: no-runtime-dependency``,
-``# fixture: drop-fsdp1-branches``,
+``# fixture: drop-fsdp1-branches``, ``# fixture: whole-program``,
 ``# fixture: target-torch 2.5``. ``FSDP2_PORT_REGENERATE=1`` rewrites the expected files
 from the current output (then read the diff before committing it).
 """
@@ -68,6 +68,8 @@ def options_for(text: str) -> Options:
         return Options(runtime_dependency=False)
     if "# fixture: drop-fsdp1-branches" in text:
         return Options(drop_fsdp1_branches=True)
+    if "# fixture: whole-program" in text:
+        return Options(whole_program=True)
     return Options()
 
 

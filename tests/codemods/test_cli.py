@@ -375,3 +375,29 @@ def test_colliding_clean_ups_are_an_internal_error_of_their_file(tmp_path, capsy
     err = capsys.readouterr().err
     assert f"{first}: error: internal error: two clean-ups touch the same code" in err
     assert first.read_text() == second.read_text() == FSDP1_SOURCE
+
+
+WHOLE_PROGRAM_LIB = """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import ShardingStrategy
+
+STRATEGIES = {"full": ShardingStrategy.FULL_SHARD, "zero2": ShardingStrategy.SHARD_GRAD_OP}
+
+
+def shard(model, name):
+    return FSDP(model, sharding_strategy=STRATEGIES[name])
+"""
+
+
+def test_whole_program_lets_a_public_name_only_the_run_reads_go_without_fsdp1(tmp_path, capsys):
+    """A public module-level map read only by its module: kept as it is by default (code
+    outside the run may import it), written by name with --whole-program."""
+    for flags, kept in (([], True), (["--whole-program"], False)):
+        target = write(tmp_path / "lib.py", WHOLE_PROGRAM_LIB)
+        write(tmp_path / "train.py", "import lib\n\nlib.shard(None, 'full')\n")
+        assert main(["--write", *flags, str(target), str(tmp_path / "train.py")]) == 0
+        text = target.read_text()
+        assert ("ShardingStrategy" in text) is kept, text
+        assert ('"full": "FULL_SHARD"' in text) is not kept, text
+        assert "FullyShardedDataParallel" not in text, text
+    capsys.readouterr()

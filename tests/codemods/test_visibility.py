@@ -1,0 +1,51 @@
+"""``visibility.find``: which module-level names are their module's own, decided over the run.
+
+Without ``--whole-program`` a name is its module's own in an entry script, or when private and
+no other file mentions it; with it, any name no other file mentions, unless another file
+star-imports a module of that name (it then has every public name).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from codemods import visibility
+
+
+def _run(tmp_path: Path, files: dict[str, str], whole_program: bool):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    paths = [str(tmp_path / name) for name in files]
+    found = visibility.find(paths, frozenset(), whole_program=whole_program)
+    return {Path(path).name: seen for path, seen in found.items()}
+
+
+FILES = {
+    "lib.py": "MAP = {}\n_PRIVATE = {}\nSHARED = 1\n_SHARED = 2\n",
+    "user.py": "from lib import SHARED, _SHARED\n",
+}
+
+
+def test_a_public_name_is_its_modules_own_only_in_a_whole_program(tmp_path: Path) -> None:
+    seen = _run(tmp_path, FILES, whole_program=False)["lib.py"]
+    assert {n: seen.own(n) for n in ("MAP", "_PRIVATE", "SHARED", "_SHARED")} == {
+        "MAP": False,  # others outside the run may import it
+        "_PRIVATE": True,
+        "SHARED": False,
+        "_SHARED": False,  # user.py names it
+    }
+    seen = _run(tmp_path, FILES, whole_program=True)["lib.py"]
+    assert {n: seen.own(n) for n in ("MAP", "_PRIVATE", "SHARED", "_SHARED")} == {
+        "MAP": True,
+        "_PRIVATE": True,
+        "SHARED": False,
+        "_SHARED": False,
+    }
+
+
+def test_a_star_import_shares_every_name_of_its_module(tmp_path: Path) -> None:
+    files = {**FILES, "user.py": "from lib import *\n"}
+    seen = _run(tmp_path, files, whole_program=True)["lib.py"]
+    assert not any(seen.own(n) for n in ("MAP", "SHARED", "_PRIVATE"))
+    files = {**FILES, "user.py": "from .other import *\n"}
+    assert _run(tmp_path, files, whole_program=True)["lib.py"].own("MAP")
