@@ -485,12 +485,19 @@ def _public_store(node: ast.Attribute) -> bool:
 
 
 def _read_as_another_value(analysis: FileAnalysis, node: ast.Attribute) -> bool:
-    """``m.params.max_seq_len``: something FSDP1's value lacks is read from the value, there,
-    through a name bound only to it, or through ``self.x = m.params`` in the same class."""
+    """``m.params.max_seq_len``: something FSDP1's value lacks is read from the value (an
+    attribute, a string key, ``**`` as a mapping: FSDP1's values are no mappings), there,
+    through a name bound only to it, or through ``self.x = m.params`` in the same class
+    (``config.model.params`` of the latent-diffusion configs)."""
     has = _VALUE_ATTRIBUTES[node.attr]
 
     def foreign(read: ast.AST) -> bool:
         outer = analysis.names.parent.get(read)
+        if isinstance(outer, ast.keyword) and outer.arg is None:
+            return True  # f(**m.params)
+        if isinstance(outer, ast.Subscript) and outer.value is read:
+            key = outer.slice
+            return isinstance(key, ast.Constant) and isinstance(key.value, str)
         return isinstance(outer, ast.Attribute) and outer.value is read and outer.attr not in has
 
     if foreign(node) or any(foreign(use) for use in _alias_uses(analysis, node) or ()):

@@ -24,3 +24,14 @@ class Sampler:
 
     def limit(self):
         return self.model_params.max_seq_len
+
+
+def instantiate(config):
+    # latent diffusion's configs: a mapping spread with ** or read by key is no flat-parameter list
+    vae = build(VQModel(**config.model.params))
+    ckpt = config.model.params["ckpt_path"]
+    return vae, ckpt
+
+
+def first_flat(model):
+    return model.params[0]  # a list's element: perhaps FSDP1's flat parameters
