@@ -154,6 +154,7 @@ _READERS: dict[str, tuple[tuple[str, int, str], ...]] = {
     ),
     "mp_policy_like_fsdp1": ((MIXED, 0, "mixed_precision"),),
     "buffer_dtype_like_fsdp1": ((MIXED, 0, "mixed_precision"),),
+    "full_precision_like_fsdp1": ((MIXED, 0, "mixed_precision"),),
     "offload_policy_like_fsdp1": ((OFFLOAD, 0, "cpu_offload"),),
     "fully_shard_like_fsdp1": (
         (STRATEGY, 2, "sharding_strategy"),

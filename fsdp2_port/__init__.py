@@ -17,6 +17,7 @@ _LAZY = {
     "materialize_like_fsdp1": "fsdp2_port.fsdp1.like_fsdp1",
     # one FSDP1 argument known only at run time -> its FSDP2 value (the codemod's plain form)
     "buffer_dtype_like_fsdp1": "fsdp2_port.fsdp1.readers",
+    "full_precision_like_fsdp1": "fsdp2_port.fsdp1.readers",
     "mesh_like_fsdp1": "fsdp2_port.fsdp1.readers",
     "mp_policy_like_fsdp1": "fsdp2_port.fsdp1.readers",
     "offload_policy_like_fsdp1": "fsdp2_port.fsdp1.readers",

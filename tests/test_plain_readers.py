@@ -171,6 +171,21 @@ def build_tested(net, strategy, bf16, classes):
     )
 
 
+def precision_ignoring(dtype, norms):
+    return MixedPrecision(
+        param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype, _module_classes_to_ignore=norms
+    )
+
+
+def build_ignoring(net, classes, dtype, norms):
+    return FSDP(
+        net,
+        auto_wrap_policy=ModuleWrapPolicy(classes),
+        mixed_precision=precision_ignoring(dtype, norms),
+        device_id=torch.device("cpu"),
+    )
+
+
 class Defaults:
     fsdp = {
         "sharding_strategy": ShardingStrategy.SHARD_GRAD_OP,
@@ -197,8 +212,11 @@ class Defaults:
 #: extended under a condition (``build_grown``: a key it may lack reads as None); "tested":
 #: openvla's shape, a strategy FSDP1's caller passes, tested against members, and a
 #: MixedPrecision whose fields a log line reads (``build_tested``: tested by name, the config
-#: written as a dict and its fields read from it)
+#: written as a dict and its fields read from it); "ignoring": a MixedPrecision built
+#: elsewhere whose ``_module_classes_to_ignore`` keeps LayerNorm in full precision
+#: (``build_ignoring``: ``full_precision_like_fsdp1`` reads the classes)
 CASES = {
+    "ignoring-bf16": ("ignoring", torch.bfloat16, False, False),
     "tested-bf16": ("tested", torch.bfloat16, False, False),
     "grown-bf16": ("grown", torch.bfloat16, False, False),
     "grown-fp32": ("grown", None, False, False),
@@ -230,6 +248,8 @@ def _build(namespace: dict, case: str, rank: int, world: int, migrated: bool) ->
         return namespace["build_offload"](net, migrated, {GainBlock})
     if kind == "grown":
         return namespace["build_grown"](net, {GainBlock}, dtype)
+    if kind == "ignoring":  # LayerNorm units in fp32: in bf16 the numbers differ
+        return namespace["build_ignoring"](net, {GainBlock}, dtype, (nn.LayerNorm,))
     if kind == "tested":  # the caller passes FSDP1's member to both arms
         return namespace["build_tested"](net, ShardingStrategy.SHARD_GRAD_OP, True, {GainBlock})
     if kind == "spread":
@@ -281,7 +301,10 @@ def migrated() -> str:
     assert "lambda_fn" not in helped and "ShardingStrategy" not in helped, helped
     chosen = text.split("def build_chosen")[1].split("def build_grown")[0]
     assert "MixedPrecision(" not in chosen and "fsdp2_port" not in chosen, chosen
-    tested = text.split("def build_tested")[1].split("class Defaults")[0]
+    ignoring = text.split("def build_ignoring")[1].split("class Defaults")[0]
+    assert ignoring.count("isinstance(owner, fsdp2_port.full_precision_like_fsdp1(") == 1, ignoring
+    assert "_BatchNorm" not in ignoring, ignoring
+    tested = text.split("def build_tested")[1].split("def precision_ignoring")[0]
     assert tested.count("fsdp2_port.member_name(strategy)") == 2, tested
     assert "ShardingStrategy" not in tested and "MixedPrecision(" not in tested, tested
     assert "precision['param_dtype']" in tested, tested

@@ -55,6 +55,7 @@ from fsdp2_port.fsdp1 import readers
 from fsdp2_port.fsdp1.like_fsdp1 import HYBRID_SHARD_ZERO2
 from fsdp2_port.fsdp1.readers import (
     buffer_dtype_like_fsdp1,
+    full_precision_like_fsdp1,
     member_name,
     mesh_like_fsdp1,
     mp_policy_like_fsdp1,
@@ -73,6 +74,7 @@ S = ShardingStrategy
 CPU = torch.device("cpu")
 BF16 = torch.bfloat16
 READERS = (
+    "full_precision_like_fsdp1",
     "member_name",
     "mesh_like_fsdp1",
     "mp_policy_like_fsdp1",
@@ -498,6 +500,24 @@ def test_units_without_a_policy_and_refusals():
     assert units_like_fsdp1(model, None, mixed_precision=MixedPrecision(param_dtype=BF16)) == []
     with pytest.raises(ValueError, match=r"a dict of its fields, an FSDP2 MixedPrecisionPolicy"):
         units_like_fsdp1(model, ModuleWrapPolicy({nn.Linear}), mixed_precision=BF16)
+
+
+def test_full_precision_classes_are_those_fsdp1_keeps_out_of_mixed_precision():
+    """The classes FSDP1 makes fp32 units of under a policy: none without mixed precision,
+    BatchNorm's base by default (also for an FSDP2 policy, as ``units_like_fsdp1`` reads
+    it), a MixedPrecision's own ``_module_classes_to_ignore`` in either spelling."""
+    norm = nn.modules.batchnorm._BatchNorm
+    assert full_precision_like_fsdp1(None) == ()
+    assert full_precision_like_fsdp1(MixedPrecision(param_dtype=BF16)) == (norm,)
+    assert full_precision_like_fsdp1(dict(param_dtype=BF16)) == (norm,)
+    assert full_precision_like_fsdp1(MixedPrecisionPolicy(param_dtype=BF16)) == (norm,)
+    own = MixedPrecision(param_dtype=BF16, _module_classes_to_ignore=[nn.LayerNorm])
+    assert full_precision_like_fsdp1(own) == (nn.LayerNorm,)
+    assert full_precision_like_fsdp1(dict(_module_classes_to_ignore=(nn.LayerNorm,))) == (
+        nn.LayerNorm,
+    )
+    with pytest.raises(ValueError, match="MixedPrecisionPolicy or None"):
+        full_precision_like_fsdp1("bf16")
 
 
 def test_member_tests_by_name_hold_as_the_member_tests_for_either_spelling():

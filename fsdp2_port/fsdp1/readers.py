@@ -61,6 +61,7 @@ from fsdp2_port.fsdp1.units import Ignored
 E = TypeVar("E", bound=enum.Enum)
 
 __all__ = [
+    "full_precision_like_fsdp1",
     "mesh_like_fsdp1",
     "mp_policy_like_fsdp1",
     "offload_policy_like_fsdp1",
@@ -202,16 +203,8 @@ def units_like_fsdp1(
     are accepted as FSDP1 accepts them with ``use_orig_params=True`` (it warns)."""
     if auto_wrap_policy is None:
         return []
-    if isinstance(mixed_precision, MixedPrecisionPolicy):
-        mp = config_of({}, MixedPrecision, "mixed_precision")  # FSDP1's default exceptions
-    elif mixed_precision is None or isinstance(mixed_precision, (MixedPrecision, Mapping)):
-        mp = config_of(mixed_precision, MixedPrecision, "mixed_precision")
-    else:
-        raise ValueError(
-            "mixed_precision must be an FSDP1 MixedPrecision, a dict of its fields, an FSDP2 "
-            f"MixedPrecisionPolicy or None, not {mixed_precision!r}"
-        )
-    fp32_classes = () if mp is None else units.fp32_classes(mp)
+    mp = _units_precision(mixed_precision)
+    fp32_classes = full_precision_like_fsdp1(mixed_precision)
     # What FSDP1 hands its children: its defaults, this mixed precision, nothing ignored.
     root_kwargs = {**_CHILD_DEFAULTS, "ignored_states": set(), "mixed_precision": mp}
     found: list[nn.Module] = []
@@ -237,6 +230,31 @@ def units_like_fsdp1(
     kwargs = dict(root_kwargs)
     units.wrap_units(module, auto_wrap_policy, nothing, kwargs, collect, fp32_hooks=False)
     return found
+
+
+def full_precision_like_fsdp1(
+    mixed_precision: MixedPrecision | Mapping[str, Any] | MixedPrecisionPolicy | None,
+) -> tuple[type, ...]:
+    """The module classes FSDP1 keeps in full precision under ``mixed_precision`` when it
+    auto-wraps (``MixedPrecision._module_classes_to_ignore``: ``_BatchNorm`` by default and for
+    an FSDP2 policy; none without mixed precision): ``units_like_fsdp1`` makes them units of
+    their own, and the plain form gives those units ``param_dtype=torch.float32`` and leaves
+    their buffers' dtype alone."""
+    mp = _units_precision(mixed_precision)
+    return () if mp is None else units.fp32_classes(mp)
+
+
+def _units_precision(mixed_precision: Any) -> Any:
+    """The ``MixedPrecision`` (``config_of``) FSDP1's units saw: an FSDP2 policy stands for
+    FSDP1's defaults."""
+    if isinstance(mixed_precision, MixedPrecisionPolicy):
+        return config_of({}, MixedPrecision, "mixed_precision")  # FSDP1's default exceptions
+    if mixed_precision is None or isinstance(mixed_precision, (MixedPrecision, Mapping)):
+        return config_of(mixed_precision, MixedPrecision, "mixed_precision")
+    raise ValueError(
+        "mixed_precision must be an FSDP1 MixedPrecision, a dict of its fields, an FSDP2 "
+        f"MixedPrecisionPolicy or None, not {mixed_precision!r}"
+    )
 
 
 def kwargs_as_migrated(

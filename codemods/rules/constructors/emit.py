@@ -16,9 +16,6 @@ from codemods.rules.constructors.values import ROOT, UNIT, Pure
 from codemods.text import Edit
 
 _LINE_LENGTH = 100
-#: FSDP1's ``MixedPrecision._module_classes_to_ignore`` default: under a wrap policy these are
-#: units of their own, in full precision, their inputs cast up and their outputs back.
-NORMS = "torch.nn.modules.batchnorm._BatchNorm"
 
 
 def module_name(
@@ -152,7 +149,7 @@ def _buffer_casts(
     if pure.full_precision_norms is not None:
         out += [
             f"{head}for {owner} in {root}.modules():  # buffer_dtype",
-            f"{head}{unit}if not isinstance({owner}, {NORMS}):",
+            f"{head}{unit}if not isinstance({owner}, {pure.norms}):",
             f"{head}{unit}{unit}for {buffer} in {owner}.buffers(recurse=False):",
             f"{head}{unit * 3}if {buffer}.is_floating_point():",
             f"{head}{unit * 4}{buffer}.data = {buffer}.to({dtype})",
@@ -180,7 +177,9 @@ def _units(
         # FSDP1 wrapped them with the root's arguments, mixed precision aside
         same = [k for k in pure.children if not k.startswith("mp_policy=")]
         when = f" and {pure.norms_when}" if pure.norms_when else ""
-        out.append(f"{indent}{unit}if {name} is not {root}{when} and isinstance({name}, {NORMS}):")
+        out.append(
+            f"{indent}{unit}if {name} is not {root}{when} and isinstance({name}, {pure.norms}):"
+        )
         out += _shard(name, [*same, norms], inner, unit).splitlines()
         keyword = "elif"
     else:

@@ -40,10 +40,9 @@ def mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
         return
     value, removable, blocker = resolved(analysis, out, "mixed_precision")
     if _ignores_classes(analysis, value):
-        # the plain form keeps only BatchNorm in full precision; the bridge keeps these
-        out.blockers.append("mixed_precision sets _module_classes_to_ignore")
-        return
-    if (
+        # its own full-precision classes: read at run time (``full_precision_like_fsdp1``)
+        blocker = blocker or "mixed_precision sets _module_classes_to_ignore"
+    elif (
         value is not None
         and inlined_once(removable, value)
         and (
@@ -68,6 +67,7 @@ def mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     out.bound_first.append((out.buffer_dtype, f"fsdp2_port.buffer_dtype_like_fsdp1({name})"))
     out.full_precision_norms = f"{reader}({name}).param_dtype"
     out.norms_when = f"{name} is not None"
+    out.norms = f"fsdp2_port.full_precision_like_fsdp1({name})"
 
 
 def _ignores_classes(analysis: FileAnalysis, value: ast.expr | None) -> bool:

@@ -123,6 +123,7 @@ class ConstructorRule:
         ),
         "fsdp2_port.mp_policy_like_fsdp1": "fsdp2_port:mp_policy_like_fsdp1",
         "fsdp2_port.buffer_dtype_like_fsdp1": "fsdp2_port:buffer_dtype_like_fsdp1",
+        "fsdp2_port.full_precision_like_fsdp1": "fsdp2_port:full_precision_like_fsdp1",
         "fsdp2_port.offload_policy_like_fsdp1": "fsdp2_port:offload_policy_like_fsdp1",
         "fsdp2_port.units_like_fsdp1": "fsdp2_port:units_like_fsdp1",
         "fsdp2_port.kwargs_as_migrated": "fsdp2_port:kwargs_as_migrated",

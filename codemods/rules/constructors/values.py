@@ -93,6 +93,11 @@ class Pure:
     init_fn: str | None = None
     #: when the BatchNorm exception applies only at run time (mixed precision chosen there)
     norms_when: str | None = None
+    #: the classes FSDP1 keeps in full precision under a wrap policy (units of their own, their
+    #: inputs cast up and their outputs back), for ``isinstance``: FSDP1's default
+    #: ``MixedPrecision._module_classes_to_ignore``, or a reader of the mixed precision the run
+    #: builds (its own classes)
+    norms: str = "torch.nn.modules.batchnorm._BatchNorm"
     #: edits where the values are written (a binding that now holds the FSDP2 value)
     edits: list[Edit] = field(default_factory=list)
     #: the arguments only the run knows (a policy a library returns, a strategy read from a

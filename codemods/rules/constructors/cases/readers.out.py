@@ -43,12 +43,12 @@ def worker(model, cfg, device_mesh):
             torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
     if buffer_dtype is not None:
         for owner in model.modules():  # buffer_dtype
-            if not isinstance(owner, torch.nn.modules.batchnorm._BatchNorm):
+            if not isinstance(owner, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
                 for buffer in owner.buffers(recurse=False):
                     if buffer.is_floating_point():
                         buffer.data = buffer.to(buffer_dtype)
     for submodule in reversed(list(model.modules())):
-        if submodule is not model and mixed_precision is not None and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+        if submodule is not model and mixed_precision is not None and isinstance(submodule, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
             fully_shard(
                 submodule,
                 mesh=mesh,

@@ -47,12 +47,12 @@ def imported(device):
     module.to(device)
     if buffer_dtype is not None:
         for owner in module.modules():  # buffer_dtype
-            if not isinstance(owner, torch.nn.modules.batchnorm._BatchNorm):
+            if not isinstance(owner, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
                 for buffer in owner.buffers(recurse=False):
                     if buffer.is_floating_point():
                         buffer.data = buffer.to(buffer_dtype)
     for submodule in reversed(list(module.modules())):
-        if submodule is not module and mixed_precision is not None and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+        if submodule is not module and mixed_precision is not None and isinstance(submodule, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
             fully_shard(
                 submodule,
                 mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=fsdp2_port.mp_policy_like_fsdp1(mixed_precision).param_dtype),
