@@ -18,6 +18,7 @@ import argparse
 import ast
 import json
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -54,6 +55,39 @@ def audits(files: list[str]) -> dict[str, audit.Audit]:
     }
 
 
+_NAMES_FSDP = re.compile(rb"fsdp|FullyShardedDataParallel|fully_shard", re.IGNORECASE)
+
+
+def programs_of_their_own(files: list[str]) -> frozenset[str]:
+    """Scripts no file of the run imports (a main guard, and no import names their module):
+    what another script builds cannot reach them. Read with plain ``ast``, apart from the
+    codemod's own account (``codemods/programs.py``)."""
+    _, trees, _ = _parsed(files)
+    imported: set[str] = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported.update(a.name.split(".")[-1] for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                imported.add((node.module or "").split(".")[-1])
+                imported.update(a.name for a in node.names)
+    return frozenset(
+        path
+        for path, tree in trees.items()
+        if Path(path).stem not in imported and _has_main_guard(tree)
+    )
+
+
+def _has_main_guard(tree: ast.Module) -> bool:
+    return any(
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+        for node in tree.body
+    )
+
+
 def readings(files: list[str]) -> dict[str, live_fsdp1.Reading]:
     """Each file's output read independently of the codemod (``benchmarks/live_fsdp1.py``)."""
     texts, trees, handed_on = _parsed(files)
@@ -76,6 +110,10 @@ def run_repository(directory: Path, options: Options | None = None) -> dict:
     options = options or Options()
     files, _ = sources.discover([str(directory)])
     before = audits(files)
+    programs = programs_of_their_own(files)
+    # a script of its own that names no FSDP (a DDP script beside an FSDP one): its calls
+    # (``no_sync()``) are on its own models, which never were FSDP1's
+    never_fsdp = {p for p in programs if not _NAMES_FSDP.search(Path(p).read_bytes())}
     codes = registry.select()
     start = time.perf_counter()
     first = list(engine.migrate_files(files, codes, options, write=True))
@@ -85,7 +123,7 @@ def run_repository(directory: Path, options: Options | None = None) -> dict:
     read = readings(files)
     fsdp1_left = sum(r.fsdp1_constructors for r in read.values())
     fsdp2_made = sum(r.fsdp2_constructors for r in read.values())
-    live = [call for r in read.values() for call in r.live]
+    live = [call for p, r in read.items() if p not in never_fsdp for call in r.live]
     bridges = sum(r.bridges for r in read.values())
     moved = sum(a.constructors for a in before.values()) > 0 and fsdp2_made > 0
     # every constructor moved by both readings (the audit also follows aliases such as
@@ -115,7 +153,7 @@ def run_repository(directory: Path, options: Options | None = None) -> dict:
         "constructors_before": sum(a.constructors for a in before.values()),
         "constructors_after": sum(a.constructors for a in after.values()),
         "wrapper_classes": sum(a.wrapper_classes for a in before.values()),
-        "half_migrated": audit.run_problems(before, after),
+        "half_migrated": audit.run_problems(before, after, programs),
         "unmarked": audit.run_unmarked(before, after),
         "unparseable": sorted(set(before) - set(after)),
         "errors": [f"{r.path}: {r.error}" for r in first + second if r.error],

@@ -241,3 +241,46 @@ def test_the_reading_leaves_a_ddp_model_moved_by_to():
     from benchmarks import live_fsdp1
 
     assert live_fsdp1.read("m.py", DDP_MOVED).live == ["m.py:8: .no_sync()"]
+
+
+DDP_SCRIPT = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train_epoch(model, batches):
+    for step, batch in enumerate(batches):
+        with model.no_sync() if step % 2 else torch.enable_grad():
+            model(batch).sum().backward()
+
+
+if __name__ == "__main__":
+    train_epoch(DDP(torch.nn.Linear(2, 2)), [])
+"""
+FSDP_SCRIPT = """\
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+if __name__ == "__main__":
+    FSDP(torch.nn.Linear(2, 2))
+"""
+
+
+def test_a_ddp_script_of_its_own_has_no_migrated_model(tmp_path):
+    """A DDP script beside an FSDP one (GeorgianTTS): its ``no_sync()`` is DDP's, on models
+    that never were FSDP1's. Once the FSDP script imports it, it is no program of its own:
+    its helper may get an FSDP model."""
+    from benchmarks.corpus import programs_of_their_own
+
+    repository = tmp_path / "corpus" / "someone+two_scripts"
+    repository.mkdir(parents=True)
+    (repository / "train_fsdp.py").write_text(FSDP_SCRIPT)
+    (repository / "train_ddp.py").write_text(DDP_SCRIPT)
+    paths = [str(repository / "train_fsdp.py"), str(repository / "train_ddp.py")]
+    assert programs_of_their_own(paths) == frozenset(paths)
+    done = _corpus(str(tmp_path / "corpus"), "--json", str(tmp_path / "out.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    totals = json.loads((tmp_path / "out.json").read_text())["totals"]
+    assert totals["constructors_after"] == 0 and totals["live_on_migrated"] == 0
+    (repository / "train_fsdp.py").write_text("from train_ddp import train_epoch\n" + FSDP_SCRIPT)
+    assert programs_of_their_own(paths) == frozenset(paths[:1])

@@ -331,6 +331,20 @@ def test_untied_fsdp2_apis_are_half_migrated_only_while_fsdp1_constructors_remai
     assert run_problems({"a.py": untied}, {"a.py": untied, "b.py": fsdp1_left}) == []
 
 
+def test_a_script_no_file_imports_is_half_migrated_only_by_what_it_may_reach():
+    """FSDP1 models another script builds cannot reach a script of its own (``programs``);
+    its own and a library's can; a library reaches every script's."""
+    untied = Audit(untied_fsdp2=["a.py:3"])
+    fsdp1_left = Audit(constructors=1)
+    problem = ["a.py:3: an FSDP2 API on a model of unknown origin while FSDP1 constructors remain"]
+    runs = {"a.py": untied, "b.py": fsdp1_left}
+    assert run_problems({"a.py": Audit()}, runs, frozenset({"a.py", "b.py"})) == []
+    assert run_problems({"a.py": Audit()}, runs, frozenset({"a.py"})) == problem  # b: a library
+    assert run_problems({"a.py": Audit()}, runs, frozenset({"b.py"})) == problem  # a: a library
+    itself = {"a.py": Audit(untied_fsdp2=["a.py:3"], constructors=1)}
+    assert run_problems({"a.py": Audit()}, itself, frozenset({"a.py"})) == problem
+
+
 def test_half_migrations_the_input_had_are_not_the_runs():
     """A test that builds an FSDP1 model and, later, an FSDP2 one under the same name reads
     as half-migrated before the run too: only what the run adds counts (lines move)."""

@@ -19,6 +19,7 @@ import ast
 from typing import ClassVar
 
 from codemods.analysis import FileAnalysis
+from codemods.names import Names
 from codemods.rules import Code
 
 _ALL_REDUCE = "torch.distributed.all_reduce"
@@ -93,7 +94,7 @@ class _Gradients:
         names = self.analysis.names
         for node in ast.walk(expr):
             if isinstance(node, ast.Attribute):
-                if node.attr == "grad":
+                if node.attr == "grad" and not _activation(names, node.value):
                     self.read = True
                     self._module_of(node.value, depth)
                 elif node.attr in _DTENSOR_AWARE:
@@ -130,6 +131,33 @@ class _Gradients:
                     loop = self.analysis.names.parent.get(loop)
                 if isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)):
                     self.follow(loop.iter, depth - 1)
+
+
+#: What a tensor computed from them may be a parameter of a model through.
+_PARAMETER_WORDS = frozenset(
+    {"parameters", "named_parameters", "param_groups", "Parameter", "get_parameter", "getattr"}
+)
+
+
+def _activation(names: Names, tensor: ast.expr) -> bool:
+    """``x`` of ``x.grad`` is no parameter: a local only ever assigned what a call computes
+    without naming parameters (an input embedding made to require grad: ``x =
+    embed(ids).detach().requires_grad_()``); its gradient is a plain tensor under FSDP1 and
+    FSDP2 alike. A name or attribute chain (``w = model.head.weight``) may be a parameter."""
+    if not isinstance(tensor, ast.Name):
+        return False
+    bindings = names.bindings_of(tensor)
+    return bool(bindings) and all(
+        b.kind == "assign"
+        and isinstance(b.value, ast.Call)
+        and not any(
+            getattr(n, "attr", None) in _PARAMETER_WORDS
+            or getattr(n, "id", None) in _PARAMETER_WORDS
+            or (isinstance(n, ast.Constant) and n.value == "params")
+            for n in ast.walk(b.value)
+        )
+        for b in bindings
+    )
 
 
 def _called(call: ast.Call) -> str:

@@ -38,3 +38,19 @@ def data_parallel_by_hand(model):
     for param in model.parameters():
         dist.all_reduce(param.grad)  # the gradients themselves: never on an FSDP1 model
         param.grad.div_(dist.get_world_size())
+
+
+def distilled(model, ids):
+    # an input's gradient (grad distillation): a plain tensor under FSDP1 and FSDP2 alike
+    embeds = model.embed(ids).detach().requires_grad_(True)
+    model(embeds).sum().backward()
+    signal = embeds.grad.pow(2).sum()
+    dist.all_reduce(signal)
+    return signal
+
+
+def head_weight(model):
+    weight = model.head.weight  # a parameter, reached by an attribute chain
+    local = weight.grad.pow(2).sum()
+    dist.all_reduce(local)
+    return local.sqrt()
