@@ -25,6 +25,7 @@ from codemods.rules.constructors.values import (
     is_fsdp1,
     once,
     read_arguments,
+    resolved,
 )
 
 #: Accepted by FSDP1 with no effect on the numbers; FSDP2 has no such argument.
@@ -36,6 +37,23 @@ def _without_calls(value: ast.expr) -> bool:
     (``True if lora else False``): dropping the expression drops no call."""
     return not any(
         isinstance(node, (ast.Call, ast.Lambda, ast.NamedExpr)) for node in ast.walk(value)
+    )
+
+
+def _empty(analysis: FileAnalysis, value: ast.expr) -> bool:
+    """An empty container written out (``[]``, ``()``, ``set()``...): nothing to ignore."""
+    if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+        return not value.elts
+    if isinstance(value, ast.Dict):
+        return not value.keys
+    return (
+        isinstance(value, ast.Call)
+        and not value.args
+        and not value.keywords
+        and bool(
+            analysis.names.qualified(value.func)
+            & {f"builtins.{t}" for t in ("list", "tuple", "set", "frozenset", "dict")}
+        )
     )
 
 
@@ -61,7 +79,11 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
     wrap_policy(analysis, call, out)
     for name in ("ignored_modules", "ignored_states"):
         if name in values and not calls.is_none(values[name]):
-            out.blockers.append(f"{name} is set")
+            value, removable, _ = resolved(analysis, out, name)
+            if value is None or not _empty(analysis, value):
+                out.blockers.append(f"{name} is set")
+            elif removable is not None:
+                out.removable.append(removable)  # ``ignored = []``: nothing ignored
     init = values.get("param_init_fn")
     if init is not None and not calls.is_none(init):
         if analysis.options.runtime_dependency:
