@@ -356,6 +356,30 @@ def annotation_edits(names: Names, lines: LineIndex, written: list[Written]) -> 
             spelled += " | None"
         start, end = lines.span(statement.annotation)
         out.append(Edit(start, end, spelled))
+    return out + _parameter_annotations(names, lines, chosen)
+
+
+def _parameter_annotations(names: Names, lines: LineIndex, chosen: set[ast.expr]) -> list[Edit]:
+    """``p: StateDictType = <a written default>``: callers may still pass FSDP1's value, so
+    the annotation names both, as a string (never evaluated: no import needed at run time,
+    nor ``|`` before Python 3.10): ``p: "StateDictType | str" = "FULL_STATE_DICT"``."""
+    out = []
+    for function in (*names.by_type[ast.FunctionDef], *names.by_type[ast.AsyncFunctionDef]):
+        assert isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+        arguments = function.args
+        positional = [*arguments.posonlyargs, *arguments.args]
+        defaults = [
+            *zip(positional[len(positional) - len(arguments.defaults) :], arguments.defaults),
+            *zip(arguments.kwonlyargs, arguments.kw_defaults),
+        ]
+        for argument, default in defaults:
+            if default not in chosen or argument.annotation is None:
+                continue
+            annotated = fsdp1.first(names.qualified(argument.annotation)) or ""
+            spelled = "str" if annotated in _ENUMS else "dict" if annotated in _CONFIGS else None
+            if spelled is not None:
+                text = f'"{lines.source(argument.annotation)} | {spelled}"'
+                out.append(Edit(*lines.span(argument.annotation), text))
     return out
 
 
