@@ -201,7 +201,7 @@ def _chosen_mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -
             edits += calls.edit_arguments(analysis.lines, value, {buffer.node}, {})
     if len(buffers) > 1:
         return False
-    out.edits += edits
+    out.edits += edits + _annotations_now_fsdp2(analysis, bindings)
     out.names.add("MixedPrecisionPolicy")
     mp = name.id
     out.root.append(f"mp_policy={mp} or MixedPrecisionPolicy()")
@@ -218,6 +218,22 @@ def _chosen_mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -
         out.buffer_dtype, out.buffer_when = buffer_dtype, f"{mp} is not None"
     out.mixed_precision = mp
     return True
+
+
+def _annotations_now_fsdp2(analysis: FileAnalysis, bindings: list[Binding]) -> list[Edit]:
+    """``mp: Optional[MixedPrecision] = None``: the name holds a ``MixedPrecisionPolicy`` now,
+    and its annotation says so (FM_KD's)."""
+    edits = []
+    for binding in bindings:
+        statement = analysis.names.statement(binding.node)
+        if isinstance(statement, ast.AnnAssign):
+            for node in ast.walk(statement.annotation):
+                if (
+                    isinstance(node, (ast.Name, ast.Attribute))
+                    and analysis.fsdp1_name(node) == "MixedPrecision"
+                ):
+                    edits.append(analysis.replace(node, "MixedPrecisionPolicy"))
+    return edits
 
 
 def _written_before(analysis: FileAnalysis, value: ast.expr, bindings: list[Binding]) -> bool:

@@ -1,4 +1,5 @@
 from functools import partial
+from typing import Optional
 
 import torch
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -61,3 +62,11 @@ def qlora(model, args):
     else:
         raise ValueError("Invalid FSDP sharding strategy")
     return FSDP(model, sharding_strategy=sharding_strategy)
+
+
+def annotated(model, bf16):
+    # FM_KD's: the name holds FSDP2's policy now, and its annotation says so
+    mp: Optional[MixedPrecision] = None
+    if bf16:
+        mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+    return FSDP(model, mixed_precision=mp)

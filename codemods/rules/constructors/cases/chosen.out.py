@@ -1,4 +1,5 @@
 from functools import partial
+from typing import Optional
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -75,3 +76,11 @@ def qlora(model, args):
     mesh = fsdp2_port.mesh_like_fsdp1(sharding_strategy)
     reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
     return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+
+
+def annotated(model, bf16):
+    # FM_KD's: the name holds FSDP2's policy now, and its annotation says so
+    mp: Optional[MixedPrecisionPolicy] = None
+    if bf16:
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+    return fully_shard(model, mp_policy=mp or MixedPrecisionPolicy())
