@@ -18,6 +18,10 @@ mapping (strategy -> ``reshard_after_forward``, strategy / process group / devic
 ``fsdp1.units`` of the policy -> units one; ``fully_shard_like_fsdp1`` calls the same code. A
 value FSDP2 cannot honour raises the ``ValueError`` ``fully_shard_like_fsdp1`` raises for it.
 
+Two more serve the plain form: ``full_precision_like_fsdp1`` (the classes FSDP1 keeps out of
+mixed precision, for the units it makes of them) and ``member_name`` (a value tested against an
+enum member, by name), and ``kwargs_as_migrated`` checks spread keyword arguments.
+
 Each reader, and the bridge, takes a value in FSDP1's spelling or in one without FSDP1, which
 the codemod writes where only ``fsdp2_port`` reads the value (F2P013): an enum member's name
 (``"HYBRID_SHARD"``, ``member_of``), a config dataclass's fields as a dict
