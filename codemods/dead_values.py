@@ -57,6 +57,8 @@ _WRAP_POLICY_FUNCTIONS = fsdp1.WRAP_POLICY_FUNCTIONS | {
 _DYNAMIC = frozenset({"locals", "vars", "globals", "eval", "exec"})
 #: Those of them that reach the module's names from anywhere.
 _GLOBAL = frozenset({"globals", "eval", "exec"})
+#: Builtins that read or write an object's attributes by a computed name.
+_REFLECTION = frozenset(("getattr", "setattr", "delattr", "hasattr", "vars"))
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -144,10 +146,9 @@ def own_attribute_reads(names: Names, target: ast.Attribute) -> list[ast.Attribu
     has no decorator (a dataclass's fields are read by name) and bases of its own package, and
     every ``.x`` and string ``"x"`` of the module is ``self.x`` in a method of the class, with
     no ``getattr``/``setattr``/``vars``/``__dict__`` in it; None otherwise."""
-    found = _method_self(names, target)
-    if found is None or not names.seen.own(target.attr):
+    owner = _method_class(names, target)
+    if owner is None or not names.seen.own(target.attr):
         return None
-    owner, _ = found
     if owner.decorator_list or not all(_own_base(names, base) for base in owner.bases):
         return None
     if any(
@@ -164,8 +165,7 @@ def own_attribute_reads(names: Names, target: ast.Attribute) -> list[ast.Attribu
         assert isinstance(node, ast.Attribute)
         if node.attr != target.attr:
             continue
-        method = _method_self(names, node)
-        if method is None or method[0] is not owner:
+        if _method_class(names, node) is not owner:
             return None
         if isinstance(node.ctx, ast.Load):
             reads.append(node)
@@ -174,13 +174,9 @@ def own_attribute_reads(names: Names, target: ast.Attribute) -> list[ast.Attribu
     return reads
 
 
-#: Builtins that read or write an object's attributes by a computed name.
-_REFLECTION = frozenset(("getattr", "setattr", "delattr", "hasattr", "vars"))
-
-
-def _method_self(names: Names, node: ast.Attribute) -> tuple[ast.ClassDef, str] | None:
-    """``self.x`` in a method of a class (``self``: the method's first parameter, not rebound):
-    the class and the parameter's name."""
+def _method_class(names: Names, node: ast.Attribute) -> ast.ClassDef | None:
+    """The class of a method in which ``node`` is ``self.x`` (``self``: the method's first
+    parameter, not rebound), or None."""
     if not isinstance(node.value, ast.Name):
         return None
     function = names.function_of(node)
@@ -194,7 +190,7 @@ def _method_self(names: Names, node: ast.Attribute) -> tuple[ast.ClassDef, str] 
     bindings = names.bindings_of(node.value)
     if node.value.id != first or len(bindings) != 1 or bindings[0].kind != "param":
         return None
-    return owner, first
+    return owner
 
 
 def _own_base(names: Names, base: ast.expr) -> bool:
@@ -280,8 +276,7 @@ def _fsdp1_value(names: Names, value: ast.expr) -> str | None:
     """How to name ``value`` when it is an FSDP1 value removing which changes nothing."""
     if isinstance(value, ast.Attribute):
         member = fsdp1.first(names.qualified(value))
-        parts = (member or "").split(".")
-        return member if len(parts) == 2 and parts[0] in fsdp1.ENUMS else None
+        return member if fsdp1.enum_of_member(member) else None
     if not isinstance(value, ast.Call) or not _pure_arguments(value):
         return None
     called = fsdp1.first(names.qualified(value.func))

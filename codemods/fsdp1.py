@@ -101,6 +101,13 @@ def first(names: Iterable[str]) -> str | None:
     return None
 
 
+def enum_of_member(name: str | None) -> str | None:
+    """``ShardingStrategy`` for the canonical name of one of its members
+    (``ShardingStrategy.FULL_SHARD``; any of FSDP1's ``ENUMS``), else None."""
+    enum, _, member = (name or "").partition(".")
+    return enum if enum in ENUMS and member and "." not in member else None
+
+
 def is_private(name: str) -> bool:
     return name.startswith("_")
 

@@ -364,22 +364,16 @@ def _parameter_annotations(names: Names, lines: LineIndex, chosen: set[ast.expr]
     the annotation names both, as a string (never evaluated: no import needed at run time,
     nor ``|`` before Python 3.10): ``p: "StateDictType | str" = "FULL_STATE_DICT"``."""
     out = []
-    for function in (*names.by_type[ast.FunctionDef], *names.by_type[ast.AsyncFunctionDef]):
-        assert isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
-        arguments = function.args
-        positional = [*arguments.posonlyargs, *arguments.args]
-        defaults = [
-            *zip(positional[len(positional) - len(arguments.defaults) :], arguments.defaults),
-            *zip(arguments.kwonlyargs, arguments.kw_defaults),
-        ]
-        for argument, default in defaults:
-            if default not in chosen or argument.annotation is None:
-                continue
-            annotated = fsdp1.first(names.qualified(argument.annotation)) or ""
-            spelled = "str" if annotated in _ENUMS else "dict" if annotated in _CONFIGS else None
-            if spelled is not None:
-                text = f'"{lines.source(argument.annotation)} | {spelled}"'
-                out.append(Edit(*lines.span(argument.annotation), text))
+    for default in chosen:
+        arguments = names.parent.get(default)
+        argument = _defaulted(arguments, default) if isinstance(arguments, ast.arguments) else None
+        if argument is None or argument.annotation is None:
+            continue
+        annotated = fsdp1.first(names.qualified(argument.annotation)) or ""
+        spelled = "str" if annotated in _ENUMS else "dict" if annotated in _CONFIGS else None
+        if spelled is not None:
+            text = f'"{lines.source(argument.annotation)} | {spelled}"'
+            out.append(Edit(*lines.span(argument.annotation), text))
     return out
 
 
@@ -520,8 +514,7 @@ def _tested_kind(names: Names, compare: ast.AST | None) -> str | None:
 
 def _member_kind(names: Names, node: ast.expr) -> str | None:
     """The kind of an FSDP1 enum member ``node`` is (``ShardingStrategy.X``), or None."""
-    member = (fsdp1.first(names.qualified(node)) or "").split(".")
-    return _ENUMS[member[0]] if len(member) == 2 and member[0] in _ENUMS else None
+    return _ENUMS.get(fsdp1.enum_of_member(fsdp1.first(names.qualified(node))) or "")
 
 
 def _enum(names: Names, node: ast.expr) -> str | None:

@@ -69,7 +69,7 @@ def find(
         # a module another file star-imports shares every name it has
         everything = whole_program and _stem(path) in starred
         shared = frozenset(w for w in words[path] if everything or files_naming[w] > 1)
-        out[path] = Visibility(path in entry, shared, whole_program and not everything)
+        out[path] = Visibility(path in entry, shared, whole_program)
     return out
 
 

@@ -208,7 +208,7 @@ def units_like_fsdp1(
     if auto_wrap_policy is None:
         return []
     mp = _units_precision(mixed_precision)
-    fp32_classes = full_precision_like_fsdp1(mixed_precision)
+    fp32_classes = () if mp is None else units.fp32_classes(mp)
     # What FSDP1 hands its children: its defaults, this mixed precision, nothing ignored.
     root_kwargs = {**_CHILD_DEFAULTS, "ignored_states": set(), "mixed_precision": mp}
     found: list[nn.Module] = []

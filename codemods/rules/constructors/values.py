@@ -313,8 +313,7 @@ def resolved(
 def _enum_member(analysis: FileAnalysis, value: ast.expr) -> bool:
     """``value`` is a member of one of FSDP1's enums (``ShardingStrategy.FULL_SHARD``): the same
     object wherever it is written."""
-    name = analysis.fsdp1_name(value) or ""
-    return name.count(".") == 1 and name.split(".")[0] in fsdp1.ENUMS
+    return fsdp1.enum_of_member(analysis.fsdp1_name(value)) is not None
 
 
 def rebound_before_use(
