@@ -174,7 +174,8 @@ def removals(
 
 
 def remove_statement(lines: LineIndex, names: Names, statement: ast.stmt) -> Edit:
-    """Delete a statement: its lines when it has them to itself, ``pass`` when alone in a block."""
+    """Delete a statement: its lines when it has them to itself (and a blank line after the
+    first statement of a block), ``pass`` when alone in a block."""
     text = lines.text
     start, end = lines.span(statement)
     block = names.parent.get(statement)
@@ -192,6 +193,11 @@ def remove_statement(lines: LineIndex, names: Names, statement: ast.stmt) -> Edi
     before = text[line_start:start]
     after = text[end:line_end]
     if not before.strip() and (not after.strip() or after.strip().startswith("#")):
+        if siblings and statement is siblings[0] and not isinstance(block, ast.Module):
+            # ``def f():`` then a blank line (the one that set the import apart): it goes too
+            blank = text[line_end : lines.line_end(line_end)]
+            if line_end < len(text) and not blank.strip():
+                line_end += len(blank)
         return Edit(line_start, line_end, "")
     if after.lstrip(" \t").startswith(";"):
         position = end + len(after) - len(after.lstrip(" \t")) + 1

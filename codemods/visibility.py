@@ -6,7 +6,10 @@ module can read it:
 - any name of an entry script (``programs.entry_scripts``: it runs as its own program and
   no module of the run imports it);
 - a private name (``_NAME``) that no other file of the run mentions: ``from lib import _MAP``
-  or ``lib._MAP`` elsewhere reads it.
+  or ``lib._MAP`` elsewhere reads it. A file that never names the module (its stem: ``lib``;
+  a package's name for its ``__init__``) cannot import from it, so its words do not count,
+  unless it imports from a package relative to itself (``from . import _MAP``: every
+  ``__init__``'s names).
 
 Code outside the run is trusted to keep to the convention: it imports neither an entry
 script nor a private name.
@@ -28,6 +31,8 @@ from codemods import programs, sources
 _PRIVATE_WORD = re.compile(rb"\b_\w+")
 _WORD = re.compile(rb"\b[A-Za-z_]\w*")
 _STAR_IMPORT = re.compile(rb"^[ \t]*from[ \t]+[.\w]*?(\w+)[ \t]+import[ \t]+\*", re.MULTILINE)
+#: ``from . import x``, ``from .. import x``: a name of a package ``__init__`` by no stem.
+_PACKAGE_IMPORT = re.compile(rb"^[ \t]*from[ \t]+\.+[ \t]+import\b", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -55,20 +60,31 @@ def find(
     paths = list(paths)
     pattern = _WORD if whole_program else _PRIVATE_WORD
     words: dict[str, set[str]] = {}
+    naming: dict[str, set[str]] = {}  # a word -> the files that mention it (stems included)
     starred: set[str] = set()
+    relative: set[str] = set()  # files with ``from . import``
     for path in paths:
         try:
             data = sources.read_bytes(path)
         except sources.UnreadableSource:
             data = b""
         words[path] = {w.decode("utf-8", "replace") for w in pattern.findall(data)}
+        for word in _WORD.findall(data):
+            naming.setdefault(word.decode("utf-8", "replace"), set()).add(path)
         starred.update(m.decode("utf-8", "replace") for m in _STAR_IMPORT.findall(data))
-    files_naming = Counter(word for found in words.values() for word in found)
+        if _PACKAGE_IMPORT.search(data):
+            relative.add(path)
     out = {}
     for path in paths:
+        stem = _stem(path)
+        # the other files that may import from this one
+        importers = naming.get(stem, set()) | (relative if _is_package(path) else set())
+        importers.discard(path)
         # a module another file star-imports shares every name it has
-        everything = whole_program and _stem(path) in starred
-        shared = frozenset(w for w in words[path] if everything or files_naming[w] > 1)
+        everything = whole_program and stem in starred
+        shared = frozenset(
+            w for w in words[path] if everything or not naming.get(w, set()).isdisjoint(importers)
+        )
         out[path] = Visibility(path in entry, shared, whole_program)
     return out
 
@@ -77,6 +93,10 @@ def _stem(path: str) -> str:
     """The last part of a file's module name (a package's ``__init__``: the package's)."""
     parts = path.replace("\\", "/").removesuffix(".py").split("/")
     return parts[-2] if parts[-1] == "__init__" and len(parts) > 1 else parts[-1]
+
+
+def _is_package(path: str) -> bool:
+    return path.replace("\\", "/").rsplit("/", 1)[-1] == "__init__.py"
 
 
 def of_text(text: str) -> Visibility:

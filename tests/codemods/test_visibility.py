@@ -49,3 +49,22 @@ def test_a_star_import_shares_every_name_of_its_module(tmp_path: Path) -> None:
     assert not any(seen.own(n) for n in ("MAP", "SHARED", "_PRIVATE"))
     files = {**FILES, "user.py": "from .other import *\n"}
     assert _run(tmp_path, files, whole_program=True)["lib.py"].own("MAP")
+
+
+def test_a_file_that_never_names_the_module_reads_none_of_its_names(tmp_path: Path) -> None:
+    """Another module's function of the same name (verl's two ``get_sharding_strategy``) is
+    not this module's read: ``other.py`` imports it from ``helpers``, never from ``lib``."""
+    files = {**FILES, "other.py": "from helpers import MAP, _PRIVATE\n"}
+    for whole_program in (False, True):
+        seen = _run(tmp_path, files, whole_program=whole_program)["lib.py"]
+        assert seen.own("_PRIVATE")
+        assert seen.own("MAP") is whole_program
+        assert not seen.own("_SHARED")  # user.py names lib
+
+
+def test_a_relative_package_import_reads_every_package_init(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    files = {"pkg/__init__.py": "_MAP = {}\n", "pkg/mod.py": "from . import _MAP\n"}
+    assert not _run(tmp_path, files, whole_program=False)["__init__.py"].own("_MAP")
+    files["pkg/mod.py"] = "from .sibling import _MAP\n"
+    assert _run(tmp_path, files, whole_program=False)["__init__.py"].own("_MAP")

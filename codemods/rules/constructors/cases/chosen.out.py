@@ -55,7 +55,6 @@ def casts(model, flag):
 
 
 def verl(actor_module, auto_wrap_policy_found):
-
     if auto_wrap_policy_found is None:
         reshard_after_forward = False
     else:
