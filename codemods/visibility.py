@@ -22,7 +22,6 @@ mentions is its module's own, unless another file star-imports a module of that 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
