@@ -144,7 +144,8 @@ def own_attribute_reads(names: Names, target: ast.Attribute) -> list[ast.Attribu
     reads it: ``x`` is a name of the module's own (``visibility``: private and no other file of
     the run mentions it; with ``--whole-program`` any name no other file mentions), the class
     has no decorator (a dataclass's fields are read by name) and bases of its own package, and
-    every ``.x`` and string ``"x"`` of the module is ``self.x`` in a method of the class, with
+    every ``.x`` (but a module's, ``fsdp2_port.x``) and string ``"x"`` of the module is
+    ``self.x`` in a method of the class, with
     no ``getattr``/``setattr``/``vars``/``__dict__`` in it; None otherwise."""
     owner = _method_class(names, target)
     if owner is None or not names.seen.own(target.attr):
@@ -163,7 +164,7 @@ def own_attribute_reads(names: Names, target: ast.Attribute) -> list[ast.Attribu
     reads = []
     for node in names.by_type[ast.Attribute]:
         assert isinstance(node, ast.Attribute)
-        if node.attr != target.attr:
+        if node.attr != target.attr or _of_module(names, node):
             continue
         if _method_class(names, node) is not owner:
             return None
@@ -172,6 +173,16 @@ def own_attribute_reads(names: Names, target: ast.Attribute) -> list[ast.Attribu
         elif not _stored_plainly(names, node):
             return None
     return reads
+
+
+def _of_module(names: Names, node: ast.Attribute) -> bool:
+    """``module.x`` (``import module``): a module's name, no instance's attribute."""
+    if not isinstance(node.value, ast.Name):
+        return False
+    bindings = names.bindings_of(node.value)
+    return bool(bindings) and all(
+        b.kind == "import" and isinstance(b.statement, ast.Import) for b in bindings
+    )
 
 
 def _method_class(names: Names, node: ast.Attribute) -> ast.ClassDef | None:

@@ -362,7 +362,8 @@ def annotation_edits(names: Names, lines: LineIndex, written: list[Written]) -> 
 def _parameter_annotations(names: Names, lines: LineIndex, chosen: set[ast.expr]) -> list[Edit]:
     """``p: StateDictType = <a written default>``: callers may still pass FSDP1's value, so
     the annotation names both, as a string (never evaluated: no import needed at run time,
-    nor ``|`` before Python 3.10): ``p: "StateDictType | str" = "FULL_STATE_DICT"``."""
+    nor ``|`` before Python 3.10): ``p: "StateDictType | str" = "FULL_STATE_DICT"``. In a whole
+    program where no other file spells the class, no caller passes its members: ``str``."""
     out = []
     for default in chosen:
         arguments = names.parent.get(default)
@@ -371,9 +372,11 @@ def _parameter_annotations(names: Names, lines: LineIndex, chosen: set[ast.expr]
             continue
         annotated = fsdp1.first(names.qualified(argument.annotation)) or ""
         spelled = "str" if annotated in _ENUMS else "dict" if annotated in _CONFIGS else None
-        if spelled is not None:
-            text = f'"{lines.source(argument.annotation)} | {spelled}"'
-            out.append(Edit(*lines.span(argument.annotation), text))
+        if spelled is None:
+            continue
+        if not names.seen.spelled_only_here(annotated.rsplit(".", 1)[-1]):
+            spelled = f'"{lines.source(argument.annotation)} | {spelled}"'
+        out.append(Edit(*lines.span(argument.annotation), spelled))
     return out
 
 

@@ -43,6 +43,13 @@ class Visibility:
     entry_script: bool = False
     shared: frozenset[str] = frozenset()
     whole_program: bool = False
+    #: With ``whole_program``: its words some other file mentions, whether or not it names
+    #: this module (a value another file passes into this one is spelled there).
+    elsewhere: frozenset[str] = frozenset()
+
+    def spelled_only_here(self, word: str) -> bool:
+        """With ``whole_program``: no other file of the program mentions ``word``."""
+        return self.whole_program and word not in self.elsewhere
 
     def own(self, name: str) -> bool:
         """Whether the module-level ``name`` is read only by its own module."""
@@ -84,7 +91,12 @@ def find(
         shared = frozenset(
             w for w in words[path] if everything or not naming.get(w, set()).isdisjoint(importers)
         )
-        out[path] = Visibility(path in entry, shared, whole_program)
+        elsewhere = (
+            frozenset(w for w in words[path] if len(naming[w]) > 1)
+            if whole_program
+            else frozenset()
+        )
+        out[path] = Visibility(path in entry, shared, whole_program, elsewhere)
     return out
 
 
