@@ -35,11 +35,16 @@ class FileAnalysis(ParsedFile):
         #: (span, why, deleted) of FSDP1 branches that no FSDP2 model reaches (see F2P005):
         #: their sites become markers, or nothing when the branch is deleted.
         self.dead_branches: list[tuple[tuple[int, int], str, bool]] = []
+        #: With ``--drop-fsdp1-branches``: a type test that is all of an ``if`` with no
+        #: ``else``, its guard group and the edit deleting it (see F2P005 and ``_one_armed``).
+        self.one_armed: list[tuple[Site, str, Edit]] = []
         self.ties = Ties(self)
 
     def finish(self) -> FilePlan:
         """After the rules: guarded FSDP1 sites join their type check's group, sites in FSDP1
         branches no FSDP2 model reaches become markers; exports for the run."""
+        for test, group, removal in self.one_armed:
+            self._one_armed(test, group, removal)
         self.plan.sites = [self._after_guards(site) for site in self.plan.sites]
         self.plan.fsdp2_models = tuple(
             call.lineno  # type: ignore[attr-defined]
@@ -66,6 +71,53 @@ class FileAnalysis(ParsedFile):
         self.plan.passes = self.ties.passes()
         self.plan.imported = imports.importing_scopes(self.names, self.lines)
         return self.plan
+
+    def _one_armed(self, test: Site, group: str, removal: Edit) -> None:
+        """``if isinstance(x, FSDP): <FSDP1 code no rule rewrites>``, no ``else``: no FSDP2
+        model ever enters it, so where its models migrate it is deleted rather than kept (the
+        FSDP1 code in it then no longer holds the test). Code the rules rewrite keeps the
+        usual group: the test becomes ``FSDPModule`` with it."""
+        spans = [span for span, g in self.guards if g == group]
+        inside = [
+            s
+            for s in self.plan.sites
+            if s is not test and any(a <= s.start and s.end <= b for a, b in spans)
+        ]
+        if not any(s.rewrite is None and not s.silent for s in inside):
+            return
+        self.guards = [(span, g) for span, g in self.guards if g != group]
+        anchor = self.lines.line_start(removal.start)
+        deleted = replace(
+            test,
+            rewrite=Rewrite(
+                [removal],
+                "FSDP1 type test and the FSDP1 code behind it deleted (--drop-fsdp1-branches): "
+                "no FSDP2 model enters it",
+                review=True,
+            ),
+            groups=test.groups - {group},
+            anchor=anchor,
+            indent=self.lines.indent_at(anchor),
+        )
+        hidden = {id(s) for s in inside}
+        self.plan.sites = [
+            deleted
+            if s is test
+            else replace(
+                s,
+                rewrite=None,
+                fallback=None,
+                requirement="NEVER",
+                ties=frozenset(),
+                deferred=frozenset(),
+                groups=frozenset(),
+                silent=True,
+                holds=False,
+            )
+            if id(s) in hidden
+            else s
+            for s in self.plan.sites
+        ]
 
     def _after_guards(self, site: Site) -> Site:
         if site.constructor is not None:

@@ -6,7 +6,8 @@
   module level all of a module's names share the first of their places. A name the scope
   already imports from the same module is not imported again.
 - An FSDP1 import that nothing reads any more (names, string annotations, ``__all__``) is
-  removed, and nothing else: the other names of its statement keep their text and comments;
+  removed, and so is any other the migration left unread (one the input already left unread
+  stays): the other names of its statement keep their text and comments;
   a statement left empty goes with its lines (``pass`` if it was alone in its block). In a
   package's ``__init__.py`` only imports inside functions go: its own are its exports.
 """
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -134,13 +136,16 @@ def _already_bound(item: NeededImport, importing: Mapping[str, Sequence[tuple[in
     return any(start <= item.anchor <= end for start, end in importing.get(bound, ()))
 
 
-def unused_fsdp1(
-    names: Names, is_package_init: bool, ignored: frozenset[int]
-) -> list[tuple[ast.stmt, ast.alias]]:
-    """The FSDP1 import aliases nothing in the module reads (in a package's ``__init__.py``,
-    only those inside functions: the module's own are its exports)."""
+def unused(
+    names: Names, text: str, original: str, is_package_init: bool, ignored: frozenset[int]
+) -> tuple[list[tuple[ast.stmt, ast.alias]], list[tuple[ast.stmt, ast.alias]]]:
+    """The import aliases nothing in the module (``text``) reads, in a package's
+    ``__init__.py`` only those inside functions (the module's own are its exports): the FSDP1
+    ones, and the others the migration left unused: their name is a word ``original`` has more
+    often, so a rewrite removed what read it (``partial`` of a wrap policy). An import unused in
+    the input stays."""
     uses = names.uses()
-    found = []
+    fsdp1_names, left = [], []
     for binding in names.imports():
         qualified = binding.qualified or ""
         statement = binding.statement
@@ -152,8 +157,14 @@ def unused_fsdp1(
         assert isinstance(alias, ast.alias)
         full = alias.name if isinstance(statement, ast.Import) else names.through(qualified)
         if fsdp1.canonical(full) is not None or full in _FSDP1_MODULES:
-            found.append((statement, alias))
-    return found
+            fsdp1_names.append((statement, alias))
+        elif _count(binding.name, original) > _count(binding.name, text):
+            left.append((statement, alias))
+    return fsdp1_names, left
+
+
+def _count(word: str, text: str) -> int:
+    return len(re.findall(rf"\b{re.escape(word)}\b", text))
 
 
 def removals(

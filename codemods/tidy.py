@@ -81,10 +81,13 @@ def tidy(
             reexports=reexports,
             seen=seen,
         )
-    unused = []
+    unused: list[tuple[ast.stmt, ast.alias]] = []
+    left: list[tuple[ast.stmt, ast.alias]] = []
     if removes_imports:
-        unused = imports.unused_fsdp1(names, is_package_init, markers.ignored_lines(text))
-    removals = imports.removals(lines, names, unused)
+        unused, left = imports.unused(
+            names, text, original, is_package_init, markers.ignored_lines(text)
+        )
+    removals = imports.removals(lines, names, unused + left)
     final = apply(text, removals) if removals else text
     if removals:
         _parsed(final, "the import clean-up would not parse")
@@ -105,11 +108,16 @@ def tidy(
     for value in written:
         start = _input_offset(original, applied, applied_lines, value.node)
         findings.append(_finding(path, input_lines, start, reader_values.CODE, value.message()))
-    for statement, alias in unused:
+    for statement, alias in unused + left:
         start = back(
             back(lines.start(alias), cleared, cleared_starts), applied.edits, applied.starts
         )
-        message = f"unused FSDP1 import {_imported_name(statement, alias)} removed"
+        what = (
+            "unused FSDP1 import"
+            if (statement, alias) in unused
+            else "import the migration left unused"
+        )
+        message = f"{what} {_imported_name(statement, alias)} removed"
         findings.append(_finding(path, input_lines, start, imports.CODE, message))
     findings.sort(key=lambda f: (f.line, f.column, f.code, f.message))
     return final, findings

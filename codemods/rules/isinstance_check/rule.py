@@ -14,8 +14,9 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
+from codemods import imports
 from codemods.analysis import FileAnalysis
-from codemods.plan import Requirement, Rewrite
+from codemods.plan import Requirement, Rewrite, Site
 from codemods.rules import Code
 from codemods.text import Edit
 
@@ -97,7 +98,7 @@ class IsinstanceRule:
         subject: ast.expr,
         rewrite: Rewrite,
         negated: bool = False,
-    ) -> None:
+    ) -> Site | None:
         """A type test of ``subject``, tied to its models; the FSDP1 code it guards goes
         with it (one group)."""
         guarded = _guarded_span(analysis, test, negated)
@@ -115,6 +116,7 @@ class IsinstanceRule:
         )
         if site is not None and guarded:
             analysis.guards.append((guarded, f"guard:{analysis.site_id(test)}"))
+        return site
 
     def _check(self, analysis: FileAnalysis, call: ast.Call) -> None:
         kinds = call.args[1]
@@ -152,7 +154,18 @@ class IsinstanceRule:
             analysis.add(self.CODE, call, "", None, "NEVER", silent=True, holds=False)
             return
         rewrite = _to_fsdp_module(analysis, kinds, refs, "FSDP class test -> FSDPModule")
-        self._type_test(analysis, call, call.args[0], rewrite)
+        site = self._type_test(analysis, call, call.args[0], rewrite)
+        statement = analysis.names.parent.get(call)
+        if (
+            site is not None
+            and analysis.options.drop_fsdp1_branches
+            and isinstance(statement, ast.If)
+            and statement.test is call
+            and not statement.orelse
+        ):
+            analysis.one_armed.append(
+                (site, f"guard:{analysis.site_id(call)}", _removal(analysis, statement))
+            )
 
     def _annotation(self, analysis: FileAnalysis, annotation: ast.expr) -> None:
         refs = _fsdp_refs(analysis, annotation)
@@ -304,6 +317,30 @@ def _tuple_removals(analysis: FileAnalysis, kinds: ast.Tuple, drop: set[ast.expr
         else:
             edits.append(Edit(analysis.lines.end(elements[index - 1]), end, ""))
     return edits
+
+
+#: Iterating these is free of effects: a loop over them that does nothing else goes too.
+_MODULE_WALKS = frozenset(
+    ("modules", "named_modules", "children", "named_children", "parameters", "named_parameters")
+)
+
+
+def _removal(analysis: FileAnalysis, statement: ast.If) -> Edit:
+    """Deleting ``if isinstance(x, FSDP): ...`` (no ``else``), with a loop over a model's
+    modules or parameters that holds nothing else (Wan's ``free_model``)."""
+    removed: ast.stmt = statement
+    while True:
+        loop = analysis.names.parent.get(removed)
+        if not (
+            isinstance(loop, ast.For)
+            and loop.body == [removed]
+            and not loop.orelse
+            and isinstance(loop.iter, ast.Call)
+            and isinstance(loop.iter.func, ast.Attribute)
+            and loop.iter.func.attr in _MODULE_WALKS
+        ):
+            return imports.remove_statement(analysis.lines, analysis.names, removed)
+        removed = loop
 
 
 def _dispatch_branch(analysis: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:

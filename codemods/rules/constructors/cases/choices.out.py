@@ -1,4 +1,3 @@
-import functools
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh

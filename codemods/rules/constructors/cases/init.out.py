@@ -1,4 +1,3 @@
-import functools
 
 import torch
 from torch.distributed.fsdp import fully_shard
