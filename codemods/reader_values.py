@@ -166,6 +166,18 @@ _READERS: dict[str, tuple[tuple[str, int, str], ...]] = {
     "state_dict_type": _STATE_DICT_SLOTS,
     "set_state_dict_type": _STATE_DICT_SLOTS,
 }
+#: FSDP2's slots where FSDP1's value and its spelling without FSDP1 come to the same: neither
+#: is a ``CPUOffloadPolicy`` (no offload: verl hands its ``CPUOffload`` to both versions), and
+#: ``fully_shard`` refuses either as ``reshard_after_forward`` and as ``mp_policy`` (no
+#: ``output_dtype``: the first forward fails), so a run that took that path never trained
+#: (dolomite's helper returns FSDP1's or FSDP2's config, each for its own version).
+_FSDP2_SLOTS: dict[str, tuple[tuple[str, int, str], ...]] = {
+    "fully_shard": (
+        (STRATEGY, _KEYWORD_ONLY, "reshard_after_forward"),
+        (MIXED, _KEYWORD_ONLY, "mp_policy"),
+        (OFFLOAD, _KEYWORD_ONLY, "offload_policy"),
+    ),
+}
 #: Why a member test and its members are written by name.
 _BY_NAME = "tested by name"
 #: Where an f-string piece opens: its quote.
@@ -206,7 +218,7 @@ class Written:
 
 def find(names: Names, lines: LineIndex) -> list[Written]:
     """Each FSDP1 value of the text that reaches only readers' slots of its kind."""
-    if not any(_reader_kind(names, call) for call in names.by_type[ast.Call]):
+    if not any(_reader_kind(names, call, alike=False) for call in names.by_type[ast.Call]):
         return []
     ignored = markers.ignored_lines(lines.text)
     candidates = [
@@ -356,7 +368,12 @@ def annotation_edits(names: Names, lines: LineIndex, written: list[Written]) -> 
             spelled += " | None"
         start, end = lines.span(statement.annotation)
         out.append(Edit(start, end, spelled))
-    return out + _parameter_annotations(names, lines, chosen)
+    kinds = {w.node: w.kind for w in written}
+    return [
+        *out,
+        *_parameter_annotations(names, lines, chosen),
+        *_return_annotations(names, lines, kinds),
+    ]
 
 
 def _parameter_annotations(names: Names, lines: LineIndex, chosen: set[ast.expr]) -> list[Edit]:
@@ -378,6 +395,64 @@ def _parameter_annotations(names: Names, lines: LineIndex, chosen: set[ast.expr]
             spelled = f'"{lines.source(argument.annotation)} | {spelled}"'
         out.append(Edit(*lines.span(argument.annotation), spelled))
     return out
+
+
+def _return_annotations(names: Names, lines: LineIndex, kinds: dict[ast.expr, str]) -> list[Edit]:
+    """``def f() -> MixedPrecision:`` that returns written values: annotated with what it
+    returns now, as a string (evaluated at ``def`` otherwise), ``-> "dict |
+    MixedPrecisionPolicy"`` for dolomite's helper of both versions. Each value it returns (a
+    conditional's, or a binding's in ``f`` of a name returned) must be written, None or an
+    FSDP2 object built there; else the annotation stays."""
+    out = []
+    for function in [*names.by_type[ast.FunctionDef], *names.by_type[ast.AsyncFunctionDef]]:
+        assert isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if function.returns is None:
+            continue
+        annotated = fsdp1.first(names.qualified(function.returns)) or ""
+        if annotated not in _ENUMS and annotated not in _CONFIGS:
+            continue
+        leaves = list(_returned(names, function))
+        if not any(leaf in kinds for leaf in leaves):
+            continue
+        spelled = [_returned_type(names, lines, leaf, kinds) for leaf in leaves]
+        if None not in spelled:
+            text = " | ".join(dict.fromkeys(t for t in spelled if t is not None))
+            out.append(Edit(*lines.span(function.returns), f'"{text}"'))
+    return out
+
+
+def _returned(names: Names, function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.expr]:
+    """The values ``function`` returns: through conditionals, and a returned name's bindings
+    in it (the name itself for a binding of another kind: not known)."""
+    scope = names.scopes[function]
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Return) or names.function_of(node) is not function:
+            continue
+        if node.value is None:
+            yield ast.Constant(None)
+            continue
+        for leaf in _branches(node.value):
+            bindings = scope.bindings.get(leaf.id, []) if isinstance(leaf, ast.Name) else []
+            if not bindings:
+                yield leaf
+            for binding in bindings:
+                yield from [leaf] if binding.value is None else _branches(binding.value)
+
+
+def _returned_type(
+    names: Names, lines: LineIndex, leaf: ast.expr, kinds: dict[ast.expr, str]
+) -> str | None:
+    """A returned value's type, spelled for an annotation: ``str`` / ``dict`` when written,
+    ``None``, an FSDP2 class built there; None when not known."""
+    if leaf in kinds:
+        if kinds[leaf] in _ENUMS.values():
+            return "str"
+        return "dict" if any(kinds[leaf] == kind for kind, _ in _CONFIGS.values()) else None
+    if calls.is_none(leaf):
+        return "None"
+    if isinstance(leaf, ast.Call) and any(fsdp1.fsdp2(q) for q in names.qualified(leaf.func)):
+        return lines.source(leaf.func)
+    return None
 
 
 def _branches(value: ast.expr) -> Iterator[ast.expr]:
@@ -812,14 +887,19 @@ def _as_tuple(lines: LineIndex, classes: ast.expr) -> str:
 # -- where values go ---------------------------------------------------------------------------
 
 
-def _reader_kind(names: Names, call: ast.AST | None) -> tuple[tuple[str, int, str], ...] | None:
-    """The slots of a reader call, or None for any other call."""
+def _reader_kind(
+    names: Names, call: ast.AST | None, alike: bool = True
+) -> tuple[tuple[str, int, str], ...] | None:
+    """The slots of a reader call (with ``alike``, also of an FSDP2 call that takes either
+    spelling alike), or None for any other call."""
     if not isinstance(call, ast.Call):
         return None
     for qualified in names.qualified(call.func):
         head, _, last = qualified.rpartition(".")
         if head.split(".")[0] == "fsdp2_port" and last in _READERS:
             return _READERS[last]
+        if alike and fsdp1.fsdp2(qualified) in _FSDP2_SLOTS:
+            return _FSDP2_SLOTS[last]
     return None
 
 

@@ -14,6 +14,7 @@ into its FSDP2 value by the code ``fully_shard_like_fsdp1`` runs for it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -713,3 +714,41 @@ def test_kwargs_as_migrated_passes_the_keys_it_was_written_for_and_names_any_cha
         fsdp2_port.kwargs_as_migrated({"limit_all_gathers": True}, optional=optional)
     with pytest.raises(TypeError, match="mapping"):
         fsdp2_port.kwargs_as_migrated([("sharding_strategy", "FULL_SHARD")], "sharding_strategy")
+
+
+# -- FSDP2's slots that take either spelling alike (F2P013's ``_FSDP2_SLOTS``) ------------------
+
+
+def _one_step(model: nn.Module, **kwargs: Any) -> list[torch.Tensor]:
+    """``fully_shard(model, **kwargs)``, one forward and backward: the local gradients."""
+    fully_shard(model, mesh=init_device_mesh("cpu", (1,)), **kwargs)
+    model(torch.ones(2, 4)).sum().backward()
+    return [p.grad.to_local().clone() for p in model.parameters()]
+
+
+def test_fsdp2_slots_take_fsdp1_values_and_their_dicts_alike(one_rank):
+    """F2P013 respells an FSDP1 value that also reaches these slots of ``fully_shard``: it is
+    only right while FSDP1's value and its dict do the same there. ``offload_policy``: neither
+    is a ``CPUOffloadPolicy``, so both train as no offload, to the bit; ``mp_policy`` and
+    ``reshard_after_forward``: both fail before a step completes (a run that took that path
+    never trained)."""
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    expected = _one_step(copy.deepcopy(reference))
+    for value in (CPUOffload(offload_params=True), {"offload_params": True}):
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(_one_step(copy.deepcopy(reference), offload_policy=value), expected)
+        )
+    if not torch.accelerator.is_available():  # a real offload needs one: these were none
+        with pytest.raises(RuntimeError, match="accelerator"):
+            _one_step(copy.deepcopy(reference), offload_policy=CPUOffloadPolicy())
+    fails = [
+        {"mp_policy": MixedPrecision(param_dtype=torch.float32, cast_forward_inputs=True)},
+        {"mp_policy": {"param_dtype": torch.float32, "cast_forward_inputs": True}},
+        {"reshard_after_forward": ShardingStrategy.FULL_SHARD},
+        {"reshard_after_forward": "FULL_SHARD"},
+    ]
+    for kwargs in fails:
+        with pytest.raises((AttributeError, ValueError)):
+            _one_step(copy.deepcopy(reference), **kwargs)
