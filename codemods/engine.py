@@ -10,13 +10,16 @@
    followed across files through the functions each file exports, and each entry script's
    lines held to the constructors its own program runs (``programs``).
 3. *Apply* (in parallel): every decided rewrite and marker, then the imports. Results come
-   back in the order of the paths given.
+   back in the order of the paths given. Before it, each file's rewrites are made once to see
+   which of its functions now take FSDP1 values only to readers (``reader_values.accepting``):
+   the other files' calls may then pass those values written without FSDP1 (F2P013).
 4. *Write* (``write=True``): all changed files or none; an internal error in one file leaves
    every file of the run as it was.
 """
 
 from __future__ import annotations
 
+import ast
 import bisect
 import difflib
 import os
@@ -27,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from codemods import fsdp1, programs, reexports, sources, spreads, visibility
+from codemods import fsdp1, programs, reader_values, reexports, sources, spreads, visibility
 from codemods.findings import Finding
 from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, Site, decide
@@ -228,10 +231,33 @@ def _nested_fstring_quotes(text: str) -> bool:
     return bool(re.search(r"""\bf(["'])[^"'\n]*\{[^}\n]*\1[^\n]*\1[^}\n]*\}""", text))
 
 
+def _accepting(item: _Analysed, decisions: Decisions) -> dict[str, reader_values.Accepting]:
+    """What the file's functions take without FSDP1 once its rewrites are made (none when
+    they cannot be: ``_apply`` reports that)."""
+    from codemods.apply import InternalError, apply_plan
+    from codemods.names import Names
+    from codemods.text import LineIndex
+
+    assert item.plan is not None
+    try:
+        text = apply_plan(item.text, decisions.plans[item.path], decisions).text
+        if "fsdp2_port" not in text:
+            return {}
+        tree = ast.parse(text)
+    except (InternalError, SyntaxError):
+        return {}
+    names = Names(tree, item.module_name, item.package_init, item.reexports, item.visibility)
+    return reader_values.accepting(names, LineIndex(text))
+
+
 def _apply(
-    item: _Analysed, decisions: Decisions, codes: Sequence[str]
+    item: _Analysed,
+    decisions: Decisions,
+    codes: Sequence[str],
+    accepts: Mapping[str, reader_values.Accepting] | None = None,
 ) -> tuple[FileResult, str | None]:
-    """The file's result and its new text (None when unchanged or on an internal error)."""
+    """The file's result and its new text (None when unchanged or on an internal error);
+    ``accepts``: what other files' functions take without FSDP1."""
     from codemods.apply import InternalError, apply_plan
     from codemods.tidy import tidy
 
@@ -250,6 +276,7 @@ def _apply(
             removes_imports="F2P001" in codes,
             removes_dead_values="F2P012" in codes,
             writes_reader_values="F2P013" in codes,
+            accepts=accepts,
         )
     except InternalError as error:
         result.error = f"internal error: {error} (please report)"
@@ -292,10 +319,16 @@ def migrate_files(
         unread = [p for p in map(_unread, analysed) if p is not None]
         decisions = decide([*plans, *unread], _programs(paths, [*plans, *unread], entry))
         work = [a for a in analysed if a.plan is not None and a.error is None]
+        accepts: dict[str, reader_values.Accepting] = {}
+        if "F2P013" in codes and len(work) > 1:
+            for found in _map(
+                pool, _accepting, [(a, _for(decisions, a.path)) for a in work], None, ""
+            ):
+                accepts.update(found)
         outcomes = _map(
             pool,
             _apply,
-            [(a, _for(decisions, a.path), list(codes)) for a in work],
+            [(a, _for(decisions, a.path), list(codes), accepts) for a in work],
             progress,
             "applying",
         )

@@ -66,7 +66,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from codemods import calls, dead_values, flow, fsdp1, imports, markers
 from codemods.names import Names, Scope
@@ -178,6 +178,24 @@ _FSDP2_SLOTS: dict[str, tuple[tuple[str, int, str], ...]] = {
         (OFFLOAD, _KEYWORD_ONLY, "offload_policy"),
     ),
 }
+#: What a parameter of a function may take without FSDP1 (``accepting``): each kind, itself
+#: or in a dict under a keyword of a slot for it (spread into the call, ``**kwargs``).
+_CANDIDATES = tuple(
+    dict.fromkeys(
+        [
+            *(
+                (kind, None)
+                for kind in (STRATEGY, POLICY, PREFETCH, STATE_DICT_TYPE, MIXED, OFFLOAD)
+            ),
+            *((kind, None) for kind in (MODEL_CONFIG, OPTIM_CONFIG)),
+            *(
+                (kind, keyword)
+                for slots in [*_READERS.values(), *_FSDP2_SLOTS.values()]
+                for kind, _, keyword in slots
+            ),
+        ]
+    )
+)
 #: Why a member test and its members are written by name.
 _BY_NAME = "tested by name"
 #: Where an f-string piece opens: its quote.
@@ -216,9 +234,17 @@ class Written:
         return f"{self.kind} {self.why} written as {shown}"
 
 
-def find(names: Names, lines: LineIndex) -> list[Written]:
-    """Each FSDP1 value of the text that reaches only readers' slots of its kind."""
-    if not any(_reader_kind(names, call, alike=False) for call in names.by_type[ast.Call]):
+def find(
+    names: Names, lines: LineIndex, accepts: Mapping[str, Accepting] | None = None
+) -> list[Written]:
+    """Each FSDP1 value of the text that reaches only readers' slots of its kind (``accepts``:
+    the parameters of other files' functions that do, ``accepting``)."""
+    accepts = accepts or {}
+    if not any(
+        _reader_kind(names, call, alike=False)
+        or (isinstance(call, ast.Call) and _accepting(names, call, accepts))
+        for call in names.by_type[ast.Call]
+    ):
         return []
     ignored = markers.ignored_lines(lines.text)
     candidates = [
@@ -234,7 +260,7 @@ def find(names: Names, lines: LineIndex) -> list[Written]:
     either = {w.node for w in candidates if w.members}
     refused: set[ast.expr] = set()
     while True:
-        walk = _Paths(names, lines, either - refused)
+        walk = _Paths(names, lines, either - refused, accepts)
         chosen = [
             w for w in candidates if w.node not in refused and walk.reaches_only(w.node, w.kind)
         ]
@@ -250,6 +276,65 @@ def find(names: Names, lines: LineIndex) -> list[Written]:
             return [*written, *(w for w in compared.values() if w not in chosen), *fields]
         refused |= broken  # an or-policy with a member kept as it is: all of it stays
         refused |= tangled
+
+
+@dataclasses.dataclass(frozen=True)
+class Accepting:
+    """What a function of one file takes without FSDP1, for the calls other files make:
+    ``positional``, its parameters in order (``self`` left out); ``takes``, per parameter, the
+    kinds of value its every path ends in a reader's slot for (``(kind, None)``), or, for a
+    dict, the key whose value does (``(kind, key)``: verl's ``fsdp_kwargs``)."""
+
+    positional: tuple[str, ...]
+    takes: Mapping[str, frozenset[tuple[str, str | None]]]
+
+
+def accepting(names: Names, lines: LineIndex) -> dict[str, Accepting]:
+    """The module's functions (and classes, by ``__init__``) whose parameters take a kind of
+    FSDP1 value only to readers, by qualified name: module-level, bound once, no decorator.
+    Calls from other files may then pass FSDP1's values written without FSDP1 (``find``)."""
+    if not any(_reader_kind(names, call, alike=False) for call in names.by_type[ast.Call]):
+        return {}
+    walk = _Paths(names, lines, set(), {})
+    module = names.scopes[names.tree]
+    out = {}
+    for name, bindings in module.bindings.items():
+        if len(bindings) != 1 or bindings[0].kind not in ("def", "class"):
+            continue
+        node = bindings[0].node
+        function, skipped = node, 0
+        if isinstance(node, ast.ClassDef):
+            scope = names.scopes.get(node)
+            init = scope.bindings.get("__init__", []) if scope is not None else []
+            if node.decorator_list or len(init) != 1 or init[0].kind != "def":
+                continue
+            function, skipped = init[0].node, 1
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if function.decorator_list:
+            continue
+        arguments = function.args
+        parameters = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+        takes = {}
+        for argument in parameters[skipped:]:
+            taken = frozenset(
+                (kind, key)
+                for kind, key in _CANDIDATES
+                if walk.parameter_takes(arguments, argument, kind, key)
+            )
+            if taken:
+                takes[argument.arg] = taken
+        if takes:
+            positional = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args][skipped:])
+            out[f"{names.module_name}.{name}"] = Accepting(positional, takes)
+    return out
+
+
+def _accepting(names: Names, call: ast.Call, accepts: Mapping[str, Accepting]) -> Accepting | None:
+    """What the function of another file that ``call`` calls takes without FSDP1, if known."""
+    if not accepts:
+        return None
+    return next((accepts[q] for q in names.qualified(call.func) if q in accepts), None)
 
 
 def _compared(
@@ -906,9 +991,17 @@ def _reader_kind(
 class _Paths:
     """Where values go, memoised (a cycle counts as reaching nothing)."""
 
-    def __init__(self, names: Names, lines: LineIndex, either: set[ast.expr]) -> None:
+    def __init__(
+        self,
+        names: Names,
+        lines: LineIndex,
+        either: set[ast.expr],
+        accepts: Mapping[str, Accepting],
+    ) -> None:
         self.names = names
         self.lines = lines
+        #: What other files' functions take without FSDP1 (``accepting``).
+        self.accepts = accepts
         #: The or-policies that may be written as predicates: other lists lead nowhere.
         self.either = either
         self.memo: dict[object, bool] = {}
@@ -1050,6 +1143,14 @@ class _Paths:
                 and isinstance(call, ast.Call)
                 and self._argument(call, kind, keyword=key)
             )
+        if isinstance(parent, ast.keyword):  # f(x=mapping): a parameter that takes the dict
+            call = self.names.parent.get(parent)
+            return isinstance(call, ast.Call) and self._argument(
+                call, kind, keyword=parent.arg, key=key
+            )
+        if isinstance(parent, ast.Call) and any(mapping is a for a in parent.args):
+            position = [id(a) for a in parent.args].index(id(mapping))
+            return self._argument(parent, kind, position=position, key=key)
         if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and parent.value is mapping:
             target = parent.targets[0]
             return isinstance(target, ast.Name) and self._dict_name(target, kind, key)
@@ -1158,21 +1259,39 @@ class _Paths:
         )
 
     def _argument(
-        self, call: ast.Call, kind: str, position: int | None = None, keyword: str | None = None
+        self,
+        call: ast.Call,
+        kind: str,
+        position: int | None = None,
+        keyword: str | None = None,
+        key: str | None = None,
     ) -> bool:
-        """A reader's slot for ``kind``, or the parameter it fills of a function defined here."""
+        """A reader's slot for ``kind``, or the parameter it fills of a function defined here
+        or of one another file defines that takes it (``accepts``); ``key``: the value is a
+        dict's, under that key."""
         slots = _reader_kind(self.names, call)
         if slots is not None:
-            return any(k == kind and (position == p or keyword == w) for k, p, w in slots)
-        function = self._defined_here(call) or self._own_method(call)
-        if function is None or any(isinstance(a, ast.Starred) for a in call.args):
+            return key is None and any(
+                k == kind and (position == p or keyword == w) for k, p, w in slots
+            )
+        if any(isinstance(a, ast.Starred) for a in call.args):
             return False
         if any(k.arg is None for k in call.keywords):
+            return False
+        accepting = _accepting(self.names, call, self.accepts)
+        if accepting is not None:
+            if position is not None:
+                if position >= len(accepting.positional):
+                    return False
+                keyword = accepting.positional[position]
+            return (kind, key) in accepting.takes.get(keyword or "", frozenset())
+        function = self._defined_here(call) or self._own_method(call)
+        if function is None:
             return False
         if position is not None and isinstance(call.func, ast.Attribute):
             position += 1  # after ``self``
         parameter = calls.parameter_for(function.args, position, keyword)
-        return parameter is not None and self._parameter(function.args, parameter, kind)
+        return parameter is not None and self.parameter_takes(function.args, parameter, kind, key)
 
     def _defined_here(self, call: ast.Call) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The ``def`` a call's plain name is bound to, bound once (no decorator)."""
@@ -1246,10 +1365,23 @@ class _Paths:
         return self._memo(("reads", scope.node, name, what, since), compute)
 
     def _parameter(self, arguments: ast.arguments, argument: ast.arg, kind: str) -> bool:
+        return self.parameter_takes(arguments, argument, kind, None)
+
+    def parameter_takes(
+        self, arguments: ast.arguments, argument: ast.arg, kind: str, key: str | None
+    ) -> bool:
+        """Whether every read of the parameter takes a value of ``kind`` to a reader (with
+        ``key``: a dict holding it under that key)."""
         function = self.names.parent.get(arguments)
         scope = self.names.scopes.get(function) if function is not None else None
-        return scope is not None and self._reads_pass(
-            scope, argument.arg, kind, lambda read: self.reaches_only(read, kind)
+        if scope is None:
+            return False
+        if key is None:
+            return self._reads_pass(
+                scope, argument.arg, kind, lambda read: self.reaches_only(read, kind)
+            )
+        return self._reads_pass(
+            scope, argument.arg, ("dict", kind, key), lambda read: self._dict(read, kind, key)
         )
 
 

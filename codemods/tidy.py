@@ -30,6 +30,7 @@ def tidy(
     removes_imports: bool = True,
     removes_dead_values: bool = True,
     writes_reader_values: bool = True,
+    accepts: Mapping[str, reader_values.Accepting] | None = None,
 ) -> tuple[str, list[Finding]]:
     """The final text and every finding, sorted by input position.
 
@@ -50,7 +51,7 @@ def tidy(
         if removes_dead_values
         else []
     )
-    written = reader_values.find(names, applied_lines) if writes_reader_values else []
+    written = reader_values.find(names, applied_lines, accepts) if writes_reader_values else []
     # a value no one reads may also be a dead binding's: removing it is the one edit
     removed = [applied_lines.span(d.statement) for d in dead]
     written = [
