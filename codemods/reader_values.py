@@ -331,10 +331,19 @@ def accepting(names: Names, lines: LineIndex) -> dict[str, Accepting]:
 
 
 def _accepting(names: Names, call: ast.Call, accepts: Mapping[str, Accepting]) -> Accepting | None:
-    """What the function of another file that ``call`` calls takes without FSDP1, if known."""
+    """What the function of another file that ``call`` calls takes without FSDP1, if known: by
+    its qualified name, or the one function whose name ends it (a module outside any package,
+    no ``__init__.py`` around it, is named by its file alone: ``fsdp_utils.apply_fsdp2`` for
+    ``verl.utils.fsdp_utils.apply_fsdp2`` in a namespace package)."""
     if not accepts:
         return None
-    return next((accepts[q] for q in names.qualified(call.func) if q in accepts), None)
+    for qualified in names.qualified(call.func):
+        if qualified in accepts:
+            return accepts[qualified]
+        ends = [k for k in accepts if qualified.endswith(f".{k}")]
+        if len(ends) == 1:
+            return accepts[ends[0]]
+    return None
 
 
 def _compared(
@@ -1342,13 +1351,13 @@ class _Paths:
         name: str,
         what: object,
         each_read: Callable[[ast.Name], bool],
-        since: ast.Name | None = None,
+        since: ast.Name | ast.arg | None = None,
     ) -> bool:
         """``name``, bound in ``scope``, is visible only here (a local, a parameter, a private
         or script module-level name) and ``each_read`` holds for each of its reads (none: the
         value reaches nothing, and nothing can notice its spelling); with ``since`` (one
-        binding), each read that binding may reach (``flow.may_reach``); memoised per ``what``
-        (what ``each_read`` asks)."""
+        binding: a name stored, a parameter), each read that binding may reach
+        (``flow.may_reach``); memoised per ``what`` (what ``each_read`` asks)."""
 
         def compute() -> bool:
             if not dead_values.seen_only_here(self.names, scope, name):
@@ -1378,10 +1387,18 @@ class _Paths:
             return False
         if key is None:
             return self._reads_pass(
-                scope, argument.arg, kind, lambda read: self.reaches_only(read, kind)
+                scope,
+                argument.arg,
+                kind,
+                lambda read: self.reaches_only(read, kind),
+                since=argument,
             )
         return self._reads_pass(
-            scope, argument.arg, ("dict", kind, key), lambda read: self._dict(read, kind, key)
+            scope,
+            argument.arg,
+            ("dict", kind, key),
+            lambda read: self._dict(read, kind, key),
+            since=argument,
         )
 
 
