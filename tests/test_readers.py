@@ -752,3 +752,21 @@ def test_fsdp2_slots_take_fsdp1_values_and_their_dicts_alike(one_rank):
     for kwargs in fails:
         with pytest.raises((AttributeError, ValueError)):
             _one_step(copy.deepcopy(reference), **kwargs)
+
+
+@pytest.mark.parametrize("policy", [transformer_auto_wrap_policy, lambda_auto_wrap_policy])
+def test_a_policy_without_its_own_argument_fails_alike(one_rank, policy):
+    """F2P003 marks a policy missing its required argument (OpenRLHF's bare
+    ``transformer_auto_wrap_policy``) and keeps it: FSDP1 and ``units_like_fsdp1`` raise the
+    ``TypeError`` on it (in words of their own), so code that catches it falls back alike."""
+    errors = []
+    for build in (
+        lambda m: FSDP(m, auto_wrap_policy=policy, device_id=CPU),
+        lambda m: units_like_fsdp1(m, policy),
+    ):
+        with pytest.raises(TypeError) as raised, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            build(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))
+        errors.append(str(raised.value))
+    needed = "transformer_layer_cls" if policy is transformer_auto_wrap_policy else "lambda_fn"
+    assert all("missing" in error and repr(needed) in error for error in errors), errors

@@ -27,6 +27,8 @@ def wrap_policy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
         out.removable += [removable] if removable else []
         out.selects = selects
         return
+    if value is not None:
+        _uncallable(analysis, value)
     why = blocker or (
         "auto_wrap_policy is not transformer_auto_wrap_policy/ModuleWrapPolicy of classes or "
         "lambda_auto_wrap_policy"
@@ -42,6 +44,36 @@ def wrap_policy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     units = fresh(analysis, call, out, "units")
     out.bound_first.append((units, f"fsdp2_port.units_like_fsdp1({', '.join(arguments)})"))
     out.selects = f"{UNIT} in {units}"
+
+
+#: FSDP1's policies with a keyword-only argument of their own and no default for it.
+_REQUIRED = {
+    "transformer_auto_wrap_policy": "transformer_layer_cls",
+    "lambda_auto_wrap_policy": "lambda_fn",
+}
+
+
+def _uncallable(analysis: FileAnalysis, value: ast.expr) -> None:
+    """A policy that lacks its own required argument (bare ``transformer_auto_wrap_policy``,
+    OpenRLHF's) raises ``TypeError`` on its first call, under FSDP1 and in
+    ``units_like_fsdp1`` alike: the migration keeps that, and marks it (code that catches the
+    error never shards)."""
+    bound = value
+    keywords: set[str | None] = set()
+    if isinstance(value, ast.Call) and analysis.resolves_to(value.func, "functools.partial"):
+        bound = value.args[0] if value.args else value
+        keywords = {k.arg for k in value.keywords}
+    policy = analysis.fsdp1_name(bound)
+    needed = _REQUIRED.get(policy or "")
+    if needed is None or needed in keywords or None in keywords:
+        return
+    analysis.add(
+        "F2P003",
+        value,
+        f"{policy} without {needed}: every call raises TypeError, FSDP1's as the migrated "
+        "code's (code that catches it never shards): pass it",
+        holds=False,
+    )
 
 
 def _literal_policy(analysis: FileAnalysis, value: ast.expr) -> str | None:
