@@ -74,9 +74,9 @@ class FileAnalysis(ParsedFile):
 
     def _one_armed(self, test: Site, group: str, removal: Edit) -> None:
         """``if isinstance(x, FSDP): <FSDP1 code no rule rewrites>``, no ``else``: no FSDP2
-        model ever enters it, so where its models migrate it is deleted rather than kept (the
-        FSDP1 code in it then no longer holds the test). Code the rules rewrite keeps the
-        usual group: the test becomes ``FSDPModule`` with it."""
+        model ever enters it, so where its models migrate it is deleted rather than kept, with
+        the FSDP1 code in it (one group: kept, each keeps its marker). Code the rules rewrite
+        keeps the usual group: the test becomes ``FSDPModule`` with it."""
         spans = [span for span, g in self.guards if g == group]
         inside = [
             s
@@ -87,6 +87,7 @@ class FileAnalysis(ParsedFile):
             return
         self.guards = [(span, g) for span, g in self.guards if g != group]
         anchor = self.lines.line_start(removal.start)
+        together = f"one-armed:{group}"  # deleted together, or all kept with their markers
         deleted = replace(
             test,
             rewrite=Rewrite(
@@ -95,26 +96,25 @@ class FileAnalysis(ParsedFile):
                 "no FSDP2 model enters it",
                 review=True,
             ),
-            groups=test.groups - {group},
+            groups=(test.groups - {group}) | {together},
             anchor=anchor,
             indent=self.lines.indent_at(anchor),
         )
-        hidden = {id(s) for s in inside}
+        inside_ids = {id(s) for s in inside}
         self.plan.sites = [
             deleted
             if s is test
             else replace(
                 s,
-                rewrite=None,
+                rewrite=Rewrite([], "deleted with the FSDP1 type test that guards it"),
                 fallback=None,
-                requirement="NEVER",
-                ties=frozenset(),
-                deferred=frozenset(),
-                groups=frozenset(),
-                silent=True,
+                requirement=test.requirement,
+                ties=test.ties,
+                deferred=test.deferred,
+                groups=frozenset({together}),
                 holds=False,
             )
-            if id(s) in hidden
+            if id(s) in inside_ids
             else s
             for s in self.plan.sites
         ]
