@@ -36,8 +36,8 @@ class FileAnalysis(ParsedFile):
         #: their sites become markers, or nothing when the branch is deleted.
         self.dead_branches: list[tuple[tuple[int, int], str, bool]] = []
         #: With ``--drop-fsdp1-branches``: a type test that is all of an ``if`` with no
-        #: ``else``, its guard group and the edit deleting it (see F2P005 and ``_one_armed``).
-        self.one_armed: list[tuple[Site, str, Edit]] = []
+        #: ``else``, its guard group and the edits deleting it (see F2P005 and ``_one_armed``).
+        self.one_armed: list[tuple[Site, str, list[Edit]]] = []
         self.ties = Ties(self)
 
     def finish(self) -> FilePlan:
@@ -72,7 +72,7 @@ class FileAnalysis(ParsedFile):
         self.plan.imported = imports.importing_scopes(self.names, self.lines)
         return self.plan
 
-    def _one_armed(self, test: Site, group: str, removal: Edit) -> None:
+    def _one_armed(self, test: Site, group: str, removal: list[Edit]) -> None:
         """``if isinstance(x, FSDP): <FSDP1 code no rule rewrites>``, no ``else``: no FSDP2
         model ever enters it, so where its models migrate it is deleted rather than kept, with
         the FSDP1 code in it (one group: kept, each keeps its marker). Code the rules rewrite
@@ -86,19 +86,16 @@ class FileAnalysis(ParsedFile):
         if not any(s.rewrite is None and not s.silent for s in inside):
             return
         self.guards = [(span, g) for span, g in self.guards if g != group]
-        anchor = self.lines.line_start(removal.start)
         together = f"one-armed:{group}"  # deleted together, or all kept with their markers
         deleted = replace(
             test,
             rewrite=Rewrite(
-                [removal],
+                removal,
                 "FSDP1 type test and the FSDP1 code behind it deleted (--drop-fsdp1-branches): "
                 "no FSDP2 model enters it",
                 review=True,
             ),
             groups=(test.groups - {group}) | {together},
-            anchor=anchor,
-            indent=self.lines.indent_at(anchor),
         )
         inside_ids = {id(s) for s in inside}
         self.plan.sites = [

@@ -325,9 +325,11 @@ _MODULE_WALKS = frozenset(
 )
 
 
-def _removal(analysis: FileAnalysis, statement: ast.If) -> Edit:
-    """Deleting ``if isinstance(x, FSDP): ...`` (no ``else``), with a loop over a model's
-    modules or parameters that holds nothing else (Wan's ``free_model``)."""
+def _removal(analysis: FileAnalysis, statement: ast.If) -> list[Edit]:
+    """Deleting ``if isinstance(x, FSDP): ...`` (no ``else``), with the loops over a model's
+    modules or parameters around it that hold nothing else (Wan's ``free_model``). The marker
+    stays at the ``if`` line, at the indentation of what was deleted (``apply._dedented``)."""
+    lines = analysis.lines
     removed: ast.stmt = statement
     while True:
         loop = analysis.names.parent.get(removed)
@@ -338,9 +340,22 @@ def _removal(analysis: FileAnalysis, statement: ast.If) -> Edit:
             and isinstance(loop.iter, ast.Call)
             and isinstance(loop.iter.func, ast.Attribute)
             and loop.iter.func.attr in _MODULE_WALKS
+            and not lines.text[lines.line_start(lines.start(loop)) : lines.start(loop)].strip()
         ):
-            return imports.remove_statement(analysis.lines, analysis.names, removed)
+            break
         removed = loop
+    if removed is statement:
+        return [imports.remove_statement(lines, analysis.names, statement)]
+    first = lines.line_start(lines.start(statement))
+    outer = lines.line_start(lines.start(removed))
+    depth = len(lines.indent_at(first)) - len(lines.indent_at(outer))
+    alone = imports.remove_statement(lines, analysis.names, removed).replacement == "pass"
+    rest = (
+        Edit(lines.start(statement), lines.end(removed), "pass")
+        if alone
+        else Edit(first + depth, lines.line_end(lines.end(removed) - 1), "")
+    )
+    return [Edit(outer, first, ""), Edit(first, first + depth, ""), rest]
 
 
 def _dispatch_branch(analysis: FileAnalysis, call: ast.Call) -> tuple[int, int] | None:

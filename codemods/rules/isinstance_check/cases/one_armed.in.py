@@ -33,3 +33,9 @@ def summon(model):
 def only(model):
     if isinstance(model, FSDP):
         print(model._handle)
+
+
+def free_all(model):
+    for m in model.modules():
+        if isinstance(m, FSDP):
+            m._handle.flat_param.data = m._handle.flat_param.data.new_empty(0)

@@ -31,3 +31,8 @@ def summon(model):
 def only(model):
     # TODO(fsdp2-port): F2P005 FSDP1 type test and the FSDP1 code behind it deleted (--drop-fsdp1-branches): no FSDP2 model enters it
     pass
+
+
+def free_all(model):
+    # TODO(fsdp2-port): F2P005 FSDP1 type test and the FSDP1 code behind it deleted (--drop-fsdp1-branches): no FSDP2 model enters it
+    pass

@@ -19,8 +19,8 @@ def build(net):
 
 
 def reduce_gradients(model):
-    # TODO(fsdp2-port): F2P005 kept: FSDP1 type test (FSDP1 models remain in this run, and this one may be any of them: FSDP(...) at line 11)
     for m in model.modules():
+        # TODO(fsdp2-port): F2P005 kept: FSDP1 type test (FSDP1 models remain in this run, and this one may be any of them: FSDP(...) at line 11)
         if isinstance(m, FSDP):
             m.training_state = TrainingState.FORWARD_BACKWARD
             _unshard(m, m._handles, m._streams["unshard"], m._streams["pre_unshard"])
