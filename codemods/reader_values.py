@@ -716,19 +716,20 @@ def _configs(names: Names, lines: LineIndex) -> Iterator[Written]:
 def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
     """``functools.partial`` of FSDP1's lambda or transformer policy with its one argument by
     keyword, and ``ModuleWrapPolicy`` of classes written out, as the predicate it means."""
+    yield from _forwarding(names, lines)
     for node in names.by_type[ast.Call]:
         assert isinstance(node, ast.Call)
-        if (
-            fsdp1.first(names.qualified(node.func)) == "ModuleWrapPolicy"
-            and len(node.args) == 1
-            and not node.keywords
-            and _written_out(node.args[0])
-            and _fixed(names, node.args[0])
-        ):
-            # ModuleWrapPolicy copies its classes when built: only classes written at the
-            # call read the same later
-            classes = _as_tuple(lines, node.args[0])
-            yield _selecting(node, f"isinstance(module, {classes})")
+        if fsdp1.first(names.qualified(node.func)) == "ModuleWrapPolicy":
+            given = _module_classes(node)
+            if given is None:
+                continue
+            if _written_out(given) and _fixed(names, given):
+                # ModuleWrapPolicy copies its classes when built: only classes written at the
+                # call read the same later
+                classes = _as_tuple(lines, given)
+                yield _selecting(node, f"isinstance(module, {classes})")
+            else:
+                yield _classes_when_built(lines, node, given)
             continue
         if not ("functools.partial" in names.qualified(node.func) and len(node.args) == 1):
             continue
@@ -756,14 +757,74 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
             function = lines.source(keyword.value)
             tested = calls.condition(lines, keyword.value, "module") or f"({function})(module)"
             yield Written(node, POLICY, function, condition=tested)
-        elif (
-            policy == "transformer_auto_wrap_policy"
-            and keyword.arg == "transformer_layer_cls"
-            and _fixed(names, keyword.value)
-            and _free_of_module(keyword.value)
+        elif policy == "transformer_auto_wrap_policy" and keyword.arg == "transformer_layer_cls":
+            if _fixed(names, keyword.value) and _free_of_module(keyword.value):
+                classes = _as_tuple(lines, keyword.value)
+                yield _selecting(node, f"isinstance(module, {classes})")
+            else:
+                yield _classes_when_built(lines, node, keyword.value)
+
+
+def _module_classes(policy: ast.Call) -> ast.expr | None:
+    """``ModuleWrapPolicy``'s one argument, by position or as ``module_classes=``."""
+    if len(policy.args) == 1 and not policy.keywords:
+        return policy.args[0]
+    if not policy.args and len(policy.keywords) == 1:
+        if policy.keywords[0].arg == "module_classes":
+            return policy.keywords[0].value
+    return None
+
+
+def _classes_when_built(lines: LineIndex, node: ast.expr, classes: ast.expr) -> Written:
+    """A policy of classes that are not fixed where it is built (a call, a name bound again
+    later: falcon's ``{get_module_class_from_name(model, ...)}``): the predicate takes them
+    as its default, evaluated once where the policy was, as the policy took them. No condition
+    of its own: an or-policy does not join it into one (its default would be evaluated on every
+    call)."""
+    text = f"lambda module, classes={_as_tuple(lines, classes)}: isinstance(module, classes)"
+    return Written(node, POLICY, text)
+
+
+def _forwarding(names: Names, lines: LineIndex) -> Iterator[Written]:
+    """``lambda module, recurse, nonwrapped_numel: transformer_auto_wrap_policy(module,
+    recurse, nonwrapped_numel, S)`` (S by position or as ``transformer_layer_cls=``, the
+    three passed on in order or by keyword): TKGQA's spelling of the partial. As the
+    predicate ``lambda module: isinstance(module, tuple(S))``, which reads S on each call as
+    the lambda did."""
+    for node in names.by_type[ast.Lambda]:
+        assert isinstance(node, ast.Lambda)
+        arguments = node.args
+        own = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
+        call = node.body
+        if (
+            len(own) != 3
+            or arguments.vararg
+            or arguments.kwarg
+            or arguments.kwonlyargs
+            or arguments.defaults
+            or not isinstance(call, ast.Call)
+            or fsdp1.first(names.qualified(call.func)) != "transformer_auto_wrap_policy"
         ):
-            classes = _as_tuple(lines, keyword.value)
-            yield _selecting(node, f"isinstance(module, {classes})")
+            continue
+        passed = {k.arg: k.value for k in call.keywords}
+        for name, value in zip(
+            ("module", "recurse", "nonwrapped_numel", "transformer_layer_cls"), call.args
+        ):
+            passed[name] = value
+        forwarded = [passed.get(n) for n in ("module", "recurse", "nonwrapped_numel")]
+        classes = passed.get("transformer_layer_cls")
+        if (
+            set(passed) != {"module", "recurse", "nonwrapped_numel", "transformer_layer_cls"}
+            or len(passed) != len(call.args) + len(call.keywords)
+            or not all(isinstance(f, ast.Name) and f.id == n for f, n in zip(forwarded, own))
+            or classes is None
+            or any(isinstance(n, ast.Name) and n.id in own for n in ast.walk(classes))
+            or any(isinstance(a, ast.Starred) for a in call.args)
+        ):
+            continue
+        tested = f"isinstance({own[0]}, {_as_tuple(lines, classes)})"
+        condition = tested if own[0] == "module" else None
+        yield Written(node, POLICY, f"lambda {own[0]}: {tested}", condition=condition)
 
 
 def _own_keywords(partial: ast.Call) -> list[ast.keyword] | None:

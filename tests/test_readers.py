@@ -770,3 +770,24 @@ def test_a_policy_without_its_own_argument_fails_alike(one_rank, policy):
         errors.append(str(raised.value))
     needed = "transformer_layer_cls" if policy is transformer_auto_wrap_policy else "lambda_fn"
     assert all("missing" in error and repr(needed) in error for error in errors), errors
+
+
+def test_predicates_f2p013_writes_select_as_the_policies_they_replace():
+    """F2P013's predicates for a policy of classes: one with the classes as a default argument
+    (classes not fixed where the policy is built) and one for a lambda that passes FSDP1's
+    call on to ``transformer_auto_wrap_policy``: ``units_like_fsdp1`` reads each as a
+    predicate and selects what the policy selects."""
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2), nn.ReLU()), nn.ReLU())
+    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={nn.Linear})
+    expected = units_like_fsdp1(model, policy)
+    assert expected == [model[0], model[1][0]]
+    written = [
+        lambda module, classes=(nn.Linear,): isinstance(module, classes),
+        lambda module: isinstance(module, (nn.Linear,)),
+    ]
+    for predicate in written:
+        assert units_like_fsdp1(model, predicate) == expected
+    forwarding = lambda module, recurse, nonwrapped_numel: transformer_auto_wrap_policy(  # noqa: E731
+        module, recurse, nonwrapped_numel, {nn.Linear}
+    )
+    assert units_like_fsdp1(model, forwarding) == expected
