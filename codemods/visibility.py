@@ -7,9 +7,9 @@ module can read it:
   no module of the run imports it);
 - a private name (``_NAME``) that no other file of the run mentions: ``from lib import _MAP``
   or ``lib._MAP`` elsewhere reads it. A file that never names the module (its stem: ``lib``;
-  a package's name for its ``__init__``) cannot import from it, so its words do not count,
-  unless it imports from a package relative to itself (``from . import _MAP``: every
-  ``__init__``'s names).
+  a package's name for its ``__init__``; not as another package's, ``torch.distributed.fsdp``
+  for a ``fsdp.py``) cannot import from it, so its words do not count, unless it imports from
+  a package relative to itself (``from . import _MAP``: every ``__init__``'s names).
 
 Code outside the run is trusted to keep to the convention: it imports neither an entry
 script nor a private name.
@@ -69,6 +69,7 @@ def find(
     naming: dict[str, set[str]] = {}  # a word -> the files that mention it (stems included)
     starred: set[str] = set()
     relative: set[str] = set()  # files with ``from . import``
+    texts: dict[str, bytes] = {}
     for path in paths:
         try:
             data = sources.read_bytes(path)
@@ -77,6 +78,7 @@ def find(
         words[path] = {w.decode("utf-8", "replace") for w in pattern.findall(data)}
         for word in _WORD.findall(data):
             naming.setdefault(word.decode("utf-8", "replace"), set()).add(path)
+        texts[path] = data
         starred.update(m.decode("utf-8", "replace") for m in _STAR_IMPORT.findall(data))
         if _PACKAGE_IMPORT.search(data):
             relative.add(path)
@@ -84,7 +86,10 @@ def find(
     for path in paths:
         stem = _stem(path)
         # the other files that may import from this one
-        importers = naming.get(stem, set()) | (relative if _is_package(path) else set())
+        parent = _parent(path)
+        importers = {
+            other for other in naming.get(stem, set()) if _names_module(texts[other], stem, parent)
+        } | (relative if _is_package(path) else set())
         importers.discard(path)
         # a module another file star-imports shares every name it has
         everything = whole_program and stem in starred
@@ -104,6 +109,29 @@ def _stem(path: str) -> str:
     """The last part of a file's module name (a package's ``__init__``: the package's)."""
     parts = path.replace("\\", "/").removesuffix(".py").split("/")
     return parts[-2] if parts[-1] == "__init__" and len(parts) > 1 else parts[-1]
+
+
+def _parent(path: str) -> str:
+    """The name of the package directory a module's file is in (its ``__init__``: the one
+    above)."""
+    parts = path.replace("\\", "/").split("/")
+    parts = parts[:-1] if parts[-1] == "__init__.py" else parts
+    return parts[-2] if len(parts) > 1 else ""
+
+
+def _names_module(data: bytes, stem: str, parent: str) -> bool:
+    """Whether ``data`` names the module ``stem`` (in the package ``parent``): the word alone
+    (``import fsdp``, ``from pkg import fsdp``), after dots only (``from .fsdp import``), or
+    after its package (``pkg.fsdp``); not as another package's (``torch.distributed.fsdp``)."""
+    for match in re.finditer(rb"\b" + re.escape(stem.encode()) + rb"\b", data):
+        at = match.start()
+        if at == 0 or data[at - 1 : at] != b".":
+            return True
+        before = data[:at].rstrip(b".")
+        word = re.search(rb"(\w+)$", before)
+        if word is None or word.group(1).decode("utf-8", "replace") == parent:
+            return True
+    return False
 
 
 def _is_package(path: str) -> bool:

@@ -68,3 +68,18 @@ def test_a_relative_package_import_reads_every_package_init(tmp_path: Path) -> N
     assert not _run(tmp_path, files, whole_program=False)["__init__.py"].own("_MAP")
     files["pkg/mod.py"] = "from .sibling import _MAP\n"
     assert _run(tmp_path, files, whole_program=False)["__init__.py"].own("_MAP")
+
+
+def test_another_packages_module_of_the_same_name_is_not_this_one(tmp_path: Path) -> None:
+    """cold-stone's ``fsdp.py`` beside scripts that import ``torch.distributed.fsdp``: those
+    name torch's module, not this one; ``from .fsdp``, ``pkg.fsdp`` and ``import fsdp`` do."""
+    (tmp_path / "pkg").mkdir()
+    torch_only = "from torch.distributed.fsdp import ShardingStrategy\npolicy = 1\n"
+    for other, own in [
+        (torch_only, True),
+        ("from .fsdp import policy\n", False),
+        ("import pkg.fsdp\nprint(pkg.fsdp.policy)\n", False),
+        ("import fsdp\nprint(fsdp.policy)\n", False),
+    ]:
+        files = {"pkg/fsdp.py": "policy = 1\n", "pkg/train.py": other}
+        assert _run(tmp_path, files, whole_program=True)["fsdp.py"].own("policy") is own, other
