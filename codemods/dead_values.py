@@ -139,22 +139,26 @@ def visible_only_here(names: Names, scope: Scope, name: str) -> bool:
     return name not in {*declared, *deleted}
 
 
-def own_attribute_reads(names: Names, target: ast.Attribute) -> list[ast.Attribute] | None:
-    """The reads of the instance attribute ``self.x = ...`` stores, when only its own class
-    reads it: ``x`` is a name of the module's own (``visibility``: private and no other file of
-    the run mentions it; with ``--whole-program`` any name no other file mentions), the class
-    has no decorator (a dataclass's fields are read by name) and bases of its own package, and
-    every ``.x`` (but a module's, ``fsdp2_port.x``) and string ``"x"`` of the module is
-    ``self.x`` in a method of the class, with
-    no ``getattr``/``setattr``/``vars``/``__dict__`` in it; None otherwise."""
-    owner = _method_class(names, target)
-    if owner is None or not names.seen.own(target.attr):
+def own_attribute_reads(
+    names: Names, target: ast.Attribute | ast.Name
+) -> list[ast.Attribute] | None:
+    """The reads of the instance attribute ``self.x = ...`` stores (or of the class attribute
+    ``x = ...`` in a class body, cold-stone's ``SHARD_STRATEGY``, bound once there and not read
+    by the body itself), when only its own class reads it: ``x`` is a name of the module's own
+    (``visibility``: private and no other file of the run mentions it; with
+    ``--whole-program`` any name no other file mentions), the class has no decorator (a
+    dataclass's fields are read by name) and bases of its own package, and every ``.x`` (but a
+    module's, ``fsdp2_port.x``) and string ``"x"`` of the module is ``self.x`` in a method of
+    the class, with no ``getattr``/``setattr``/``vars``/``__dict__`` in it; None otherwise."""
+    owner = _method_class(names, target) if isinstance(target, ast.Attribute) else None
+    attr = target.attr if isinstance(target, ast.Attribute) else target.id
+    if isinstance(target, ast.Name):
+        owner = _class_body_binding(names, target)
+    if owner is None or not names.seen.own(attr):
         return None
     if owner.decorator_list or not all(_own_base(names, base) for base in owner.bases):
         return None
-    if any(
-        isinstance(n, ast.Constant) and n.value == target.attr for n in names.by_type[ast.Constant]
-    ):
+    if any(isinstance(n, ast.Constant) and n.value == attr for n in names.by_type[ast.Constant]):
         return None
     if any(
         (isinstance(n, ast.Name) and n.id in _REFLECTION) or getattr(n, "attr", None) == "__dict__"
@@ -164,7 +168,7 @@ def own_attribute_reads(names: Names, target: ast.Attribute) -> list[ast.Attribu
     reads = []
     for node in names.by_type[ast.Attribute]:
         assert isinstance(node, ast.Attribute)
-        if node.attr != target.attr or _of_module(names, node):
+        if node.attr != attr or _of_module(names, node):
             continue
         if _method_class(names, node) is not owner:
             return None
@@ -173,6 +177,29 @@ def own_attribute_reads(names: Names, target: ast.Attribute) -> list[ast.Attribu
         elif not _stored_plainly(names, node):
             return None
     return reads
+
+
+def _class_body_binding(names: Names, target: ast.Name) -> ast.ClassDef | None:
+    """The class whose body binds ``target`` (``x = ...`` there), when that is the body's one
+    binding of the name and the body reads it nowhere."""
+    scope = names.scope_of(target)
+    owner = scope.node
+    if (
+        not isinstance(owner, ast.ClassDef)
+        or names.parent.get(names.statement(target)) is not owner
+    ):
+        return None
+    if len(scope.bindings.get(target.id, [])) != 1:
+        return None
+    for node in names.by_type[ast.Name]:
+        assert isinstance(node, ast.Name)
+        if (
+            node.id == target.id
+            and isinstance(node.ctx, ast.Load)
+            and names.scope_of(node) is scope
+        ):
+            return None
+    return owner
 
 
 def _of_module(names: Names, node: ast.Attribute) -> bool:

@@ -1137,6 +1137,10 @@ class _Paths:
                 return stored is not None and self._dict_name(target.value, kind, stored)
             if isinstance(target, ast.Attribute):
                 return self._attribute(target, kind)  # self.x = value
+            if isinstance(target, ast.Name) and isinstance(
+                self.names.scope_of(target).node, ast.ClassDef
+            ):
+                return self._attribute(target, kind)  # a class attribute, read as self.x
             return isinstance(target, ast.Name) and self._reads_pass(
                 self.names.scope_of(target),
                 target.id,
@@ -1149,16 +1153,18 @@ class _Paths:
             return argument is not None and self._parameter(parent, argument, kind)
         return False
 
-    def _attribute(self, target: ast.Attribute, kind: str) -> bool:
-        """``self.x = value`` where only the class reads ``x`` (``own_attribute_reads``): each
-        of its reads continues the path (any method may run after any other: every read)."""
+    def _attribute(self, target: ast.Attribute | ast.Name, kind: str) -> bool:
+        """``self.x = value`` (or ``x = value`` in the class body) where only the class reads
+        ``x`` (``own_attribute_reads``): each of its reads continues the path (any method may
+        run after any other: every read)."""
 
         def compute() -> bool:
             reads = dead_values.own_attribute_reads(self.names, target)
             return reads is not None and all(self.reaches_only(r, kind) for r in reads)
 
         owner = self.names.class_of(target)
-        return self._memo(("attribute", owner, target.attr, kind), compute)
+        attr = target.attr if isinstance(target, ast.Attribute) else target.id
+        return self._memo(("attribute", owner, attr, kind), compute)
 
     def _logged(self, node: ast.expr) -> bool:
         """``node`` is shown by a log line: an argument of ``print`` or of a logger's method
