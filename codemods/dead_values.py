@@ -144,9 +144,9 @@ def own_attribute_reads(
 ) -> list[ast.Attribute] | None:
     """The reads of the instance attribute ``self.x = ...`` stores (or of the class attribute
     ``x = ...`` in a class body, cold-stone's ``SHARD_STRATEGY``, bound once there and not read
-    by the body itself), when only its own class reads it: ``x`` is a name of the module's own
-    (``visibility``: private and no other file of the run mentions it; with
-    ``--whole-program`` any name no other file mentions), the class has no decorator (a
+    by the body itself), when only its own class reads it: ``x`` is an attribute of the
+    module's own (``visibility``: private and no other file of the run reads ``.x`` or spells
+    ``"x"``; with ``--whole-program`` any such name), the class has no decorator (a
     dataclass's fields are read by name) and bases of its own package, and every ``.x`` (but a
     module's, ``fsdp2_port.x``) and string ``"x"`` of the module is ``self.x`` in a method of
     the class, with no ``getattr``/``setattr``/``vars``/``__dict__`` in it; None otherwise."""
@@ -154,7 +154,7 @@ def own_attribute_reads(
     attr = target.attr if isinstance(target, ast.Attribute) else target.id
     if isinstance(target, ast.Name):
         owner = _class_body_binding(names, target)
-    if owner is None or not names.seen.own(attr):
+    if owner is None or not names.seen.own_attribute(attr):
         return None
     if owner.decorator_list or not all(_own_base(names, base) for base in owner.bases):
         return None

@@ -30,6 +30,8 @@ from codemods import programs, sources
 _PRIVATE_WORD = re.compile(rb"\b_\w+")
 _WORD = re.compile(rb"\b[A-Za-z_]\w*")
 _STAR_IMPORT = re.compile(rb"^[ \t]*from[ \t]+[.\w]*?(\w+)[ \t]+import[ \t]+\*", re.MULTILINE)
+#: ``.x`` (an attribute read) or ``"x"`` / ``'x'`` (a name for ``getattr``).
+_ATTRIBUTE = re.compile(rb"\.[ \t]*([A-Za-z_]\w*)|[\"']([A-Za-z_]\w*)[\"']")
 #: ``from . import x``, ``from .. import x``: a name of a package ``__init__`` by no stem.
 _PACKAGE_IMPORT = re.compile(rb"^[ \t]*from[ \t]+\.+[ \t]+import\b", re.MULTILINE)
 
@@ -46,6 +48,9 @@ class Visibility:
     #: With ``whole_program``: its words some other file mentions, whether or not it names
     #: this module (a value another file passes into this one is spelled there).
     elsewhere: frozenset[str] = frozenset()
+    #: Its words another file reads as an attribute (``.x``) or spells as a string (``"x"``:
+    #: ``getattr``): an instance of its classes may be read there.
+    attributes_shared: frozenset[str] = frozenset()
 
     def spelled_only_here(self, word: str) -> bool:
         """With ``whole_program``: no other file of the program mentions ``word``."""
@@ -56,6 +61,14 @@ class Visibility:
         if self.entry_script:
             return True
         return (name.startswith("_") or self.whole_program) and name not in self.shared
+
+    def own_attribute(self, name: str) -> bool:
+        """Whether an attribute ``name`` of this module's instances is read only here: no other
+        file reads ``.name`` or spells ``"name"`` (a local of that name elsewhere is no read
+        of it)."""
+        if self.entry_script:
+            return True
+        return (name.startswith("_") or self.whole_program) and name not in self.attributes_shared
 
 
 def find(
@@ -70,6 +83,7 @@ def find(
     starred: set[str] = set()
     relative: set[str] = set()  # files with ``from . import``
     texts: dict[str, bytes] = {}
+    as_attribute: dict[str, set[str]] = {}  # a word -> the files that read it as ``.x``/``"x"``
     for path in paths:
         try:
             data = sources.read_bytes(path)
@@ -79,6 +93,10 @@ def find(
         for word in _WORD.findall(data):
             naming.setdefault(word.decode("utf-8", "replace"), set()).add(path)
         texts[path] = data
+        for word in _ATTRIBUTE.findall(data):
+            as_attribute.setdefault((word[0] or word[1]).decode("utf-8", "replace"), set()).add(
+                path
+            )
         starred.update(m.decode("utf-8", "replace") for m in _STAR_IMPORT.findall(data))
         if _PACKAGE_IMPORT.search(data):
             relative.add(path)
@@ -101,7 +119,8 @@ def find(
             if whole_program
             else frozenset()
         )
-        out[path] = Visibility(path in entry, shared, whole_program, elsewhere)
+        attributes = frozenset(w for w in words[path] if as_attribute.get(w, set()) - {path})
+        out[path] = Visibility(path in entry, shared, whole_program, elsewhere, attributes)
     return out
 
 

@@ -83,3 +83,16 @@ def test_another_packages_module_of_the_same_name_is_not_this_one(tmp_path: Path
     ]:
         files = {"pkg/fsdp.py": "policy = 1\n", "pkg/train.py": other}
         assert _run(tmp_path, files, whole_program=True)["fsdp.py"].own("policy") is own, other
+
+
+def test_an_attribute_is_read_elsewhere_as_an_attribute_or_a_string(tmp_path: Path) -> None:
+    """vlarl's ``self.fsdp_sharding_strategy`` beside a script's local of that name: a local
+    elsewhere is no read of the attribute; ``x.name`` and ``getattr(x, "name")`` are."""
+    lib = "class S:\n    def __init__(self):\n        self.strategy = 1\n"
+    for other, own in [
+        ("strategy = 2\nprint(strategy)\n", True),
+        ("from lib import S\nprint(S().strategy)\n", False),
+        ("from lib import S\nprint(getattr(S(), 'strategy'))\n", False),
+    ]:
+        seen = _run(tmp_path, {"lib.py": lib, "train.py": other}, whole_program=True)["lib.py"]
+        assert seen.own_attribute("strategy") is own, other
