@@ -18,8 +18,10 @@ import):
   lambda_fn=f)`` -> ``f``, ``functools.partial(transformer_auto_wrap_policy,
   transformer_layer_cls=S)`` and ``ModuleWrapPolicy([A, B])`` (classes written out) ->
   ``lambda module: isinstance(module, <the classes as a tuple>)`` (when each name they read is
-  bound only above them: the lambda reads them later than the policy did): the predicate
-  ``units_like_fsdp1`` reads as that policy; ``size_based_auto_wrap_policy`` and its
+  bound only above them: the lambda reads them later than the policy did; else ``lambda
+  module, classes=<the classes>: isinstance(module, classes)``, read where the policy read
+  them), and a lambda passing FSDP1's call on to ``transformer_auto_wrap_policy``: the
+  predicate ``units_like_fsdp1`` reads as that policy; ``size_based_auto_wrap_policy`` and its
   ``partial``s -> ``size_based_policy(...)``, imported from ``fsdp2_port`` where FSDP1's
   function was imported; ``always_wrap_policy`` (or its ``partial``) -> ``lambda module: True``;
   ``functools.partial(_or_policy, policies=P)`` -> ``lambda module:
@@ -43,22 +45,26 @@ Two reads besides the readers take either spelling too, written so that they do:
 
 The value must reach nothing else. From each value, its path is followed up the tree through
 conditional expressions, dict values read only by subscripts (``.get`` too), assignments to a
-name, arguments of a function this module defines (to the parameter), and ``return`` from one
-(to each call); every read of such a name that the assignment may reach (``flow.may_reach``:
-not one after the name is bound again on every path) must continue the path, and the path
-must end in a reader's slot for that kind of value.
+name, arguments of a function this module defines (to the parameter) or another file of the
+run defines (``accepting``: what its parameters take, once that file's rewrites are made), and
+``return`` from one (to each call); every read of such a name that the assignment may reach
+(``flow.may_reach``: not one after the name is bound again on every path) must continue the
+path, and the path must end in a reader's slot for that kind of value, or in one of FSDP2's
+where either spelling does the same (``_FSDP2_SLOTS``).
 A log line (``print``, a logger's method, an f-string it shows) may also show the value or its
 dict: only the text it prints changes. A name qualifies as ``dead_values`` lets it: a local, or
 a private or script module-level name (any one no other file mentions, with
-``--whole-program``), in a scope the names see through; so does an instance attribute only its
-class reads (``self.x = value``: ``dead_values.own_attribute_reads``), every read of it; a
-parameter's default and a parameter given an argument qualify when the function reads the
-parameter only that way (other callers may still pass FSDP1's values: the readers take both).
+``--whole-program``), in a scope the names see through; so does an attribute only its class
+reads (``self.x = value``, or ``x = value`` in the class body:
+``dead_values.own_attribute_reads``), every read of it; a parameter's default and a parameter
+given an argument qualify when the function reads the parameter only that way (other callers
+may still pass FSDP1's values: the readers take both).
 A test ``is None`` / ``is not None`` passes too (neither spelling is None), and a name nothing
 reads reaches nothing. Anything else on the way (another comparison, another call, another
 attribute, a string the run goes on with) keeps the value as it is. ``x: ShardingStrategy =
 <value>`` (an FSDP1 class as the annotation) whose values are all written is annotated with
-what it now holds (``str``, ``dict``).
+what it now holds (``str``, ``dict``); so is a parameter (both spellings, as a string, unless
+no other file of a whole program spells the class) and a function's return.
 """
 
 from __future__ import annotations
