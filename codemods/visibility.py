@@ -22,6 +22,7 @@ mentions is its module's own, unless another file star-imports a module of that 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -32,6 +33,8 @@ _WORD = re.compile(rb"\b[A-Za-z_]\w*")
 _STAR_IMPORT = re.compile(rb"^[ \t]*from[ \t]+[.\w]*?(\w+)[ \t]+import[ \t]+\*", re.MULTILINE)
 #: ``.x`` (an attribute read) or ``"x"`` / ``'x'`` (a name for ``getattr``).
 _ATTRIBUTE = re.compile(rb"\.[ \t]*([A-Za-z_]\w*)|[\"']([A-Za-z_]\w*)[\"']")
+#: ``x.word``, as ``(x, word)``.
+_AFTER = re.compile(rb"(\w+)\.[ \t]*(?=([A-Za-z_]\w*))")
 #: ``from . import x``, ``from .. import x``: a name of a package ``__init__`` by no stem.
 _PACKAGE_IMPORT = re.compile(rb"^[ \t]*from[ \t]+\.+[ \t]+import\b", re.MULTILINE)
 
@@ -82,21 +85,22 @@ def find(
     naming: dict[str, set[str]] = {}  # a word -> the files that mention it (stems included)
     starred: set[str] = set()
     relative: set[str] = set()  # files with ``from . import``
-    texts: dict[str, bytes] = {}
+    mentions: dict[str, _Mentions] = {}
     as_attribute: dict[str, set[str]] = {}  # a word -> the files that read it as ``.x``/``"x"``
     for path in paths:
         try:
             data = sources.read_bytes(path)
         except sources.UnreadableSource:
             data = b""
-        words[path] = {w.decode("utf-8", "replace") for w in pattern.findall(data)}
-        for word in _WORD.findall(data):
+        every = Counter(_WORD.findall(data))
+        found = every if whole_program else pattern.findall(data)
+        words[path] = {w.decode("utf-8", "replace") for w in found}
+        for word in every:
             naming.setdefault(word.decode("utf-8", "replace"), set()).add(path)
-        texts[path] = data
-        for word in _ATTRIBUTE.findall(data):
-            as_attribute.setdefault((word[0] or word[1]).decode("utf-8", "replace"), set()).add(
-                path
-            )
+        read = _ATTRIBUTE.findall(data)
+        for dotted, quoted in read:
+            as_attribute.setdefault((dotted or quoted).decode("utf-8", "replace"), set()).add(path)
+        mentions[path] = _Mentions(every, Counter(d for d, _ in read if d), data)
         starred.update(m.decode("utf-8", "replace") for m in _STAR_IMPORT.findall(data))
         if _PACKAGE_IMPORT.search(data):
             relative.add(path)
@@ -106,7 +110,7 @@ def find(
         # the other files that may import from this one
         parent = _parent(path)
         importers = {
-            other for other in naming.get(stem, set()) if _names_module(texts[other], stem, parent)
+            other for other in naming.get(stem, set()) if mentions[other].names_module(stem, parent)
         } | (relative if _is_package(path) else set())
         importers.discard(path)
         # a module another file star-imports shares every name it has
@@ -138,19 +142,31 @@ def _parent(path: str) -> str:
     return parts[-2] if len(parts) > 1 else ""
 
 
-def _names_module(data: bytes, stem: str, parent: str) -> bool:
-    """Whether ``data`` names the module ``stem`` (in the package ``parent``): the word alone
-    (``import fsdp``, ``from pkg import fsdp``), after dots only (``from .fsdp import``), or
-    after its package (``pkg.fsdp``); not as another package's (``torch.distributed.fsdp``)."""
-    for match in re.finditer(rb"\b" + re.escape(stem.encode()) + rb"\b", data):
-        at = match.start()
-        if at == 0 or data[at - 1 : at] != b".":
+class _Mentions:
+    """How a file mentions words: ``plain``, somewhere not after a dot (``import fsdp``, ``from
+    pkg import fsdp``); after a dot with no word before it (``from .fsdp import``); after
+    ``x.`` (``(x, word)`` pairs, found when first asked)."""
+
+    def __init__(self, every: Counter[bytes], dotted: Counter[bytes], data: bytes) -> None:
+        self.plain = frozenset(w for w, n in every.items() if n > dotted[w])
+        self.dotted = dotted
+        self.data = data
+        self._pairs: set[tuple[bytes, bytes]] | None = None
+        self._after: Counter[bytes] = Counter()
+
+    def names_module(self, stem: str, parent: str) -> bool:
+        """Whether the file names the module ``stem`` of the package ``parent``: not as another
+        package's (``torch.distributed.fsdp`` for a ``fsdp.py``)."""
+        name = stem.encode()
+        if name in self.plain:
             return True
-        before = data[:at].rstrip(b".")
-        word = re.search(rb"(\w+)$", before)
-        if word is None or word.group(1).decode("utf-8", "replace") == parent:
-            return True
-    return False
+        if not self.dotted[name]:
+            return False
+        if self._pairs is None:
+            pairs = _AFTER.findall(self.data)
+            self._pairs = set(pairs)
+            self._after = Counter(word for _, word in pairs)
+        return (parent.encode(), name) in self._pairs or self.dotted[name] > self._after[name]
 
 
 def _is_package(path: str) -> bool:
