@@ -729,7 +729,7 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
             given = _module_classes(node)
             if given is None:
                 continue
-            if _written_out(given) and _fixed(names, given):
+            if _written_out(given) and _fixed(names, given) and _calls_nothing(given):
                 # ModuleWrapPolicy copies its classes when built: only classes written at the
                 # call read the same later
                 classes = _as_tuple(lines, given)
@@ -764,7 +764,11 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
             tested = calls.condition(lines, keyword.value, "module") or f"({function})(module)"
             yield Written(node, POLICY, function, condition=tested)
         elif policy == "transformer_auto_wrap_policy" and keyword.arg == "transformer_layer_cls":
-            if _fixed(names, keyword.value) and _free_of_module(keyword.value):
+            if (
+                _fixed(names, keyword.value)
+                and _free_of_module(keyword.value)
+                and _calls_nothing(keyword.value)
+            ):
                 classes = _as_tuple(lines, keyword.value)
                 yield _selecting(node, f"isinstance(module, {classes})")
             else:
@@ -1029,6 +1033,12 @@ def _fixed(names: Names, value: ast.expr) -> bool:
         for b in names.bindings_of(node)
         if b.node not in inside
     )
+
+
+def _calls_nothing(classes: ast.expr) -> bool:
+    """No call among the classes: a predicate would make it again on every module it asks
+    about (``layer_class(model)``), where the policy made it once."""
+    return not any(isinstance(n, ast.Call) for n in ast.walk(classes))
 
 
 def _written_out(classes: ast.expr) -> bool:

@@ -1,4 +1,4 @@
-"""Six FSDP1 training programs of several modules each migrate whole and train the same.
+"""Seven FSDP1 training programs of several modules each migrate whole and train the same.
 
 tests/multifile/ holds them, one package per shape in which real code passes its model around
 (issue 19): a base-class trainer whose methods use ``self.policy`` while a subclass wraps it; a
@@ -8,7 +8,8 @@ rank-local-clip optimizer imported as ``specforge.optimizer`` from a package in 
 folder, and a backend class in another module that all-reduces the squared norm it returns;
 clipping disengaged, so the FSDP1 run is right); ``full_optim_state_dict`` /
 ``scatter_full_optim_state_dict`` checkpoint helpers; weight decay chosen by ``p.ndim`` after
-wrapping.
+wrapping; FSDP1 values built in one module and read only in another's wrapping function
+(issue 20: no FSDP1 name survives in any file).
 
 Each program is migrated by one ``fsdp2-port migrate --write`` over its folder, as a user would.
 No finding is left to review, no marker, and no FSDP1 name or FSDP1 module call survives — except
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from codemods import fsdp1
 from tests.processes import fsdp2_port_cli
 
 pytestmark = pytest.mark.slow  # fsdp2-port compare: torchrun, 2 ranks
@@ -134,6 +136,32 @@ def test_the_migrated_program_trains_like_the_original(program, dtype, args, ext
     result = _compare(original, migrated, dtype, args, *extra)
     assert result["verdict"] == "same", json.dumps(result, indent=1)
     assert len(result["steps"]) == int(args[args.index("--steps") + 1])
+
+
+def test_values_built_in_one_file_and_read_in_another_lose_fsdp1(tmp_path):
+    """values_across (issue 20): the strategy (a class attribute), the mixed precision and a
+    policy whose classes a call finds are built in train.py and read only in
+    sharding/wrapping.py's migrated ``wrap``. One plain run writes them without FSDP1 where
+    they are built, so no file of the program imports an FSDP1 name, and it trains the same."""
+    original, migrated, findings = _migrate("values_across", tmp_path)
+    assert [f for f in findings if f["severity"] == "review"] == [], "no finding to review"
+    for module in sorted(migrated.rglob("*.py")):
+        assert _fsdp1_imports(module.read_text()) == [], module
+    result = _compare(original, migrated, "bf16", ["--steps", "3"])
+    assert result["verdict"] == "same", json.dumps(result, indent=1)
+    assert len(result["steps"]) == 3
+
+
+def _fsdp1_imports(source: str) -> list[str]:
+    """The names imported from torch.distributed.fsdp that are not FSDP2's."""
+    return [
+        alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").startswith("torch.distributed.fsdp")
+        for alias in node.names
+        if alias.name not in fsdp1.FSDP2_NAMES
+    ]
 
 
 def test_weight_decay_by_ndim_is_marked_and_trains_differently(tmp_path):
