@@ -247,11 +247,11 @@ def find(
     the parameters of other files' functions that do, ``accepting``)."""
     accepts = accepts or {}
     if not any(
-        _reader_kind(names, call, alike=False)
+        _reader_kind(names, call)
         or (isinstance(call, ast.Call) and _accepting(names, call, accepts))
         for call in names.by_type[ast.Call]
     ):
-        return []
+        return []  # no FSDP2 code here: FSDP1 values stay as the user left them
     ignored = markers.ignored_lines(lines.text)
     candidates = [
         written
