@@ -29,7 +29,6 @@ class FileAnalysis(ParsedFile):
         self.options = options
         self.ignored = markers.ignored_lines(source.text)
         self.plan = FilePlan(source.path)
-        self._loads: dict[str, list[ast.Name]] | None = None  # name -> its loads (uses_of)
         #: (span, group) of code that runs only when a type check holds (see F2P005).
         self.guards: list[tuple[tuple[int, int], str]] = []
         #: (span, why, deleted) of FSDP1 branches that no FSDP2 model reaches (see F2P005):
@@ -407,15 +406,9 @@ class FileAnalysis(ParsedFile):
 
     def uses_of(self, binding: Binding) -> list[ast.Name]:
         """The loads of the name ``binding`` binds that resolve to it."""
-        if self._loads is None:
-            self._loads = {}
-            for node in self.names.by_type[ast.Name]:
-                assert isinstance(node, ast.Name)
-                if isinstance(node.ctx, ast.Load):
-                    self._loads.setdefault(node.id, []).append(node)
         return [
             node
-            for node in self._loads.get(binding.name, ())
+            for node in self.names.loads(binding.name)
             if any(b is binding for b in self.names.bindings_of(node))
         ]
 

@@ -112,6 +112,8 @@ class Names:
         #: Every annotation expression (string annotations name things too).
         self.annotations: list[ast.expr] = []
         self._qualified: dict[ast.AST, frozenset[str]] = {}
+        self._loads: dict[str, list[ast.Name]] | None = None
+        self._strings: list[tuple[str, Scope]] | None = None
         self._scope: dict[ast.AST, Scope] = {}
         _Builder(self).build(tree)
 
@@ -236,8 +238,24 @@ class Names:
                 counts[binding] += 1
         return counts
 
-    def string_references(self) -> Iterator[tuple[str, Scope]]:
-        """Names read inside string annotations and listed in a module's ``__all__``."""
+    def loads(self, name: str) -> list[ast.Name]:
+        """Every load of the name ``name``, whatever it resolves to (indexed once)."""
+        if self._loads is None:
+            self._loads = defaultdict(list)
+            for node in self.by_type[ast.Name]:
+                assert isinstance(node, ast.Name)
+                if isinstance(node.ctx, ast.Load):
+                    self._loads[node.id].append(node)
+        return self._loads.get(name, [])
+
+    def string_references(self) -> list[tuple[str, Scope]]:
+        """Names read inside string annotations and listed in a module's ``__all__`` (found
+        once)."""
+        if self._strings is None:
+            self._strings = list(self._string_references())
+        return self._strings
+
+    def _string_references(self) -> Iterator[tuple[str, Scope]]:
         for annotation in self.annotations:
             for constant in ast.walk(annotation):
                 if isinstance(constant, ast.Constant) and isinstance(constant.value, str):

@@ -1488,11 +1488,9 @@ class _Paths:
 def _reads(names: Names, scope: Scope, name: str) -> Iterator[ast.Name]:
     """Every load of ``name`` that resolves to ``scope``'s binding; a string reference
     (``__all__``, an annotation) counts as a read that goes elsewhere."""
-    for node in names.by_type[ast.Name]:
-        assert isinstance(node, ast.Name)
-        if node.id == name and isinstance(node.ctx, ast.Load):
-            if names.lookup(name, names.scope_of(node))[0] is scope:
-                yield node
+    for node in names.loads(name):
+        if names.lookup(name, names.scope_of(node))[0] is scope:
+            yield node
     for other, where in names.string_references():
         if other == name and names.lookup(name, where)[0] is scope:
             yield ast.Name(id=name, ctx=ast.Load())  # has no parent: reaches no reader

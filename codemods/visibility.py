@@ -22,19 +22,19 @@ mentions is its module's own, unless another file star-imports a module of that 
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from codemods import programs, sources
 
-_PRIVATE_WORD = re.compile(rb"\b_\w+")
 _WORD = re.compile(rb"\b[A-Za-z_]\w*")
 _STAR_IMPORT = re.compile(rb"^[ \t]*from[ \t]+[.\w]*?(\w+)[ \t]+import[ \t]+\*", re.MULTILINE)
-#: ``.x`` (an attribute read) or ``"x"`` / ``'x'`` (a name for ``getattr``).
-_ATTRIBUTE = re.compile(rb"\.[ \t]*([A-Za-z_]\w*)|[\"']([A-Za-z_]\w*)[\"']")
-#: ``x.word``, as ``(x, word)``.
-_AFTER = re.compile(rb"(\w+)\.[ \t]*(?=([A-Za-z_]\w*))")
+#: ``.x`` (an attribute read); ``"x"`` / ``'x'`` (a name for ``getattr``).
+_DOTTED = re.compile(rb"\.[ \t]*([A-Za-z_]\w*)")
+_QUOTED = re.compile(rb"[\"']([A-Za-z_]\w*)[\"']")
+#: The module of a relative import, its dots aside (``from ..pkg.fsdp import``: ``pkg.fsdp``).
+_RELATIVE_IMPORT = re.compile(rb"^[ \t]*from[ \t]+\.+([\w.]+)", re.MULTILINE)
 #: ``from . import x``, ``from .. import x``: a name of a package ``__init__`` by no stem.
 _PACKAGE_IMPORT = re.compile(rb"^[ \t]*from[ \t]+\.+[ \t]+import\b", re.MULTILINE)
 
@@ -78,54 +78,58 @@ def find(
     paths: Iterable[str], entry: frozenset[str], *, whole_program: bool = False
 ) -> dict[str, Visibility]:
     """Each path's ``Visibility`` in a run of these files (``entry``: its entry scripts,
-    ``programs.entry_scripts``; ``whole_program``: nothing outside them imports them)."""
+    ``programs.entry_scripts``; ``whole_program``: nothing outside them imports them). Words
+    stay bytes until a ``Visibility`` holds them."""
     paths = list(paths)
-    pattern = _WORD if whole_program else _PRIVATE_WORD
-    words: dict[str, set[str]] = {}
-    naming: dict[str, set[str]] = {}  # a word -> the files that mention it (stems included)
-    starred: set[str] = set()
+    words: dict[str, set[bytes]] = {}  # the words a file may own (private ones, or all)
+    naming: dict[bytes, set[str]] = defaultdict(set)  # a word -> the files that mention it
+    as_attribute: dict[bytes, set[str]] = defaultdict(set)  # read as ``.x`` / ``"x"`` there
+    starred: set[bytes] = set()
     relative: set[str] = set()  # files with ``from . import``
     mentions: dict[str, _Mentions] = {}
-    as_attribute: dict[str, set[str]] = {}  # a word -> the files that read it as ``.x``/``"x"``
+    stems = frozenset(_stem(path).encode() for path in paths)
     for path in paths:
         try:
             data = sources.read_bytes(path)
         except sources.UnreadableSource:
             data = b""
         every = Counter(_WORD.findall(data))
-        found = every if whole_program else pattern.findall(data)
-        words[path] = {w.decode("utf-8", "replace") for w in found}
-        for word in every:
-            naming.setdefault(word.decode("utf-8", "replace"), set()).add(path)
-        read = _ATTRIBUTE.findall(data)
-        for dotted, quoted in read:
-            as_attribute.setdefault((dotted or quoted).decode("utf-8", "replace"), set()).add(path)
-        mentions[path] = _Mentions(every, Counter(d for d, _ in read if d), data)
-        starred.update(m.decode("utf-8", "replace") for m in _STAR_IMPORT.findall(data))
+        words[path] = set(every) if whole_program else {w for w in every if w[:1] == b"_"}
+        for word in every if whole_program else words[path] | (stems & every.keys()):
+            naming[word].add(path)
+        dotted = Counter(_DOTTED.findall(data))
+        for word in (*dotted, *_QUOTED.findall(data)):
+            as_attribute[word].add(path)
+        mentions[path] = _Mentions(stems, every, dotted, data)
+        starred.update(_STAR_IMPORT.findall(data))
         if _PACKAGE_IMPORT.search(data):
             relative.add(path)
     out = {}
     for path in paths:
         stem = _stem(path)
+        name = stem.encode()
         # the other files that may import from this one
         parent = _parent(path)
         importers = {
-            other for other in naming.get(stem, set()) if mentions[other].names_module(stem, parent)
+            other for other in naming.get(name, ()) if mentions[other].names_module(stem, parent)
         } | (relative if _is_package(path) else set())
         importers.discard(path)
         # a module another file star-imports shares every name it has
-        everything = whole_program and stem in starred
-        shared = frozenset(
-            w for w in words[path] if everything or not naming.get(w, set()).isdisjoint(importers)
+        everything = whole_program and name in starred
+        own = words[path]
+        shared = {w for w in own if everything or not naming[w].isdisjoint(importers)}
+        elsewhere = {w for w in own if len(naming[w]) > 1} if whole_program else set()
+        attributes = {
+            w for w in own if len(as_attribute.get(w, ())) > (path in as_attribute.get(w, ()))
+        }
+        out[path] = Visibility(
+            path in entry, _text(shared), whole_program, _text(elsewhere), _text(attributes)
         )
-        elsewhere = (
-            frozenset(w for w in words[path] if len(naming[w]) > 1)
-            if whole_program
-            else frozenset()
-        )
-        attributes = frozenset(w for w in words[path] if as_attribute.get(w, set()) - {path})
-        out[path] = Visibility(path in entry, shared, whole_program, elsewhere, attributes)
     return out
+
+
+def _text(words: set[bytes]) -> frozenset[str]:
+    return frozenset(w.decode("utf-8", "replace") for w in words)
 
 
 def _stem(path: str) -> str:
@@ -143,30 +147,43 @@ def _parent(path: str) -> str:
 
 
 class _Mentions:
-    """How a file mentions words: ``plain``, somewhere not after a dot (``import fsdp``, ``from
-    pkg import fsdp``); after a dot with no word before it (``from .fsdp import``); after
-    ``x.`` (``(x, word)`` pairs, found when first asked)."""
+    """How a file mentions the run's module stems: somewhere not after a dot (``import fsdp``,
+    ``from pkg import fsdp``), in a relative import (``from .fsdp import``), after ``pkg.``."""
 
-    def __init__(self, every: Counter[bytes], dotted: Counter[bytes], data: bytes) -> None:
-        self.plain = frozenset(w for w, n in every.items() if n > dotted[w])
-        self.dotted = dotted
+    def __init__(
+        self, stems: frozenset[bytes], every: Counter[bytes], dotted: Counter[bytes], data: bytes
+    ) -> None:
+        mentioned = stems & every.keys()
+        self.plain = frozenset(w for w in mentioned if every[w] > dotted[w])
+        self.dotted = frozenset(w for w in mentioned if dotted[w])
+        self.relative = frozenset(
+            part for module in _RELATIVE_IMPORT.findall(data) for part in module.split(b".")
+        )
         self.data = data
-        self._pairs: set[tuple[bytes, bytes]] | None = None
-        self._after: Counter[bytes] = Counter()
 
     def names_module(self, stem: str, parent: str) -> bool:
         """Whether the file names the module ``stem`` of the package ``parent``: not as another
         package's (``torch.distributed.fsdp`` for a ``fsdp.py``)."""
         name = stem.encode()
-        if name in self.plain:
+        if name in self.plain or name in self.relative:
             return True
-        if not self.dotted[name]:
-            return False
-        if self._pairs is None:
-            pairs = _AFTER.findall(self.data)
-            self._pairs = set(pairs)
-            self._after = Counter(word for _, word in pairs)
-        return (parent.encode(), name) in self._pairs or self.dotted[name] > self._after[name]
+        return name in self.dotted and bool(parent) and _follows(self.data, parent.encode(), name)
+
+
+def _follows(data: bytes, parent: bytes, name: bytes) -> bool:
+    """``parent.name`` in ``data``, both whole words."""
+    needle = parent + b"." + name
+    at = data.find(needle)
+    while at >= 0:
+        end = at + len(needle)
+        if not _word_byte(data[end : end + 1]) and not _word_byte(data[at - 1 : at] if at else b""):
+            return True
+        at = data.find(needle, at + 1)
+    return False
+
+
+def _word_byte(byte: bytes) -> bool:
+    return byte.isalnum() or byte == b"_"
 
 
 def _is_package(path: str) -> bool:
