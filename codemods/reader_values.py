@@ -98,14 +98,17 @@ DOC = Code(
         "run does not see), "
         "`partial(_or_policy, policies=P)` of such predicates → `lambda module: any(...)`: where "
         "the value (through dicts, conditional expressions, locals, private module-level maps, "
-        "parameter defaults, instance attributes only their class reads, arguments of and "
-        "returns from functions defined here and log lines) "
+        "parameter defaults, attributes only their class reads, arguments of and returns "
+        "from functions defined here, arguments of functions of other files that take it so, "
+        "and log lines) "
         "reaches only "
         "the matching argument of `fsdp2_port`'s readers (`mesh_like_fsdp1`, "
         "`reshard_after_forward_like_fsdp1`, `units_like_fsdp1`, `mp_policy_like_fsdp1`, "
         "`buffer_dtype_like_fsdp1`, `offload_policy_like_fsdp1`), `fully_shard_like_fsdp1` or "
         "`state_dict_type` / "
-        "`set_state_dict_type`, a member test (`x == ShardingStrategy.X` → "
+        "`set_state_dict_type`, a slot of `fully_shard` that takes either spelling alike "
+        "(`offload_policy`, `mp_policy`, `reshard_after_forward`), "
+        "a member test (`x == ShardingStrategy.X` → "
         '`fsdp2_port.member_name(x) == "X"`, also where x is not seen) or a field read '
         '(`mp.param_dtype` → `mp["param_dtype"]`)'
     ),

@@ -88,7 +88,11 @@ class ConstructorRule:
                 "children first, then the root; with mixed precision, BatchNorm modules are "
                 "units of their own in full precision, as FSDP1 made them"
             ),
-            marked="—",
+            marked=(
+                "a policy missing its own required argument (bare "
+                "`transformer_auto_wrap_policy`): FSDP1 and the migration raise `TypeError` "
+                "on it alike"
+            ),
         ),
         "F2P004": Code(
             summary=(

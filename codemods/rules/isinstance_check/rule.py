@@ -39,7 +39,8 @@ class IsinstanceRule:
                 "`isinstance(x, FSDPModule)` (negated), with the models they see; with "
                 "`--drop-fsdp1-branches`, the "
                 "FSDP1 branch of an `if isinstance(x, FSDP): ... elif isinstance(x, "
-                "FSDPModule):` dispatch is deleted (review)"
+                "FSDPModule):` dispatch is deleted, and so is a one-armed `if isinstance(x, "
+                "FSDP):` over FSDP1 code no rule rewrites once its models migrate (review)"
             ),
             marked=(
                 "a check guarding FSDP1-only code that stays; the FSDP1 branch of such a "
