@@ -143,7 +143,8 @@ _CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
 _SIZE_BASED_ARGUMENTS = frozenset(("min_num_params", "force_leaf_modules", "exclude_wrap_modules"))
 #: What FSDP1 (and ``units_like_fsdp1``) passes a policy by keyword on every call: a
 #: ``partial`` that binds one of them binds nothing the policy ever sees.
-_CALL_ARGUMENTS = frozenset(("module", "recurse", "nonwrapped_numel"))
+_CALL_ARGUMENTS_IN_ORDER = ("module", "recurse", "nonwrapped_numel")
+_CALL_ARGUMENTS = frozenset(_CALL_ARGUMENTS_IN_ORDER)
 #: No position: a keyword-only slot.
 _KEYWORD_ONLY = -1
 _STATE_DICT_SLOTS = (
@@ -230,6 +231,9 @@ class Written:
     members: tuple[ast.expr, ...] = ()
     #: What a public function returns, written in FSDP1's call shape.
     returned: bool = False
+    #: Written as a policy FSDP1's call still fits (``size_based_policy(...)``): code that
+    #: calls it as FSDP1 calls a policy (harold's own policy function) may read it too.
+    call_shape: bool = False
     #: Why it may be written so, when not because only readers read it.
     why: str = "read only by fsdp2_port's readers"
 
@@ -270,8 +274,12 @@ def find(
     refused: set[ast.expr] = set()
     while True:
         walk = _Paths(names, lines, either - refused, accepts)
+        called = _Paths(names, lines, either - refused, accepts, called_as_policy=True)
         chosen = [
-            w for w in candidates if w.node not in refused and walk.reaches_only(w.node, w.kind)
+            w
+            for w in candidates
+            if w.node not in refused
+            and (called if w.call_shape else walk).reaches_only(w.node, w.kind)
         ]
         predicates = {w.node for w in chosen if w.condition is not None}
         broken = {w.node for w in chosen if not set(w.members) <= predicates}
@@ -1020,7 +1028,7 @@ def _size_based(
         return None
     needed = imports.after(lines, names.statement(bound[0].node), "fsdp2_port", "size_based_policy")
     given = ", ".join(f"{k.arg}={lines.source(k.value)}" for k in keywords)
-    return Written(node, POLICY, f"size_based_policy({given})", (needed,))
+    return Written(node, POLICY, f"size_based_policy({given})", (needed,), call_shape=True)
 
 
 def _fixed(names: Names, value: ast.expr) -> bool:
@@ -1086,9 +1094,13 @@ class _Paths:
         lines: LineIndex,
         either: set[ast.expr],
         accepts: Mapping[str, Accepting],
+        called_as_policy: bool = False,
     ) -> None:
         self.names = names
         self.lines = lines
+        #: A call of the value in FSDP1's call shape, ``policy(module, recurse,
+        #: nonwrapped_numel)``, ends its path (for values written in that shape).
+        self.called_as_policy = called_as_policy
         #: What other files' functions take without FSDP1 (``accepting``).
         self.accepts = accepts
         #: The or-policies that may be written as predicates: other lists lead nowhere.
@@ -1128,6 +1140,13 @@ class _Paths:
             return self._dict(parent, kind, _text_key(key))
         if isinstance(parent, (ast.List, ast.Tuple)) and kind == POLICY:
             return self._in_or_list(parent)
+        if (
+            self.called_as_policy
+            and isinstance(parent, ast.Call)
+            and parent.func is node
+            and _in_fsdp1_call_shape(parent)
+        ):
+            return True  # harold's ``size_policy(module, recurse, nonwrapped_numel)``
         if isinstance(parent, ast.Call) and any(node is a for a in parent.args):
             appended = _called_on(parent, "append")
             if appended is not None and kind == POLICY:
@@ -1497,6 +1516,14 @@ def _reads(names: Names, scope: Scope, name: str) -> Iterator[ast.Name]:
     for other, where in names.string_references():
         if other == name and names.lookup(name, where)[0] is scope:
             yield ast.Name(id=name, ctx=ast.Load())  # has no parent: reaches no reader
+
+
+def _in_fsdp1_call_shape(call: ast.Call) -> bool:
+    """``policy(module, recurse, nonwrapped_numel)``, by position or FSDP1's keywords."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > 3:
+        return False
+    given = [*_CALL_ARGUMENTS_IN_ORDER[: len(call.args)], *(k.arg for k in call.keywords)]
+    return sorted(given, key=str) == sorted(_CALL_ARGUMENTS_IN_ORDER)
 
 
 def _tested_for_none(node: ast.expr, parent: ast.AST | None) -> bool:

@@ -791,3 +791,22 @@ def test_predicates_f2p013_writes_select_as_the_policies_they_replace():
         module, recurse, nonwrapped_numel, {nn.Linear}
     )
     assert units_like_fsdp1(model, forwarding) == expected
+
+
+def test_size_based_policy_answers_a_positional_fsdp1_call_alike():
+    """F2P013 writes a size policy that a user's own policy function calls as FSDP1 calls one
+    (harold's ``size_policy(module, recurse, nonwrapped_numel)``, by position) as
+    ``size_based_policy(...)``: every answer must be FSDP1's, recursing or not, on each side of
+    the threshold, for FSDP1's excluded containers and forced leaves too."""
+    ours = size_based_policy(min_num_params=100)
+    fsdp1 = functools.partial(size_based_auto_wrap_policy, min_num_params=100)
+    modules = [
+        nn.Linear(20, 20),
+        nn.Sequential(nn.Linear(2, 2)),
+        nn.ModuleList([nn.Linear(20, 20)]),
+        nn.MultiheadAttention(8, 2),
+    ]
+    asked = [(m, r, n) for m in modules for r in (True, False) for n in (0, 99, 100, 10_000)]
+    answers = [(ours(*a), fsdp1(*a)) for a in asked]
+    assert all(mine == theirs for mine, theirs in answers), answers
+    assert {theirs for _, theirs in answers} == {True, False}  # both answers were asked for
