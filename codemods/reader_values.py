@@ -1017,18 +1017,28 @@ def _size_based(
 ) -> Written | None:
     """``size_based_auto_wrap_policy``, or a ``partial`` of it that passes ``keywords``, as
     ``size_based_policy(...)`` imported from ``fsdp2_port`` right after the statement that
-    imported FSDP1's function (where that name was bound)."""
+    imported FSDP1's function (the last before the policy, where each branch of a
+    ``try``/``except`` imports it)."""
     if not all(k.arg in _SIZE_BASED_ARGUMENTS for k in keywords):
         return None
     function = node.args[0] if isinstance(node, ast.Call) else node
     while isinstance(function, ast.Attribute):
         function = function.value
     bound = names.bindings_of(function) if isinstance(function, ast.Name) else []
-    if len(bound) != 1 or bound[0].kind != "import":
+    # imported once, or once in each branch that needs it (harold's try/except)
+    if not bound or any(b.kind != "import" or b.qualified != bound[0].qualified for b in bound):
         return None
-    needed = imports.after(lines, names.statement(bound[0].node), "fsdp2_port", "size_based_policy")
+    before = [b.statement for b in bound if b.statement and _at(b.statement) < _at(node)]
+    if not before:
+        return None
+    # the new import goes where the last of them that comes before the policy is
+    needed = imports.after(lines, max(before, key=_at), "fsdp2_port", "size_based_policy")
     given = ", ".join(f"{k.arg}={lines.source(k.value)}" for k in keywords)
     return Written(node, POLICY, f"size_based_policy({given})", (needed,), call_shape=True)
+
+
+def _at(node: ast.AST) -> tuple[int, int]:
+    return getattr(node, "lineno", 0), getattr(node, "col_offset", 0)
 
 
 def _fixed(names: Names, value: ast.expr) -> bool:
