@@ -150,10 +150,10 @@ def own_attribute_reads(
     dataclass's fields are read by name) and bases of its own package, and every ``.x`` (but a
     module's, ``fsdp2_port.x``) and string ``"x"`` of the module is ``self.x`` in a method of
     the class, with no ``getattr``/``setattr``/``vars``/``__dict__`` in it; None otherwise."""
-    owner = _method_class(names, target) if isinstance(target, ast.Attribute) else None
-    attr = target.attr if isinstance(target, ast.Attribute) else target.id
-    if isinstance(target, ast.Name):
-        owner = _class_body_binding(names, target)
+    if isinstance(target, ast.Attribute):
+        owner, attr = _method_class(names, target), target.attr
+    else:
+        owner, attr = _class_body_binding(names, target), target.id
     if owner is None or not names.seen.own_attribute(attr):
         return None
     if owner.decorator_list or not all(_own_base(names, base) for base in owner.bases):
@@ -191,14 +191,8 @@ def _class_body_binding(names: Names, target: ast.Name) -> ast.ClassDef | None:
         return None
     if len(scope.bindings.get(target.id, [])) != 1:
         return None
-    for node in names.by_type[ast.Name]:
-        assert isinstance(node, ast.Name)
-        if (
-            node.id == target.id
-            and isinstance(node.ctx, ast.Load)
-            and names.scope_of(node) is scope
-        ):
-            return None
+    if any(names.scope_of(node) is scope for node in names.loads(target.id)):
+        return None
     return owner
 
 

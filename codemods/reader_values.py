@@ -193,11 +193,9 @@ _FSDP2_SLOTS: dict[str, tuple[tuple[str, int, str], ...]] = {
 _CANDIDATES = tuple(
     dict.fromkeys(
         [
-            *(
-                (kind, None)
-                for kind in (STRATEGY, POLICY, PREFETCH, STATE_DICT_TYPE, MIXED, OFFLOAD)
-            ),
-            *((kind, None) for kind in (MODEL_CONFIG, OPTIM_CONFIG)),
+            *((kind, None) for kind in _ENUMS.values()),
+            *((kind, None) for kind, _ in _CONFIGS.values()),
+            (POLICY, None),
             *(
                 (kind, keyword)
                 for slots in [*_READERS.values(), *_FSDP2_SLOTS.values()]
@@ -326,9 +324,9 @@ def accepting(names: Names, lines: LineIndex) -> dict[str, Accepting]:
             if node.decorator_list or len(init) != 1 or init[0].kind != "def":
                 continue
             function, skipped = init[0].node, 1
-        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        if function.decorator_list:
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+            function.decorator_list
+        ):
             continue
         arguments = function.args
         parameters = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
@@ -738,15 +736,9 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
         assert isinstance(node, ast.Call)
         if fsdp1.first(names.qualified(node.func)) == "ModuleWrapPolicy":
             given = _module_classes(node)
-            if given is None:
-                continue
-            if _written_out(given) and _fixed(names, given) and _calls_nothing(given):
-                # ModuleWrapPolicy copies its classes when built: only classes written at the
-                # call read the same later
-                classes = _as_tuple(lines, given)
-                yield _selecting(node, f"isinstance(module, {classes})")
-            else:
-                yield _classes_when_built(lines, node, given)
+            if given is not None:
+                # it copies its classes when built: only classes written out read the same later
+                yield _of_classes(names, lines, node, given, copied=True)
             continue
         if not ("functools.partial" in names.qualified(node.func) and len(node.args) == 1):
             continue
@@ -775,15 +767,7 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
             tested = calls.condition(lines, keyword.value, "module") or f"({function})(module)"
             yield Written(node, POLICY, function, condition=tested)
         elif policy == "transformer_auto_wrap_policy" and keyword.arg == "transformer_layer_cls":
-            if (
-                _fixed(names, keyword.value)
-                and _free_of_module(keyword.value)
-                and _calls_nothing(keyword.value)
-            ):
-                classes = _as_tuple(lines, keyword.value)
-                yield _selecting(node, f"isinstance(module, {classes})")
-            else:
-                yield _classes_when_built(lines, node, keyword.value)
+            yield _of_classes(names, lines, node, keyword.value, copied=False)
 
 
 def _module_classes(policy: ast.Call) -> ast.expr | None:
@@ -796,12 +780,22 @@ def _module_classes(policy: ast.Call) -> ast.expr | None:
     return None
 
 
-def _classes_when_built(lines: LineIndex, node: ast.expr, classes: ast.expr) -> Written:
-    """A policy of classes that are not fixed where it is built (a call, a name bound again
-    later: falcon's ``{get_module_class_from_name(model, ...)}``): the predicate takes them
-    as its default, evaluated once where the policy was, as the policy took them. No condition
-    of its own: an or-policy does not join it into one (its default would be evaluated on every
-    call)."""
+def _of_classes(
+    names: Names, lines: LineIndex, node: ast.expr, classes: ast.expr, copied: bool
+) -> Written:
+    """A policy selecting ``classes`` as a predicate. Read in its body when the predicate reads
+    the same later (``_fixed``, no call, not the predicate's own names; written out when the
+    policy ``copied`` its collection); else taken as its default, evaluated once where the
+    policy was built, as the policy took them (falcon's ``{get_module_class_from_name(model,
+    ...)}``): no condition of its own then, so an or-policy does not join it into one (its
+    default would be evaluated on every call)."""
+    if (
+        (_written_out(classes) or not copied)
+        and _fixed(names, classes)
+        and _free_of_module(classes)
+        and _calls_nothing(classes)
+    ):
+        return _selecting(node, f"isinstance(module, {_as_tuple(lines, classes)})")
     text = f"lambda module, classes={_as_tuple(lines, classes)}: isinstance(module, classes)"
     return Written(node, POLICY, text)
 
@@ -827,20 +821,13 @@ def _forwarding(names: Names, lines: LineIndex) -> Iterator[Written]:
             or fsdp1.first(names.qualified(call.func)) != "transformer_auto_wrap_policy"
         ):
             continue
-        passed = {k.arg: k.value for k in call.keywords}
-        for name, value in zip(
-            ("module", "recurse", "nonwrapped_numel", "transformer_layer_cls"), call.args
-        ):
-            passed[name] = value
-        forwarded = [passed.get(n) for n in ("module", "recurse", "nonwrapped_numel")]
-        classes = passed.get("transformer_layer_cls")
-        if (
-            set(passed) != {"module", "recurse", "nonwrapped_numel", "transformer_layer_cls"}
-            or len(passed) != len(call.args) + len(call.keywords)
-            or not all(isinstance(f, ast.Name) and f.id == n for f, n in zip(forwarded, own))
-            or classes is None
-            or any(isinstance(n, ast.Name) and n.id in own for n in ast.walk(classes))
-            or any(isinstance(a, ast.Starred) for a in call.args)
+        passed = _passed(call, (*_CALL_ARGUMENTS_IN_ORDER, "transformer_layer_cls"))
+        if passed is None or len(passed) != 4:
+            continue
+        forwarded = [passed[n] for n in _CALL_ARGUMENTS_IN_ORDER]
+        classes = passed["transformer_layer_cls"]
+        if not all(isinstance(f, ast.Name) and f.id == n for f, n in zip(forwarded, own)) or any(
+            isinstance(n, ast.Name) and n.id in own for n in ast.walk(classes)
         ):
             continue
         tested = f"isinstance({own[0]}, {_as_tuple(lines, classes)})"
@@ -1183,12 +1170,11 @@ class _Paths:
             if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                 stored = _text_key(target.slice)  # d["key"] = value
                 return stored is not None and self._dict_name(target.value, kind, stored)
-            if isinstance(target, ast.Attribute):
-                return self._attribute(target, kind)  # self.x = value
-            if isinstance(target, ast.Name) and isinstance(
-                self.names.scope_of(target).node, ast.ClassDef
+            if isinstance(target, ast.Attribute) or (
+                isinstance(target, ast.Name)
+                and isinstance(self.names.scope_of(target).node, ast.ClassDef)
             ):
-                return self._attribute(target, kind)  # a class attribute, read as self.x
+                return self._attribute(target, kind)  # self.x = value, or x = value in a class
             return isinstance(target, ast.Name) and self._reads_pass(
                 self.names.scope_of(target),
                 target.id,
@@ -1198,7 +1184,7 @@ class _Paths:
             )
         if isinstance(parent, ast.arguments):
             argument = _defaulted(parent, node)
-            return argument is not None and self._parameter(parent, argument, kind)
+            return argument is not None and self.parameter_takes(parent, argument, kind, None)
         return False
 
     def _attribute(self, target: ast.Attribute | ast.Name, kind: str) -> bool:
@@ -1488,9 +1474,6 @@ class _Paths:
 
         return self._memo(("reads", scope.node, name, what, since), compute)
 
-    def _parameter(self, arguments: ast.arguments, argument: ast.arg, kind: str) -> bool:
-        return self.parameter_takes(arguments, argument, kind, None)
-
     def parameter_takes(
         self, arguments: ast.arguments, argument: ast.arg, kind: str, key: str | None
     ) -> bool:
@@ -1502,18 +1485,11 @@ class _Paths:
             return False
         if key is None:
             return self._reads_pass(
-                scope,
-                argument.arg,
-                kind,
-                lambda read: self.reaches_only(read, kind),
-                since=argument,
+                scope, argument.arg, kind, lambda r: self.reaches_only(r, kind), since=argument
             )
+        what = ("dict", kind, key)
         return self._reads_pass(
-            scope,
-            argument.arg,
-            ("dict", kind, key),
-            lambda read: self._dict(read, kind, key),
-            since=argument,
+            scope, argument.arg, what, lambda r: self._dict(r, kind, key), since=argument
         )
 
 
@@ -1530,10 +1506,21 @@ def _reads(names: Names, scope: Scope, name: str) -> Iterator[ast.Name]:
 
 def _in_fsdp1_call_shape(call: ast.Call) -> bool:
     """``policy(module, recurse, nonwrapped_numel)``, by position or FSDP1's keywords."""
-    if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > 3:
-        return False
-    given = [*_CALL_ARGUMENTS_IN_ORDER[: len(call.args)], *(k.arg for k in call.keywords)]
-    return sorted(given, key=str) == sorted(_CALL_ARGUMENTS_IN_ORDER)
+    passed = _passed(call, _CALL_ARGUMENTS_IN_ORDER)
+    return passed is not None and len(passed) == len(_CALL_ARGUMENTS_IN_ORDER)
+
+
+def _passed(call: ast.Call, parameters: tuple[str, ...]) -> dict[str, ast.expr] | None:
+    """``call``'s arguments by the parameter each fills (``parameters`` in order), or None when
+    one is starred, names another parameter or fills one twice."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > len(parameters):
+        return None
+    passed = dict(zip(parameters, call.args))
+    for keyword in call.keywords:
+        if keyword.arg not in parameters or keyword.arg in passed:
+            return None
+        passed[keyword.arg] = keyword.value
+    return passed
 
 
 def _tested_for_none(node: ast.expr, parent: ast.AST | None) -> bool:

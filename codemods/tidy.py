@@ -109,17 +109,16 @@ def tidy(
     for value in written:
         start = _input_offset(original, applied, applied_lines, value.node)
         findings.append(_finding(path, input_lines, start, reader_values.CODE, value.message()))
-    for statement, alias in unused + left:
-        start = back(
-            back(lines.start(alias), cleared, cleared_starts), applied.edits, applied.starts
-        )
-        what = (
-            "unused FSDP1 import"
-            if (statement, alias) in unused
-            else "import the migration left unused"
-        )
-        message = f"{what} {_imported_name(statement, alias)} removed"
-        findings.append(_finding(path, input_lines, start, imports.CODE, message))
+    for what, removed_imports in (
+        ("unused FSDP1 import", unused),
+        ("import the migration left unused", left),
+    ):
+        for statement, alias in removed_imports:
+            start = back(
+                back(lines.start(alias), cleared, cleared_starts), applied.edits, applied.starts
+            )
+            message = f"{what} {_imported_name(statement, alias)} removed"
+            findings.append(_finding(path, input_lines, start, imports.CODE, message))
     findings.sort(key=lambda f: (f.line, f.column, f.code, f.message))
     return final, findings
 

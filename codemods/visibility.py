@@ -119,9 +119,7 @@ def find(
         own = words[path]
         shared = {w for w in own if everything or not naming[w].isdisjoint(importers)}
         elsewhere = {w for w in own if len(naming[w]) > 1} if whole_program else set()
-        attributes = {
-            w for w in own if len(as_attribute.get(w, ())) > (path in as_attribute.get(w, ()))
-        }
+        attributes = {w for w in own if any(f != path for f in as_attribute.get(w, ()))}
         out[path] = Visibility(
             path in entry, _text(shared), whole_program, _text(elsewhere), _text(attributes)
         )

@@ -46,7 +46,7 @@ def wrap_policy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     out.selects = f"{UNIT} in {units}"
 
 
-#: FSDP1's policies with a keyword-only argument of their own and no default for it.
+#: FSDP1's policies with an argument of their own that has no default.
 _REQUIRED = {
     "transformer_auto_wrap_policy": "transformer_layer_cls",
     "lambda_auto_wrap_policy": "lambda_fn",

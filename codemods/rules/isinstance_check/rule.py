@@ -103,7 +103,8 @@ class IsinstanceRule:
         """A type test of ``subject``, tied to its models; the FSDP1 code it guards goes
         with it (one group)."""
         guarded = _guarded_span(analysis, test, negated)
-        groups = frozenset({f"guard:{analysis.site_id(test)}"}) if guarded else frozenset()
+        group = _guard_group(analysis, test)
+        groups = frozenset({group}) if guarded else frozenset()
         site = analysis.add_tied(
             self.CODE,
             test,
@@ -116,7 +117,7 @@ class IsinstanceRule:
             fsdp1_only_marker=True,
         )
         if site is not None and guarded:
-            analysis.guards.append((guarded, f"guard:{analysis.site_id(test)}"))
+            analysis.guards.append((guarded, group))
         return site
 
     def _check(self, analysis: FileAnalysis, call: ast.Call) -> None:
@@ -165,7 +166,7 @@ class IsinstanceRule:
             and not statement.orelse
         ):
             analysis.one_armed.append(
-                (site, f"guard:{analysis.site_id(call)}", _removal(analysis, statement))
+                (site, _guard_group(analysis, call), _removal(analysis, statement))
             )
 
     def _annotation(self, analysis: FileAnalysis, annotation: ast.expr) -> None:
@@ -318,6 +319,11 @@ def _tuple_removals(analysis: FileAnalysis, kinds: ast.Tuple, drop: set[ast.expr
         else:
             edits.append(Edit(analysis.lines.end(elements[index - 1]), end, ""))
     return edits
+
+
+def _guard_group(analysis: FileAnalysis, test: ast.expr) -> str:
+    """The group of a type test and the FSDP1 code it guards."""
+    return f"guard:{analysis.site_id(test)}"
 
 
 #: Iterating these is free of effects: a loop over them that does nothing else goes too.
