@@ -153,7 +153,7 @@ def own_attribute_reads(
     if isinstance(target, ast.Attribute):
         owner, attr = _method_class(names, target), target.attr
     else:
-        owner, attr = _class_body_binding(names, target), target.id
+        owner, attr = class_body_binding(names, target), target.id
     if owner is None or not names.seen.own_attribute(attr):
         return None
     if owner.decorator_list or not all(_own_base(names, base) for base in owner.bases):
@@ -179,7 +179,52 @@ def own_attribute_reads(
     return reads
 
 
-def _class_body_binding(names: Names, target: ast.Name) -> ast.ClassDef | None:
+def attribute_loads(names: Names) -> dict[str, list[ast.Attribute] | None]:
+    """Per attribute name, every ``.name`` the module reads, whatever object it is on (a
+    module's or an imported name's aside), when those are all its reads of an attribute of
+    that name; None when the module spells ``"name"``, stores ``.name`` other than as an
+    assignment's one target, or reads attributes by a name it computes (``getattr(x,
+    name)``, ``vars(x)``, ``__dict__``; on an attribute, ``vars(self.info)``, or a module,
+    ``getattr(torch, dtype)``, aside): then every name is None."""
+    reflects = any(_reflects(names, call) for call in names.by_type[ast.Call]) or any(
+        getattr(node, "attr", None) == "__dict__" for node in names.by_type[ast.Attribute]
+    )
+    out: dict[str, list[ast.Attribute] | None] = {}
+    for node in names.by_type[ast.Attribute]:
+        assert isinstance(node, ast.Attribute)
+        if _of_module(names, node) or names.qualified(node.value):
+            continue  # ``torch.float32``, ``ShardingStrategy.X``: no instance's attribute
+        reads = out.setdefault(node.attr, [])
+        if reads is None:
+            continue
+        if reflects:
+            out[node.attr] = None
+        elif isinstance(node.ctx, ast.Load):
+            reads.append(node)
+        elif not _stored_plainly(names, node):
+            out[node.attr] = None
+    for constant in names.by_type[ast.Constant]:
+        value = getattr(constant, "value", None)
+        if isinstance(value, str) and value in out:
+            out[value] = None
+    return out
+
+
+def _reflects(names: Names, call: ast.AST) -> bool:
+    """``getattr(x, name)`` (any of ``_REFLECTION``) with a name not written out, or
+    ``vars(x)``, on an object that is a plain name other than an imported module's."""
+    assert isinstance(call, ast.Call)
+    if not (isinstance(call.func, ast.Name) and call.func.id in _REFLECTION and call.args):
+        return False
+    named = len(call.args) > 1 and isinstance(call.args[1], ast.Constant)
+    target = call.args[0]
+    if named or not isinstance(target, ast.Name):
+        return False
+    bindings = names.bindings_of(target)
+    return not (bindings and all(b.kind == "import" for b in bindings))
+
+
+def class_body_binding(names: Names, target: ast.Name) -> ast.ClassDef | None:
     """The class whose body binds ``target`` (``x = ...`` there), when that is the body's one
     binding of the name and the body reads it nowhere."""
     scope = names.scope_of(target)

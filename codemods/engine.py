@@ -11,8 +11,9 @@
    lines held to the constructors its own program runs (``programs``).
 3. *Apply* (in parallel): every decided rewrite and marker, then the imports. Results come
    back in the order of the paths given. Before it, each file's rewrites are made once to see
-   which of its functions now take FSDP1 values only to readers (``reader_values.accepting``):
-   the other files' calls may then pass those values written without FSDP1 (F2P013).
+   which of its functions now take FSDP1 values only to readers, and what its reads of each
+   attribute take (``reader_values.accepting``): the other files' calls may then pass those
+   values, and their stores put them in such attributes, written without FSDP1 (F2P013).
 4. *Write* (``write=True``): all changed files or none; an internal error in one file leaves
    every file of the run as it was.
 """
@@ -231,9 +232,9 @@ def _nested_fstring_quotes(text: str) -> bool:
     return bool(re.search(r"""\bf(["'])[^"'\n]*\{[^}\n]*\1[^\n]*\1[^}\n]*\}""", text))
 
 
-def _accepting(item: _Analysed, decisions: Decisions) -> dict[str, reader_values.Accepting]:
-    """What the file's functions take without FSDP1 once its rewrites are made (none when
-    they cannot be: ``_apply`` reports that)."""
+def _accepting(item: _Analysed, decisions: Decisions) -> reader_values.Across:
+    """What the file's functions and attribute reads take without FSDP1 once its rewrites
+    are made (none when they cannot be: ``_apply`` reports that)."""
     from codemods.apply import InternalError, apply_plan
     from codemods.names import Names
     from codemods.text import LineIndex
@@ -241,11 +242,9 @@ def _accepting(item: _Analysed, decisions: Decisions) -> dict[str, reader_values
     assert item.plan is not None
     try:
         text = apply_plan(item.text, decisions.plans[item.path], decisions).text
-        if "fsdp2_port" not in text:
-            return {}
         tree = ast.parse(text)
     except (InternalError, SyntaxError):
-        return {}
+        return reader_values.Across()
     names = Names(tree, item.module_name, item.package_init, item.reexports, item.visibility)
     return reader_values.accepting(names, LineIndex(text))
 
@@ -254,7 +253,7 @@ def _apply(
     item: _Analysed,
     decisions: Decisions,
     codes: Sequence[str],
-    accepts: Mapping[str, reader_values.Accepting] | None = None,
+    accepts: reader_values.Across | None = None,
 ) -> tuple[FileResult, str | None]:
     """The file's result and its new text (None when unchanged or on an internal error);
     ``accepts``: what other files' functions take without FSDP1."""
@@ -319,12 +318,12 @@ def migrate_files(
         unread = [p for p in map(_unread, analysed) if p is not None]
         decisions = decide([*plans, *unread], _programs(paths, [*plans, *unread], entry))
         work = [a for a in analysed if a.plan is not None and a.error is None]
-        accepts: dict[str, reader_values.Accepting] = {}
+        accepts = reader_values.Across()
         if "F2P013" in codes and len(work) > 1:
             for found in _map(
                 pool, _accepting, [(a, _for(decisions, a.path)) for a in work], None, ""
             ):
-                accepts.update(found)
+                accepts |= found
         outcomes = _map(
             pool,
             _apply,

@@ -56,9 +56,12 @@ dict: only the text it prints changes. A name qualifies as ``dead_values`` lets 
 a private or script module-level name (any one no other file mentions, with
 ``--whole-program``), in a scope the names see through; so does an attribute only its class
 reads (``self.x = value``, or ``x = value`` in the class body:
-``dead_values.own_attribute_reads``), every read of it; a parameter's default and a parameter
-given an argument qualify when the function reads the parameter only that way (other callers
-may still pass FSDP1's values: the readers take both).
+``dead_values.own_attribute_reads``), every read of it, or one other files of the run read
+too (a base class's settings a script changes, ``obj.d["key"] = value`` included) when no
+code outside the run reads it (private, or ``--whole-program``) and every file that reads
+``.x`` takes it to readers (``Across.attributes``, by attribute name); a parameter's
+default and a parameter given an argument qualify when the function reads the parameter only
+that way (other callers may still pass FSDP1's values: the readers take both).
 A test ``is None`` / ``is not None`` passes too (neither spelling is None), and a name nothing
 reads reaches nothing. Anything else on the way (another comparison, another call, another
 attribute, a string the run goes on with) keeps the value as it is. ``x: ShardingStrategy =
@@ -245,18 +248,27 @@ class Written:
         return f"{self.kind} {self.why} written as {shown}"
 
 
-def find(
-    names: Names, lines: LineIndex, accepts: Mapping[str, Accepting] | None = None
-) -> list[Written]:
+def find(names: Names, lines: LineIndex, accepts: Across | None = None) -> list[Written]:
     """Each FSDP1 value of the text that reaches only readers' slots of its kind (``accepts``:
     the parameters of other files' functions that do, ``accepting``)."""
-    accepts = accepts or {}
-    if not any(
-        _reader_kind(names, call)
-        or (isinstance(call, ast.Call) and _accepting(names, call, accepts))
-        for call in names.by_type[ast.Call]
+    accepts = accepts or Across()
+    if (
+        not any(
+            _reader_kind(names, call)
+            or (isinstance(call, ast.Call) and _accepting(names, call, accepts))
+            for call in names.by_type[ast.Call]
+        )
+        and not any(
+            getattr(node, "attr", None) in accepts.attributes
+            for node in names.by_type[ast.Attribute]
+        )
+        and not any(
+            isinstance(scope.node, ast.ClassDef)
+            and not accepts.attributes.keys().isdisjoint(scope.bindings)
+            for scope in names.scopes.values()
+        )
     ):
-        return []  # no FSDP2 code here: FSDP1 values stay as the user left them
+        return []  # no FSDP2 code here, no attribute other files' readers read: FSDP1 values stay
     ignored = markers.ignored_lines(lines.text)
     candidates = [
         written
@@ -304,13 +316,41 @@ class Accepting:
     takes: Mapping[str, frozenset[tuple[str, str | None]]]
 
 
-def accepting(names: Names, lines: LineIndex) -> dict[str, Accepting]:
+@dataclasses.dataclass(frozen=True)
+class Across:
+    """What the other files of a run take without FSDP1, once each file's rewrites are made
+    (``accepting``): ``functions``, by qualified name; ``attributes``, per attribute name, per
+    module that reads ``.name`` (``dead_values.attribute_loads``), what its every read takes
+    to readers (``(kind, None)`` / ``(kind, key)`` as ``Accepting.takes``)."""
+
+    functions: Mapping[str, Accepting] = dataclasses.field(default_factory=dict)
+    attributes: Mapping[str, Mapping[str, frozenset[tuple[str, str | None]]]] = dataclasses.field(
+        default_factory=dict
+    )
+
+    def __or__(self, other: Across) -> Across:
+        attributes = {k: dict(v) for k, v in self.attributes.items()}
+        for attr, modules in other.attributes.items():
+            attributes.setdefault(attr, {}).update(modules)
+        return Across({**self.functions, **other.functions}, attributes)
+
+
+def accepting(names: Names, lines: LineIndex) -> Across:
     """The module's functions (and classes, by ``__init__``) whose parameters take a kind of
-    FSDP1 value only to readers, by qualified name: module-level, bound once, no decorator.
-    Calls from other files may then pass FSDP1's values written without FSDP1 (``find``)."""
+    FSDP1 value only to readers, by qualified name: module-level, bound once, no decorator;
+    and what its reads of each attribute name take to readers. Calls from other files may then
+    pass FSDP1's values written without FSDP1, and other files store them in attributes that
+    only readers read (``find``)."""
+    walk = _Paths(names, lines, set(), Across())
+    attributes = {}
+    for attr, reads in walk.attribute_loads().items():
+        if not reads or not (attr.startswith("_") or names.seen.whole_program):
+            continue  # told nothing: a file that reads it so keeps the values as they are
+        taken = frozenset(c for c in _CANDIDATES if walk.attribute_takes(attr, *c))
+        if taken:
+            attributes[attr] = {names.module_name: taken}
     if not any(_reader_kind(names, call, alike=False) for call in names.by_type[ast.Call]):
-        return {}
-    walk = _Paths(names, lines, set(), {})
+        return Across({}, attributes)
     module = names.scopes[names.tree]
     out = {}
     for name, bindings in module.bindings.items():
@@ -342,22 +382,23 @@ def accepting(names: Names, lines: LineIndex) -> dict[str, Accepting]:
         if takes:
             positional = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args][skipped:])
             out[f"{names.module_name}.{name}"] = Accepting(positional, takes)
-    return out
+    return Across(out, attributes)
 
 
-def _accepting(names: Names, call: ast.Call, accepts: Mapping[str, Accepting]) -> Accepting | None:
+def _accepting(names: Names, call: ast.Call, accepts: Across) -> Accepting | None:
     """What the function of another file that ``call`` calls takes without FSDP1, if known: by
     its qualified name, or the one function whose name ends it (a module outside any package,
     no ``__init__.py`` around it, is named by its file alone: ``fsdp_utils.apply_fsdp2`` for
     ``verl.utils.fsdp_utils.apply_fsdp2`` in a namespace package)."""
-    if not accepts:
+    functions = accepts.functions
+    if not functions:
         return None
     for qualified in names.qualified(call.func):
-        if qualified in accepts:
-            return accepts[qualified]
-        ends = [k for k in accepts if qualified.endswith(f".{k}")]
+        if qualified in functions:
+            return functions[qualified]
+        ends = [k for k in functions if qualified.endswith(f".{k}")]
         if len(ends) == 1:
-            return accepts[ends[0]]
+            return functions[ends[0]]
     return None
 
 
@@ -1090,7 +1131,7 @@ class _Paths:
         names: Names,
         lines: LineIndex,
         either: set[ast.expr],
-        accepts: Mapping[str, Accepting],
+        accepts: Across,
         called_as_policy: bool = False,
     ) -> None:
         self.names = names
@@ -1103,6 +1144,7 @@ class _Paths:
         #: The or-policies that may be written as predicates: other lists lead nowhere.
         self.either = either
         self.memo: dict[object, bool] = {}
+        self.loads_by_attribute: dict[str, list[ast.Attribute] | None] | None = None
         #: ``return``s of public functions a policy leaves by (``_returned``): written in
         #: FSDP1's call shape (``fsdp2_port.auto_wrap_policy``) where the policy is written
         self.escapes: set[ast.Return] = set()
@@ -1170,6 +1212,9 @@ class _Paths:
             if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                 stored = _text_key(target.slice)  # d["key"] = value
                 return stored is not None and self._dict_name(target.value, kind, stored)
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute):
+                stored = _text_key(target.slice)  # obj.d["key"] = value
+                return stored is not None and self._attribute(target.value, kind, stored)
             if isinstance(target, ast.Attribute) or (
                 isinstance(target, ast.Name)
                 and isinstance(self.names.scope_of(target).node, ast.ClassDef)
@@ -1187,18 +1232,71 @@ class _Paths:
             return argument is not None and self.parameter_takes(parent, argument, kind, None)
         return False
 
-    def _attribute(self, target: ast.Attribute | ast.Name, kind: str) -> bool:
-        """``self.x = value`` (or ``x = value`` in the class body) where only the class reads
-        ``x`` (``own_attribute_reads``): each of its reads continues the path (any method may
-        run after any other: every read)."""
+    def _attribute(
+        self, target: ast.Attribute | ast.Name, kind: str, key: str | None = None
+    ) -> bool:
+        """``self.x = value`` (or ``x = value`` in the class body; with ``key``, a dict holding
+        the value under it, or ``obj.x[key] = value``) where only the class reads ``x``
+        (``own_attribute_reads``), or every file of the run that reads ``.x`` takes it to
+        readers (``_across``): each of its reads continues the path (any method may run after
+        any other: every read)."""
 
         def compute() -> bool:
             reads = dead_values.own_attribute_reads(self.names, target)
-            return reads is not None and all(self.reaches_only(r, kind) for r in reads)
+            if reads is None:
+                return self._across(target, attr, kind, key)
+            return all(self._continues(r, kind, key) for r in reads)
 
         owner = self.names.class_of(target)
         attr = target.attr if isinstance(target, ast.Attribute) else target.id
-        return self._memo(("attribute", owner, attr, kind), compute)
+        return self._memo(("attribute", owner, attr, kind, key), compute)
+
+    def _continues(self, read: ast.expr, kind: str, key: str | None) -> bool:
+        return self.reaches_only(read, kind) if key is None else self._dict(read, kind, key)
+
+    def _across(
+        self, target: ast.Attribute | ast.Name, attr: str, kind: str, key: str | None
+    ) -> bool:
+        """An attribute other files of the run read too (a base class's settings a script
+        changes, StableCascade's ``fsdp_defaults``): no code outside the run reads it (a
+        private name, or ``--whole-program``), every file that reads ``.x`` or spells ``"x"``
+        (``Visibility.attributes_shared``) told what its reads take (``accepts.attributes``)
+        and takes this, and so does every ``.x`` read here, on whatever object (an attribute
+        of that name anywhere). A class that binds it has no decorator (a dataclass's fields
+        are read by name)."""
+        if not (attr.startswith("_") or self.names.seen.whole_program):
+            return False
+        if isinstance(target, ast.Name):
+            owner = dead_values.class_body_binding(self.names, target)
+        else:
+            owner = self.names.class_of(target)
+        if owner is not None and owner.decorator_list:
+            return False
+        others = {
+            module: taken
+            for module, taken in self.accepts.attributes.get(attr, {}).items()
+            if module != self.names.module_name
+        }
+        if len(others) != self.names.seen.attributes_shared.get(attr, 0):
+            return False  # a file that reads it told nothing (no readers there, or unread)
+        return all((kind, key) in taken for taken in others.values()) and self.attribute_takes(
+            attr, kind, key
+        )
+
+    def attribute_loads(self) -> dict[str, list[ast.Attribute] | None]:
+        if self.loads_by_attribute is None:
+            self.loads_by_attribute = dead_values.attribute_loads(self.names)
+        return self.loads_by_attribute
+
+    def attribute_takes(self, attr: str, kind: str, key: str | None) -> bool:
+        """Every ``.attr`` this module reads (``dead_values.attribute_loads``) takes a value of
+        ``kind`` (under ``key`` of a dict) to readers."""
+
+        def compute() -> bool:
+            reads = self.attribute_loads().get(attr, [])
+            return reads is not None and all(self._continues(r, kind, key) for r in reads)
+
+        return self._memo(("attribute reads", attr, kind, key), compute)
 
     def _logged(self, node: ast.expr) -> bool:
         """``node`` is shown by a log line: an argument of ``print`` or of a logger's method
@@ -1263,6 +1361,11 @@ class _Paths:
             return self._argument(parent, kind, position=position, key=key)
         if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and parent.value is mapping:
             target = parent.targets[0]
+            if isinstance(target, ast.Attribute) or (
+                isinstance(target, ast.Name)
+                and isinstance(self.names.scope_of(target).node, ast.ClassDef)
+            ):
+                return self._attribute(target, kind, key)  # self.d = {...}, d = {...} in a class
             return isinstance(target, ast.Name) and self._dict_name(target, kind, key)
         if isinstance(parent, ast.Return) and isinstance(mapping, ast.Name):
             return self._returned(

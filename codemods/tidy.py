@@ -30,7 +30,7 @@ def tidy(
     removes_imports: bool = True,
     removes_dead_values: bool = True,
     writes_reader_values: bool = True,
-    accepts: Mapping[str, reader_values.Accepting] | None = None,
+    accepts: reader_values.Across | None = None,
 ) -> tuple[str, list[Finding]]:
     """The final text and every finding, sorted by input position.
 

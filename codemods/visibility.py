@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from codemods import programs, sources
 
@@ -33,6 +33,8 @@ _STAR_IMPORT = re.compile(rb"^[ \t]*from[ \t]+[.\w]*?(\w+)[ \t]+import[ \t]+\*",
 #: ``.x`` (an attribute read); ``"x"`` / ``'x'`` (a name for ``getattr``).
 _DOTTED = re.compile(rb"\.[ \t]*([A-Za-z_]\w*)")
 _QUOTED = re.compile(rb"[\"']([A-Za-z_]\w*)[\"']")
+#: A line that is a comment alone (StableCascade's ``# core.fsdp_defaults[...] = ...``): no read.
+_COMMENT_LINE = re.compile(rb"^[ \t]*#[^\n]*", re.MULTILINE)
 #: The module of a relative import, its dots aside (``from ..pkg.fsdp import``: ``pkg.fsdp``).
 _RELATIVE_IMPORT = re.compile(rb"^[ \t]*from[ \t]+\.+([\w.]+)", re.MULTILINE)
 #: ``from . import x``, ``from .. import x``: a name of a package ``__init__`` by no stem.
@@ -52,8 +54,8 @@ class Visibility:
     #: this module (a value another file passes into this one is spelled there).
     elsewhere: frozenset[str] = frozenset()
     #: Its words another file reads as an attribute (``.x``) or spells as a string (``"x"``:
-    #: ``getattr``): an instance of its classes may be read there.
-    attributes_shared: frozenset[str] = frozenset()
+    #: ``getattr``), with how many files do: an instance of its classes may be read there.
+    attributes_shared: Mapping[str, int] = field(default_factory=dict)
 
     def spelled_only_here(self, word: str) -> bool:
         """With ``whole_program``: no other file of the program mentions ``word``."""
@@ -98,7 +100,8 @@ def find(
         for word in every if whole_program else words[path] | (stems & every.keys()):
             naming[word].add(path)
         dotted = Counter(_DOTTED.findall(data))
-        for word in (*dotted, *_QUOTED.findall(data)):
+        code = _COMMENT_LINE.sub(b"", data)
+        for word in (*_DOTTED.findall(code), *_QUOTED.findall(code)):
             as_attribute[word].add(path)
         mentions[path] = _Mentions(stems, every, dotted, data)
         starred.update(_STAR_IMPORT.findall(data))
@@ -119,9 +122,13 @@ def find(
         own = words[path]
         shared = {w for w in own if everything or not naming[w].isdisjoint(importers)}
         elsewhere = {w for w in own if len(naming[w]) > 1} if whole_program else set()
-        attributes = {w for w in own if any(f != path for f in as_attribute.get(w, ()))}
+        attributes = {
+            w.decode("utf-8", "replace"): len(as_attribute[w] - {path})
+            for w in own
+            if not as_attribute.get(w, set()) <= {path}
+        }
         out[path] = Visibility(
-            path in entry, _text(shared), whole_program, _text(elsewhere), _text(attributes)
+            path in entry, _text(shared), whole_program, _text(elsewhere), attributes
         )
     return out
 

@@ -93,6 +93,10 @@ def test_an_attribute_is_read_elsewhere_as_an_attribute_or_a_string(tmp_path: Pa
         ("strategy = 2\nprint(strategy)\n", True),
         ("from lib import S\nprint(S().strategy)\n", False),
         ("from lib import S\nprint(getattr(S(), 'strategy'))\n", False),
+        # a line that is a comment alone reads nothing (StableCascade's scripts); code is code
+        ("    # S().strategy = 3\n", True),
+        ("x = 1  # S().strategy\nprint(S().strategy)\n", False),
     ]:
         seen = _run(tmp_path, {"lib.py": lib, "train.py": other}, whole_program=True)["lib.py"]
         assert seen.own_attribute("strategy") is own, other
+        assert seen.attributes_shared.get("strategy", 0) == (0 if own else 1), other
