@@ -250,25 +250,10 @@ class Written:
 
 def find(names: Names, lines: LineIndex, accepts: Across | None = None) -> list[Written]:
     """Each FSDP1 value of the text that reaches only readers' slots of its kind (``accepts``:
-    the parameters of other files' functions that do, ``accepting``)."""
+    what other files' functions and attribute reads take to readers, ``accepting``)."""
     accepts = accepts or Across()
-    if (
-        not any(
-            _reader_kind(names, call)
-            or (isinstance(call, ast.Call) and _accepting(names, call, accepts))
-            for call in names.by_type[ast.Call]
-        )
-        and not any(
-            getattr(node, "attr", None) in accepts.attributes
-            for node in names.by_type[ast.Attribute]
-        )
-        and not any(
-            isinstance(scope.node, ast.ClassDef)
-            and not accepts.attributes.keys().isdisjoint(scope.bindings)
-            for scope in names.scopes.values()
-        )
-    ):
-        return []  # no FSDP2 code here, no attribute other files' readers read: FSDP1 values stay
+    if not _concerned(names, accepts):
+        return []  # FSDP1 values stay as the user left them
     ignored = markers.ignored_lines(lines.text)
     candidates = [
         written
@@ -303,6 +288,24 @@ def find(names: Names, lines: LineIndex, accepts: Across | None = None) -> list[
             return [*written, *(w for w in compared.values() if w not in chosen), *fields]
         refused |= broken  # an or-policy with a member kept as it is: all of it stays
         refused |= tangled
+
+
+def _concerned(names: Names, accepts: Across) -> bool:
+    """The module has FSDP2 code (a reader, or a call of another file's function that takes
+    values to readers), or reads or binds an attribute other files' readers read."""
+    shared = accepts.attributes.keys()
+    return (
+        any(
+            _reader_kind(names, call)
+            or (isinstance(call, ast.Call) and _accepting(names, call, accepts))
+            for call in names.by_type[ast.Call]
+        )
+        or any(getattr(node, "attr", None) in shared for node in names.by_type[ast.Attribute])
+        or any(
+            isinstance(scope.node, ast.ClassDef) and not shared.isdisjoint(scope.bindings)
+            for scope in names.scopes.values()
+        )
+    )
 
 
 @dataclasses.dataclass(frozen=True)

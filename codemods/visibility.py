@@ -122,11 +122,8 @@ def find(
         own = words[path]
         shared = {w for w in own if everything or not naming[w].isdisjoint(importers)}
         elsewhere = {w for w in own if len(naming[w]) > 1} if whole_program else set()
-        attributes = {
-            w.decode("utf-8", "replace"): len(as_attribute[w] - {path})
-            for w in own
-            if not as_attribute.get(w, set()) <= {path}
-        }
+        elsewhere_read = {w: as_attribute.get(w, set()) - {path} for w in own}
+        attributes = {w.decode("utf-8", "replace"): len(f) for w, f in elsewhere_read.items() if f}
         out[path] = Visibility(
             path in entry, _text(shared), whole_program, _text(elsewhere), attributes
         )
