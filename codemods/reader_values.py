@@ -1189,6 +1189,8 @@ class _Paths:
             and _in_fsdp1_call_shape(parent)
         ):
             return True  # harold's ``size_policy(module, recurse, nonwrapped_numel)``
+        if isinstance(parent, ast.Call) and parent.args[1:] == [node] and self._dict_get(parent):
+            return self.reaches_only(parent, kind)  # d.get(key, value): the value, or d's
         if isinstance(parent, ast.Call) and any(node is a for a in parent.args):
             appended = _called_on(parent, "append")
             if appended is not None and kind == POLICY:
@@ -1234,6 +1236,15 @@ class _Paths:
             argument = _defaulted(parent, node)
             return argument is not None and self.parameter_takes(parent, argument, kind, None)
         return False
+
+    def _dict_get(self, call: ast.Call) -> bool:
+        """``d.get(key, default)`` on a name bound once, to a dict written out: what it returns
+        is one of the dict's values or the default."""
+        mapping = _called_on(call, "get")
+        if mapping is None or len(call.args) != 2 or call.keywords:
+            return False
+        bound = self.names.bindings_of(mapping)
+        return len(bound) == 1 and isinstance(bound[0].value, ast.Dict)
 
     def _attribute(
         self, target: ast.Attribute | ast.Name, kind: str, key: str | None = None
