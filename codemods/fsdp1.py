@@ -54,6 +54,12 @@ WRAP_POLICY_FUNCTIONS = frozenset(
         "always_wrap_policy",
     }
 )
+#: FSDP1's wrap-policy functions with an argument of their own that has no default: a policy
+#: that lacks it raises ``TypeError`` on its first call.
+REQUIRED_POLICY_ARGUMENT = {
+    "transformer_auto_wrap_policy": "transformer_layer_cls",
+    "lambda_auto_wrap_policy": "lambda_fn",
+}
 #: Public FSDP1 names (first component of the canonical name).
 PUBLIC = (
     ENUMS

@@ -24,6 +24,9 @@ import):
   predicate ``units_like_fsdp1`` reads as that policy; ``size_based_auto_wrap_policy`` and its
   ``partial``s -> ``size_based_policy(...)``, imported from ``fsdp2_port`` where FSDP1's
   function was imported; ``always_wrap_policy`` (or its ``partial``) -> ``lambda module: True``;
+  ``transformer_auto_wrap_policy`` / ``lambda_auto_wrap_policy`` without their own argument
+  (OpenRLHF's; F2P003 marks it) -> FSDP1's function written out, a lambda in its call shape
+  that still lacks the argument (every call raises the same ``TypeError``);
   ``functools.partial(_or_policy, policies=P)`` -> ``lambda module:
   any(policy(module) for policy in P)`` (the conditions joined by ``or`` when P is written in
   place), when every policy P holds is written as a predicate too: P is seen whole (a literal,
@@ -96,7 +99,10 @@ DOC = Code(
         "`partial(transformer_auto_wrap_policy, transformer_layer_cls=S)` and "
         "`ModuleWrapPolicy([A, B])` → `lambda module: isinstance(module, ...)`, "
         "`size_based_auto_wrap_policy` (and its `partial`s) → `size_based_policy(...)`, "
-        "`always_wrap_policy` → `lambda module: True`, a policy a public function returns "
+        "`always_wrap_policy` → `lambda module: True`, `transformer_auto_wrap_policy` "
+        "without `transformer_layer_cls` (and `lambda_auto_wrap_policy` without `lambda_fn`) "
+        "→ FSDP1's function written out, still lacking it (the same `TypeError`), "
+        "a policy a public function returns "
         "→ `fsdp2_port.auto_wrap_policy(<predicate>)` (FSDP1's call shape, for callers the "
         "run does not see), "
         "`partial(_or_policy, policies=P)` of such predicates → `lambda module: any(...)`: where "
@@ -803,6 +809,9 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
         if policy == "always_wrap_policy" and not keywords:
             yield _selecting(node, "True")
             continue
+        if policy in fsdp1.REQUIRED_POLICY_ARGUMENT and not keywords:
+            yield _unbound(node, policy)
+            continue
         if len(keywords) != 1:
             continue
         keyword = keywords[0]
@@ -1021,15 +1030,14 @@ def _free_of_module(value: ast.expr) -> bool:
 
 
 def _bare_policies(names: Names, lines: LineIndex) -> Iterator[Written]:
-    """``size_based_auto_wrap_policy`` and ``always_wrap_policy`` themselves as policies (not
-    in a ``partial``)."""
+    """FSDP1's policy functions themselves as policies (not in a ``partial``)."""
     for node in [*names.by_type[ast.Name], *names.by_type[ast.Attribute]]:
         assert isinstance(node, (ast.Name, ast.Attribute))
         if not isinstance(node.ctx, ast.Load):
             continue
         policy = fsdp1.first(names.qualified(node))
-        if policy not in ("size_based_auto_wrap_policy", "always_wrap_policy"):
-            continue
+        if policy not in fsdp1.WRAP_POLICY_FUNCTIONS or not _imported(names, node):
+            continue  # not FSDP1's function, or a name bound to it (its value is written)
         parent = names.parent.get(node)
         if isinstance(parent, ast.Attribute) or (
             isinstance(parent, ast.Call) and (parent.func is node or node in parent.args[:1])
@@ -1038,9 +1046,38 @@ def _bare_policies(names: Names, lines: LineIndex) -> Iterator[Written]:
         if policy == "always_wrap_policy":
             yield _selecting(node, "True")
             continue
+        if policy in fsdp1.REQUIRED_POLICY_ARGUMENT:
+            yield _unbound(node, policy)
+            continue
         written = _size_based(names, lines, node, [])
         if written is not None:
             yield written
+
+
+def _imported(names: Names, node: ast.expr) -> bool:
+    """``node`` (a name or a dotted one) names what an import bound, not a local alias."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    bound = names.bindings_of(node) if isinstance(node, ast.Name) else []
+    return bool(bound) and all(b.kind == "import" for b in bound)
+
+
+#: What FSDP1's policies that take an argument of their own return, on it.
+_UNBOUND_RESULTS = {
+    "transformer_auto_wrap_policy": "isinstance(module, tuple(transformer_layer_cls))",
+    "lambda_auto_wrap_policy": "lambda_fn(module)",
+}
+
+
+def _unbound(node: ast.expr, policy: str) -> Written:
+    """``transformer_auto_wrap_policy`` / ``lambda_auto_wrap_policy`` without their own
+    argument (OpenRLHF's), FSDP1's function written out: a lambda in its call shape that
+    still lacks that argument, so that every call raises ``TypeError`` as FSDP1's does (F2P003
+    marks it), and a ``partial`` that gives it the argument selects as FSDP1's would."""
+    argument = fsdp1.REQUIRED_POLICY_ARGUMENT[policy]
+    given = ", ".join((*_CALL_ARGUMENTS_IN_ORDER, argument))
+    text = f"lambda {given}: recurse or {_UNBOUND_RESULTS[policy]}"
+    return Written(node, POLICY, text, call_shape=True)
 
 
 def _size_based(

@@ -14,6 +14,7 @@ into its FSDP2 value by the code ``fully_shard_like_fsdp1`` runs for it.
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import functools
@@ -52,6 +53,8 @@ from torch.distributed.fsdp.wrap import (
 )
 
 import fsdp2_port
+from codemods import fsdp1 as fsdp1_names
+from codemods import reader_values
 from fsdp2_port.fsdp1 import readers
 from fsdp2_port.fsdp1.like_fsdp1 import HYBRID_SHARD_ZERO2
 from fsdp2_port.fsdp1.readers import (
@@ -757,19 +760,30 @@ def test_fsdp2_slots_take_fsdp1_values_and_their_dicts_alike(one_rank):
 @pytest.mark.parametrize("policy", [transformer_auto_wrap_policy, lambda_auto_wrap_policy])
 def test_a_policy_without_its_own_argument_fails_alike(one_rank, policy):
     """F2P003 marks a policy missing its required argument (OpenRLHF's bare
-    ``transformer_auto_wrap_policy``) and keeps it: FSDP1 and ``units_like_fsdp1`` raise the
-    ``TypeError`` on it (in words of their own), so code that catches it falls back alike."""
+    ``transformer_auto_wrap_policy``), and F2P013 writes FSDP1's function out where only the
+    reader reads it: FSDP1 and ``units_like_fsdp1`` raise the ``TypeError`` on either (in words
+    of their own), so code that catches it falls back alike; given the argument by a
+    ``partial``, the written one selects FSDP1's units."""
+    name = policy.__name__
+    needed = fsdp1_names.REQUIRED_POLICY_ARGUMENT[name]
+    written = eval(reader_values._unbound(ast.Name(id=name), name).text)
     errors = []
-    for build in (
-        lambda m: FSDP(m, auto_wrap_policy=policy, device_id=CPU),
-        lambda m: units_like_fsdp1(m, policy),
-    ):
-        with pytest.raises(TypeError) as raised, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            build(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))
-        errors.append(str(raised.value))
-    needed = "transformer_layer_cls" if policy is transformer_auto_wrap_policy else "lambda_fn"
+    builds = (
+        lambda m, p: FSDP(m, auto_wrap_policy=p, device_id=CPU),
+        lambda m, p: units_like_fsdp1(m, p),
+    )
+    for candidate in (policy, written):
+        for build in builds:
+            with pytest.raises(TypeError) as raised, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                build(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), candidate)
+            errors.append(str(raised.value))
     assert all("missing" in error and repr(needed) in error for error in errors), errors
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2), nn.ReLU()), nn.ReLU())
+    given = {"transformer_layer_cls": {nn.Linear}, "lambda_fn": lambda m: isinstance(m, nn.ReLU)}
+    bound = {needed: given[needed]}
+    expected = units_like_fsdp1(model, functools.partial(policy, **bound))
+    assert expected and units_like_fsdp1(model, functools.partial(written, **bound)) == expected
 
 
 def test_predicates_f2p013_writes_select_as_the_policies_they_replace():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from codemods import calls
+from codemods import calls, fsdp1
 from codemods.analysis import FileAnalysis
 from codemods.rules.constructors.values import ROOT, UNIT, Pure, at_run_time, fresh, resolved
 
@@ -46,13 +46,6 @@ def wrap_policy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     out.selects = f"{UNIT} in {units}"
 
 
-#: FSDP1's policies with an argument of their own that has no default.
-_REQUIRED = {
-    "transformer_auto_wrap_policy": "transformer_layer_cls",
-    "lambda_auto_wrap_policy": "lambda_fn",
-}
-
-
 def _uncallable(analysis: FileAnalysis, value: ast.expr) -> None:
     """A policy that lacks its own required argument (bare ``transformer_auto_wrap_policy``,
     OpenRLHF's) raises ``TypeError`` on its first call, under FSDP1 and in
@@ -64,7 +57,7 @@ def _uncallable(analysis: FileAnalysis, value: ast.expr) -> None:
         bound = value.args[0] if value.args else value
         keywords = {k.arg for k in value.keywords}
     policy = analysis.fsdp1_name(bound)
-    needed = _REQUIRED.get(policy or "")
+    needed = fsdp1.REQUIRED_POLICY_ARGUMENT.get(policy or "")
     if needed is None or needed in keywords or None in keywords:
         return
     analysis.add(
