@@ -558,7 +558,7 @@ def _parameter_annotations(names: Names, lines: LineIndex, chosen: set[ast.expr]
 
 def _return_annotations(names: Names, lines: LineIndex, kinds: dict[ast.expr, str]) -> list[Edit]:
     """``def f() -> MixedPrecision:`` that returns written values: annotated with what it
-    returns now, as a string (evaluated at ``def`` otherwise), ``-> "dict |
+    returns now, a union as a string (evaluated at ``def`` otherwise), ``-> "dict |
     MixedPrecisionPolicy"`` for dolomite's helper of both versions. Each value it returns (a
     conditional's, or a binding's in ``f`` of a name returned) must be written, None or an
     FSDP2 object built there; else the annotation stays."""
@@ -571,12 +571,13 @@ def _return_annotations(names: Names, lines: LineIndex, kinds: dict[ast.expr, st
         if annotated not in _ENUMS and annotated not in _CONFIGS:
             continue
         leaves = list(_returned(names, function))
-        if not any(leaf in kinds for leaf in leaves):
+        if not any(v in kinds for leaf in leaves for v in [leaf, *_looked_up(names, leaf)]):
             continue
         spelled = [_returned_type(names, lines, leaf, kinds) for leaf in leaves]
         if None not in spelled:
             text = " | ".join(dict.fromkeys(t for t in spelled if t is not None))
-            out.append(Edit(*lines.span(function.returns), f'"{text}"'))
+            quoted = text if text in ("str", "dict") else f'"{text}"'
+            out.append(Edit(*lines.span(function.returns), quoted))
     return out
 
 
@@ -611,7 +612,21 @@ def _returned_type(
         return "None"
     if isinstance(leaf, ast.Call) and any(fsdp1.fsdp2(q) for q in names.qualified(leaf.func)):
         return lines.source(leaf.func)
-    return None
+    looked_up = _looked_up(names, leaf)
+    spelled = {_returned_type(names, lines, value, kinds) for value in looked_up}
+    return spelled.pop() if len(spelled) == 1 else None
+
+
+def _looked_up(names: Names, leaf: ast.expr) -> list[ast.expr]:
+    """The values ``d[key]`` may read, ``d`` a name bound once to a dict written out
+    (minllm's ``strategy_map[config_strategy]``); none for anything else."""
+    if not (isinstance(leaf, ast.Subscript) and isinstance(leaf.value, ast.Name)):
+        return []
+    bound = names.bindings_of(leaf.value)
+    mapping = bound[0].value if len(bound) == 1 else None
+    if not isinstance(mapping, ast.Dict) or None in mapping.keys:
+        return []  # not a dict written out, or one that spreads another (**d)
+    return [value for value in mapping.values if value is not None]
 
 
 def _branches(value: ast.expr) -> Iterator[ast.expr]:

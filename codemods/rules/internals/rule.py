@@ -70,7 +70,6 @@ _FSDP1_ONLY = frozenset(
         "_use_orig_params",
         "_fsdp_use_orig_params",
         "_exec_order_data",
-        "training_state",
         "flat_param",
         "summon_full_params",
         "_fsdp_wrapped_module",
@@ -93,6 +92,7 @@ _FSDP1_SHARED = frozenset(
         "cpu_offload",
         "register_comm_hook",
         "_has_params",
+        "training_state",
         "rank",
         "world_size",
     }
@@ -104,6 +104,7 @@ _VALUE_ATTRIBUTES = {
     "params": frozenset(dir(list)),  # its flat parameters
     "mixed_precision": frozenset(fsdp1.MIXED_PRECISION_FIELDS),
     "sharding_strategy": frozenset({"name", "value"}),
+    "training_state": frozenset({"name", "value"}),
     "cpu_offload": frozenset(fsdp1.CPU_OFFLOAD_FIELDS),
     "compute_device": frozenset({"type", "index"}),
 }
