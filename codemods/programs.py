@@ -11,7 +11,9 @@ itself, through the functions that hold it:
   body or at module level is held by its module;
 - a function or class is reached where its name is read (a name, an attribute, a string
   naming it); a read inside another function or class is followed by that one's name, one
-  at module level reaches its module; a function of an entry script is read only there.
+  at module level reaches its module; a function of an entry script is read only there
+  (one read nowhere, ``_mp_fn`` for a launcher, runs in that script's program, unless a
+  config names it).
 
 A constructor whose modules are all entry scripts runs only in their programs. Any doubt
 answers "any program": a holder never read in the run (called from outside it, or by a
@@ -192,7 +194,9 @@ class _Run:
                     found = True
                     todo.append((holder, reader))
             if not found:
-                return None  # read by no line of the run: called from outside it
+                if scope is None or self._configured(name):
+                    return None  # read by no line of the run: called from outside it
+                modules.add(home)  # an entry script's own, read nowhere: run in its program
         return frozenset(modules)
 
     def _configured(self, name: str) -> bool:

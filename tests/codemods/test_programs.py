@@ -61,6 +61,18 @@ def test_a_function_of_a_script_is_read_only_in_that_script(tmp_path):
     assert where == {"a.py"}  # b.py's own main() is another function
 
 
+def test_a_function_of_a_script_read_nowhere_runs_in_that_script(tmp_path):
+    """small-ablation's ``def _mp_fn(index): main()`` beside the main guard: a launcher may
+    call it, in that script's program only (unless a config of the run names it)."""
+    launched = "\n\ndef _mp_fn(index):\n    wrap(None)\n\n\nif __name__ == '__main__':\n    pass\n"
+    own = WRAP + launched
+    _, where = _find(tmp_path, {"a.py": own, "b.py": PLAIN}, ("a.py", 5))
+    assert where == {"a.py"}
+    configured = {"a.py": own, "b.py": PLAIN, "run.yaml": "fn: a._mp_fn\n"}
+    _, where = _find(tmp_path, configured, ("a.py", 5))
+    assert where is None
+
+
 @pytest.mark.parametrize(
     "files",
     [
