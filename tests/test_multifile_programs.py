@@ -12,7 +12,8 @@ wrapping; FSDP1 values built in one module and read only in another's wrapping f
 (issue 20: no FSDP1 name survives in any file).
 
 Each program is migrated by one ``fsdp2-port migrate --write`` over its folder, as a user would.
-No finding is left to review, no marker, and no FSDP1 name or FSDP1 module call survives — except
+No finding is left to review, no marker, and no FSDP1 name, import or FSDP1 module call survives
+(issue 20's destination) — except
 in ``ndim_decay``, whose meaning truly changes (FSDP1's flat 1-D views decayed nothing, FSDP2
 decays every matrix): one F2P011 marker at the ``p.ndim`` line, and compare must see the
 difference. Then ``fsdp2-port compare`` trains original and migration on 2 gloo ranks (fp32
@@ -132,6 +133,7 @@ def test_the_migrated_program_trains_like_the_original(program, dtype, args, ext
         text = module.read_text()
         assert "TODO(fsdp2-port)" not in text, module
         assert _fsdp1_left(text) == [], module
+        assert _fsdp1_imports(text) == [], module
     args = [a.replace("{dir}", str(tmp_path)) for a in args]
     result = _compare(original, migrated, dtype, args, *extra)
     assert result["verdict"] == "same", json.dumps(result, indent=1)
@@ -185,6 +187,7 @@ def test_weight_decay_by_ndim_is_marked_and_trains_differently(tmp_path):
     assert "F2P011" in lines[marker - 1] and lines[marker].strip() == "if p.ndim > 1:"
     for module in sorted(migrated.rglob("*.py")):
         assert _fsdp1_left(module.read_text()) == [], module
+        assert _fsdp1_imports(module.read_text()) == [], module
     result = _compare(original, migrated, "fp32", ["--steps", "3"])
     assert result["verdict"] == "different", json.dumps(result, indent=1)
     # The first step (no update yet) is the same; the decay shows from the second on.
