@@ -88,6 +88,32 @@ def _has_main_guard(tree: ast.Module) -> bool:
     )
 
 
+def uncalled(files: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """Per file, the lines of module-level functions without decorators whose name no file
+    of the repository spells as a word anywhere else (comments included): in a whole
+    program nothing calls them. The benchmark's own text reading, not the codemod's."""
+    texts = {p: Path(p).read_text(encoding="utf-8", errors="replace") for p in files}
+    words = Counter(w for text in texts.values() for w in re.findall(r"\w+", text))
+    found: dict[str, list[tuple[int, int]]] = {}
+    for path, text in texts.items():
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
+                continue
+            if words[node.name] == 1:  # its own ``def`` only
+                found.setdefault(path, []).append((node.lineno, node.end_lineno or node.lineno))
+    return found
+
+
+def _in(spans: dict[str, list[tuple[int, int]]], call: str) -> bool:
+    """``call`` ("path:line: what") lies in one of ``spans``."""
+    path, line, _ = call.split(":", 2)
+    return any(start <= int(line) <= end for start, end in spans.get(path, ()))
+
+
 def readings(files: list[str]) -> dict[str, live_fsdp1.Reading]:
     """Each file's output read independently of the codemod (``benchmarks/live_fsdp1.py``)."""
     texts, trees, handed_on = _parsed(files)
@@ -124,6 +150,10 @@ def run_repository(directory: Path, options: Options | None = None) -> dict:
     fsdp1_left = sum(r.fsdp1_constructors for r in read.values())
     fsdp2_made = sum(r.fsdp2_constructors for r in read.values())
     live = [call for p, r in read.items() if p not in never_fsdp for call in r.live]
+    # a whole program: a call in a function nothing calls never runs (kept, and marked)
+    spans = uncalled(files) if options.whole_program else {}
+    never_called = [call for call in live if _in(spans, call)]
+    live = [call for call in live if call not in never_called]
     bridges = sum(r.bridges for r in read.values())
     moved = sum(a.constructors for a in before.values()) > 0 and fsdp2_made > 0
     # every constructor moved by both readings (the audit also follows aliases such as
@@ -147,6 +177,8 @@ def run_repository(directory: Path, options: Options | None = None) -> dict:
         "live_on_migrated": live if all_moved else [],
         # some stay FSDP1: a live call may be theirs (listed for a person to judge)
         "live_to_judge": live if moved and not all_moved else [],
+        # in functions nothing in the repository calls (whole programs only): they never run
+        "live_never_called": never_called,
         "files": len(files),
         "changed_files": sum(r.changed for r in first),
         "seconds": round(seconds, 3),
@@ -244,10 +276,11 @@ def main() -> int:
                 + "  ".join(f"{key.replace('_', '-')} {len(report[key])}" for key in lists)
                 + f"  {report['seconds']:.2f} s"
             )
-            for key in (*lists, "live_to_judge"):
+            for key in (*lists, "live_to_judge", "live_never_called"):
                 for problem in report[key]:
                     print(f"    {key}: {problem.replace(scratch + '/', '')}")
             totals["live_to_judge"] += len(report["live_to_judge"])
+            totals["live_never_called"] += len(report["live_never_called"])
     migrated = totals["constructors_before"] - totals["constructors_after"]
     share = migrated / max(totals["constructors_before"], 1)
     plain = migrated - totals["bridges"]
@@ -265,6 +298,8 @@ def main() -> int:
         f"{totals['wrapper_classes']} FSDP1 subclasses / wrapper_cls=FSDP (marked); "
         f"{totals['live_on_migrated']} FSDP1 calls live on migrated models; "
         f"{totals['live_to_judge']} live FSDP1 calls in runs that keep FSDP1 models (to judge); "
+        f"{totals['live_never_called']} FSDP1 calls in functions nothing calls (whole "
+        "program, marked); "
         f"{totals['half_migrated']} half-migrated sites; {totals['unmarked']} FSDP1 uses "
         f"without a marker; {totals['unparseable']} outputs that do not parse; "
         f"{totals['errors']} errors; {totals['not_idempotent']} files a second run changes; "

@@ -316,7 +316,8 @@ def migrate_files(
         _analyse_receivers(analysed, pool, codes, options, progress, run)
         plans = [a.plan for a in analysed if a.plan is not None]
         unread = [p for p in map(_unread, analysed) if p is not None]
-        decisions = decide([*plans, *unread], _programs(paths, [*plans, *unread], entry))
+        found = _programs(paths, [*plans, *unread], entry, options.whole_program)
+        decisions = decide([*plans, *unread], found)
         work = [a for a in analysed if a.plan is not None and a.error is None]
         accepts = reader_values.Across()
         if "F2P013" in codes and len(work) > 1:
@@ -430,14 +431,25 @@ def _analyse_receivers(
 
 
 def _programs(
-    paths: Sequence[str], plans: list[FilePlan], entry: frozenset[str]
+    paths: Sequence[str], plans: list[FilePlan], entry: frozenset[str], whole_program: bool
 ) -> programs.Programs | None:
-    """Which constructors each file's lines may meet, in a run of several files that has any."""
+    """Which constructors each file's lines may meet, in a run of several files that has any;
+    in a whole program, also which lines that would hold the run no program runs."""
     builds = [(c.constructor or "", c.path, c.line) for p in plans for c in p.constructors]
     builds += [(b, p.path, line) for p in plans for b, line in p.fsdp2_builds]
-    if not builds or len(paths) < 2:
+    if not builds or (len(paths) < 2 and not whole_program):
         return None
-    return programs.find(paths, builds, [p.path for p in plans], entry)
+    holding = [  # sites that may hold the run once it is resolved (untied, or tied later)
+        (s.path, s.line)
+        for p in plans
+        for s in p.sites
+        if whole_program
+        and s.holds
+        and s.constructor is None
+        and not s.ties
+        and (s.requirement == "RUN" or s.deferred)
+    ]
+    return programs.find(paths, builds, [p.path for p in plans], entry, holding)
 
 
 def _owners(callee: str) -> tuple[str, str]:

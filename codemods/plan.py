@@ -14,7 +14,8 @@ the whole run at once, whole models or nothing:
 - a site with a form right whatever its receiver turns out to be (FSDP1, FSDP2, DDP, a plain
   module) takes it when any constructor of the run migrates (``ANY``), tied or not;
 - "the run", for an untied site of an entry script, is the constructors its program may run
-  (``programs.Programs``): others build no model that line can meet;
+  (``programs.Programs``): others build no model that line can meet; in a whole program, a
+  site in a function no line calls holds nothing (it is rewritten or marked all the same);
 - ``NEVER``: no rewrite exists; the site gets a marker;
 - sites of one group (a state-dict block and its calls, a type check and the FSDP1 code it
   guards, an import shared by optimizers) are rewritten together or not at all.
@@ -42,6 +43,11 @@ _NO_CONSTRUCTOR_HERE = (
 _NO_CONSTRUCTOR = (
     "no FSDP1 constructor in this run says where its model comes from: "
     "migrate it together with the code that builds the model"
+)
+
+_NEVER_RUN = (
+    "in a function no line of this whole program calls (nor a config names): it holds no "
+    "model; port it before anything calls it"
 )
 
 Requirement = Literal["ALWAYS", "MODELS", "ANY", "RUN", "NEVER"]
@@ -354,7 +360,7 @@ def decide(plans: Sequence[FilePlan], programs: Programs | None = None) -> Decis
         kept = [s for s in sites if s.constructor is None and s.key not in ok and s.holds]
         blocked = {c for s in kept for c in s.ties}
         for site in kept:
-            if _holds_run(site):
+            if _holds_run(site, reach):
                 blocked |= reach(site)
         still = migrating - blocked
         if still == migrating:
@@ -380,8 +386,13 @@ def decide(plans: Sequence[FilePlan], programs: Programs | None = None) -> Decis
     )
 
 
-def _holds_run(site: Site) -> bool:
-    """A kept site that may act on any model of the run and breaks on an FSDP2 one."""
+def _holds_run(site: Site, reach: _Reach) -> bool:
+    """A kept site that may act on any model of the run and breaks on an FSDP2 one (not in
+    code no program runs)."""
+    return _untied_hold(site) and not reach.never_runs(site)
+
+
+def _untied_hold(site: Site) -> bool:
     return site.holds and site.requirement == "RUN" and not site.ties
 
 
@@ -405,6 +416,10 @@ class _Reach:
 
     def fsdp2(self, site: Site) -> bool:
         return any(self._programs.may_meet(site.path, b) for b in self._fsdp2)
+
+    def never_runs(self, site: Site) -> bool:
+        """No program of a whole program runs the site's line (``Programs.never_run``)."""
+        return (site.path, site.line) in self._programs.never_run
 
 
 def _allowed(site: Site, migrating: set[str], reach: _Reach, fsdp2_models: bool = False) -> bool:
@@ -442,7 +457,7 @@ def _reason(
             for s in sites
             if (
                 (site.constructor in s.ties and s.holds)
-                or (_holds_run(s) and site.constructor in reach(s))
+                or (_holds_run(s, reach) and site.constructor in reach(s))
             )
             and s.key not in ok
             and not _allowed(s, with_it, reach)
@@ -456,7 +471,9 @@ def _reason(
     if site.key in ok:
         return Reason("")
     reached = [c for c in constructors if c.constructor in reach(site)]
-    if _holds_run(site) and site.rewrite is None and any(c.rewrite for c in reached):
+    if _untied_hold(site) and reach.never_runs(site) and site.key not in ok:
+        return Reason(_NEVER_RUN)
+    if _holds_run(site, reach) and site.rewrite is None and any(c.rewrite for c in reached):
         models = "of this run" if len(reached) == len(constructors) else "its program builds"
         return Reason(f"it may act on any model {models}: they all stay FSDP1 until it is ported")
     if site.rewrite is None or site.requirement == "NEVER":

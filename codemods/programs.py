@@ -57,10 +57,12 @@ _MAX_NAMES = 64
 @dataclass(frozen=True)
 class Programs:
     """``entry``: the run's entry scripts; ``runs_in``: constructor id -> the entry scripts
-    whose programs may run it (``None``: any program)."""
+    whose programs may run it (``None``: any program); ``never_run``: of the lines asked
+    about, ``(path, line)`` of those no program of a whole program runs (``unreached``)."""
 
     entry: frozenset[str] = frozenset()
     runs_in: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    never_run: frozenset[tuple[str, int]] = frozenset()
 
     def may_meet(self, path: str, constructor: str) -> bool:
         """Whether the models of ``constructor`` may reach a line of ``path``."""
@@ -87,17 +89,23 @@ def find(
     constructors: Iterable[tuple[str, str, int]],
     lines: Iterable[str],
     entry_scripts: frozenset[str] | None = None,
+    unread: Iterable[tuple[str, int]] = (),
 ) -> Programs:
     """The run's programs, for constructors given as ``(id, path, line)`` and the files whose
-    lines may meet models (``lines``); ``entry_scripts``: the run's, when already known."""
+    lines may meet models (``lines``); ``entry_scripts``: the run's, when already known;
+    ``unread``: lines to test with ``unreached`` (a whole program's: nothing outside the run
+    calls its functions)."""
     run = _Run(list(paths))
     if entry_scripts is not None:
         run.seed(entry_scripts)
     entry = run.entry(lines)
+    never_run = frozenset(at for at in unread if run.unreached(*at))
     if not entry:
-        return Programs()
+        return Programs(never_run=never_run)
     return Programs(
-        frozenset(entry), {cid: run.runs_in(path, line) for cid, path, line in constructors}
+        frozenset(entry),
+        {cid: run.runs_in(path, line) for cid, path, line in constructors},
+        never_run,
     )
 
 
@@ -109,6 +117,7 @@ class _Run:
         self._configs: list[bytes] | None = None
         self._entry: dict[str, bool] = {}
         self._loaded: dict[str, set[str]] | None = None
+        self._unreached: dict[tuple[str, str], bool] = {}
 
     def data(self, path: str) -> bytes:
         if path not in self._data:
@@ -199,6 +208,41 @@ class _Run:
                 modules.add(home)  # an entry script's own, read nowhere: run in its program
         return frozenset(modules)
 
+    def unreached(self, path: str, line: int) -> bool:
+        """In a whole program, whether no program runs ``line``: it lies in a module-level
+        function (no decorator) that no line of the run reads, or that only such functions
+        read, and no config names. Anything else may run (a method: a framework may call it
+        by a name the run never spells; a class; code at module level)."""
+        tree = self.tree(path)
+        function = _module_function(tree, line) if tree is not None else None
+        if function is None:
+            return False
+        key = (path, function.name)
+        if key not in self._unreached:
+            self._unreached[key] = self._unread(path, function)
+        return self._unreached[key]
+
+    def _unread(self, path: str, first: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        todo: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef | None]] = [(path, first)]
+        seen: set[tuple[str, str]] = set()
+        while todo:
+            home, function = todo.pop()
+            if function is None or function.decorator_list or self._configured(function.name):
+                return False
+            if (home, function.name) in seen:
+                continue
+            seen.add((home, function.name))
+            if len(seen) > _MAX_NAMES:
+                return False
+            for reader in self.holding(function.name):
+                tree = self.tree(reader)
+                if tree is None:
+                    return False
+                todo += [
+                    (reader, _module_function(tree, r)) for r in _reads_of(tree, function.name)
+                ]
+        return True
+
     def _configured(self, name: str) -> bool:
         if self._configs is None:
             self._configs = list(_config_texts(self.paths))
@@ -261,8 +305,25 @@ def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
     return found
 
 
+def _module_function(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The module-level function whose body holds ``line`` (None at module level, in a class,
+    in a decorator or a default: those run when the module is imported)."""
+    for statement in tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            _within(s, line) for s in statement.body
+        ):
+            return statement
+    return None
+
+
 def _readers_of(tree: ast.Module, name: str) -> list[str | None]:
     """The holders (``_holder``) of each line of ``tree`` that reads ``name``."""
+    return [_holder(tree, line) for line in _reads_of(tree, name)]
+
+
+def _reads_of(tree: ast.Module, name: str) -> list[int]:
+    """The lines of ``tree`` that read ``name`` (a name, an attribute, a string naming it, an
+    import under another name)."""
     lines = set()
     for node in ast.walk(tree):
         if (
@@ -276,7 +337,7 @@ def _readers_of(tree: ast.Module, name: str) -> list[str | None]:
             or (isinstance(node, ast.alias) and node.asname and node.name == name)
         ):
             lines.add(node.lineno)
-    return [_holder(tree, line) for line in sorted(lines)]
+    return sorted(lines)
 
 
 def _config_texts(paths: list[str]) -> Iterable[bytes]:

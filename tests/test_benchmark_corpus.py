@@ -284,3 +284,21 @@ def test_a_ddp_script_of_its_own_has_no_migrated_model(tmp_path):
     assert totals["constructors_after"] == 0 and totals["live_on_migrated"] == 0
     (repository / "train_fsdp.py").write_text("from train_ddp import train_epoch\n" + FSDP_SCRIPT)
     assert programs_of_their_own(paths) == frozenset(paths[:1])
+
+
+def test_uncalled_functions_are_those_no_file_spells_again(tmp_path):
+    """The benchmark's own reading of code a whole program never runs (independent of the
+    codemod's ``programs.unreached``): module-level functions without decorators whose name
+    no file spells again, comments included; a call there is counted apart, not as live."""
+    from benchmarks.corpus import _in, uncalled
+
+    helpers = tmp_path / "helpers.py"
+    helpers.write_text(
+        "def used():\n    pass\n\n\ndef unused(m):\n    m.no_sync()\n\n\n"
+        "@register\ndef decorated(m):\n    m.no_sync()\n\n\n"
+        "def mentioned(m):\n    m.no_sync()\n"
+    )
+    (tmp_path / "train.py").write_text("from helpers import used\nused()  # not mentioned\n")
+    spans = uncalled([str(helpers), str(tmp_path / "train.py")])
+    assert spans == {str(helpers): [(5, 6)]}
+    assert _in(spans, f"{helpers}:6: .no_sync()") and not _in(spans, f"{helpers}:11: .no_sync()")

@@ -143,3 +143,63 @@ def test_no_entry_script_no_programs(tmp_path):
     found, _ = _find(tmp_path, {"lib.py": WRAP, "a.py": "from lib import wrap\nwrap(None)\n"})
     assert found.entry == frozenset()
     assert found.may_meet(str(tmp_path / "a.py"), "c")
+
+
+def _unreached(tmp_path, files: dict[str, str], at: tuple[str, int]) -> bool:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    paths = sorted(str(p) for p in tmp_path.rglob("*.py"))
+    found = programs.find(paths, [], paths, unread=[(str(tmp_path / at[0]), at[1])])
+    return bool(found.never_run)
+
+
+HELPERS = """\
+def used(model):
+    return model
+
+
+def unused(model):
+    return model.state_dict()
+
+
+def only_unused_reads(model):
+    return unused(model)
+"""
+
+
+@pytest.mark.parametrize(
+    "script,line,unreached",
+    [
+        pytest.param("from helpers import used\nused(1)\n", 6, True, id="read-nowhere"),
+        pytest.param("from helpers import used\nused(1)\n", 10, True, id="read-by-unread-only"),
+        pytest.param("from helpers import used\nused(1)\n", 2, False, id="read-at-module-level"),
+        pytest.param("import helpers\nhelpers.unused(1)\n", 6, False, id="read-as-an-attribute"),
+        pytest.param("CALLBACKS = {'save': 'helpers.unused'}\n", 6, False, id="named-by-a-string"),
+        pytest.param(
+            "from helpers import unused\n\n\nclass T:\n    def step(self):\n        unused(self)\n",
+            6,
+            False,
+            id="called-in-a-method",
+        ),
+    ],
+)
+def test_a_line_no_program_runs(tmp_path, script, line, unreached):
+    """In a whole program, a line runs only if its module-level function is read (a name, an
+    attribute, a string, an import under another name) somewhere that runs: at module level,
+    in a method or class (a framework may call those by names the run never spells), or in a
+    function read so in turn. Any doubt: it runs."""
+    assert (
+        _unreached(tmp_path, {"helpers.py": HELPERS, "train.py": script}, ("helpers.py", line))
+        is unreached
+    )
+
+
+def test_decorated_configured_or_module_level_code_runs(tmp_path):
+    decorated = HELPERS.replace("def unused", "@register\ndef unused")
+    assert not _unreached(tmp_path / "a", {"helpers.py": decorated}, ("helpers.py", 7))
+    named = {"helpers.py": HELPERS, "conf.yaml": "save: unused\n"}
+    assert not _unreached(tmp_path / "b", named, ("helpers.py", 6))
+    method = "class Saver:\n    def save(self, model):\n        return model.state_dict()\n"
+    assert not _unreached(tmp_path / "c", {"helpers.py": method}, ("helpers.py", 3))
