@@ -449,6 +449,8 @@ def _programs(
         and not s.ties
         and (s.requirement == "RUN" or s.deferred)
     ]
+    if len(paths) < 2:  # one file: no programs to tell apart, only lines no one runs
+        return programs.find(paths, [], [], entry, holding)
     return programs.find(paths, builds, [p.path for p in plans], entry, holding)
 
 
