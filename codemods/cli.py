@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the files given are the whole program: no code outside them imports their "
         "module-level names, so a public one that only the run reads may be respelled or "
-        "removed as a private one is (an application, not a library others import)",
+        "removed as a private one is, and FSDP1 code in a function nothing in the run calls "
+        "holds no model (an application, not a library others import)",
     )
     parser.add_argument("--list-rules", action="store_true", help="print the rule codes and exit")
     return parser

@@ -118,6 +118,7 @@ class _Run:
         self._entry: dict[str, bool] = {}
         self._loaded: dict[str, set[str]] | None = None
         self._unreached: dict[tuple[str, str], bool] = {}
+        self._packaging: list[bytes] | None = None
 
     def data(self, path: str) -> bytes:
         if path not in self._data:
@@ -211,8 +212,9 @@ class _Run:
     def unreached(self, path: str, line: int) -> bool:
         """In a whole program, whether no program runs ``line``: it lies in a module-level
         function (no decorator) that no line of the run reads, or that only such functions
-        read, and no config names. Anything else may run (a method: a framework may call it
-        by a name the run never spells; a class; code at module level)."""
+        read, and no config or packaging file (a console script) names. Anything else may
+        run (a method: a framework may call it by a name the run never spells; a class;
+        code at module level)."""
         tree = self.tree(path)
         function = _module_function(tree, line) if tree is not None else None
         if function is None:
@@ -227,7 +229,9 @@ class _Run:
         seen: set[tuple[str, str]] = set()
         while todo:
             home, function = todo.pop()
-            if function is None or function.decorator_list or self._configured(function.name):
+            if function is None or function.decorator_list:
+                return False
+            if self._configured(function.name) or self._packaged(function.name):
                 return False
             if (home, function.name) in seen:
                 continue
@@ -242,6 +246,14 @@ class _Run:
                     (reader, _module_function(tree, r)) for r in _reads_of(tree, function.name)
                 ]
         return True
+
+    def _packaged(self, name: str) -> bool:
+        """Whether a packaging file above the run (``pyproject.toml``, ``setup.cfg``,
+        ``setup.py``) names ``name``: a console script calls it from outside the run."""
+        if self._packaging is None:
+            self._packaging = list(_packaging_texts(self.paths))
+        pattern = re.compile(rb"\b" + re.escape(name.encode()) + rb"\b")
+        return any(pattern.search(text) for text in self._packaging)
 
     def _configured(self, name: str) -> bool:
         if self._configs is None:
@@ -338,6 +350,25 @@ def _reads_of(tree: ast.Module, name: str) -> list[int]:
         ):
             lines.add(node.lineno)
     return sorted(lines)
+
+
+_PACKAGING = ("pyproject.toml", "setup.cfg", "setup.py")
+
+
+def _packaging_texts(paths: list[str]) -> Iterable[bytes]:
+    """The packaging files of the folders above the run's files, up to the file system's
+    root (where console scripts name the functions they call)."""
+    folders: set[str] = set()
+    for directory in {os.path.dirname(os.path.abspath(p)) for p in paths}:
+        while directory not in folders:
+            folders.add(directory)
+            directory = os.path.dirname(directory)
+    for folder in sorted(folders):
+        for name in _PACKAGING:
+            try:
+                yield sources.read_bytes(os.path.join(folder, name))
+            except sources.UnreadableSource:
+                continue
 
 
 def _config_texts(paths: list[str]) -> Iterable[bytes]:

@@ -196,10 +196,15 @@ def test_a_line_no_program_runs(tmp_path, script, line, unreached):
     )
 
 
-def test_decorated_configured_or_module_level_code_runs(tmp_path):
+def test_decorated_configured_packaged_or_method_code_runs(tmp_path):
     decorated = HELPERS.replace("def unused", "@register\ndef unused")
     assert not _unreached(tmp_path / "a", {"helpers.py": decorated}, ("helpers.py", 7))
     named = {"helpers.py": HELPERS, "conf.yaml": "save: unused\n"}
     assert not _unreached(tmp_path / "b", named, ("helpers.py", 6))
+    scripts = {
+        "pkg/helpers.py": HELPERS,
+        "pyproject.toml": '[project.scripts]\nx = "pkg.helpers:unused"\n',
+    }
+    assert not _unreached(tmp_path / "d", scripts, ("pkg/helpers.py", 6))  # a console script
     method = "class Saver:\n    def save(self, model):\n        return model.state_dict()\n"
     assert not _unreached(tmp_path / "c", {"helpers.py": method}, ("helpers.py", 3))
