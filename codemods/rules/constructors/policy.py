@@ -27,8 +27,11 @@ def wrap_policy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
         out.removable += [removable] if removable else []
         out.selects = selects
         return
-    if value is not None:
-        _uncallable(analysis, value)
+    given = (
+        value if value is not None else _bound_once(analysis, out.values.get("auto_wrap_policy"))
+    )
+    if given is not None:
+        _uncallable(analysis, given)
     why = blocker or (
         "auto_wrap_policy is not transformer_auto_wrap_policy/ModuleWrapPolicy of classes or "
         "lambda_auto_wrap_policy"
@@ -44,6 +47,13 @@ def wrap_policy(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
     units = fresh(analysis, call, out, "units")
     out.bound_first.append((units, f"fsdp2_port.units_like_fsdp1({', '.join(arguments)})"))
     out.selects = f"{UNIT} in {units}"
+
+
+def _bound_once(analysis: FileAnalysis, value: ast.expr | None) -> ast.expr | None:
+    """What a name bound once holds (a policy read elsewhere too stays a run-time value, but
+    what it is can still be known)."""
+    binding = analysis.sole_binding(value) if isinstance(value, ast.Name) else None
+    return binding.value if binding is not None else None
 
 
 def _uncallable(analysis: FileAnalysis, value: ast.expr) -> None:
