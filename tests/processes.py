@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from benchmarks.faults import tagged
@@ -15,12 +16,16 @@ __all__ = ["ROOT", "fsdp2_port_cli", "tagged"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fsdp2_port_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``python -m fsdp2_port ARGS`` from the repository's root."""
+def fsdp2_port_cli(
+    *args: str, timeout: float = 300, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m fsdp2_port ARGS`` from the repository's root (``env``: the whole
+    environment, or this process's)."""
     return subprocess.run(
         [sys.executable, "-m", "fsdp2_port", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )

@@ -16,14 +16,16 @@ No finding is left to review, no marker, and no FSDP1 name, import or FSDP1 modu
 (issue 20's destination) — except
 in ``ndim_decay``, whose meaning truly changes (FSDP1's flat 1-D views decayed nothing, FSDP2
 decays every matrix): one F2P011 marker at the ``p.ndim`` line, and compare must see the
-difference. Then ``fsdp2-port compare`` trains original and migration on 2 gloo ranks (fp32
-1e-5, bf16 2e-3) and judges every logged loss and grad norm.
+difference. Then ``fsdp2-port compare`` trains original and migration on 2 gloo ranks through
+torchrun (fp32 1e-5, bf16 2e-3: its defaults) and judges every logged loss and grad norm,
+leaving no log folder in TMPDIR.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -82,7 +84,17 @@ def _migrate(program: str, base: Path) -> tuple[Path, Path, list[dict]]:
     return original, migrated, json.loads(done.stdout)
 
 
+#: compare's relative tolerance on every metric, per --dtype (one fp32 sum order; one bf16
+#: rounding, 2^-9).
+DEFAULT_RTOL = {"fp32": 1e-5, "bf16": 2e-3}
+
+
 def _compare(original: Path, migrated: Path, dtype: str, args: list[str], *extra: str) -> dict:
+    """``fsdp2-port compare`` of the two programs under torchrun (2 ranks), its temporary
+    files in a folder of the test's own, which it must leave as it found it (torchrun's logs
+    go to compare's own folder)."""
+    temporary = migrated.parent.parent / "tmp"
+    temporary.mkdir(exist_ok=True)
     done = fsdp2_port_cli(
         "compare",
         str(original / "train.py"),
@@ -99,9 +111,14 @@ def _compare(original: Path, migrated: Path, dtype: str, args: list[str], *extra
         *extra,
         "--",
         *args,
+        env={**os.environ, "TMPDIR": str(temporary)},
     )
     result = json.loads(done.stdout)
     assert result["exit_code"] == done.returncode, done.stdout + done.stderr
+    assert "torch.distributed.run" in result["runs"]["new"]["command"]
+    assert set(result["tolerance"].values()) <= {DEFAULT_RTOL[dtype]}, result["tolerance"]
+    left = [p.name for p in temporary.iterdir()]  # torch's own caches aside (torchinductor_*)
+    assert [n for n in left if n.startswith(("torchelastic_", "fsdp2-port-compare-"))] == []
     return result
 
 
