@@ -316,8 +316,8 @@ def migrate_files(
         _analyse_receivers(analysed, pool, codes, options, progress, run)
         plans = [a.plan for a in analysed if a.plan is not None]
         unread = [p for p in map(_unread, analysed) if p is not None]
-        found = _programs(paths, [*plans, *unread], entry, options.whole_program)
-        decisions = decide([*plans, *unread], found)
+        run_programs = _programs(paths, [*plans, *unread], entry, options.whole_program)
+        decisions = decide([*plans, *unread], run_programs)
         work = [a for a in analysed if a.plan is not None and a.error is None]
         accepts = reader_values.Across()
         if "F2P013" in codes and len(work) > 1:

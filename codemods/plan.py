@@ -471,7 +471,7 @@ def _reason(
     if site.key in ok:
         return Reason("")
     reached = [c for c in constructors if c.constructor in reach(site)]
-    if _untied_hold(site) and reach.never_runs(site) and site.key not in ok:
+    if _untied_hold(site) and reach.never_runs(site):
         return Reason(_NEVER_RUN)
     if _holds_run(site, reach) and site.rewrite is None and any(c.rewrite for c in reached):
         models = "of this run" if len(reached) == len(constructors) else "its program builds"

@@ -138,7 +138,7 @@ class _Run:
 
     def holding(self, word: str) -> list[str]:
         """The files whose text has ``word`` as a word."""
-        pattern = re.compile(rb"\b" + re.escape(word.encode()) + rb"\b")
+        pattern = _word(word)
         return [p for p in self.paths if pattern.search(self.data(p))]
 
     def seed(self, entry: frozenset[str]) -> None:
@@ -231,10 +231,10 @@ class _Run:
             home, function = todo.pop()
             if function is None or function.decorator_list:
                 return False
-            if self._configured(function.name) or self._packaged(function.name):
-                return False
             if (home, function.name) in seen:
                 continue
+            if self._configured(function.name) or self._packaged(function.name):
+                return False
             seen.add((home, function.name))
             if len(seen) > _MAX_NAMES:
                 return False
@@ -252,14 +252,22 @@ class _Run:
         ``setup.py``) names ``name``: a console script calls it from outside the run."""
         if self._packaging is None:
             self._packaging = list(_packaging_texts(self.paths))
-        pattern = re.compile(rb"\b" + re.escape(name.encode()) + rb"\b")
-        return any(pattern.search(text) for text in self._packaging)
+        return _spelled(self._packaging, name)
 
     def _configured(self, name: str) -> bool:
         if self._configs is None:
             self._configs = list(_config_texts(self.paths))
-        pattern = re.compile(rb"\b" + re.escape(name.encode()) + rb"\b")
-        return any(pattern.search(text) for text in self._configs)
+        return _spelled(self._configs, name)
+
+
+def _word(word: str) -> re.Pattern[bytes]:
+    return re.compile(rb"\b" + re.escape(word.encode()) + rb"\b")
+
+
+def _spelled(texts: Iterable[bytes], word: str) -> bool:
+    """Whether any of ``texts`` has ``word`` as a word."""
+    pattern = _word(word)
+    return any(pattern.search(text) for text in texts)
 
 
 def _holder(tree: ast.Module, line: int) -> str | None:

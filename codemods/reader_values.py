@@ -81,7 +81,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 
 from codemods import calls, dead_values, flow, fsdp1, imports, markers
-from codemods.names import Names, Scope
+from codemods.names import Binding, Names, Scope
 from codemods.plan import NeededImport
 from codemods.rules import Code
 from codemods.text import Edit, LineIndex
@@ -1051,7 +1051,7 @@ def _bare_policies(names: Names, lines: LineIndex) -> Iterator[Written]:
         if not isinstance(node.ctx, ast.Load):
             continue
         policy = fsdp1.first(names.qualified(node))
-        if policy not in fsdp1.WRAP_POLICY_FUNCTIONS or not _imported(names, node):
+        if policy not in fsdp1.WRAP_POLICY_FUNCTIONS or not _import_bindings(names, node):
             continue  # not FSDP1's function, or a name bound to it (its value is written)
         parent = names.parent.get(node)
         if isinstance(parent, ast.Attribute) or (
@@ -1069,12 +1069,13 @@ def _bare_policies(names: Names, lines: LineIndex) -> Iterator[Written]:
             yield written
 
 
-def _imported(names: Names, node: ast.expr) -> bool:
-    """``node`` (a name or a dotted one) names what an import bound, not a local alias."""
+def _import_bindings(names: Names, node: ast.expr) -> list[Binding]:
+    """The bindings of the name ``node`` (a name or a dotted one) starts with, when imports
+    bound it, not a local alias; else none."""
     while isinstance(node, ast.Attribute):
         node = node.value
     bound = names.bindings_of(node) if isinstance(node, ast.Name) else []
-    return bool(bound) and all(b.kind == "import" for b in bound)
+    return bound if all(b.kind == "import" for b in bound) else []
 
 
 #: What FSDP1's policies that take an argument of their own return, on it.
@@ -1104,12 +1105,9 @@ def _size_based(
     ``try``/``except`` imports it)."""
     if not all(k.arg in _SIZE_BASED_ARGUMENTS for k in keywords):
         return None
-    function = node.args[0] if isinstance(node, ast.Call) else node
-    while isinstance(function, ast.Attribute):
-        function = function.value
-    bound = names.bindings_of(function) if isinstance(function, ast.Name) else []
+    bound = _import_bindings(names, node.args[0] if isinstance(node, ast.Call) else node)
     # imported once, or once in each branch that needs it (harold's try/except)
-    if not bound or any(b.kind != "import" or b.qualified != bound[0].qualified for b in bound):
+    if not bound or any(b.qualified != bound[0].qualified for b in bound):
         return None
     before = [b.statement for b in bound if b.statement and _at(b.statement) < _at(node)]
     if not before:
