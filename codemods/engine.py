@@ -35,6 +35,9 @@ from codemods import fsdp1, programs, reader_values, reexports, sources, spreads
 from codemods.findings import Finding
 from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, Site, decide
+from codemods.semantic import modules
+from codemods.semantic import programs as semantic_programs
+from codemods.semantic.programs import ProgramMap
 from codemods.spreads import Keys
 from codemods.text import split_lines
 from codemods.visibility import Visibility
@@ -307,7 +310,8 @@ def migrate_files(
         ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
     )
     try:
-        entry = programs.entry_scripts(paths)
+        program_map = _program_map(paths, options.whole_program)
+        entry = program_map.entry
         files = sources.fsdp_files(paths, module_name)
         seen = visibility.find(paths, entry, whole_program=options.whole_program)
         run = _Run(reexports.find(files), seen, spreads.find(files))
@@ -316,7 +320,9 @@ def migrate_files(
         _analyse_receivers(analysed, pool, codes, options, progress, run)
         plans = [a.plan for a in analysed if a.plan is not None]
         unread = [p for p in map(_unread, analysed) if p is not None]
-        run_programs = _programs(paths, [*plans, *unread], entry, options.whole_program)
+        run_programs = _programs(
+            paths, [*plans, *unread], entry, options.whole_program, program_map
+        )
         decisions = decide([*plans, *unread], run_programs)
         work = [a for a in analysed if a.plan is not None and a.error is None]
         accepts = reader_values.Across()
@@ -430,8 +436,25 @@ def _analyse_receivers(
             analysed[skipped.pop(path)] = result
 
 
+def _program_map(paths: Sequence[str], whole_program: bool) -> ProgramMap:
+    """Which programs each file of the run runs in, by the imports Python would resolve."""
+    texts = {}
+    for path in paths:
+        try:
+            texts[path] = sources.read_bytes(path)
+        except sources.UnreadableSource:
+            texts[path] = b""
+    graph = modules.build(paths, texts)
+    configs = programs.config_texts(list(paths))
+    return semantic_programs.find(graph, texts, configs, whole_program=whole_program)
+
+
 def _programs(
-    paths: Sequence[str], plans: list[FilePlan], entry: frozenset[str], whole_program: bool
+    paths: Sequence[str],
+    plans: list[FilePlan],
+    entry: frozenset[str],
+    whole_program: bool,
+    program_map: ProgramMap | None = None,
 ) -> programs.Programs | None:
     """Which constructors each file's lines may meet, in a run of several files that has any;
     in a whole program, also which lines that would hold the run no program runs."""
@@ -451,7 +474,8 @@ def _programs(
     ]
     if len(paths) < 2:  # one file: no programs to tell apart, only lines no one runs
         return programs.find(paths, [], [], entry, holding)
-    return programs.find(paths, builds, [p.path for p in plans], entry, holding)
+    lines = [p.path for p in plans]
+    return programs.find(paths, builds, lines, entry, holding, program_map)
 
 
 def _owners(callee: str) -> tuple[str, str]:

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from codemods import sources
+from codemods.semantic.programs import ProgramMap
 
 #: Functions reached through their class rather than by name.
 _THROUGH_CLASS = re.compile(r"__\w+__|forward")
@@ -58,18 +59,33 @@ _MAX_NAMES = 64
 class Programs:
     """``entry``: the run's entry scripts; ``runs_in``: constructor id -> the entry scripts
     whose programs may run it (``None``: any program); ``never_run``: of the lines asked
-    about, ``(path, line)`` of those no program of a whole program runs (``unreached``)."""
+    about, ``(path, line)`` of those no program of a whole program runs (``unreached``);
+    ``map``: which programs each file runs in, by the run's imports (None: any)."""
 
     entry: frozenset[str] = frozenset()
     runs_in: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
     never_run: frozenset[tuple[str, int]] = frozenset()
+    map: ProgramMap | None = None
 
     def may_meet(self, path: str, constructor: str) -> bool:
-        """Whether the models of ``constructor`` may reach a line of ``path``."""
-        if path not in self.entry:
-            return True
+        """Whether the models of ``constructor`` may reach a line of ``path``: one process
+        runs both (``ProgramMap``), and the constructor's holder is reached there."""
         where = self.runs_in.get(constructor)
-        return where is None or path in where
+        if self.map is None or path not in self.map.member_of:
+            return path not in self.entry or where is None or path in where
+        home = _home(constructor)
+        if home not in self.map.member_of:
+            return True
+        if where is None:
+            return self.map.meet(path, home)
+        return not (self.map.member_of[home] & where).isdisjoint(self.map.member_of[path])
+
+
+def _home(constructor: str) -> str:
+    """The file of a constructor id (``path:line:column``, ``fsdp2 path:line``)."""
+    if constructor.startswith("fsdp2 "):
+        return constructor[len("fsdp2 ") :].rsplit(":", 1)[0]
+    return constructor.rsplit(":", 2)[0]
 
 
 def entry_scripts(paths: Iterable[str]) -> frozenset[str]:
@@ -90,6 +106,7 @@ def find(
     lines: Iterable[str],
     entry_scripts: frozenset[str] | None = None,
     unread: Iterable[tuple[str, int]] = (),
+    program_map: ProgramMap | None = None,
 ) -> Programs:
     """The run's programs, for constructors given as ``(id, path, line)`` and the files whose
     lines may meet models (``lines``); ``entry_scripts``: the run's, when already known;
@@ -101,11 +118,12 @@ def find(
     entry = run.entry(lines)
     never_run = frozenset(at for at in unread if run.unreached(*at))
     if not entry:
-        return Programs(never_run=never_run)
+        return Programs(never_run=never_run, map=program_map)
     return Programs(
         frozenset(entry),
         {cid: run.runs_in(path, line) for cid, path, line in constructors},
         never_run,
+        program_map,
     )
 
 
@@ -256,7 +274,7 @@ class _Run:
 
     def _configured(self, name: str) -> bool:
         if self._configs is None:
-            self._configs = list(_config_texts(self.paths))
+            self._configs = list(config_texts(self.paths))
         return _spelled(self._configs, name)
 
 
@@ -379,7 +397,7 @@ def _packaging_texts(paths: list[str]) -> Iterable[bytes]:
                 continue
 
 
-def _config_texts(paths: list[str]) -> Iterable[bytes]:
+def config_texts(paths: list[str]) -> Iterable[bytes]:
     """The config files of the folders the run's files are in."""
     for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
         try:

@@ -1,0 +1,391 @@
+"""The run's modules as Python imports them: which files each import statement executes.
+
+A file's module name is its dotted path under its *root*: the directory above its topmost
+package (``a/b/c.py`` beside ``a/__init__.py`` and ``a/b/__init__.py`` is ``a.b.c``); a file
+outside any package is a top-level module of its own directory. An absolute import is looked
+up the way ``sys.path`` finds it, in this order, the first root that holds it winning:
+
+1. the importing file's own root: a script's directory is ``sys.path[0]`` of its program, and
+   a top-level module beside it is imported from there too;
+2. packaging roots above the file (a folder with ``pyproject.toml``, ``setup.py`` or
+   ``setup.cfg``, and its ``src/``): an editable install puts them on ``sys.path``;
+3. folders some file of the run puts on ``sys.path`` (``sys.path.insert(0, <a folder of
+   __file__>)``), when the code spelling them can be read without running it;
+4. only when none of those holds it: every other root of the run that does (a launcher's
+   ``PYTHONPATH``): all of them are candidates.
+
+A relative import resolves from the importing file's own folder. ``import a.b.c`` executes
+``a/__init__.py``, ``a/b/__init__.py`` and ``a/b/c.py``; ``from a.b import c`` also executes
+``a/b/c.py`` when that is a module. ``importlib.import_module("<literal>")`` and
+``__import__("<literal>")`` import like a statement. An import the run holds no file for is
+outside the run (torch, an installed library) and has no edge.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+#: Files that make their folder a packaging root.
+PACKAGING_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+_LOADERS = frozenset({"import_module", "__import__"})
+_RUNNERS = frozenset({"run_path", "run_module", "spec_from_file_location"})
+
+
+@dataclass(frozen=True)
+class Module:
+    """One file of the run as a module: its dotted ``name`` under ``root`` ("" for a file
+    whose name is no identifier), and whether it is a package's ``__init__.py``."""
+
+    path: str
+    name: str
+    root: str
+    package: bool
+
+
+@dataclass(frozen=True)
+class Import:
+    """What one import of a file executes: the run's files it loads (``targets``, parents'
+    ``__init__`` first), where it is (``line``), and whether it runs only when a function is
+    called (``lazy``) or only by a loader call (``dynamic``)."""
+
+    module: str
+    level: int
+    line: int
+    targets: tuple[str, ...]
+    lazy: bool = False
+    dynamic: bool = False
+
+
+@dataclass
+class ModuleGraph:
+    """The run's files, their module names and the import edges between them."""
+
+    modules: dict[str, Module]
+    imports: dict[str, tuple[Import, ...]] = field(default_factory=dict)
+    #: Folders some file puts on ``sys.path`` (rule 3).
+    extra_roots: tuple[str, ...] = ()
+    #: Files that load modules by a name computed at run time (``import_module(name)``,
+    #: ``runpy.run_path(path)``): they may execute any file of the run.
+    loads_any: frozenset[str] = frozenset()
+    _importers: dict[str, set[str]] | None = None
+    _closures: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    # -- queries -----------------------------------------------------------------------------
+    def module(self, path: str) -> Module:
+        return self.modules[path]
+
+    def importers(self, path: str) -> frozenset[str]:
+        """The files of the run with an import that executes ``path``."""
+        if self._importers is None:
+            self._importers = defaultdict(set)
+            for source, found in self.imports.items():
+                for entry in found:
+                    for target in entry.targets:
+                        if target != source:
+                            self._importers[target].add(source)
+        return frozenset(self._importers.get(path, ()))
+
+    def closure(self, path: str) -> frozenset[str]:
+        """Every file a program that runs ``path`` executes by importing, ``path`` included
+        (lazy and loader imports too: they run whenever their function does)."""
+        found = self._closures.get(path)
+        if found is None:
+            seen = {path}
+            todo = [path]
+            while todo:
+                for entry in self.imports.get(todo.pop(), ()):
+                    for target in entry.targets:
+                        if target not in seen:
+                            seen.add(target)
+                            todo.append(target)
+            found = self._closures[path] = frozenset(seen)
+        return found
+
+
+def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> ModuleGraph:
+    """The graph of the files ``paths`` (as the run spells them: every path in the graph is
+    one of these) whose sources are ``texts`` (None: unreadable, no edges from it)."""
+    spelled = {os.path.abspath(p): p for p in paths}
+    index = _Index(list(spelled))
+    modules = {a: index.module(a) for a in spelled}
+    trees = {a: _parse(texts.get(p)) for a, p in spelled.items()}
+    extra = tuple(dict.fromkeys(r for a, t in trees.items() if t for r in _path_additions(a, t)))
+    resolver = _Resolver(index, modules, extra)
+    loads_any = frozenset(spelled[a] for a, t in trees.items() if t and _loads_any(t))
+    imports = {
+        spelled[a]: tuple(_respelled(i, spelled) for i in resolver.imports(a, tree))
+        for a, tree in trees.items()
+        if tree is not None
+    }
+    return ModuleGraph(
+        {spelled[a]: _respelled_module(m, spelled[a]) for a, m in modules.items()},
+        imports,
+        extra,
+        loads_any,
+    )
+
+
+def _respelled(entry: Import, spelled: Mapping[str, str]) -> Import:
+    return Import(
+        entry.module,
+        entry.level,
+        entry.line,
+        tuple(spelled[t] for t in entry.targets),
+        entry.lazy,
+        entry.dynamic,
+    )
+
+
+def _respelled_module(module: Module, path: str) -> Module:
+    return Module(path, module.name, module.root, module.package)
+
+
+def _parse(text: str | bytes | None) -> ast.Module | None:
+    if text is None:
+        return None
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+class _Index:
+    """Which files and folders the run holds, and where packaging roots are."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.files = frozenset(paths)
+        self.folders: set[str] = set()
+        for path in paths:
+            folder = os.path.dirname(path)
+            while folder not in self.folders and os.path.dirname(folder) != folder:
+                self.folders.add(folder)
+                folder = os.path.dirname(folder)
+        self._packaging: dict[str, tuple[str, ...]] = {}
+
+    def is_package_folder(self, folder: str) -> bool:
+        return os.path.join(folder, "__init__.py") in self.files
+
+    def module(self, path: str) -> Module:
+        folder, base = os.path.split(path)
+        stem = base[:-3] if base.endswith(".py") else base
+        package = stem == "__init__"
+        parts = [] if package else [stem]
+        while self.is_package_folder(folder):
+            folder, name = os.path.split(folder)
+            parts.insert(0, name)
+        name = ".".join(parts)
+        if not all(part.isidentifier() for part in parts):
+            name = ""
+        return Module(path, name, folder, package)
+
+    def packaging_roots(self, folder: str) -> tuple[str, ...]:
+        """Packaging roots at or above ``folder``, nearest first (with their ``src/``)."""
+        found = self._packaging.get(folder)
+        if found is None:
+            parent = os.path.dirname(folder)
+            above = self.packaging_roots(parent) if parent != folder else ()
+            here: tuple[str, ...] = ()
+            if any(os.path.isfile(os.path.join(folder, f)) for f in PACKAGING_FILES):
+                source = os.path.join(folder, "src")
+                here = (folder, source) if source in self.folders else (folder,)
+            found = self._packaging[folder] = here + above
+        return found
+
+    def find(self, root: str, dotted: str) -> tuple[str, ...] | None:
+        """The files ``import <dotted>`` executes when found on ``root`` (the package
+        ``__init__``s on the way, then the module), or None when ``root`` does not hold it.
+        A folder without ``__init__.py`` is a namespace package: it executes nothing."""
+        parts = dotted.split(".")
+        folder = root
+        executed: list[str] = []
+        for part in parts[:-1]:
+            folder = os.path.join(folder, part)
+            if folder not in self.folders:
+                return None
+            if self.is_package_folder(folder):
+                executed.append(os.path.join(folder, "__init__.py"))
+        last = os.path.join(folder, parts[-1])
+        if self.is_package_folder(last):
+            return (*executed, os.path.join(last, "__init__.py"))
+        if last + ".py" in self.files:
+            return (*executed, last + ".py")
+        if last in self.folders:
+            return tuple(executed)  # a namespace package
+        return None
+
+
+class _Resolver:
+    def __init__(self, index: _Index, modules: dict[str, Module], extra: tuple[str, ...]) -> None:
+        self.index = index
+        self.modules = modules
+        self.extra = extra
+        self.roots = tuple(dict.fromkeys(m.root for m in modules.values()))
+
+    def imports(self, path: str, tree: ast.Module) -> Iterator[Import]:
+        for node, lazy in _import_nodes(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    root, targets = self.resolve(path, alias.name)
+                    yield Import(alias.name, 0, node.lineno, targets, lazy)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                root, targets = self.resolve(path, base, node.level)
+                yield Import(base, node.level, node.lineno, targets, lazy)
+                for alias in node.names:
+                    # ``from a import b`` also executes ``a/b.py`` when that is a module
+                    if alias.name == "*" or root is None:
+                        continue
+                    dotted = f"{base}.{alias.name}" if base else alias.name
+                    sub = self.index.find(root, dotted) or ()
+                    extra = tuple(t for t in sub if t not in targets)
+                    if extra:
+                        yield Import(dotted, node.level, node.lineno, extra, lazy)
+            else:
+                name = node.args[0].value  # type: ignore[attr-defined]
+                root, targets = self.resolve(path, name)
+                yield Import(name, 0, node.lineno, targets, True, dynamic=True)  # type: ignore[attr-defined]
+
+    def resolve(self, path: str, dotted: str, level: int = 0) -> tuple[str | None, tuple[str, ...]]:
+        """``(root, files)``: the run's files ``from <level dots><dotted> import ...`` in
+        ``path`` executes, and the folder it found them on (None when none, or several)."""
+        if level:
+            folder = os.path.dirname(path)
+            for _ in range(level - 1):
+                folder = os.path.dirname(folder)
+            if not dotted:
+                init = os.path.join(folder, "__init__.py")
+                return folder, ((init,) if init in self.index.files else ())
+            found = self.index.find(folder, dotted)
+            return (folder, found) if found is not None else (None, ())
+        if not dotted or not all(p.isidentifier() for p in dotted.split(".")):
+            return None, ()
+        own = self.modules[path].root
+        for root in (own, *self.index.packaging_roots(os.path.dirname(path)), *self.extra):
+            found = self.index.find(root, dotted)
+            if found is not None:
+                return root, found
+        candidates = [(r, self.index.find(r, dotted)) for r in self.roots]
+        held = [(r, found) for r, found in candidates if found]
+        if len(held) == 1:
+            return held[0]
+        return None, tuple(dict.fromkeys(t for _, found in held for t in found))
+
+
+def _import_nodes(tree: ast.Module) -> Iterator[tuple[ast.AST, bool]]:
+    """Import statements and loader calls by literal, with whether they are in a function."""
+    todo: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while todo:
+        node, lazy = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, lazy
+            continue
+        if _is_loader_call(node):
+            yield node, True
+        inside = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        todo.extend((child, inside) for child in ast.iter_child_nodes(node))
+
+
+def _loads_any(tree: ast.Module) -> bool:
+    """A loader call whose module or path is computed at run time."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args or _is_loader_call(node):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name in _LOADERS or name in _RUNNERS:
+            return True
+    return False
+
+
+def _is_loader_call(node: ast.AST) -> bool:
+    """``importlib.import_module("a.b")`` / ``__import__("a")``: an absolute name, literally."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    first = node.args[0]
+    return (
+        name in _LOADERS
+        and isinstance(first, ast.Constant)
+        and isinstance(first.value, str)
+        and not first.value.startswith(".")
+    )
+
+
+def _path_additions(path: str, tree: ast.Module) -> Iterator[str]:
+    """Folders ``sys.path.insert(i, X)`` / ``sys.path.append(X)`` in ``path`` adds, for the
+    ``X`` that read without running: a literal absolute path, or one made from ``__file__``
+    with ``os.path``'s ``dirname``/``abspath``/``realpath``/``normpath``/``join`` or
+    ``pathlib``'s ``Path(...)``, ``.parent``, ``.parents[i]``, ``.resolve()``, ``str()``."""
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("insert", "append")
+            and _dotted(node.func.value) == "sys.path"
+            and node.args
+        ):
+            continue
+        value = _folder(node.args[-1], path)
+        if value is not None:
+            yield os.path.normpath(value)
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else ""
+    return ""
+
+
+def _folder(node: ast.AST, path: str) -> str | None:
+    """The value of a path expression built from ``__file__`` and literals, or None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value if os.path.isabs(node.value) else None
+    if isinstance(node, ast.Name) and node.id == "__file__":
+        return path
+    if isinstance(node, ast.Subscript):  # Path(...).parents[i]
+        base = node.value
+        index = node.slice
+        if (
+            isinstance(base, ast.Attribute)
+            and base.attr == "parents"
+            and isinstance(index, ast.Constant)
+            and isinstance(index.value, int)
+        ):
+            inner = _folder(base.value, path)
+            if inner is None:
+                return None
+            for _ in range(index.value + 1):
+                inner = os.path.dirname(inner)
+            return inner
+        return None
+    if isinstance(node, ast.Attribute) and node.attr == "parent":
+        inner = _folder(node.value, path)
+        return os.path.dirname(inner) if inner is not None else None
+    if not isinstance(node, ast.Call):
+        return None
+    name = _dotted(node.func)
+    last = name.rsplit(".", 1)[-1]
+    if isinstance(node.func, ast.Attribute) and last in ("resolve", "absolute") and not node.args:
+        return _folder(node.func.value, path)
+    if last in ("Path", "PurePath", "str", "abspath", "realpath", "normpath", "fspath"):
+        return _folder(node.args[0], path) if len(node.args) == 1 else None
+    if last == "dirname" and len(node.args) == 1:
+        inner = _folder(node.args[0], path)
+        return os.path.dirname(inner) if inner is not None else None
+    if last == "join" and node.args:
+        parts = [_folder(node.args[0], path)] + [
+            a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None
+            for a in node.args[1:]
+        ]
+        if any(p is None for p in parts):
+            return None
+        return os.path.normpath(os.path.join(*parts))  # type: ignore[arg-type]
+    return None
