@@ -37,6 +37,7 @@ from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, Site, decide
 from codemods.semantic import modules
 from codemods.semantic import programs as semantic_programs
+from codemods.semantic.modules import ModuleGraph, Naming
 from codemods.semantic.programs import ProgramMap
 from codemods.spreads import Keys
 from codemods.text import split_lines
@@ -63,6 +64,8 @@ class _Analysed:
     plan: FilePlan | None = None
     module_name: str = ""
     package_init: bool = False
+    #: Its imports the run reads by another module name (``ModuleGraph.renames``).
+    renames: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
     #: Skipped by the text filter, but calls FSDP1's module APIs on something.
     acts_on_a_model: bool = False
@@ -82,6 +85,8 @@ class _Run:
     visibility: dict[str, Visibility]
     #: The keys of the run's keyword-argument dicts (``spreads.find``).
     spreads: dict[str, Keys]
+    #: How the run names each file (``ModuleGraph.naming``).
+    naming: dict[str, Naming]
 
 
 def module_name(path: str) -> tuple[str, bool]:
@@ -105,6 +110,7 @@ def analyse_text(
     reexports: Mapping[str, str] | None = None,
     seen: Visibility | None = None,
     spread_keys: Mapping[str, Keys] | None = None,
+    renames: Mapping[str, str] | None = None,
 ) -> FilePlan:
     """The plan of one source text (raises ``SyntaxError`` when it does not parse)."""
     from codemods import registry
@@ -119,6 +125,7 @@ def analyse_text(
             dict(reexports or {}),
             seen or Visibility(),
             dict(spread_keys or {}),
+            dict(renames or {}),
         ),
         options,
     )
@@ -174,6 +181,9 @@ def _analyse(
         result.module_name, result.package_init = module_name(path)
         if run is not None:
             result.visibility = run.visibility[path]
+            naming = run.naming[path]
+            result.module_name, result.package_init = naming.name, naming.package
+            result.renames = naming.renames
         if not (
             every
             or fsdp1.might_need_migration(data)
@@ -197,6 +207,7 @@ def _analyse(
             result.reexports,
             result.visibility,
             run.spreads if run else None,
+            result.renames,
         )
     except SyntaxError as error:
         result.error = _syntax_error(error, source.text)
@@ -248,7 +259,14 @@ def _accepting(item: _Analysed, decisions: Decisions) -> reader_values.Across:
         tree = ast.parse(text)
     except (InternalError, SyntaxError):
         return reader_values.Across()
-    names = Names(tree, item.module_name, item.package_init, item.reexports, item.visibility)
+    names = Names(
+        tree,
+        item.module_name,
+        item.package_init,
+        item.reexports,
+        item.visibility,
+        item.renames,
+    )
     return reader_values.accepting(names, LineIndex(text))
 
 
@@ -279,6 +297,7 @@ def _apply(
             removes_dead_values="F2P012" in codes,
             writes_reader_values="F2P013" in codes,
             accepts=accepts,
+            renames=item.renames,
         )
     except InternalError as error:
         result.error = f"internal error: {error} (please report)"
@@ -310,20 +329,21 @@ def migrate_files(
         ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
     )
     try:
-        program_map = _program_map(paths, options.whole_program)
+        graph, program_map = _semantic(paths, options.whole_program)
         entry = program_map.entry
-        files = sources.fsdp_files(paths, module_name)
+        naming = {path: graph.naming(path) for path in paths}
+        files = sources.fsdp_files(paths, lambda path: (naming[path].name, naming[path].package))
         seen = visibility.find(paths, entry, whole_program=options.whole_program)
-        run = _Run(reexports.find(files), seen, spreads.find(files))
+        run = _Run(reexports.find(files), seen, spreads.find(files), naming)
         arguments = [(p, list(codes), options, False, run) for p in paths]
         analysed = _map(pool, _analyse, arguments, progress, "analysing")
-        _analyse_receivers(analysed, pool, codes, options, progress, run)
+        _analyse_receivers(analysed, pool, codes, options, progress, run, graph.aliases())
         plans = [a.plan for a in analysed if a.plan is not None]
         unread = [p for p in map(_unread, analysed) if p is not None]
         run_programs = _programs(
             paths, [*plans, *unread], entry, options.whole_program, program_map
         )
-        decisions = decide([*plans, *unread], run_programs)
+        decisions = decide([*plans, *unread], run_programs, graph.aliases())
         work = [a for a in analysed if a.plan is not None and a.error is None]
         accepts = reader_values.Across()
         if "F2P013" in codes and len(work) > 1:
@@ -403,10 +423,11 @@ def _analyse_receivers(
     options: Options,
     progress: Progress | None,
     run: _Run,
+    aliases: Mapping[str, tuple[str, ...]],
 ) -> None:
     """Analyse, in place, the skipped files of the run that the analysed ones pass FSDP1
     models to (``save(model)`` of a module the text filter skipped), then those the new ones
-    pass them to, and so on."""
+    pass them to, and so on (``aliases``: ``ModuleGraph.aliases``)."""
     skipped = {a.path: i for i, a in enumerate(analysed) if a.plan is None and a.error is None}
     if skipped and any(
         a.plan.constructors or a.plan.fsdp2_models for a in analysed if a.plan is not None
@@ -415,20 +436,18 @@ def _analyse_receivers(
         arguments = [(path, list(codes), options, True, run) for path in acting]
         for path, result in zip(acting, _map(pool, _analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
-    modules: dict[str, str] | None = None
     while skipped:
         plans = [a.plan for a in analysed if a.plan is not None]
-        resolver = Resolver(plans)
+        resolver = Resolver(plans, aliases)
         callees = {
-            passing.callee
+            name
             for plan in plans
             for passing in plan.passes
             if resolver.settle(passing.refs)
+            for name in resolver.spellings(passing.callee)
         }
-        if modules is None and callees:
-            modules = {path: module_name(path)[0] for path in skipped}
         owners = {owner for callee in callees for owner in _owners(callee)}
-        wanted = [path for path in skipped if modules and modules[path] in owners]
+        wanted = [path for path in skipped if run.naming[path].name in owners]
         if not wanted:
             return
         arguments = [(path, list(codes), options, True, run) for path in wanted]
@@ -436,8 +455,9 @@ def _analyse_receivers(
             analysed[skipped.pop(path)] = result
 
 
-def _program_map(paths: Sequence[str], whole_program: bool) -> ProgramMap:
-    """Which programs each file of the run runs in, by the imports Python would resolve."""
+def _semantic(paths: Sequence[str], whole_program: bool) -> tuple[ModuleGraph, ProgramMap]:
+    """The run's imports as Python would resolve them, and which programs each file runs
+    in."""
     texts = {}
     for path in paths:
         try:
@@ -446,7 +466,7 @@ def _program_map(paths: Sequence[str], whole_program: bool) -> ProgramMap:
             texts[path] = b""
     graph = modules.build(paths, texts)
     configs = programs.config_texts(list(paths))
-    return semantic_programs.find(graph, texts, configs, whole_program=whole_program)
+    return graph, semantic_programs.find(graph, texts, configs, whole_program=whole_program)
 
 
 def _programs(

@@ -97,6 +97,7 @@ class Names:
         is_package: bool = False,
         reexports: Mapping[str, str] | None = None,
         seen: Visibility | None = None,
+        renames: Mapping[str, str] | None = None,
     ) -> None:
         self.tree = tree
         self.module_name = module_name
@@ -105,6 +106,9 @@ class Names:
         self.reexports: Mapping[str, str] = reexports or {}
         #: Which of its module-level names only this module reads (``visibility``).
         self.seen = seen or Visibility()
+        #: Modules its imports spell otherwise than the run names the files they find
+        #: (``ModuleGraph.renames``): read by that name.
+        self.renames: Mapping[str, str] = renames or {}
         self.parent: dict[ast.AST, ast.AST] = {}
         self.scopes: dict[ast.AST, Scope] = {}
         #: Every node of each type, in source order: rules take what they look at from here.
@@ -200,8 +204,22 @@ class Names:
         return frozenset(self.through(b.qualified) for b in bindings if b.qualified is not None)
 
     def through(self, qualified: str) -> str:
-        """A name another module of the run re-exports, as the torch name it stands for."""
+        """A name as the run names it: a module of the run by its canonical name
+        (``renames``), a name another module of the run re-exports as the torch name it
+        stands for."""
+        if self.renames:
+            qualified = self._renamed(qualified)
         return self.reexports.get(qualified, qualified)
+
+    def _renamed(self, qualified: str) -> str:
+        head = qualified
+        while True:
+            new = self.renames.get(head)
+            if new is not None:
+                return new + qualified[len(head) :]
+            if "." not in head:
+                return qualified
+            head = head.rpartition(".")[0]
 
     def _alias(self, bindings: list[Binding]) -> ast.expr | None:
         """The chain a name bound once in its scope is an alias of (``Wrapper = fsdp.FSDP``,

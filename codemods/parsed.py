@@ -28,6 +28,8 @@ class Source:
     seen: Visibility = field(default_factory=Visibility)
     #: The keys of the run's keyword-argument dicts (``spreads.find``).
     spreads: Mapping[str, Keys] = field(default_factory=dict)
+    #: Its imports the run reads by another module name (``ModuleGraph.renames``).
+    renames: Mapping[str, str] = field(default_factory=dict)
 
 
 class ParsedFile:
@@ -41,7 +43,12 @@ class ParsedFile:
         #: The text of nodes the analysis made, not read from the file (``written``).
         self.made: dict[ast.AST, str] = {}
         self.names = Names(
-            self.tree, source.module_name, source.is_package, source.reexports, source.seen
+            self.tree,
+            source.module_name,
+            source.is_package,
+            source.reexports,
+            source.seen,
+            source.renames,
         )
 
     # -- names ---------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ decided together.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -232,9 +232,14 @@ class Decisions:
 
 class Resolver:
     """What the links into other files stand for in a run: ``Returned(f)``, what the run's
-    ``f`` returns; ``Passed(f, x)``, what the run's files pass to ``f`` for ``x``."""
+    ``f`` returns; ``Passed(f, x)``, what the run's files pass to ``f`` for ``x``. A name
+    whose module the importer may find on several roots (``aliases``:
+    ``ModuleGraph.aliases``) stands for each of them."""
 
-    def __init__(self, plans: Sequence[FilePlan]) -> None:
+    def __init__(
+        self, plans: Sequence[FilePlan], aliases: Mapping[str, tuple[str, ...]] | None = None
+    ) -> None:
+        self.aliases = aliases or {}
         self.exports: dict[str, frozenset[Ref]] = {}
         self.signatures: dict[str, tuple[str, ...]] = {}
         self.passed: dict[str, list[Passing]] = {}
@@ -243,6 +248,7 @@ class Resolver:
             self.signatures.update(plan.signatures)
             for passing in plan.passes:
                 self.passed.setdefault(passing.callee, []).append(passing)
+        self._ambiguous: dict[str, list[Passing]] | None = None
 
     def settle(
         self, refs: Iterable[Ref], seen: frozenset[Deferred] = frozenset()
@@ -256,16 +262,30 @@ class Resolver:
                 out |= self.settle(self._targets(ref), seen | {ref})
         return out
 
+    def spellings(self, name: str) -> tuple[str, ...]:
+        """The run's names ``name`` may stand for: itself, or those of each module its
+        module may be (``aliases``)."""
+        if not self.aliases:
+            return (name,)
+        head = name
+        while True:
+            found = self.aliases.get(head)
+            if found is not None:
+                return tuple(f"{alias}{name[len(head) :]}" for alias in found)
+            if "." not in head:
+                return (name,)
+            head = head.rpartition(".")[0]
+
     def _targets(self, ref: Deferred) -> Iterable[Ref]:
         if isinstance(ref, Returned):
-            return self.exports.get(ref.function, ())
+            return {r for f in self.spellings(ref.function) for r in self.exports.get(f, ())}
         positional = self.signatures.get(ref.function, ())
         callees = [ref.function]
         if ref.function.endswith(".__init__"):
             callees.append(ref.function.removesuffix(".__init__"))  # Trainer(model)
         targets: set[Ref] = set()
         for callee in callees:
-            for passing in self.passed.get(callee, ()):
+            for passing in self._passed_to(callee):
                 slot = passing.slot
                 if isinstance(slot, int):
                     slot = positional[slot] if slot < len(positional) else ""
@@ -273,11 +293,30 @@ class Resolver:
                     targets |= passing.refs
         return targets
 
+    def _passed_to(self, callee: str) -> Iterator[Passing]:
+        """What the run's files pass to ``callee``, under any of the names that may stand
+        for it (a call by an ambiguous module name)."""
+        yield from self.passed.get(callee, ())
+        for spelled, passings in self._ambiguous_calls().items():
+            if callee in self.spellings(spelled) and spelled != callee:
+                yield from passings
 
-def resolve(plans: Sequence[FilePlan]) -> list[FilePlan]:
+    def _ambiguous_calls(self) -> dict[str, list[Passing]]:
+        if self._ambiguous is None:
+            self._ambiguous = {
+                callee: passings
+                for callee, passings in self.passed.items()
+                if self.spellings(callee) != (callee,)
+            }
+        return self._ambiguous
+
+
+def resolve(
+    plans: Sequence[FilePlan], aliases: Mapping[str, tuple[str, ...]] | None = None
+) -> list[FilePlan]:
     """The plans with every site's links into other files settled (``Resolver``), and what
     follows for a site the run ties to no model."""
-    resolver = Resolver(plans)
+    resolver = Resolver(plans, aliases)
     return [replace(plan, sites=[_resolved(s, resolver) for s in plan.sites]) for plan in plans]
 
 
@@ -325,10 +364,15 @@ def _resolved(site: Site, resolver: Resolver) -> Site:
     return site
 
 
-def decide(plans: Sequence[FilePlan], programs: Programs | None = None) -> Decisions:
+def decide(
+    plans: Sequence[FilePlan],
+    programs: Programs | None = None,
+    aliases: Mapping[str, tuple[str, ...]] | None = None,
+) -> Decisions:
     """Settle the run: which constructors migrate and which sites are rewritten (``programs``:
-    which constructors each file's lines may meet; without it, every one)."""
-    plans = resolve(plans)
+    which constructors each file's lines may meet, without it every one; ``aliases``:
+    ``ModuleGraph.aliases``)."""
+    plans = resolve(plans, aliases)
     sites = [s for plan in plans for s in plan.sites]
     constructors = [s for s in sites if s.constructor is not None]
     reach = _Reach(constructors, [b for p in plans for b, _ in p.fsdp2_builds], programs)

@@ -31,6 +31,7 @@ def tidy(
     removes_dead_values: bool = True,
     writes_reader_values: bool = True,
     accepts: reader_values.Across | None = None,
+    renames: Mapping[str, str] | None = None,
 ) -> tuple[str, list[Finding]]:
     """The final text and every finding, sorted by input position.
 
@@ -45,6 +46,7 @@ def tidy(
         module_name,
         reexports=reexports,
         seen=seen,
+        renames=renames,
     )
     dead = (
         dead_values.find(names, applied_lines, original, applied.edits, applied.starts)
@@ -81,6 +83,7 @@ def tidy(
             module_name,
             reexports=reexports,
             seen=seen,
+            renames=renames,
         )
     unused: list[tuple[ast.stmt, ast.alias]] = []
     left: list[tuple[ast.stmt, ast.alias]] = []

@@ -27,7 +27,7 @@ import ast
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: Files that make their folder a packaging root.
 PACKAGING_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
@@ -37,13 +37,24 @@ _RUNNERS = frozenset({"run_path", "run_module", "spec_from_file_location"})
 
 @dataclass(frozen=True)
 class Module:
-    """One file of the run as a module: its dotted ``name`` under ``root`` ("" for a file
-    whose name is no identifier), and whether it is a package's ``__init__.py``."""
+    """One file of the run as a module: its dotted ``name`` under ``root`` (a key only where
+    a part is no identifier: no import finds it by that name), and whether it is a
+    package's ``__init__.py``."""
 
     path: str
     name: str
     root: str
     package: bool
+
+
+@dataclass(frozen=True)
+class Naming:
+    """How the run names one file (``ModuleGraph.canonical``), whether it is a package's
+    ``__init__.py``, and its ``renames`` (``ModuleGraph.renames``)."""
+
+    name: str = ""
+    package: bool = False
+    renames: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,8 @@ class Import:
     targets: tuple[str, ...]
     lazy: bool = False
     dynamic: bool = False
+    #: The folder it was found on (None: outside the run, or on several roots at once).
+    root: str | None = None
 
 
 @dataclass
@@ -72,11 +85,68 @@ class ModuleGraph:
     #: ``runpy.run_path(path)``): they may execute any file of the run.
     loads_any: frozenset[str] = frozenset()
     _importers: dict[str, set[str]] | None = None
+    _tops: dict[str, list[str]] | None = None
     _closures: dict[str, frozenset[str]] = field(default_factory=dict)
 
     # -- queries -----------------------------------------------------------------------------
     def module(self, path: str) -> Module:
         return self.modules[path]
+
+    def canonical(self, path: str) -> str:
+        """The module name that tells ``path`` apart from every other file of the run: its
+        dotted name, with ``@n`` after the first part where several roots of the run hold a
+        module or package of that name (``grad_norm@1``, ``grad_norm@2``)."""
+        module = self.modules[path]
+        if not module.name:
+            return ""
+        top, dot, rest = module.name.partition(".")
+        return self._top(module.root, top) + dot + rest
+
+    def naming(self, path: str) -> Naming:
+        return Naming(self.canonical(path), self.modules[path].package, self.renames(path))
+
+    def renames(self, path: str) -> dict[str, str]:
+        """The absolute imports of ``path`` whose dotted name is not the canonical name of the
+        file they find (``canonical``: another root holds the same name; a namespace package's
+        folder) -> that canonical name; a chain read through one (``ns.mod.f``) follows it."""
+        out = {}
+        for entry in self.imports.get(path, ()):
+            if entry.level or entry.root is None or not entry.targets:
+                continue
+            canonical = self.canonical(entry.targets[-1])
+            if canonical and canonical != entry.module:
+                out[entry.module] = canonical
+        return out
+
+    def aliases(self) -> dict[str, tuple[str, ...]]:
+        """Absolute imports found on several roots at once (none of the importer's own holds
+        them) -> the canonical names of every file they may find."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for found in self.imports.values():
+            for entry in found:
+                if not entry.level and entry.root is None and len(entry.targets) > 1:
+                    out[entry.module] |= {
+                        self.canonical(t)
+                        for t in entry.targets
+                        if self.modules[t].name == entry.module
+                    }
+        return {module: tuple(sorted(names)) for module, names in out.items()}
+
+    def _top(self, root: str, top: str) -> str:
+        holders = self._holders().get(top, ())
+        if len(holders) < 2 or root not in holders:
+            return top
+        return f"{top}@{holders.index(root) + 1}"
+
+    def _holders(self) -> dict[str, list[str]]:
+        """Each first part of a module name -> the roots that hold it, sorted."""
+        if self._tops is None:
+            found: dict[str, set[str]] = defaultdict(set)
+            for module in self.modules.values():
+                if module.name:
+                    found[module.name.partition(".")[0]].add(module.root)
+            self._tops = {top: sorted(roots) for top, roots in found.items()}
+        return self._tops
 
     def importers(self, path: str) -> frozenset[str]:
         """The files of the run with an import that executes ``path``."""
@@ -130,14 +200,7 @@ def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> Modu
 
 
 def _respelled(entry: Import, spelled: Mapping[str, str]) -> Import:
-    return Import(
-        entry.module,
-        entry.level,
-        entry.line,
-        tuple(spelled[t] for t in entry.targets),
-        entry.lazy,
-        entry.dynamic,
-    )
+    return replace(entry, targets=tuple(spelled[t] for t in entry.targets))
 
 
 def _respelled_module(module: Module, path: str) -> Module:
@@ -177,10 +240,7 @@ class _Index:
         while self.is_package_folder(folder):
             folder, name = os.path.split(folder)
             parts.insert(0, name)
-        name = ".".join(parts)
-        if not all(part.isidentifier() for part in parts):
-            name = ""
-        return Module(path, name, folder, package)
+        return Module(path, ".".join(parts), folder, package)
 
     def packaging_roots(self, folder: str) -> tuple[str, ...]:
         """Packaging roots at or above ``folder``, nearest first (with their ``src/``)."""
@@ -230,11 +290,11 @@ class _Resolver:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     root, targets = self.resolve(path, alias.name)
-                    yield Import(alias.name, 0, node.lineno, targets, lazy)
+                    yield Import(alias.name, 0, node.lineno, targets, lazy, root=root)
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 root, targets = self.resolve(path, base, node.level)
-                yield Import(base, node.level, node.lineno, targets, lazy)
+                yield Import(base, node.level, node.lineno, targets, lazy, root=root)
                 for alias in node.names:
                     # ``from a import b`` also executes ``a/b.py`` when that is a module
                     if alias.name == "*" or root is None:
@@ -243,11 +303,11 @@ class _Resolver:
                     sub = self.index.find(root, dotted) or ()
                     extra = tuple(t for t in sub if t not in targets)
                     if extra:
-                        yield Import(dotted, node.level, node.lineno, extra, lazy)
+                        yield Import(dotted, node.level, node.lineno, extra, lazy, root=root)
             else:
                 name = node.args[0].value  # type: ignore[attr-defined]
                 root, targets = self.resolve(path, name)
-                yield Import(name, 0, node.lineno, targets, True, dynamic=True)  # type: ignore[attr-defined]
+                yield Import(name, 0, node.lineno, targets, True, True, root)  # type: ignore[attr-defined]
 
     def resolve(self, path: str, dotted: str, level: int = 0) -> tuple[str | None, tuple[str, ...]]:
         """``(root, files)``: the run's files ``from <level dots><dotted> import ...`` in
