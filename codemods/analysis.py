@@ -68,6 +68,8 @@ class FileAnalysis(ParsedFile):
         self.plan.exports = self.ties.exports()
         self.plan.signatures = self.ties.signatures()
         self.plan.passes = self.ties.passes()
+        self.plan.calls = self.ties.calls()
+        self.plan.sharded = self.ties.sharded()
         self.plan.imported = imports.importing_scopes(self.names, self.lines)
         return self.plan
 
@@ -224,8 +226,12 @@ class FileAnalysis(ParsedFile):
         """
         ties, deferred = self.ties.of(receiver)
         fresh = known and self.ties.fresh(receiver)
-        if known and (self.ties.never_fsdp(receiver) or (fresh and not ties and not deferred)):
-            # a DDP model, or an object just built: nothing to rewrite or mark
+        if known and (
+            self.ties.never_fsdp(receiver)
+            or (not ties and not deferred and (fresh or self.ties.none_of(receiver)))
+        ):
+            # a DDP model, an object just built, or a value no model of the run reaches:
+            # nothing to rewrite or mark
             return self.add(code, node, "", None, "NEVER", silent=True, holds=False)
         fsdp1 = self.ties.known_fsdp1(receiver)
         speculative = speculate and known and not ties and bool(deferred) and not fsdp1
@@ -254,6 +260,8 @@ class FileAnalysis(ParsedFile):
             ties=ties,
             deferred=deferred,
             fresh=fresh,
+            # with ``known=False`` the FSDP1 code is marked whatever the receiver holds
+            opaque=not known or self.ties.opaque(receiver),
             **{**settled, **details},
         )
 

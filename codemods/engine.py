@@ -37,7 +37,7 @@ from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, Site, decide
 from codemods.semantic import modules
 from codemods.semantic import programs as semantic_programs
-from codemods.semantic.modules import ModuleGraph, Naming
+from codemods.semantic.modules import ModuleGraph, Naming, RunModules
 from codemods.semantic.programs import ProgramMap
 from codemods.spreads import Keys
 from codemods.text import split_lines
@@ -87,6 +87,8 @@ class _Run:
     spreads: dict[str, Keys]
     #: How the run names each file (``ModuleGraph.naming``).
     naming: dict[str, Naming]
+    #: The run's modules (``ModuleGraph.run_modules``).
+    modules: RunModules = field(default_factory=RunModules)
 
 
 def module_name(path: str) -> tuple[str, bool]:
@@ -111,6 +113,7 @@ def analyse_text(
     seen: Visibility | None = None,
     spread_keys: Mapping[str, Keys] | None = None,
     renames: Mapping[str, str] | None = None,
+    run_modules: RunModules | None = None,
 ) -> FilePlan:
     """The plan of one source text (raises ``SyntaxError`` when it does not parse)."""
     from codemods import registry
@@ -126,6 +129,7 @@ def analyse_text(
             seen or Visibility(),
             dict(spread_keys or {}),
             dict(renames or {}),
+            run_modules or RunModules(),
         ),
         options,
     )
@@ -208,6 +212,7 @@ def _analyse(
             result.visibility,
             run.spreads if run else None,
             result.renames,
+            run.modules if run else None,
         )
     except SyntaxError as error:
         result.error = _syntax_error(error, source.text)
@@ -332,18 +337,19 @@ def migrate_files(
         graph, program_map = _semantic(paths, options.whole_program)
         entry = program_map.entry
         naming = {path: graph.naming(path) for path in paths}
+        run_modules = graph.run_modules(options.whole_program)
         files = sources.fsdp_files(paths, lambda path: (naming[path].name, naming[path].package))
         seen = visibility.find(paths, entry, whole_program=options.whole_program)
-        run = _Run(reexports.find(files), seen, spreads.find(files), naming)
+        run = _Run(reexports.find(files), seen, spreads.find(files), naming, run_modules)
         arguments = [(p, list(codes), options, False, run) for p in paths]
         analysed = _map(pool, _analyse, arguments, progress, "analysing")
-        _analyse_receivers(analysed, pool, codes, options, progress, run, graph.aliases())
+        _analyse_receivers(analysed, pool, codes, options, progress, run, run_modules, graph)
         plans = [a.plan for a in analysed if a.plan is not None]
         unread = [p for p in map(_unread, analysed) if p is not None]
         run_programs = _programs(
             paths, [*plans, *unread], entry, options.whole_program, program_map
         )
-        decisions = decide([*plans, *unread], run_programs, graph.aliases())
+        decisions = decide([*plans, *unread], run_programs, run_modules)
         work = [a for a in analysed if a.plan is not None and a.error is None]
         accepts = reader_values.Across()
         if "F2P013" in codes and len(work) > 1:
@@ -423,11 +429,13 @@ def _analyse_receivers(
     options: Options,
     progress: Progress | None,
     run: _Run,
-    aliases: Mapping[str, tuple[str, ...]],
+    modules: RunModules,
+    graph: ModuleGraph,
 ) -> None:
     """Analyse, in place, the skipped files of the run that the analysed ones pass FSDP1
-    models to (``save(model)`` of a module the text filter skipped), then those the new ones
-    pass them to, and so on (``aliases``: ``ModuleGraph.aliases``)."""
+    models to (``save(model)`` of a module the text filter skipped), and those that call the
+    analysed ones' functions that return models (``model = shard(net)``), then those the new
+    ones pass them to or get them from, and so on (``modules``: ``ModuleGraph.run_modules``)."""
     skipped = {a.path: i for i, a in enumerate(analysed) if a.plan is None and a.error is None}
     if skipped and any(
         a.plan.constructors or a.plan.fsdp2_models for a in analysed if a.plan is not None
@@ -438,21 +446,50 @@ def _analyse_receivers(
             analysed[skipped.pop(path)] = result
     while skipped:
         plans = [a.plan for a in analysed if a.plan is not None]
-        resolver = Resolver(plans, aliases)
+        resolver = Resolver(plans, modules)
         callees = {
             name
             for plan in plans
             for passing in plan.passes
-            if resolver.settle(passing.refs)
+            if resolver.models(passing.refs)
             for name in resolver.spellings(passing.callee)
         }
         owners = {owner for callee in callees for owner in _owners(callee)}
         wanted = [path for path in skipped if run.naming[path].name in owners]
+        wanted += [
+            p for p in _callers_of_builders(skipped, plans, resolver, graph) if p not in wanted
+        ]
         if not wanted:
             return
         arguments = [(path, list(codes), options, True, run) for path in wanted]
         for path, result in zip(wanted, _map(pool, _analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
+
+
+def _callers_of_builders(
+    skipped: Mapping[str, int], plans: list[FilePlan], resolver: Resolver, graph: ModuleGraph
+) -> list[str]:
+    """The skipped files that may call a function of an analysed file returning a model: they
+    import that file (through any chain of imports) and spell the function's name."""
+    homes = {plan.path: graph.canonical(plan.path) for plan in plans}
+    builders: dict[str, set[str]] = {}  # a function's name -> the files that define one
+    for plan in plans:
+        for name, refs in plan.exports.items():
+            if name.startswith(homes[plan.path] + ".") and resolver.models(refs):
+                builders.setdefault(name.rsplit(".", 1)[-1], set()).add(plan.path)
+    if not builders:
+        return []
+    pattern = re.compile(rb"\b(" + b"|".join(re.escape(n.encode()) for n in builders) + rb")\b")
+    out = []
+    for path in skipped:
+        try:
+            words = {m.decode() for m in pattern.findall(sources.read_bytes(path))}
+        except sources.UnreadableSource:
+            continue
+        closure = graph.closure(path)
+        if any(not closure.isdisjoint(builders[word]) for word in words):
+            out.append(path)
+    return out
 
 
 def _semantic(paths: Sequence[str], whole_program: bool) -> tuple[ModuleGraph, ProgramMap]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from codemods import fsdp1
 from codemods.names import Names
+from codemods.semantic.modules import RunModules
 from codemods.spreads import Keys
 from codemods.text import LineIndex
 from codemods.visibility import Visibility
@@ -30,6 +31,8 @@ class Source:
     spreads: Mapping[str, Keys] = field(default_factory=dict)
     #: Its imports the run reads by another module name (``ModuleGraph.renames``).
     renames: Mapping[str, str] = field(default_factory=dict)
+    #: The run's modules (``ModuleGraph.run_modules``): what is a library's.
+    run_modules: RunModules = field(default_factory=RunModules)
 
 
 class ParsedFile:
@@ -40,6 +43,7 @@ class ParsedFile:
         self.tree = ast.parse(source.text, filename=source.path)
         self.lines = LineIndex(source.text)
         self.spreads = source.spreads
+        self.run_modules = source.run_modules
         #: The text of nodes the analysis made, not read from the file (``written``).
         self.made: dict[ast.AST, str] = {}
         self.names = Names(

@@ -27,12 +27,25 @@ decided together.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from codemods.programs import Programs
-from codemods.refs import Built, Deferred, Optimizer, Passed, Ref, Returned
+from codemods.refs import (
+    GIVEN_TO,
+    UNKNOWN,
+    Built,
+    Deferred,
+    Given,
+    Instance,
+    Optimizer,
+    Passed,
+    Ref,
+    Returned,
+    Unknown,
+)
+from codemods.semantic.modules import RunModules
 from codemods.text import Edit
 
 _MODEL_STAYS = "its model stays FSDP1"
@@ -51,6 +64,8 @@ _NEVER_RUN = (
 )
 
 Requirement = Literal["ALWAYS", "MODELS", "ANY", "RUN", "NEVER"]
+#: ``Resolver`` modes: every terminal, the models only, where objects were made.
+_ALL, _MODELS, _ORIGINS = "all", "models", "origins"
 
 
 @dataclass(frozen=True)
@@ -141,6 +156,9 @@ class Site:
     #: Its receiver is an object just built (``Ties.fresh``): no FSDP model unless the run
     #: ties it to one; tied to none, the site is nothing.
     fresh: bool = False
+    #: Some value its receiver may hold comes from code the analysis does not follow
+    #: (``refs.Unknown``); without that, a site the run ties to no model is nothing.
+    opaque: bool = True
 
     #: A site about a BF16 master optimizer (F2P009), not a model: the optimizers that reach
     #: it; none after the run resolved it, and it is nothing.
@@ -174,6 +192,10 @@ class FilePlan:
     signatures: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Models this file passes to functions of other files.
     passes: list[Passing] = field(default_factory=list)
+    #: The functions of other files (and libraries) this file calls, by qualified name.
+    calls: frozenset[str] = frozenset()
+    #: What the modules this file's FSDP1 constructors wrap may hold (``Ties.sharded``).
+    sharded: frozenset[Ref] = frozenset()
     #: Each name the file imports -> the spans of the scopes importing it (no import twice).
     imported: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     #: The lines where this file builds FSDP2 models (``fully_shard``,
@@ -232,35 +254,186 @@ class Decisions:
 
 class Resolver:
     """What the links into other files stand for in a run: ``Returned(f)``, what the run's
-    ``f`` returns; ``Passed(f, x)``, what the run's files pass to ``f`` for ``x``. A name
-    whose module the importer may find on several roots (``aliases``:
-    ``ModuleGraph.aliases``) stands for each of them."""
+    ``f`` returns (a library's function: ``Given``); ``Passed(f, x)``, what the run's files
+    pass to ``f`` for ``x``; ``Given(lib)``, what the run's files give to ``lib``'s functions
+    and objects. A name whose module the importer may find on several roots
+    (``RunModules.aliases``) stands for each of them."""
 
     def __init__(
-        self, plans: Sequence[FilePlan], aliases: Mapping[str, tuple[str, ...]] | None = None
+        self,
+        plans: Sequence[FilePlan],
+        modules: RunModules | None = None,
+        programs: Programs | None = None,
     ) -> None:
-        self.aliases = aliases or {}
+        self.modules = modules or RunModules()
+        self.programs = programs
+        self.aliases = self.modules.aliases
         self.exports: dict[str, frozenset[Ref]] = {}
         self.signatures: dict[str, tuple[str, ...]] = {}
         self.passed: dict[str, list[Passing]] = {}
+        self._home: dict[int, str] = {}  # a passing -> the file that passes
+        self.given: dict[str, list[tuple[str, frozenset[Ref]]]] = {}
+        self.called: set[str] = set()
         for plan in plans:
+            self.called |= {c for call in plan.calls for c in (call, *self.spellings(call))}
             self.exports.update(plan.exports)
             self.signatures.update(plan.signatures)
             for passing in plan.passes:
                 self.passed.setdefault(passing.callee, []).append(passing)
+                self._home[id(passing)] = plan.path
+                if passing.callee.startswith(GIVEN_TO):
+                    instance = passing.callee[len(GIVEN_TO) :]
+                    self.given.setdefault(instance, []).append((plan.path, passing.refs))
         self._ambiguous: dict[str, list[Passing]] | None = None
+        self._settled: dict[tuple[str, frozenset[str] | None], dict[Deferred, frozenset[Ref]]] = {}
+        self.sharded = {plan.path: plan.sharded for plan in plans if plan.sharded}
+        self._taint: dict[str, frozenset[Ref]] = {}
 
     def settle(
-        self, refs: Iterable[Ref], seen: frozenset[Deferred] = frozenset()
-    ) -> set[Built | Optimizer]:
-        """The models and optimizers among ``refs`` and behind their links."""
-        out: set[Built | Optimizer] = set()
+        self, refs: Iterable[Ref], path: str | None = None
+    ) -> set[Built | Optimizer | Unknown]:
+        """The models and optimizers among ``refs`` and behind their links, and ``UNKNOWN``
+        where a value comes from code no file of the run shows (``path``: where ``refs`` are
+        read; only calls that may run in the same process count)."""
+        within = self._programs_of(path) if path is not None else None
+        return self._closure(refs, _ALL, within)  # type: ignore[return-value]
+
+    def models(self, refs: Iterable[Ref]) -> set[Built | Optimizer]:
+        """``settle`` without the unknown: the models and optimizers only."""
+        return self._closure(refs, _MODELS)  # type: ignore[return-value]
+
+    def origins(self, refs: Iterable[Ref], within: frozenset[str] | None = None) -> set[Ref]:
+        """Where the objects ``refs`` may hold were made: constructors (``Built``), libraries
+        (``Given``), the run's classes (a ``Returned`` no function of the run answers), or
+        code no file shows (``UNKNOWN``). Two values of no common origin are not one object.
+        ``within``: the programs (roots, ``ProgramMap``) whose calls count."""
+        return self._closure(refs, _ORIGINS, within)
+
+    def may_be_sharded(self, refs: Iterable[Ref], path: str) -> bool:
+        """Whether an object ``refs`` may hold at a line of ``path`` may also be handed to an
+        FSDP1 constructor of the run that may run in the same process: under FSDP2 it is then
+        sharded in place (``FilePlan.sharded``)."""
+        taint = self._taint.get(path)
+        if taint is None:
+            map_ = self.programs.map if self.programs is not None else None
+            wrapped: set[Ref] = set()
+            for home, sharded in self.sharded.items():
+                if map_ is None or map_.meet(path, home):
+                    wrapped |= sharded
+            within = self._programs_of(path)
+            taint = self._taint[path] = frozenset(self.origins(wrapped, within))
+        if UNKNOWN in taint:
+            return True
+        found = self.origins(refs, self._programs_of(path))
+        return UNKNOWN in found or not found.isdisjoint(taint)
+
+    def _programs_of(self, path: str) -> frozenset[str] | None:
+        """The programs a line of ``path`` runs in (None: any, as for an open file)."""
+        map_ = self.programs.map if self.programs is not None else None
+        if map_ is None or path in map_.open or path not in map_.member_of:
+            return None
+        return map_.member_of[path]
+
+    def _closure(
+        self, refs: Iterable[Ref], mode: str, within: frozenset[str] | None = None
+    ) -> set[Ref]:
+        out: set[Ref] = set()
         for ref in refs:
-            if isinstance(ref, (Built, Optimizer)):
+            if self._is_link(ref, mode):
+                out |= self._reach(ref, mode, within)  # type: ignore[arg-type]
+            elif mode != _MODELS or not isinstance(ref, Unknown):
                 out.add(ref)
-            elif isinstance(ref, (Returned, Passed)) and ref not in seen:
-                out |= self.settle(self._targets(ref), seen | {ref})
-        return out
+        if mode == _ORIGINS:
+            return out
+        return {r for r in out if isinstance(r, (Built, Optimizer, Unknown))}
+
+    def _reach(
+        self, start: Deferred, mode: str, within: frozenset[str] | None = None
+    ) -> frozenset[Ref]:
+        """What a link settles to in ``mode``, each link's answer computed once: the links
+        form a graph (cycles included), whose strongly connected components share one answer
+        (Tarjan's algorithm, iteratively). What a library gives back (``Given``) is only the
+        run's models it was given: a value given to it that no file shows the origin of is
+        taken for none of them."""
+        settled = self._settled.setdefault((mode, within), {})
+        if start in settled:
+            return settled[start]
+        index: dict[Deferred, int] = {}
+        low: dict[Deferred, int] = {}
+        stack: list[Deferred] = []
+        on_stack: set[Deferred] = set()
+        direct: dict[Deferred, set[Ref]] = {}
+        links: dict[Deferred, list[Deferred]] = {}
+        work: list[tuple[Deferred, int]] = [(start, 0)]
+        while work:
+            node, position = work.pop()
+            if position == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+                targets = self._step(node, mode, within)
+                direct[node] = {t for t in targets if not self._is_link(t, mode)}
+                links[node] = [t for t in targets if self._is_link(t, mode)]  # type: ignore[misc]
+            successors = links[node]
+            if position < len(successors):
+                work.append((node, position + 1))
+                successor = successors[position]
+                if successor in settled:
+                    direct[node] |= settled[successor]
+                elif successor not in index:
+                    work.append((successor, 0))
+                elif successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+                continue
+            for successor in successors:
+                if successor in on_stack and successor is not node:
+                    low[node] = min(low[node], low[successor])
+                elif successor in settled:
+                    direct[node] |= settled[successor]
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                answer = frozenset().union(*(direct[m] for m in component))
+                for member in component:
+                    settled[member] = answer
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+        return settled[start]
+
+    def _is_link(self, ref: Ref, mode: str) -> bool:
+        """Whether ``_reach`` follows ``ref`` in ``mode`` (else it is an answer: in
+        ``_ORIGINS``, a class of the run is where objects are made)."""
+        if mode == _ORIGINS and isinstance(ref, Returned):
+            return self._answers(ref)
+        return isinstance(ref, (Returned, Passed, Given))
+
+    def _step(self, ref: Deferred, mode: str, within: frozenset[str] | None) -> list[Ref]:
+        """What one link stands for in ``mode``: its targets, terminals kept as ``_closure``
+        wants them (a library's answer in ``_ALL``: the models it was given)."""
+        if mode == _ORIGINS:
+            return list(self._targets(ref, within))
+        if isinstance(ref, Given) and mode == _ALL:
+            given = [
+                r
+                for home, refs in self.given.get(ref.instance, ())
+                for r in refs
+                if self._home_within(home, within)
+            ]
+            return [r for r in self._closure(given, _MODELS, within) if not isinstance(r, Unknown)]
+        targets = list(self._targets(ref, within))
+        if mode == _MODELS:
+            return [t for t in targets if not isinstance(t, Unknown)]
+        return targets
+
+    def _answers(self, ref: Returned) -> bool:
+        """Whether a function of the run answers ``ref`` (else: a class, or a library's)."""
+        return any(f in self.exports for f in self.spellings(ref.function))
 
     def spellings(self, name: str) -> tuple[str, ...]:
         """The run's names ``name`` may stand for: itself, or those of each module its
@@ -276,9 +449,21 @@ class Resolver:
                 return (name,)
             head = head.rpartition(".")[0]
 
-    def _targets(self, ref: Deferred) -> Iterable[Ref]:
+    def _targets(self, ref: Deferred, within: frozenset[str] | None = None) -> Iterable[Ref]:
+        if isinstance(ref, Instance):
+            return ()  # a library object is no model of the run
+        if isinstance(ref, Given):
+            return {
+                r
+                for home, refs in self.given.get(ref.instance, ())
+                if self._home_within(home, within)
+                for r in refs
+            }
         if isinstance(ref, Returned):
-            return {r for f in self.spellings(ref.function) for r in self.exports.get(f, ())}
+            spellings = self.spellings(ref.function)
+            if not any(f in self.exports for f in spellings):
+                return ()  # a class of the run: a new instance of it
+            return {r for f in spellings for r in self.exports.get(f, ())}
         positional = self.signatures.get(ref.function, ())
         callees = [ref.function]
         if ref.function.endswith(".__init__"):
@@ -286,12 +471,31 @@ class Resolver:
         targets: set[Ref] = set()
         for callee in callees:
             for passing in self._passed_to(callee):
+                if within is not None and not self._runs_within(passing, within):
+                    continue
                 slot = passing.slot
                 if isinstance(slot, int):
                     slot = positional[slot] if slot < len(positional) else ""
                 if slot == ref.parameter:
                     targets |= passing.refs
+        if not self.modules.whole_program or not any(
+            c in self.called for callee in callees for c in self.spellings(callee)
+        ):
+            targets.add(UNKNOWN)  # called from code the run does not show
         return targets
+
+    def _runs_within(self, passing: Passing, within: frozenset[str]) -> bool:
+        """Whether the file that passes may run in one of the programs ``within``."""
+        return self._home_within(self._home.get(id(passing)), within)
+
+    def _home_within(self, home: str | None, within: frozenset[str] | None) -> bool:
+        """Whether a line of ``home`` may run in one of the programs ``within`` (None: any)."""
+        map_ = self.programs.map if self.programs is not None else None
+        if within is None or map_ is None or home is None:
+            return True
+        if home in map_.open or home not in map_.member_of:
+            return True
+        return not map_.member_of[home].isdisjoint(within)
 
     def _passed_to(self, callee: str) -> Iterator[Passing]:
         """What the run's files pass to ``callee``, under any of the names that may stand
@@ -312,23 +516,37 @@ class Resolver:
 
 
 def resolve(
-    plans: Sequence[FilePlan], aliases: Mapping[str, tuple[str, ...]] | None = None
+    plans: Sequence[FilePlan],
+    modules: RunModules | None = None,
+    programs: Programs | None = None,
 ) -> list[FilePlan]:
     """The plans with every site's links into other files settled (``Resolver``), and what
     follows for a site the run ties to no model."""
-    resolver = Resolver(plans, aliases)
+    resolver = Resolver(plans, modules, programs)
     return [replace(plan, sites=[_resolved(s, resolver) for s in plan.sites]) for plan in plans]
 
 
 def _resolved(site: Site, resolver: Resolver) -> Site:
     if site.deferred:
-        found = resolver.settle(site.deferred)
+        found = resolver.settle(site.deferred, site.path)
         site = replace(
             site,
             ties=site.ties | {r.id for r in found if isinstance(r, Built)},
             optimizers=site.optimizers | {r for r in found if isinstance(r, Optimizer)},
             deferred=frozenset(),
+            opaque=site.opaque or UNKNOWN in found,
         )
+        if (
+            not site.ties
+            and not site.opaque
+            and not site.about_optimizer
+            and not resolver.may_be_sharded(site.deferred, site.path)
+        ):
+            # every value it may hold is followed, none is a model of the run, and none is an
+            # object an FSDP1 constructor of the run wraps (sharded in place under FSDP2)
+            return replace(
+                site, rewrite=None, fallback=None, requirement="NEVER", silent=True, holds=False
+            )
     if site.about_optimizer:
         if not site.optimizers:  # no BF16 optimizer reaches it: not our business
             return replace(site, rewrite=None, requirement="NEVER", silent=True)
@@ -367,12 +585,12 @@ def _resolved(site: Site, resolver: Resolver) -> Site:
 def decide(
     plans: Sequence[FilePlan],
     programs: Programs | None = None,
-    aliases: Mapping[str, tuple[str, ...]] | None = None,
+    modules: RunModules | None = None,
 ) -> Decisions:
     """Settle the run: which constructors migrate and which sites are rewritten (``programs``:
-    which constructors each file's lines may meet, without it every one; ``aliases``:
-    ``ModuleGraph.aliases``)."""
-    plans = resolve(plans, aliases)
+    which constructors each file's lines may meet, without it every one; ``modules``: the
+    run's modules, ``ModuleGraph.run_modules``)."""
+    plans = resolve(plans, modules, programs)
     sites = [s for plan in plans for s in plan.sites]
     constructors = [s for s in sites if s.constructor is not None]
     reach = _Reach(constructors, [b for p in plans for b, _ in p.fsdp2_builds], programs)
@@ -428,6 +646,11 @@ def decide(
         rewritten,
         {k: v for k, v in reasons.items() if v.text},
     )
+
+
+def _camel(name: str) -> bool:
+    """A class's name by convention (``Accelerator``; not ``FSDP``, ``MAX_LEN`` or ``load``)."""
+    return name[:1].isupper() and not name.isupper()
 
 
 def _holds_run(site: Site, reach: _Reach) -> bool:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import ast
 import os
 import re
+import weakref
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -362,20 +364,31 @@ def _readers_of(tree: ast.Module, name: str) -> list[str | None]:
 def _reads_of(tree: ast.Module, name: str) -> list[int]:
     """The lines of ``tree`` that read ``name`` (a name, an attribute, a string naming it, an
     import under another name)."""
-    lines = set()
-    for node in ast.walk(tree):
-        if (
-            (isinstance(node, ast.Name) and node.id == name)
-            or (isinstance(node, ast.Attribute) and node.attr == name)
-            or (
-                isinstance(node, ast.Constant)
-                and isinstance(node.value, str)
-                and re.fullmatch(rf"(.*[.:])?{re.escape(name)}", node.value)
-            )
-            or (isinstance(node, ast.alias) and node.asname and node.name == name)
-        ):
-            lines.add(node.lineno)
-    return sorted(lines)
+    return sorted(_read_index(tree).get(name, ()))
+
+
+_READ_INDEXES: weakref.WeakKeyDictionary[ast.Module, dict[str, set[int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _read_index(tree: ast.Module) -> dict[str, set[int]]:
+    """Each name ``tree`` reads -> its lines (``_reads_of``), found in one walk per tree: a
+    string reads the name after its last ``.`` or ``:`` (``"pkg.mod:main"``)."""
+    found = _READ_INDEXES.get(tree)
+    if found is None:
+        found = defaultdict(set)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                found[node.id].add(node.lineno)
+            elif isinstance(node, ast.Attribute):
+                found[node.attr].add(node.lineno)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found[re.split(r"[.:]", node.value)[-1]].add(node.lineno)
+            elif isinstance(node, ast.alias) and node.asname:
+                found[node.name].add(node.lineno)
+        _READ_INDEXES[tree] = found
+    return found
 
 
 _PACKAGING = ("pyproject.toml", "setup.cfg", "setup.py")

@@ -47,8 +47,39 @@ class Passed:
     parameter: str
 
 
-Ref = Built | Factory | Optimizer | Returned | Passed
-Deferred = Returned | Passed
+#: How a call of a library object's method is named among a file's ``passes``:
+#: ``GIVEN_TO + <the object's Instance id>``.
+GIVEN_TO = "@"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An object a library class made (``Accelerator(...)`` at ``id``, ``path:line:column``):
+    never one of the run's models itself."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class Given:
+    """What the library object made at ``instance`` hands back (its methods' results, the
+    arguments it calls the run's callbacks with): one of the run's models only if the run
+    gave that model to the object."""
+
+    instance: str
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A value from code the analysis does not follow (a call on an object it cannot tie, an
+    element of a container, a parameter no call of the run passes): it may be any model. A
+    value whose refs are none of these, nor a model or a link, is no model of the run."""
+
+
+UNKNOWN = Unknown()
+
+Ref = Built | Factory | Optimizer | Returned | Passed | Given | Instance | Unknown
+Deferred = Returned | Passed | Given | Instance
 
 
 def built(refs: Iterable[Ref]) -> frozenset[str]:
@@ -57,5 +88,6 @@ def built(refs: Iterable[Ref]) -> frozenset[str]:
 
 
 def deferred(refs: Iterable[Ref]) -> frozenset[Deferred]:
-    """The links into other files among ``refs``."""
-    return frozenset(r for r in refs if isinstance(r, (Returned, Passed)))
+    """The links into other files among ``refs``, and the library objects (no model: what a
+    site learns of them is that its receiver may hold something else than the run's)."""
+    return frozenset(r for r in refs if isinstance(r, (Returned, Passed, Given, Instance)))

@@ -30,16 +30,22 @@ from codemods.names import Binding
 from codemods.parsed import ParsedFile
 from codemods.plan import Passing
 from codemods.refs import (
+    GIVEN_TO,
+    UNKNOWN,
     Built,
     Deferred,
     Factory,
+    Given,
+    Instance,
     Optimizer,
     Passed,
     Ref,
     Returned,
+    Unknown,
     built,
     deferred,
 )
+from codemods.semantic.modules import RunModules
 
 #: Module methods that return the module they are called on.
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_", "to_empty"})
@@ -73,6 +79,51 @@ _FSDP1_ONLY_ATTRIBUTES = frozenset(
     {"_fsdp_wrapped_module", "_flat_param", "_handle", "_handles", "_fsdp_handles", "check_is_root"}
 )
 _PARTIAL = "functools.partial"
+
+#: Expressions whose value is never a model (nor holds one a read of it could give).
+_NO_MODEL = (
+    ast.Constant,
+    ast.JoinedStr,
+    ast.FormattedValue,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Compare,
+    ast.Lambda,
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.Dict,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
+#: Builtins whose result is never a model.
+_NO_MODEL_BUILTINS = frozenset(
+    f"builtins.{name}"
+    for name in (
+        "len",
+        "int",
+        "float",
+        "str",
+        "bool",
+        "isinstance",
+        "issubclass",
+        "hasattr",
+        "repr",
+        "hash",
+        "id",
+        "abs",
+        "round",
+        "print",
+        "range",
+        "type",
+        "dict",
+        "set",
+        "frozenset",
+        "format",
+    )
+)
 #: Module methods, besides those that return the module, that never shard it.
 _UNSHARDING_METHODS = frozenset(
     {
@@ -125,6 +176,7 @@ class Ties:
     ) -> None:
         """``wraps(func)``: whether calling ``func`` builds a model (default: the FSDP1 class)."""
         self.parsed = analysis
+        self._modules: RunModules = getattr(analysis, "run_modules", None) or RunModules()
         names = analysis.names
         wraps = wraps or analysis.is_fsdp_class
         #: Constructor call -> id; factories are the ``partial(FSDP, ...)`` among them.
@@ -168,6 +220,7 @@ class Ties:
             None
         )
         self._exported_memo: dict[str, ast.AST] | None = None
+        self._generator_memo: frozenset[ast.AST | None] | None = None
 
     # -- queries ---------------------------------------------------------------------------------
     def of(self, expr: ast.AST) -> tuple[frozenset[str], frozenset[Deferred]]:
@@ -188,9 +241,7 @@ class Ties:
     def exports(self) -> dict[str, frozenset[Ref]]:
         """Qualified names of this file's functions and methods -> what their calls return."""
         out = {name: self._returned(function) for name, function in self._exported().items()}
-        return {
-            k: frozenset(r for r in v if not isinstance(r, Factory)) for k, v in out.items() if v
-        }
+        return {k: frozenset(r for r in v if not isinstance(r, Factory)) for k, v in out.items()}
 
     def signatures(self) -> dict[str, tuple[str, ...]]:
         """Qualified names of this file's functions and methods -> the names their positional
@@ -208,20 +259,105 @@ class Ties:
             assert isinstance(call, ast.Call)
             if call in self.constructors or not (call.args or call.keywords):
                 continue
-            callees = self.parsed.names.qualified(_unsubscripted(call.func))
+            func, preset = _unsubscripted(call.func), 0
+            partial = self._partial_target(func)
+            if partial is not None:
+                func, preset = partial
+            callees = self.parsed.names.qualified(func)
+            if not callees and isinstance(func, ast.Attribute):
+                # a library object's method (``accelerator.prepare(model)``)
+                callees = frozenset(f"{GIVEN_TO}{i}" for i in self._instances(func.value))
             if not callees or any(c.startswith("builtins.") for c in callees):
                 continue
             slots: list[tuple[int | str, ast.AST]] = []
             for index, argument in enumerate(call.args):
                 if isinstance(argument, ast.Starred):
                     break
-                slots.append((index, argument))
+                slots.append((index + preset, argument))
             slots += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
             for slot, value in slots:
                 refs = frozenset(r for r in self._value(value) if not isinstance(r, Factory))
                 if refs:
                     out += [Passing(callee, slot, refs) for callee in callees]
         return out
+
+    def sharded(self) -> frozenset[Ref]:
+        """What the modules this file's FSDP1 constructors wrap may hold (a constructor's
+        first argument, or a factory's call's): under FSDP2 these objects are sharded in
+        place."""
+        out: set[Ref] = set()
+        names = self.parsed.names
+        for call in names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if call in self.factories:
+                continue
+            built = call in self.constructors or any(
+                isinstance(r, Factory) for r in self._value(call.func)
+            )
+            if not built:
+                continue
+            module = call.args[0] if call.args else None
+            module = next((k.value for k in call.keywords if k.arg == "module"), module)
+            out |= self._value(module) if module is not None else {UNKNOWN}
+        return frozenset(r for r in out if not isinstance(r, Factory))
+
+    def calls(self) -> frozenset[str]:
+        """The qualified names this file calls (a function of another file, a library's)."""
+        out: set[str] = set()
+        for call in self.parsed.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            func = _unsubscripted(call.func)
+            partial = self._partial_target(func)
+            func = partial[0] if partial is not None else func
+            out |= self.parsed.names.qualified(func)
+            out |= {name for f in self._local_callees(func) if (name := self._exported_name(f))}
+        return frozenset(q for q in out if not q.startswith("builtins."))
+
+    def _local_callees(self, func: ast.expr) -> list[ast.AST]:
+        """The functions of this file a call's ``func`` names: a def's name, a method called on
+        ``self``, a class's ``__init__`` by the class's name."""
+        names = self.parsed.names
+        if isinstance(func, ast.Name):
+            found: list[ast.AST] = []
+            for binding in names.bindings_of(func):
+                if binding.kind == "def":
+                    found.append(binding.node)
+                elif binding.kind == "class" and isinstance(binding.node, ast.ClassDef):
+                    found += [
+                        f
+                        for f in binding.node.body
+                        if isinstance(f, _FUNCTIONS) and f.name == "__init__"
+                    ]
+            return found
+        if isinstance(func, ast.Attribute) and self._is_self(func.value):
+            owner = names.class_of(func)
+            if owner is not None:
+                return [f for f in owner.body if isinstance(f, _FUNCTIONS) and f.name == func.attr]
+        return []
+
+    def _partial_target(self, func: ast.AST) -> tuple[ast.expr, int] | None:
+        """``(g, n)`` when ``func`` is a name every reaching binding of which is
+        ``functools.partial(g, <n positional arguments>, ...)`` of the same ``g``."""
+        if not isinstance(func, ast.Name):
+            return None
+        reaching = self._reaching(func)
+        targets = []
+        for binding in reaching:
+            value = binding.value
+            if not (
+                binding.kind == "assign"
+                and isinstance(value, ast.Call)
+                and value.args
+                and not isinstance(value.args[0], ast.Starred)
+                and self.parsed.resolves_to(value.func, _PARTIAL)
+            ):
+                return None
+            targets.append((value.args[0], len(value.args) - 1))
+        if not targets or len({self.parsed.source(t) for t, _ in targets}) != 1:
+            return None
+        if len({n for _, n in targets}) != 1:
+            return None
+        return targets[0]
 
     def assigned(self, attribute: ast.Attribute) -> list[ast.expr]:
         """The values assigned to an attribute chain (``self.x`` anywhere in its class)."""
@@ -391,27 +527,53 @@ class Ties:
         if isinstance(expr, ast.Call):
             return self._call(expr)
         if isinstance(expr, ast.Name):
-            out: set[Ref] = set()
-            for binding in self._reaching(expr):
-                if binding.kind == "assign" and binding.value is not None:
-                    out |= self._value(binding.value)
-                elif binding.kind == "other":
-                    out |= self._unpacked(binding.node)
-                elif binding.kind == "param":
-                    out |= self._passed(binding.node)
-            return out
+            return self._named(expr)
         if isinstance(expr, ast.Attribute):
             key = self._attribute_key(expr)
-            if key is None:
-                return set()
-            return {r for value in self._attributes.get(key, ()) for r in self._value(value)}
+            values = self._attributes.get(key, ()) if key is not None else ()
+            if not values:
+                return {UNKNOWN}  # an attribute this file never assigns
+            return {r for value in values for r in self._value(value)}
         if isinstance(expr, ast.IfExp):
             return set(self._value(expr.body) | self._value(expr.orelse))
         if isinstance(expr, ast.BoolOp):
             return {r for value in expr.values for r in self._value(value)}
         if isinstance(expr, ast.NamedExpr):
             return set(self._value(expr.value))
-        return set()
+        if isinstance(expr, ast.Subscript):
+            return self._element(expr.value)
+        if isinstance(expr, _NO_MODEL):
+            return set()  # literals, displays, arithmetic, comparisons, lambdas: no model
+        return {UNKNOWN}
+
+    def _named(self, name: ast.Name) -> set[Ref]:
+        """What a read of a name may hold, through the bindings that reach it."""
+        reaching = self._reaching(name)
+        if not reaching:
+            return {UNKNOWN}  # bound by no code of this file (a global set elsewhere)
+        out: set[Ref] = set()
+        for binding in reaching:
+            if binding.kind == "assign":
+                out |= self._value(binding.value) if binding.value is not None else {UNKNOWN}
+            elif binding.kind == "other":
+                out |= self._unpacked(binding.node)
+            elif binding.kind == "param":
+                out |= self._passed(binding.node)
+            elif binding.kind == "import":
+                out.add(UNKNOWN)  # a value of another module
+        return out  # a def or a class is no model
+
+    def opaque(self, expr: ast.AST) -> bool:
+        """Whether some value ``expr`` may hold comes from code the analysis does not follow."""
+        return UNKNOWN in self._value(expr)
+
+    def none_of(self, expr: ast.AST) -> bool:
+        """Whether ``expr`` provably holds no model of the run: every value it may hold is
+        followed to code that makes no model (no constructor, no call into another file, no
+        value from code the analysis does not follow)."""
+        return not any(
+            isinstance(r, (Built, Factory, Returned, Passed, Unknown)) for r in self._value(expr)
+        )
 
     def _reaching(self, name: ast.Name) -> list[Binding]:
         """The bindings of ``name`` this read of it may see."""
@@ -424,7 +586,7 @@ class Ties:
         arguments = self.parsed.names.parent.get(parameter)
         function = self.parsed.names.parent.get(arguments) if arguments is not None else None
         if not isinstance(function, _FUNCTIONS) or not isinstance(parameter, ast.arg):
-            return set()
+            return {UNKNOWN}  # a lambda's
         positional = _positional(function)
         method = self._takes_self(function)
         if method and positional[0] == parameter.arg:
@@ -433,17 +595,76 @@ class Ties:
         exported = self._exported_name(function)
         if exported is not None:
             out.add(Passed(exported, parameter.arg))
-        for call in self._callers(function, method):
+        callers = self._callers(function, method)
+        if parameter in (function.args.vararg, function.args.kwarg):
+            out.add(UNKNOWN)  # gathered
+        elif not callers:
+            instances = self._handed_to(function)
+            if instances:
+                out |= {Given(i) for i in instances}  # a library object calls it back
+            elif exported is None:
+                out.add(UNKNOWN)  # called from where this file cannot see
+        for call in callers:
             offset = 1 if method else 0
+            given = False
             for index, argument in enumerate(call.args):
                 if isinstance(argument, ast.Starred):
+                    out.add(UNKNOWN)  # f(*xs): any parameter from here on
+                    given = True
                     break
                 if index + offset < len(positional) and positional[index + offset] == parameter.arg:
                     out |= self._value(argument)
+                    given = True
             for keyword in call.keywords:
                 if keyword.arg == parameter.arg:
                     out |= self._value(keyword.value)
+                    given = True
+                elif keyword.arg is None:
+                    out.add(UNKNOWN)  # f(**kwargs)
+                    given = True
+            if not given:
+                out |= self._default(function, parameter)
         return out
+
+    def _handed_to(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+        """The library objects a function of this file is only handed to, as an argument of
+        their methods (``accelerator.register_load_state_pre_hook(hook)``): what they call it
+        with is what they were given. Empty when it is read otherwise too, or is a method."""
+        names = self.parsed.names
+        if names.class_of(function) is not None and self._takes_self(function):
+            return frozenset()
+        reads = [
+            read
+            for read in names.loads(function.name)
+            if any(b.node is function for b in names.bindings_of(read))
+        ]
+        found: set[str] = set()
+        for read in reads:
+            call = names.parent.get(read)
+            if isinstance(call, ast.keyword):
+                call = names.parent.get(call)
+            if not isinstance(call, ast.Call) or call.func is read:
+                return frozenset()
+            instances = (
+                self._instances(call.func.value) if isinstance(call.func, ast.Attribute) else None
+            )
+            if not instances:
+                return frozenset()
+            found |= instances
+        return frozenset(found)
+
+    def _default(
+        self, function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: ast.arg
+    ) -> set[Ref]:
+        """What a parameter holds when a call does not pass it: its default's value."""
+        arguments = function.args
+        every = [*arguments.posonlyargs, *arguments.args]
+        defaults = dict(zip(every[len(every) - len(arguments.defaults) :], arguments.defaults))
+        defaults.update(
+            (a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None
+        )
+        default = defaults.get(parameter)
+        return set(self._value(default)) if default is not None else {UNKNOWN}
 
     def _callers(self, function: ast.AST, method: bool) -> list[ast.Call]:
         """Calls of ``function`` in this file: by its name, ``self.<name>`` in its class, or
@@ -496,8 +717,10 @@ class Ties:
         of a function here that returns tuples."""
         parent = self.parsed.names.parent.get(target)
         statement = self.parsed.names.parent.get(parent) if parent is not None else None
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and parent.target is target:
+            return self._element(parent.iter)
         if not (isinstance(parent, (ast.Tuple, ast.List)) and isinstance(statement, ast.Assign)):
-            return set()
+            return {UNKNOWN}  # a ``with``'s, an ``except``'s target, a nested unpacking...
         if parent not in statement.targets or any(isinstance(e, ast.Starred) for e in parent.elts):
             return set()
         index = parent.elts.index(target)  # type: ignore[arg-type]
@@ -514,7 +737,9 @@ class Ties:
         for value in values:
             if isinstance(value, ast.Tuple) and len(value.elts) == len(parent.elts):
                 out |= self._value(value.elts[index])
-        return out
+            else:
+                out.add(UNKNOWN)
+        return out if values else {UNKNOWN}
 
     def _call(self, call: ast.Call) -> set[Ref]:
         if call in self.optimizers:
@@ -528,13 +753,19 @@ class Ties:
             return made
         if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF:
             return set(self._value(func.value))
+        partial = self._partial_target(func)
+        if partial is not None:
+            target, _ = partial
+            if isinstance(target, ast.Name) or self.parsed.names.qualified(target):
+                func = target  # ``f = partial(g, ...)``; ``f(x)`` is a call of ``g``
         if isinstance(func, ast.Name):
             out: set[Ref] = set()
-            for binding in self.parsed.names.bindings_of(func):
+            bindings = self.parsed.names.bindings_of(func)
+            for binding in bindings:
                 if binding.kind == "def" and isinstance(binding.node, _FUNCTIONS):
                     out |= self._returned(binding.node)
-            if out:
-                return out
+            if out or (bindings and all(b.kind == "def" for b in bindings)):
+                return out  # a function of this file that returns no model
         if isinstance(func, ast.Attribute) and self._is_self(func.value):
             owner = self.parsed.names.class_of(call)
             if owner is not None:
@@ -546,7 +777,48 @@ class Ties:
                 key = self._key(call.args[0], f"{self.parsed.source(call.args[0])}.{attribute}")
                 values = self._attributes.get(key, ()) if key is not None else ()
                 return {r for value in values for r in self._value(value)}
+        if qualified and qualified <= _NO_MODEL_BUILTINS:
+            return set()
+        if not qualified and isinstance(func, ast.Attribute):
+            instances = self._instances(func.value)
+            if instances:  # a library object's method: what it was given, or its arguments
+                return {Given(i) for i in instances} | self._passed_through(call)
+        if not qualified or any(q.startswith("builtins.") for q in qualified):
+            return {UNKNOWN}  # a method of an object it cannot tie, or a builtin
+        if all(self._modules.library(q) is not None for q in qualified):
+            if all(_camel(q.rpartition(".")[2]) for q in qualified):
+                return {Instance(self.parsed.site_id(call))}  # a new object of a library class
+            return self._passed_through(call)  # a library function: it may hand one back
         return {Returned(q) for q in qualified}
+
+    def _passed_through(self, call: ast.Call) -> set[Ref]:
+        """What a library function may hand back of its own: one of its arguments (wrapped,
+        ``torch.compile(model)``), never a model of the run it was not given."""
+        out: set[Ref] = set()
+        for argument in [*call.args, *(k.value for k in call.keywords)]:
+            value = argument.value if isinstance(argument, ast.Starred) else argument
+            out |= {r for r in self._value(value) if not isinstance(r, Factory)}
+        return out
+
+    def from_library(self, expr: ast.AST) -> bool:
+        """Every value ``expr`` may hold is an object a library made or handed back (an
+        ``Accelerator``, what its methods return): its attributes are the library's."""
+        return bool(self._instances(expr))
+
+    def _instances(self, expr: ast.AST) -> frozenset[str]:
+        """The library objects every value ``expr`` may hold is, or comes from
+        (``Accelerator(...)``, what its methods return, their elements); empty when a value
+        may be anything else."""
+        refs = self._value(expr)
+        if not refs or not all(isinstance(r, (Instance, Given)) for r in refs):
+            return frozenset()
+        return frozenset(r.id if isinstance(r, Instance) else r.instance for r in refs)  # type: ignore[union-attr]
+
+    def _element(self, container: ast.AST) -> set[Ref]:
+        """What an element of ``container`` (``x[i]``, ``for m in x``) may hold: a library
+        object's container holds what the object was given; anything else, anything."""
+        instances = self._instances(container)
+        return {Given(i) for i in instances} if instances else {UNKNOWN}
 
     def _method(self, owner: ast.ClassDef, name: str, seen: set[ast.ClassDef]) -> set[Ref]:
         """What ``self.<name>(...)`` returns, looking in ``owner`` then its bases."""
@@ -571,7 +843,21 @@ class Ties:
         return None
 
     def _returned(self, function: ast.AST) -> set[Ref]:
+        """What ``function``'s return statements may give (a generator's: unknown)."""
+        if function in self._generators():
+            return {UNKNOWN}
         return {r for value in self._returns.get(function, ()) for r in self._value(value)}
+
+    def _generators(self) -> frozenset[ast.AST | None]:
+        """The functions of this file that yield (a call of one gives a generator)."""
+        if self._generator_memo is None:
+            names = self.parsed.names
+            self._generator_memo = frozenset(
+                names.function_of(node)
+                for kind in (ast.Yield, ast.YieldFrom)
+                for node in names.by_type[kind]
+            )
+        return self._generator_memo
 
     # -- helpers ---------------------------------------------------------------------------------
     def _exported(self) -> dict[str, ast.AST]:

@@ -48,6 +48,27 @@ class Module:
 
 
 @dataclass(frozen=True)
+class RunModules:
+    """What the plan needs of the run's modules: the first parts of their canonical names
+    (``tops``: a dotted name with any other first part is a library's), and the imports found
+    on several roots at once (``aliases``: ``ModuleGraph.aliases``)."""
+
+    tops: frozenset[str] = frozenset()
+    aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The run is the whole program (``--whole-program``): no code outside it calls its
+    #: functions.
+    whole_program: bool = False
+
+    def library(self, qualified: str) -> str | None:
+        """The library a dotted name belongs to (its first part), None for the run's own
+        modules, builtins, or when the run's modules are not known."""
+        top = qualified.partition(".")[0]
+        if not self.tops or top in self.tops or top == "builtins":
+            return None
+        return top
+
+
+@dataclass(frozen=True)
 class Naming:
     """How the run names one file (``ModuleGraph.canonical``), whether it is a package's
     ``__init__.py``, and its ``renames`` (``ModuleGraph.renames``)."""
@@ -84,6 +105,9 @@ class ModuleGraph:
     #: Files that load modules by a name computed at run time (``import_module(name)``,
     #: ``runpy.run_path(path)``): they may execute any file of the run.
     loads_any: frozenset[str] = frozenset()
+    #: Each file's module-level ``from <run module> import name [as alias]``:
+    #: ``(alias, the run file it imports from, name)`` (a name handed on, ``reexports``).
+    handed_on: dict[str, tuple[tuple[str, str, str], ...]] = field(default_factory=dict)
     _importers: dict[str, set[str]] | None = None
     _tops: dict[str, list[str]] | None = None
     _closures: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -102,6 +126,10 @@ class ModuleGraph:
         top, dot, rest = module.name.partition(".")
         return self._top(module.root, top) + dot + rest
 
+    def run_modules(self, whole_program: bool = False) -> RunModules:
+        tops = frozenset(self.canonical(p).partition(".")[0] for p in self.modules)
+        return RunModules(frozenset(t for t in tops if t), self.aliases(), whole_program)
+
     def naming(self, path: str) -> Naming:
         return Naming(self.canonical(path), self.modules[path].package, self.renames(path))
 
@@ -118,10 +146,29 @@ class ModuleGraph:
                 out[entry.module] = canonical
         return out
 
+    def reexports(self) -> dict[str, str]:
+        """Names a module of the run hands on from another (``from .fsdp import
+        shard_model`` in ``dist/__init__.py``: ``dist.shard_model`` -> ``dist.fsdp.shard_model``),
+        by canonical names, a chain followed to its end."""
+        out: dict[str, str] = {}
+        for path, found in self.handed_on.items():
+            module = self.canonical(path)
+            for alias, source, name in found:
+                out[f"{module}.{alias}"] = f"{self.canonical(source)}.{name}"
+        for key in list(out):
+            seen = {key}
+            while out[key] in out and out[key] not in seen:
+                seen.add(out[key])
+                out[key] = out[out[key]]
+        return out
+
     def aliases(self) -> dict[str, tuple[str, ...]]:
         """Absolute imports found on several roots at once (none of the importer's own holds
-        them) -> the canonical names of every file they may find."""
+        them) -> the canonical names of every file they may find; and names a module hands on
+        (``reexports``) -> where they are defined."""
         out: dict[str, set[str]] = defaultdict(set)
+        for name, target in self.reexports().items():
+            out[name].add(target)
         for found in self.imports.values():
             for entry in found:
                 if not entry.level and entry.root is None and len(entry.targets) > 1:
@@ -186,6 +233,12 @@ def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> Modu
     extra = tuple(dict.fromkeys(r for a, t in trees.items() if t for r in _path_additions(a, t)))
     resolver = _Resolver(index, modules, extra)
     loads_any = frozenset(spelled[a] for a, t in trees.items() if t and _loads_any(t))
+    handed_on = {
+        spelled[a]: found
+        for a, tree in trees.items()
+        if tree is not None
+        and (found := tuple((n, spelled[src], m) for n, src, m in resolver.handed_on(a, tree)))
+    }
     imports = {
         spelled[a]: tuple(_respelled(i, spelled) for i in resolver.imports(a, tree))
         for a, tree in trees.items()
@@ -196,6 +249,7 @@ def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> Modu
         imports,
         extra,
         loads_any,
+        handed_on,
     )
 
 
@@ -308,6 +362,37 @@ class _Resolver:
                 name = node.args[0].value  # type: ignore[attr-defined]
                 root, targets = self.resolve(path, name)
                 yield Import(name, 0, node.lineno, targets, True, True, root)  # type: ignore[attr-defined]
+        for call, prefix in _computed_loads(tree):
+            if prefix is None:
+                continue
+            package = prefix[:-1]
+            root, targets = self.resolve(path, package)
+            if root is None:
+                continue
+            folder = os.path.join(root, *package.split("."))
+            under = tuple(sorted(f for f in self.index.files if f.startswith(folder + os.sep)))
+            yield Import(prefix + "*", 0, call.lineno, (*targets, *under), True, True, root)
+
+    def handed_on(self, path: str, tree: ast.Module) -> Iterator[tuple[str, str, str]]:
+        """``(alias, source file, name)`` of each module-level ``from M import name`` of a
+        module ``M`` of the run that is not itself a module (a function, a class, a value)."""
+        for node in tree.body:
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            root, targets = self.resolve(path, node.module or "", node.level)
+            if (
+                root is None
+                or not targets
+                or (targets[-1].endswith("__init__.py") and not (node.module))
+            ):
+                continue
+            source = targets[-1]
+            base = node.module or ""
+            for alias in node.names:
+                dotted = f"{base}.{alias.name}" if base else alias.name
+                if alias.name == "*" or self.index.find(root, dotted):
+                    continue
+                yield alias.asname or alias.name, source, alias.name
 
     def resolve(self, path: str, dotted: str, level: int = 0) -> tuple[str | None, tuple[str, ...]]:
         """``(root, files)``: the run's files ``from <level dots><dotted> import ...`` in
@@ -350,15 +435,47 @@ def _import_nodes(tree: ast.Module) -> Iterator[tuple[ast.AST, bool]]:
 
 
 def _loads_any(tree: ast.Module) -> bool:
-    """A loader call whose module or path is computed at run time."""
+    """A loader call whose module or path is computed at run time, with no package prefix
+    written out (``_prefix``)."""
+    return any(prefix is None for _, prefix in _computed_loads(tree))
+
+
+def _computed_loads(tree: ast.Module) -> Iterator[tuple[ast.Call, str | None]]:
+    """Loader calls by a computed name, each with the package prefix the name has written
+    out (``import_module(f"models.{name}")``: ``models.``), None when it has none."""
+    bound: dict[str, list[ast.expr]] = defaultdict(list)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                bound[target.id].append(node.value)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not node.args or _is_loader_call(node):
             continue
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        if name in _LOADERS or name in _RUNNERS:
-            return True
-    return False
+        if name in _RUNNERS:
+            yield node, None
+        elif name in _LOADERS:
+            yield node, _prefix(node.args[0], bound)
+
+
+def _prefix(node: ast.expr, bound: Mapping[str, list[ast.expr]]) -> str | None:
+    """The absolute package prefix (``a.b.``) a module name expression starts with."""
+    if isinstance(node, ast.Name) and len(bound.get(node.id, ())) == 1:
+        node = bound[node.id][0]
+    first: ast.expr | None = None
+    if isinstance(node, ast.JoinedStr) and node.values:
+        first = node.values[0]
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        first = node.left
+    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        return None
+    text = first.value
+    if not text.endswith(".") or text.startswith("."):
+        return None
+    parts = text[:-1].split(".")
+    return text if all(p.isidentifier() for p in parts) else None
 
 
 def _is_loader_call(node: ast.AST) -> bool:

@@ -11,7 +11,8 @@ from codemods import text
 from codemods.analysis import FileAnalysis, Source
 from codemods.options import Options
 from codemods.plan import FilePlan, Rewrite, Site, decide
-from codemods.refs import Built, Passed, Returned
+from codemods.refs import UNKNOWN, Built, Passed, Returned
+from codemods.semantic.modules import RunModules
 
 FSDP = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
 
@@ -193,9 +194,15 @@ def test_parameters_other_files_may_pass_wait_for_the_run():
     assert not ids and deferred == {Passed("pkg.helper.Trainer.__init__", "model")}
     plans = [helper.finish(), caller.finish()]
     resolver = Resolver(plans)
-    assert resolver.settle(deferred) == {Built("m.py:5:13")}
-    assert resolver.settle({Passed("pkg.helper.save", "m")}) == {Built("m.py:5:13")}
-    assert resolver.settle({Passed("pkg.helper.Trainer.__init__", "opt")}) == set()
+    assert resolver.models(deferred) == {Built("m.py:5:13")}
+    assert resolver.models({Passed("pkg.helper.save", "m")}) == {Built("m.py:5:13")}
+    assert resolver.models({Passed("pkg.helper.Trainer.__init__", "opt")}) == set()
+    # code outside the run may call them too, unless the run is the whole program
+    assert UNKNOWN in resolver.settle({Passed("pkg.helper.Trainer.__init__", "opt")})
+    whole = Resolver(plans, RunModules(whole_program=True))
+    assert whole.settle({Passed("pkg.helper.Trainer.__init__", "opt")}) == set()
+    assert whole.settle({Passed("pkg.helper.save", "path")}) == set()
+    assert UNKNOWN in whole.settle({Passed("pkg.helper.Trainer.save", "x")}), "never called"
 
 
 # -- the decision -------------------------------------------------------------------------------

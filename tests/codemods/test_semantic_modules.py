@@ -196,3 +196,25 @@ def test_tests_run_with_the_conftests_above_them_and_configs_load_named_modules(
     assert found.meet(test, fixtures)
     assert found.meet(str(tmp_path / "run.py"), str(tmp_path / "pkg/models.py"))
     assert not found.meet(str(tmp_path / "run.py"), fixtures)
+
+
+def test_a_loader_by_a_name_with_a_package_prefix_loads_that_package_only(tmp_path):
+    graph = _graph(
+        tmp_path,
+        {
+            "run.py": (
+                "from importlib import import_module\n"
+                "def build(kind):\n"
+                "    name = f'plugins.{kind}'\n"
+                "    return import_module(name)\n"
+            ),
+            "plugins/__init__.py": "",
+            "plugins/a.py": "",
+            "other.py": "",
+        },
+    )
+    assert _targets(graph, tmp_path / "run.py", tmp_path) == {
+        "plugins/__init__.py",
+        "plugins/a.py",
+    }
+    assert not graph.loads_any

@@ -261,6 +261,8 @@ class InternalsRule:
             return  # ``layer.rank = r``: sets an attribute, FSDP1's meaning or not, on any object
         elif node.attr in _VALUE_ATTRIBUTES and _read_as_another_value(analysis, node):
             return
+        elif node.attr in _FSDP1_SHARED and analysis.ties.from_library(receiver):
+            return  # ``accelerator.mixed_precision``: the library object's own attribute
         elif node.attr in _FSDP1_ATTRIBUTES:
             what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
             # a receiver named like a model that other files pass: if the run ties it to
