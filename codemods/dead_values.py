@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from codemods import fsdp1, markers
 from codemods.names import Binding, Names, Scope
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit, LineIndex, back
 
 CODE = "F2P012"

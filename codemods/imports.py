@@ -23,7 +23,7 @@ from dataclasses import replace
 from codemods import calls, fsdp1
 from codemods.names import Names
 from codemods.plan import NeededImport
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit, LineIndex
 
 CODE = "F2P001"

@@ -83,7 +83,7 @@ from collections.abc import Callable, Iterator, Mapping
 from codemods import calls, dead_values, flow, fsdp1, imports, markers
 from codemods.names import Binding, Names, Scope
 from codemods.plan import NeededImport
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit, LineIndex
 
 CODE = "F2P013"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from codemods import dead_values, imports, reader_values
-from codemods.rules import Code, Rule
+from codemods.rules.base import Code, Rule
 from codemods.rules.clip_grad import ClipGradRule
 from codemods.rules.constructors import ConstructorRule
 from codemods.rules.grad_reduce import GradReduceRule

@@ -21,7 +21,7 @@ import codemods.rules
 from codemods import engine, imports, registry
 from codemods.findings import Finding
 from codemods.options import Options
-from codemods.rules import Rule
+from codemods.rules.base import Rule
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RULES = Path(codemods.rules.__file__).parent

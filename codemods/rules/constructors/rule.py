@@ -19,7 +19,7 @@ from typing import ClassVar
 from codemods import calls
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.rules.constructors import dispatch, emit
 from codemods.rules.constructors.pure import pure
 from codemods.rules.constructors.values import SPREAD, Pure, Removable

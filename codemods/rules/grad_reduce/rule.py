@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from codemods.analysis import FileAnalysis
 from codemods.names import Names
-from codemods.rules import Code
+from codemods.rules.base import Code
 
 _ALL_REDUCE = "torch.distributed.all_reduce"
 #: Reads that show the code already handles DTensors.

@@ -23,7 +23,7 @@ from typing import ClassVar
 from codemods import dead_values, fsdp1
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit
 
 _FSDP = "FullyShardedDataParallel."

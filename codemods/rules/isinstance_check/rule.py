@@ -17,7 +17,7 @@ from typing import ClassVar
 from codemods import imports
 from codemods.analysis import FileAnalysis
 from codemods.plan import Requirement, Rewrite, Site
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit
 
 _CHECKS = ("builtins.isinstance", "builtins.issubclass")

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from codemods import fsdp1
 from codemods.analysis import FileAnalysis
-from codemods.rules import Code
+from codemods.rules.base import Code
 
 _POLICIES = frozenset({"enable_wrap", "wrap"})
 #: FSDP1's configuration values: every public name but the wrapper, its flat parameter, the

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit
 
 

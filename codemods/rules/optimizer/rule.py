@@ -20,7 +20,7 @@ from codemods import imports
 from codemods.analysis import FileAnalysis
 from codemods.plan import Requirement, Rewrite
 from codemods.refs import Deferred, Optimizer
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit
 
 _SOURCES = (

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
-from codemods.rules import Code
+from codemods.rules.base import Code
 
 _SHAPES = frozenset({"ndim", "shape", "dim", "size", "numel"})
 _ITERATORS = frozenset({"parameters", "named_parameters"})

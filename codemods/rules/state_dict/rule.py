@@ -20,7 +20,7 @@ from codemods import calls
 from codemods.analysis import FileAnalysis
 from codemods.names import Binding
 from codemods.plan import NeededImport, Requirement, Rewrite
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit
 
 MODULE = "torch.distributed.checkpoint.state_dict"
