@@ -31,10 +31,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from codemods import fsdp1, programs, reader_values, reexports, sources, spreads, visibility
+from codemods import fsdp1, programs, reexports, sources, spreads, visibility
 from codemods.findings import Finding
 from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, Site, decide
+from codemods.rules.reader_values import values as reader_values
 from codemods.spreads import Keys
 from codemods.text import split_lines
 from codemods.visibility import Visibility
@@ -149,10 +150,8 @@ def migrate_text(
         path,
         name,
         package,
+        codes=codes,
         seen=seen,
-        removes_imports="F2P001" in codes,
-        removes_dead_values="F2P012" in codes,
-        writes_reader_values="F2P013" in codes,
     )
 
 
@@ -271,10 +270,8 @@ def _apply(
             item.module_name,
             item.package_init,
             reexports=item.reexports,
+            codes=codes,
             seen=item.visibility,
-            removes_imports="F2P001" in codes,
-            removes_dead_values="F2P012" in codes,
-            writes_reader_values="F2P013" in codes,
             accepts=accepts,
         )
     except InternalError as error:

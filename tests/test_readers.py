@@ -54,7 +54,7 @@ from torch.distributed.fsdp.wrap import (
 
 import fsdp2_port
 from codemods import fsdp1 as fsdp1_names
-from codemods import reader_values
+from codemods.rules.reader_values import values as reader_values
 from fsdp2_port.fsdp1 import readers
 from fsdp2_port.fsdp1.like_fsdp1 import HYBRID_SHARD_ZERO2
 from fsdp2_port.fsdp1.readers import (

@@ -33,6 +33,7 @@ _TORCH_CLIP = "torch.nn.utils.clip_grad_norm_"
 
 
 class ClipGradRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P006"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P006": Code(

@@ -29,6 +29,7 @@ RUNTIME = "fully_shard_like_fsdp1"
 
 
 class ConstructorRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P002"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P002": Code(

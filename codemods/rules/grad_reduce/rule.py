@@ -37,6 +37,7 @@ _DEPTH = 4
 
 
 class GradReduceRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P014"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P014": Code(

@@ -20,8 +20,9 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
-from codemods import dead_values, fsdp1
+from codemods import fsdp1
 from codemods.analysis import FileAnalysis
+from codemods.local_names import seen_only_here
 from codemods.plan import Rewrite
 from codemods.rules.base import Code
 from codemods.text import Edit
@@ -150,6 +151,7 @@ _FLAG_SET = (
 
 
 class InternalsRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P010"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P010": Code(
@@ -592,7 +594,7 @@ def _is_docstring(analysis: FileAnalysis, node: ast.Constant) -> bool:
 
 def _alias_uses(analysis: FileAnalysis, node: ast.AST) -> list[ast.Name] | None:
     """The reads of ``name`` in ``name = <node>`` (also as a branch of a conditional
-    expression) where ``name`` is seen only here (``dead_values``); None for another use."""
+    expression) where ``name`` is seen only here (``local_names``); None for another use."""
     value: ast.AST = node
     statement = analysis.names.parent.get(node)
     while isinstance(statement, ast.IfExp) and statement.test is not value:
@@ -609,7 +611,7 @@ def _alias_uses(analysis: FileAnalysis, node: ast.AST) -> list[ast.Name] | None:
     scope = analysis.names.lookup(target.id, analysis.names.scope_of(target))[0]
     if binding is None or scope is None:
         return None
-    if not dead_values.seen_only_here(analysis.names, scope, target.id):
+    if not seen_only_here(analysis.names, scope, target.id):
         return None
     return analysis.uses_of(binding)
 

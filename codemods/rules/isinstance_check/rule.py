@@ -28,6 +28,7 @@ _CONDITIONS = (ast.If, ast.While, ast.IfExp, ast.Assert, ast.BoolOp, ast.UnaryOp
 
 
 class IsinstanceRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P005"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P005": Code(

@@ -27,6 +27,7 @@ CONFIGURATION = (
 
 
 class LeftoversRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P099"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P099": Code(

@@ -22,6 +22,7 @@ from codemods.text import Edit
 
 
 class NoSyncRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P007"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P007": Code(

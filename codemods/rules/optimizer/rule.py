@@ -36,6 +36,7 @@ _ALL_REDUCE = "torch.distributed.all_reduce"
 
 
 class OptimizerRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P009"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P009": Code(

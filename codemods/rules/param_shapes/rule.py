@@ -25,6 +25,7 @@ _ITERATORS = frozenset({"parameters", "named_parameters"})
 
 
 class ParamShapesRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P011"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P011": Code(

@@ -231,6 +231,7 @@ DEFAULT = _block_options(
 
 
 class StateDictRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P008"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P008": Code(
