@@ -18,7 +18,7 @@ from codemods.findings import Finding
 from codemods.names import Names
 from codemods.plan import NeededImport
 from codemods.rules.base import Tidying
-from codemods.rules.reader_values.values import Across
+from codemods.rules.reader_values.across import Across
 from codemods.text import Edit, LineIndex, OverlappingEdits, apply_tracked, back, forward
 from codemods.visibility import Visibility
 

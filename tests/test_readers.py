@@ -54,7 +54,7 @@ from torch.distributed.fsdp.wrap import (
 
 import fsdp2_port
 from codemods import fsdp1 as fsdp1_names
-from codemods.rules.reader_values import values as reader_values
+from codemods.rules.reader_values import policies
 from fsdp2_port.fsdp1 import readers
 from fsdp2_port.fsdp1.like_fsdp1 import HYBRID_SHARD_ZERO2
 from fsdp2_port.fsdp1.readers import (
@@ -766,7 +766,7 @@ def test_a_policy_without_its_own_argument_fails_alike(one_rank, policy):
     ``partial``, the written one selects FSDP1's units."""
     name = policy.__name__
     needed = fsdp1_names.REQUIRED_POLICY_ARGUMENT[name]
-    written = eval(reader_values._unbound(ast.Name(id=name), name).text)
+    written = eval(policies._unbound(ast.Name(id=name), name).text)
     errors = []
     builds = (
         lambda m, p: FSDP(m, auto_wrap_policy=p, device_id=CPU),

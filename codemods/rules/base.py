@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from codemods.apply import Applied
     from codemods.names import Names
     from codemods.plan import NeededImport
-    from codemods.rules.reader_values.values import Across
+    from codemods.rules.reader_values.across import Across
     from codemods.text import Edit, LineIndex
 
 #: The stages a rule runs in, in the order a file goes through them.

@@ -80,7 +80,7 @@ import re
 from typing import ClassVar
 
 from codemods.rules.base import Code, Fixes, Tidying
-from codemods.rules.reader_values import values
+from codemods.rules.reader_values import values, written
 
 
 class ReaderValuesRule:
@@ -130,16 +130,16 @@ class ReaderValuesRule:
 
     def fix(self, tidying: Tidying) -> Fixes:
         names, lines = tidying.names, tidying.lines
-        written = [
+        found = [
             w
             for w in values.find(names, lines, tidying.accepts)
             if not any(a <= lines.start(w.node) < b for a, b in tidying.removed)
         ]
         return Fixes(
-            edits=[values.edit(lines, w) for w in written]
-            + values.annotation_edits(names, lines, written),
-            imports=[needed for w in written for needed in w.imports],
-            findings=[(_input_offset(tidying, w.node), w.message()) for w in written],
+            edits=[written.edit(lines, w) for w in found]
+            + written.annotation_edits(names, lines, found),
+            imports=[needed for w in found for needed in w.imports],
+            findings=[(_input_offset(tidying, w.node), w.message()) for w in found],
         )
 
 
