@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from codemods import flow
+from codemods import flow, syntax
 from codemods.names import Binding
 from codemods.parsed import ParsedFile
 from codemods.plan import Passing
@@ -56,7 +56,6 @@ BF16_OPTIMIZERS = frozenset(
         "fsdp2_port.train.bf16_optimizer",
     )
 )
-_JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 #: The comparisons a version helper's answer is read with.
 _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq,
@@ -196,7 +195,7 @@ class Ties:
         """Qualified names of this file's functions and methods -> the names their positional
         arguments bind to, as other files call them (``self`` left out)."""
         return {
-            name: tuple(_positional(function)[1 if self._takes_self(function) else 0 :])
+            name: tuple(syntax.positional(function)[1 if self._takes_self(function) else 0 :])
             for name, function in self._exported().items()
         }
 
@@ -208,7 +207,7 @@ class Ties:
             assert isinstance(call, ast.Call)
             if call in self.constructors or not (call.args or call.keywords):
                 continue
-            callees = self.parsed.names.qualified(_unsubscripted(call.func))
+            callees = self.parsed.names.qualified(syntax.unsubscripted(call.func))
             if not callees or any(c.startswith("builtins.") for c in callees):
                 continue
             slots: list[tuple[int | str, ast.AST]] = []
@@ -305,7 +304,7 @@ class Ties:
             if local is not None:
                 return not any(self.parsed.is_fsdp_class(b) for b in local.bases)
         qualified = self.parsed.names.qualified(func)
-        return bool(qualified) and all(_camel(q.rsplit(".", 1)[-1]) for q in qualified)
+        return bool(qualified) and all(syntax.camel(q.rsplit(".", 1)[-1]) for q in qualified)
 
     def _class_of_cls(self, name: ast.Name) -> ast.ClassDef | None:
         """The class a classmethod's first parameter (``cls``) is bound to, read there."""
@@ -368,9 +367,9 @@ class Ties:
                     return True
                 if child in orelse and tests(ancestor.test, text, False):
                     return True
-            for block in _blocks(ancestor):
+            for block in syntax.blocks(ancestor):
                 if child in block and any(
-                    _rules_out_then_jumps(s, text, tests) for s in block[: block.index(child)]
+                    syntax.rules_out_then_jumps(s, text, tests) for s in block[: block.index(child)]
                 ):
                     return True
             if isinstance(ancestor, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
@@ -425,7 +424,7 @@ class Ties:
         function = self.parsed.names.parent.get(arguments) if arguments is not None else None
         if not isinstance(function, _FUNCTIONS) or not isinstance(parameter, ast.arg):
             return set()
-        positional = _positional(function)
+        positional = syntax.positional(function)
         method = self._takes_self(function)
         if method and positional[0] == parameter.arg:
             return set()  # self
@@ -458,7 +457,7 @@ class Ties:
             + (by_name.get(owner.name, []) if owner is not None else [])
         )
         for call in candidates:
-            func = _unsubscripted(call.func)  # Trainer[Batch](model) calls Trainer
+            func = syntax.unsubscripted(call.func)  # Trainer[Batch](model) calls Trainer
             if isinstance(func, ast.Name) and func.id == function.name and not method:
                 if any(b.node is function for b in self.parsed.names.bindings_of(func)):
                     found.append(call)
@@ -483,7 +482,7 @@ class Ties:
             by_attribute: dict[str, list[ast.Call]] = defaultdict(list)
             for call in self.parsed.names.by_type[ast.Call]:
                 assert isinstance(call, ast.Call)
-                func = _unsubscripted(call.func)
+                func = syntax.unsubscripted(call.func)
                 if isinstance(func, ast.Name):
                     by_name[func.id].append(call)
                 elif isinstance(func, ast.Attribute):
@@ -599,7 +598,7 @@ class Ties:
     def _takes_self(self, function: ast.AST) -> bool:
         """A method called on an instance or a class (its first parameter is not passed)."""
         assert isinstance(function, _FUNCTIONS)
-        if self.parsed.names.class_of(function) is None or not _positional(function):
+        if self.parsed.names.class_of(function) is None or not syntax.positional(function):
             return False
         return not any(
             self.parsed.resolves_to(d, "builtins.staticmethod") for d in function.decorator_list
@@ -631,7 +630,7 @@ class Ties:
         function = self.parsed.names.function_of(node)
         if not isinstance(function, _FUNCTIONS) or not self._takes_self(function):
             return False
-        return _positional(function)[0] == node.id
+        return syntax.positional(function)[0] == node.id
 
     def _mentions_fsdp1(self, annotation: ast.AST) -> bool:
         return any(
@@ -675,7 +674,7 @@ class Ties:
             return isinstance(test.op, wanted) and any(
                 self._excludes_fsdp2(v, text, holds) for v in test.values
             )
-        tested = _isinstance_arguments(test)
+        tested = syntax.isinstance_arguments(test)
         if tested is not None and not holds and self.parsed.source(tested[0]) == text:
             return self._fsdp2_only(tested[1])
         return self._version_excludes_fsdp2(test, text, holds)
@@ -720,11 +719,11 @@ class Ties:
         function = bindings[0].node
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
-        if function.decorator_list or len(_positional(function)) != 1:
+        if function.decorator_list or len(syntax.positional(function)) != 1:
             return None
         if function in self._answers:
             return self._answers[function]
-        parameter = _positional(function)[0]
+        parameter = syntax.positional(function)[0]
         body = list(function.body)
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
             body = body[1:]  # the docstring
@@ -757,7 +756,7 @@ class Ties:
     def _tested_kind(self, test: ast.AST, parameter: str) -> str | None:
         """``isinstance(<parameter>, <FSDP1 class>)`` -> "fsdp1", ``..., FSDPModule)`` ->
         "fsdp2"; None for any other test."""
-        tested = _isinstance_arguments(test)
+        tested = syntax.isinstance_arguments(test)
         if tested is None or not (isinstance(tested[0], ast.Name) and tested[0].id == parameter):
             return None
         kinds = tested[1]
@@ -767,57 +766,3 @@ class Ties:
         ):
             return "fsdp1"
         return "fsdp2" if self._fsdp2_only(kinds) else None
-
-
-def _isinstance_arguments(test: ast.AST) -> tuple[ast.expr, ast.expr] | None:
-    """``(x, kinds)`` of a test ``isinstance(x, kinds)``."""
-    if (
-        isinstance(test, ast.Call)
-        and isinstance(test.func, ast.Name)
-        and test.func.id == "isinstance"
-        and len(test.args) == 2
-        and not test.keywords
-    ):
-        return test.args[0], test.args[1]
-    return None
-
-
-def _rules_out_then_jumps(
-    statement: ast.stmt, text: str, tests: Callable[[ast.AST, str, bool], bool]
-) -> bool:
-    """``if <test>: ...; return`` (any jump, no ``else``) whose test being false implies the
-    property: what follows in the block is reached only then."""
-    return (
-        isinstance(statement, ast.If)
-        and not statement.orelse
-        and isinstance(statement.body[-1], _JUMPS)
-        and tests(statement.test, text, False)
-    )
-
-
-def _camel(name: str) -> bool:
-    """A class's name by convention (``WanModel``; not ``FSDP``, ``MAX_LEN`` or ``build``)."""
-    return name[:1].isupper() and not name.isupper()
-
-
-def _unsubscripted(func: ast.expr) -> ast.expr:
-    """``Trainer`` of a generic class's call ``Trainer[Batch](...)``."""
-    while isinstance(func, ast.Subscript):
-        func = func.value
-    return func
-
-
-def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
-    """The statement lists directly under ``node``."""
-    return [
-        part
-        for name in ("body", "orelse", "finalbody")
-        if isinstance(part := getattr(node, name, None), list)
-        and part
-        and isinstance(part[0], ast.stmt)
-    ]
-
-
-def _positional(function: ast.AST) -> list[str]:
-    assert isinstance(function, _FUNCTIONS)
-    return [parsed.arg for parsed in (*function.args.posonlyargs, *function.args.args)]
