@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from codemods import fsdp1, imports, markers
+from codemods.assumptions import BRIDGE, MODEL_WORDS, SETTINGS_WORDS
 from codemods.names import Binding
 from codemods.options import Options
 from codemods.parsed import ParsedFile, Source
@@ -48,7 +49,7 @@ class FileAnalysis(ParsedFile):
         self.plan.fsdp2_models = tuple(
             call.lineno  # type: ignore[attr-defined]
             for call in self.names.by_type[ast.Call]
-            if self.names.qualified(call.func) & _BRIDGE  # type: ignore[attr-defined]
+            if self.names.qualified(call.func) & BRIDGE.members  # type: ignore[attr-defined]
             or self.fsdp2_name(call.func) == "fully_shard"  # type: ignore[attr-defined]
         )
         imported = [self.names.through(b.qualified) for b in self.names.imports() if b.qualified]
@@ -273,9 +274,9 @@ class FileAnalysis(ParsedFile):
             return False
         last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
         last = str(last).lower()
-        if any(word in last for word in _SETTINGS_WORDS):
+        if any(word in last for word in SETTINGS_WORDS):
             return False
-        return any(word in last for word in _MODEL_WORDS)
+        return any(word in last for word in MODEL_WORDS)
 
     # -- edits -------------------------------------------------------------------------------
     def replace(self, node: ast.AST, text: str) -> Edit:
@@ -414,20 +415,3 @@ class FileAnalysis(ParsedFile):
 
 
 _WORD = re.compile(r"\w+")
-_BRIDGE = frozenset(
-    {"fsdp2_port.fully_shard_like_fsdp1", "fsdp2_port.fsdp1.like_fsdp1.fully_shard_like_fsdp1"}
-)
-_MODEL_WORDS = ("model", "module", "policy", "actor", "critic", "wrapped", "net")
-_SETTINGS_WORDS = (
-    "config",
-    "cfg",
-    "conf",
-    "args",
-    "opts",
-    "options",
-    "settings",
-    "kwargs",
-    "plugin",
-    "strategy",
-    "state",  # a train state (Flax's unet_state.params), a checkpoint's model_state
-)

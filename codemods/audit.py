@@ -35,13 +35,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from codemods import audit_names as n
+from codemods.assumptions import (
+    AUDIT_CONFIGURATION,
+    AUDIT_FSDP1_ATTRIBUTES,
+    AUDIT_FSDP1_METHODS,
+    AUDIT_FSDP2_POLICIES,
+    AUDIT_FSDP2_TOOLS,
+)
 from codemods.audit_models import _FSDP1, _FSDP2, _Models
 from codemods.markers import PREFIX as _MARKER
 from codemods.markers import ignored_lines
 
-#: FSDP1-only methods and attributes: wrong on a model FSDP2 builds.
-_FSDP1_METHODS = frozenset({"no_sync", "clip_grad_norm_", "summon_full_params", "check_is_root"})
-_FSDP1_ATTRIBUTES = frozenset({"_fsdp_wrapped_module", "_flat_param", "_handle", "_all_handles"})
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
@@ -154,7 +158,7 @@ class _Reader:
         for node in s.nodes:
             if isinstance(node, ast.Call):
                 self._model_call(node, report)
-            elif isinstance(node, ast.Attribute) and node.attr in _FSDP1_ATTRIBUTES:
+            elif isinstance(node, ast.Attribute) and node.attr in AUDIT_FSDP1_ATTRIBUTES:
                 self._fsdp1_use(node, node.value, f".{node.attr}", report)
         for node in s.nodes:
             if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
@@ -169,11 +173,11 @@ class _Reader:
         """An FSDP2 policy class, or a name bound to an instance of one (``mp = ...Policy()``)."""
         if not isinstance(node, (ast.Name, ast.Attribute)):
             return False
-        if n.first_fsdp2(self.s.dotted(node)) in n.FSDP2_POLICIES:
+        if n.first_fsdp2(self.s.dotted(node)) in AUDIT_FSDP2_POLICIES:
             return True
         return isinstance(node, ast.Name) and any(
             isinstance(b.value, ast.Call)
-            and n.first_fsdp2(self.s.dotted(b.value.func)) in n.FSDP2_POLICIES
+            and n.first_fsdp2(self.s.dotted(b.value.func)) in AUDIT_FSDP2_POLICIES
             and self.models.reaches(b.node, node)
             for b in self.s.bindings(node)
             if b.kind == "assign"
@@ -183,7 +187,7 @@ class _Reader:
     def _model_call(self, call: ast.Call, report: Audit) -> None:
         func = call.func
         # ``torch.nn.utils.clip_grad_norm_``, ``fsdp2_port.clip_grad_norm_``: not methods
-        if isinstance(func, ast.Attribute) and func.attr in _FSDP1_METHODS:
+        if isinstance(func, ast.Attribute) and func.attr in AUDIT_FSDP1_METHODS:
             if not self.s.dotted(func):
                 self._fsdp1_use(call, func.value, f".{func.attr}()", report)
                 return
@@ -207,7 +211,7 @@ class _Reader:
         if not call.args:
             return None, False
         first = call.args[0]
-        if s.is_(func, *n.FSDP2_TOOLS):
+        if s.is_(func, *AUDIT_FSDP2_TOOLS):
             if (
                 isinstance(first, ast.Call)
                 and isinstance(first.func, ast.Attribute)
@@ -240,7 +244,7 @@ class _Reader:
         if isinstance(parent, ast.Attribute) and n.first_fsdp1(s.dotted(parent)) is not None:
             return  # the longer chain is the reference
         name = n.first_fsdp1(s.dotted(node))
-        if name is None or name.split(".", 1)[0] in n.CONFIGURATION:
+        if name is None or name.split(".", 1)[0] in AUDIT_CONFIGURATION:
             return
         if self._is_ignored(node) or self._marked(node) or self._tested_with_fsdp2(node):
             return
@@ -283,7 +287,7 @@ class _Reader:
                 continue
             names = self.s.dotted_name(head.id, scope)
             name = n.first_fsdp1(frozenset(".".join([d, *path]) for d in names))
-            if name is not None and name.split(".", 1)[0] not in n.CONFIGURATION:
+            if name is not None and name.split(".", 1)[0] not in AUDIT_CONFIGURATION:
                 if not (self._is_ignored(constant) or self._marked(constant)):
                     report.unmarked_type_tests.append(
                         f"{self.path}:{constant.lineno}: FSDP1 type test without a marker"

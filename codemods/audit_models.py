@@ -8,10 +8,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from codemods import audit_names as n
+from codemods.assumptions import AUDIT_BRIDGE, AUDIT_RETURNS_SELF
 
 _FSDP1, _FSDP2 = "FSDP1", "FSDP2"
-#: Module methods that return the module they are called on.
-_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_", "to_empty"})
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
@@ -80,7 +79,7 @@ class _Models:
 
     def is_fsdp2_builder(self, node: ast.AST) -> bool:
         dotted = self.s.dotted(node)
-        return n.first_fsdp2(dotted) == "fully_shard" or not dotted.isdisjoint(n.BRIDGE)
+        return n.first_fsdp2(dotted) == "fully_shard" or not dotted.isdisjoint(AUDIT_BRIDGE.members)
 
     def _derives_from_fsdp1(self, cls: ast.ClassDef, seen: set[ast.ClassDef]) -> bool:
         seen.add(cls)
@@ -259,7 +258,7 @@ class _Models:
         if made:
             return made
         func = call.func
-        if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF:
+        if isinstance(func, ast.Attribute) and func.attr in AUDIT_RETURNS_SELF:
             return set(self.value(func.value))
         return {
             b for f in self._callees(call) for r in self.returns.get(f, ()) for b in self.value(r)

@@ -6,14 +6,8 @@ from __future__ import annotations
 
 import ast
 
+from codemods.assumptions import DYNAMIC_SCOPE_CALLS, GLOBAL_SCOPE_CALLS
 from codemods.names import Names, Scope
-
-#: Calls that read or change a scope's names without naming them.
-_DYNAMIC = frozenset({"locals", "vars", "globals", "eval", "exec"})
-
-
-#: Those of them that reach the module's names from anywhere.
-_GLOBAL = frozenset({"globals", "eval", "exec"})
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -51,10 +45,10 @@ def opaque_scopes(names: Names, naming: str | None = None) -> set[ast.AST]:
         call
         for call in names.by_type[ast.Call]
         if isinstance(call.func, ast.Name)  # type: ignore[attr-defined]
-        and call.func.id in _DYNAMIC  # type: ignore[attr-defined]
+        and call.func.id in DYNAMIC_SCOPE_CALLS  # type: ignore[attr-defined]
         and not (call.func.id == "vars" and call.args)  # type: ignore[attr-defined]  # an object's
     ]
-    if any(c.func.id in _GLOBAL or names.function_of(c) is None for c in dynamic):  # type: ignore[attr-defined]
+    if any(c.func.id in GLOBAL_SCOPE_CALLS or names.function_of(c) is None for c in dynamic):  # type: ignore[attr-defined]
         opaque.add(names.tree)
     hiding = [
         node

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from codemods import sources
+from codemods.assumptions import CONFIG_SUFFIXES, PACKAGING_FILES
 
 #: Functions reached through their class rather than by name.
 _THROUGH_CLASS = re.compile(r"__\w+__|forward")
@@ -48,8 +49,6 @@ _MAIN_GUARD = re.compile(
     rb"|([\"'])__main__\2[ \t]*==[ \t]*__name__)",
     re.MULTILINE,
 )
-#: Config files whose text may name a function for a program to call.
-_CONFIGS = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini")
 #: Past this many names followed for one constructor, it may run in any program.
 _MAX_NAMES = 64
 
@@ -360,9 +359,6 @@ def _reads_of(tree: ast.Module, name: str) -> list[int]:
     return sorted(lines)
 
 
-_PACKAGING = ("pyproject.toml", "setup.cfg", "setup.py")
-
-
 def _packaging_texts(paths: list[str]) -> Iterable[bytes]:
     """The packaging files of the folders above the run's files, up to the file system's
     root (where console scripts name the functions they call)."""
@@ -372,7 +368,7 @@ def _packaging_texts(paths: list[str]) -> Iterable[bytes]:
             folders.add(directory)
             directory = os.path.dirname(directory)
     for folder in sorted(folders):
-        for name in _PACKAGING:
+        for name in PACKAGING_FILES:
             try:
                 yield sources.read_bytes(os.path.join(folder, name))
             except sources.UnreadableSource:
@@ -387,7 +383,7 @@ def _config_texts(paths: list[str]) -> Iterable[bytes]:
         except OSError:
             continue
         for entry in entries:
-            if entry.name.endswith(_CONFIGS) and entry.is_file():
+            if entry.name.endswith(CONFIG_SUFFIXES.names) and entry.is_file():
                 try:
                     yield sources.read_bytes(entry.path)
                 except sources.UnreadableSource:

@@ -26,6 +26,15 @@ from collections.abc import Callable
 from typing import Any
 
 from codemods import flow, syntax
+from codemods.assumptions import (
+    BF16_OPTIMIZERS,
+    BUILDERS,
+    FSDP1_WRAPPED_ATTRIBUTES,
+    HASATTR_FSDP1_ATTRIBUTES,
+    NOT_FSDP_WRAPPERS,
+    RETURNS_SELF,
+    UNSHARDING_METHODS,
+)
 from codemods.names import Binding
 from codemods.parsed import ParsedFile
 from codemods.plan import Passing
@@ -41,21 +50,7 @@ from codemods.refs import (
     deferred,
 )
 
-#: Module methods that return the module they are called on.
-_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_", "to_empty"})
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-#: The BF16 master-weight optimizers whose ``step()`` returns a norm (F2P009).
-BF16_OPTIMIZERS = frozenset(
-    f"{module}.BF16Optimizer"
-    for module in (
-        "specforge.optimizer",
-        "specforge.optimizer.bf16_optimizer",
-        "compat",
-        "compat.bf16_optimizer",
-        "fsdp2_port",
-        "fsdp2_port.train.bf16_optimizer",
-    )
-)
 #: The comparisons a version helper's answer is read with.
 _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq,
@@ -67,55 +62,7 @@ _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.Is: operator.is_,
     ast.IsNot: operator.is_not,
 }
-#: Attributes only an FSDP1 instance has: ``hasattr(m, <one>)`` tests for FSDP1.
-_FSDP1_ONLY_ATTRIBUTES = frozenset(
-    {"_fsdp_wrapped_module", "_flat_param", "_handle", "_handles", "_fsdp_handles", "check_is_root"}
-)
 _PARTIAL = "functools.partial"
-#: Module methods, besides those that return the module, that never shard it.
-_UNSHARDING_METHODS = frozenset(
-    {
-        "half",
-        "float",
-        "double",
-        "bfloat16",
-        "state_dict",
-        "load_state_dict",
-        "parameters",
-        "named_parameters",
-        "modules",
-        "named_modules",
-        "register_to_config",
-        "register_buffer",
-        "register_parameter",
-        "resize_token_embeddings",
-        "gradient_checkpointing_enable",
-        "tie_weights",
-        "zero_grad",
-        "set_attn_processor",
-        "enable_xformers_memory_efficient_attention",
-    }
-)
-#: Class methods that build a new model (Hugging Face's, diffusers').
-_BUILDERS = frozenset({"from_pretrained", "from_config"})
-#: Wrappers whose instances are never FSDP models (DDP, DataParallel).
-_NOT_FSDP = frozenset(
-    {
-        "torch.nn.parallel.DistributedDataParallel",
-        "torch.nn.parallel.distributed.DistributedDataParallel",
-        "torch.nn.DataParallel",
-        "torch.nn.parallel.DataParallel",
-        "torch.nn.parallel.data_parallel.DataParallel",
-    }
-)
-
-
-#: ``fsdp2_port``'s forms of ``x.module`` / ``x._fsdp_wrapped_module`` (F2P010's rewrites): a
-#: second run reads them as the first read the attribute.
-_UNWRAPPING = {
-    "fsdp2_port.unwrapped": "module",
-    "fsdp2_port.fsdp_wrapped_module": "_fsdp_wrapped_module",
-}
 
 
 class Ties:
@@ -141,7 +88,7 @@ class Ties:
         self.optimizers: dict[ast.Call, Optimizer] = {
             call: Optimizer(analysis.site_id(call))
             for call in names.by_type[ast.Call]
-            if isinstance(call, ast.Call) and names.qualified(call.func) & BF16_OPTIMIZERS
+            if isinstance(call, ast.Call) and names.qualified(call.func) & BF16_OPTIMIZERS.members
         }
         self._attributes: dict[tuple[ast.AST, str], list[ast.expr]] = defaultdict(list)
         for kind in (ast.Assign, ast.AnnAssign):
@@ -237,10 +184,10 @@ class Ties:
         seen = seen | {expr}
         if isinstance(expr, ast.Call):
             func = expr.func
-            if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF:
+            if isinstance(func, ast.Attribute) and func.attr in RETURNS_SELF:
                 return self.never_fsdp(func.value, seen)
             qualified = self.parsed.names.qualified(func)
-            return bool(qualified) and qualified <= _NOT_FSDP
+            return bool(qualified) and qualified <= NOT_FSDP_WRAPPERS.members
         if isinstance(expr, ast.IfExp):
             return self.never_fsdp(expr.body, seen) and self.never_fsdp(expr.orelse, seen)
         if isinstance(expr, ast.Attribute) and expr.attr == "module":
@@ -287,7 +234,7 @@ class Ties:
             return False
         call = names.parent.get(attribute)
         return not (isinstance(call, ast.Call) and call.func is attribute) or (
-            attribute.attr in _RETURNS_SELF | _UNSHARDING_METHODS
+            attribute.attr in RETURNS_SELF.members | UNSHARDING_METHODS.members
         )
 
     def _builds_anew(self, call: ast.Call) -> bool:
@@ -297,7 +244,7 @@ class Ties:
         func = call.func
         if call in self.constructors:
             return False
-        if isinstance(func, ast.Attribute) and func.attr in _BUILDERS:
+        if isinstance(func, ast.Attribute) and func.attr in BUILDERS:
             return True
         if isinstance(func, ast.Name):
             local = self._local_class(func) or self._class_of_cls(func)
@@ -525,7 +472,7 @@ class Ties:
         made: set[Ref] = {Built(r.id) for r in self._value(func) if isinstance(r, Factory)}
         if made:
             return made
-        if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF:
+        if isinstance(func, ast.Attribute) and func.attr in RETURNS_SELF:
             return set(self._value(func.value))
         if isinstance(func, ast.Name):
             out: set[Ref] = set()
@@ -539,8 +486,8 @@ class Ties:
             if owner is not None:
                 return self._method(owner, func.attr, set())
         qualified = self.parsed.names.qualified(func)
-        for name, attribute in _UNWRAPPING.items():
-            if name in qualified and len(call.args) == 1 and not call.keywords:
+        for attribute, form in FSDP1_WRAPPED_ATTRIBUTES.items():  # what F2P010 writes
+            if f"fsdp2_port.{form}" in qualified and len(call.args) == 1 and not call.keywords:
                 # what the codemod wrote for ``x.module``: what ``x.module`` was
                 key = self._key(call.args[0], f"{self.parsed.source(call.args[0])}.{attribute}")
                 values = self._attributes.get(key, ()) if key is not None else ()
@@ -658,7 +605,7 @@ class Ties:
             return False
         if test.func.id == "hasattr":  # hasattr(m, "_fsdp_wrapped_module"): FSDP1 only
             second = test.args[1]
-            return isinstance(second, ast.Constant) and second.value in _FSDP1_ONLY_ATTRIBUTES
+            return isinstance(second, ast.Constant) and second.value in HASATTR_FSDP1_ATTRIBUTES
         return test.func.id == "isinstance" and self._mentions_fsdp1(test.args[1])
 
     def _excludes_fsdp2(self, test: ast.AST, text: str, holds: bool) -> bool:

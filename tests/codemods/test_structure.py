@@ -1,5 +1,6 @@
-"""The codemod's structure, read from its sources: no import cycle at import time, and no
-module of the project over ``MAX_LINES`` lines.
+"""The codemod's structure, read from its sources: no import cycle at import time, no module of
+the project over ``MAX_LINES`` lines, and every list of names the codemod decides by in one
+registry (``codemods.assumptions``).
 
 The import graph here is what Python executes while importing: statements at module level
 (also inside ``if``/``try``/``with`` and class bodies, not in functions, not under
@@ -16,6 +17,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from codemods import assumptions
+
 ROOT = Path(__file__).resolve().parents[2]
 CODEMODS = ROOT / "codemods"
 #: Small modules named after what they do: one over this is split by topic.
@@ -23,6 +26,22 @@ MAX_LINES = 800
 #: Modules over ``MAX_LINES`` while they are being split (each with why).
 TOO_LONG_FOR_NOW = {
     "fsdp2_port/fsdp1/fsdp1_api.py",  # FSDP1's module APIs: its split by topic is under way
+}
+#: Module-level collections of names outside the registry: the codemod's own vocabulary and
+#: tables in a rule's own terms, no list of names it decides by.
+STRUCTURAL = {
+    "codemods/cli.py:FORMATS": "the output formats the command offers",
+    "codemods/flow.py:_BLOCKS": "the AST fields that hold statement lists",
+    "codemods/rules/base.py:STAGES": "the stages a rule runs in",
+    "codemods/tidy.py:_STAGES": "the fixer stages, with what their edits are",
+    "codemods/sources.py:_HELD_SIGNALS": "the signals a write holds off",
+    "codemods/rules/reader_values/slots.py:_ENUMS": "F2P013's kind of value of each FSDP1 enum",
+    "codemods/rules/reader_values/slots.py:_CONFIGS": "F2P013's kind and fields of each config",
+    "codemods/rules/reader_values/slots.py:_STATE_DICT_SLOTS": "slots, in F2P013's kinds",
+    "codemods/rules/reader_values/slots.py:_READERS": "fsdp2_port's readers' slots, in its kinds",
+    "codemods/rules/reader_values/slots.py:_FSDP2_SLOTS": "FSDP2's slots, in F2P013's kinds",
+    "codemods/rules/state_dict/options.py:OPTIONS_OF_SETTINGS": "DCP's options for FSDP1's "
+    "settings (tests/test_fsdp1_api_options.py checks them against torch)",
 }
 
 
@@ -185,3 +204,81 @@ def test_no_module_over_the_line_limit() -> None:
     too_long = {path: count for path, count in found.items() if count > MAX_LINES}
     assert set(too_long) - TOO_LONG_FOR_NOW == set(), too_long
     assert set(too_long) >= TOO_LONG_FOR_NOW, "split: drop it from TOO_LONG_FOR_NOW"
+
+
+def _strings(node: ast.AST) -> int:
+    """The string constants a collection written at module level holds (nested ones too)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return sum(_strings(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return sum(_strings(k) for k in node.keys if k is not None) + sum(
+            _strings(v) for v in node.values
+        )
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return sum(_strings(a) for a in node.args)
+    if isinstance(node, ast.BinOp):
+        return _strings(node.left) + _strings(node.right)
+    if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+        return sum(_strings(g.iter) for g in node.generators)
+    return 0
+
+
+def name_collections(package: Path) -> dict[str, int]:
+    """``path:name`` -> its string count, for each module-level assignment of a collection of
+    3 or more strings in ``package`` (rule cases aside)."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        if "cases" in path.relative_to(package).parts:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+                if (count := _strings(node.value)) >= 3:
+                    found[f"{path.relative_to(package.parent)}:{ast.unparse(target)}"] = count
+    return found
+
+
+def test_every_list_of_names_is_in_the_registry() -> None:
+    registry = "codemods/assumptions.py:"
+    outside = {k for k in name_collections(CODEMODS) if not k.startswith(registry)}
+    assert outside - STRUCTURAL.keys() == set(), sorted(outside - STRUCTURAL.keys())
+    assert STRUCTURAL.keys() <= outside, "gone: drop it from STRUCTURAL"
+
+
+def test_the_collection_reading_finds_names_in_any_spelling(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "m.py").write_text(
+        "A = ('a', 'b', 'c')\n"
+        "B = frozenset({'a', 'b', 'c'})\n"
+        "C = {'a': 1, 'b': 2, 'c': 3}\n"
+        "D = frozenset(f'{m}.x' for m in ('a', 'b', 'c'))\n"
+        "E = X | {'a', 'b', 'c'}\n"
+        "F = ('a', 'b')\n"  # two: a pair, no list
+        "G = tuple(X)\n"
+        "def f():\n    H = ('a', 'b', 'c')\n"  # not at module level
+    )
+    assert set(name_collections(package)) == {f"pkg/m.py:{n}" for n in "ABCDE"}
+
+
+def test_the_registry_entries_say_what_they_are() -> None:
+    entries = assumptions.ENTRIES
+    declared = [
+        value
+        for value in vars(assumptions).values()
+        if isinstance(value, (assumptions.NameList, assumptions.NameTable))
+    ]
+    assert len(entries) == len(declared) and len(entries) > 50
+    names = [entry.name for entry in entries]
+    assert len(names) == len(set(names)), "one name per entry"
+    assert not assumptions.FACTS.keys() & assumptions.ASSUMPTIONS.keys()
+    for entry in entries:
+        assert entry.kind in assumptions.KINDS, entry.name
+        assert entry.why and "\n" not in entry.why, entry.name
+        listed = entry.names if isinstance(entry, assumptions.NameList) else tuple(entry.keys())
+        assert listed and all(isinstance(n, str) and n and " " not in n for n in listed)
+        if isinstance(entry, assumptions.NameList):
+            assert len(set(entry.names)) == len(entry.names), f"{entry.name}: a name twice"
+    assert {e.kind for e in entries} == assumptions.KINDS.keys(), "every kind is used"

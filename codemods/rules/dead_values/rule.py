@@ -28,18 +28,19 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from codemods import fsdp1, markers
+from codemods.assumptions import (
+    FSDP1_POLICY_HELPERS,
+    FSDP1_VALUE_CLASSES,
+    FSDP1_WRAP_POLICY_FUNCTIONS,
+)
 from codemods.local_names import opaque_scopes, visible_only_here
 from codemods.names import Binding, Names, Scope
 from codemods.rules.base import Code, Fixes, Tidying
 from codemods.text import Edit, LineIndex, back
 
 #: ``functools.partial`` of one of these is a wrap policy: FSDP1's public functions and the
-#: private combinators users import.
-_WRAP_POLICY_FUNCTIONS = fsdp1.WRAP_POLICY_FUNCTIONS | {
-    "_or_policy",
-    "_module_wrap_policy",
-    "_wrap_module_cls_individually",
-}
+#: private ones users import.
+_WRAP_POLICY_FUNCTIONS = FSDP1_WRAP_POLICY_FUNCTIONS.members | FSDP1_POLICY_HELPERS.members
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -161,7 +162,7 @@ def _fsdp1_value(names: Names, value: ast.expr) -> str | None:
     if not isinstance(value, ast.Call) or not _pure_arguments(value):
         return None
     called = fsdp1.first(names.qualified(value.func))
-    if called in fsdp1.VALUE_CLASSES:
+    if called in FSDP1_VALUE_CLASSES:
         return called
     if "functools.partial" in names.qualified(value.func) and value.args:
         policy = fsdp1.first(names.qualified(value.args[0]))

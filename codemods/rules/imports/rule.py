@@ -15,17 +15,12 @@ import re
 from typing import ClassVar
 
 from codemods import fsdp1, imports, markers
+from codemods.assumptions import FSDP1_MODULES
 from codemods.names import Names
 from codemods.rules.base import Code, Fixes, Tidying
 
 _FSDP1_MODULES = frozenset(
-    {
-        fsdp1.PACKAGE,
-        *(
-            f"{fsdp1.PACKAGE}.{m}"
-            for m in ("fully_sharded_data_parallel", "api", "wrap", "sharded_grad_scaler")
-        ),
-    }
+    {fsdp1.PACKAGE, *(f"{fsdp1.PACKAGE}.{module}" for module in FSDP1_MODULES)}
 )
 
 

@@ -17,11 +17,9 @@ import ast
 from typing import ClassVar
 
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import PARAMETER_ITERATORS, SHAPE_ATTRIBUTES
 from codemods.plan import Rewrite
 from codemods.rules.base import Code
-
-_SHAPES = frozenset({"ndim", "shape", "dim", "size", "numel"})
-_ITERATORS = frozenset({"parameters", "named_parameters"})
 
 
 class ParamShapesRule:
@@ -56,7 +54,7 @@ class ParamShapesRule:
         if not (
             isinstance(iterator, ast.Call)
             and isinstance(iterator.func, ast.Attribute)
-            and iterator.func.attr in _ITERATORS
+            and iterator.func.attr in PARAMETER_ITERATORS
         ):
             return
         model = iterator.func.value
@@ -71,7 +69,7 @@ class ParamShapesRule:
                 n
                 for n in ast.walk(owner)  # type: ignore[arg-type]
                 if isinstance(n, ast.Attribute)
-                and n.attr in _SHAPES
+                and n.attr in SHAPE_ATTRIBUTES
                 and isinstance(n.value, ast.Name)
                 and n.value.id == parameter
             ),

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import ast
 
+from codemods.assumptions import REFLECTION_CALLS
 from codemods.names import Names
-
-#: Builtins that read or write an object's attributes by a computed name.
-_REFLECTION = frozenset(("getattr", "setattr", "delattr", "hasattr", "vars"))
 
 
 def own_attribute_reads(
@@ -34,7 +32,8 @@ def own_attribute_reads(
     if any(isinstance(n, ast.Constant) and n.value == attr for n in names.by_type[ast.Constant]):
         return None
     if any(
-        (isinstance(n, ast.Name) and n.id in _REFLECTION) or getattr(n, "attr", None) == "__dict__"
+        (isinstance(n, ast.Name) and n.id in REFLECTION_CALLS)
+        or getattr(n, "attr", None) == "__dict__"
         for n in ast.walk(owner)
     ):
         return None
@@ -84,10 +83,10 @@ def attribute_loads(names: Names) -> dict[str, list[ast.Attribute] | None]:
 
 
 def _reflects(names: Names, call: ast.AST) -> bool:
-    """``getattr(x, name)`` (any of ``_REFLECTION``) with a name not written out, or
+    """``getattr(x, name)`` (any of ``REFLECTION_CALLS``) with a name not written out, or
     ``vars(x)``, on an object that is a plain name other than an imported module's."""
     assert isinstance(call, ast.Call)
-    if not (isinstance(call.func, ast.Name) and call.func.id in _REFLECTION and call.args):
+    if not (isinstance(call.func, ast.Name) and call.func.id in REFLECTION_CALLS and call.args):
         return False
     named = len(call.args) > 1 and isinstance(call.args[1], ast.Constant)
     target = call.args[0]

@@ -7,6 +7,7 @@ import ast
 from collections.abc import Callable
 
 from codemods import calls, flow
+from codemods.assumptions import LOG_METHODS
 from codemods.local_names import opaque_scopes, seen_only_here, visible_only_here
 from codemods.names import Names, Scope
 from codemods.rules.reader_values.across import Across, _accepting
@@ -27,9 +28,6 @@ from codemods.rules.reader_values.tree import (
     _top_import,
 )
 from codemods.text import LineIndex
-
-#: Methods of a logger: a value they show changes its text only.
-_LOG_METHODS = frozenset(("debug", "info", "warning", "warn", "error", "critical", "exception"))
 
 
 class _Paths:
@@ -229,7 +227,7 @@ class _Paths:
             return False
         func = parent.func
         return self.names.qualified(func) == {"builtins.print"} or (
-            isinstance(func, ast.Attribute) and func.attr in _LOG_METHODS
+            isinstance(func, ast.Attribute) and func.attr in LOG_METHODS
         )
 
     # -- dicts: a lookup table of values, or the keyword arguments of a call ---------------------

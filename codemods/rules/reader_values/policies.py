@@ -9,11 +9,15 @@ import dataclasses
 from collections.abc import Iterator
 
 from codemods import calls, fsdp1, imports
+from codemods.assumptions import (
+    FSDP1_POLICY_CALL_ARGUMENTS,
+    FSDP1_POLICY_RESULTS,
+    FSDP1_REQUIRED_POLICY_ARGUMENT,
+    FSDP1_SIZE_POLICY_ARGUMENTS,
+    FSDP1_WRAP_POLICY_FUNCTIONS,
+)
 from codemods.names import Names
 from codemods.rules.reader_values.slots import (
-    _CALL_ARGUMENTS,
-    _CALL_ARGUMENTS_IN_ORDER,
-    _SIZE_BASED_ARGUMENTS,
     POLICY,
 )
 from codemods.rules.reader_values.tree import (
@@ -91,7 +95,7 @@ def _policies(names: Names, lines: LineIndex) -> Iterator[Written]:
         if policy == "always_wrap_policy" and not keywords:
             yield _selecting(node, "True")
             continue
-        if policy in fsdp1.REQUIRED_POLICY_ARGUMENT and not keywords:
+        if policy in FSDP1_REQUIRED_POLICY_ARGUMENT.table and not keywords:
             yield _unbound(node, policy)
             continue
         if len(keywords) != 1:
@@ -156,10 +160,10 @@ def _forwarding(names: Names, lines: LineIndex) -> Iterator[Written]:
             or fsdp1.first(names.qualified(call.func)) != "transformer_auto_wrap_policy"
         ):
             continue
-        passed = _passed(call, (*_CALL_ARGUMENTS_IN_ORDER, "transformer_layer_cls"))
+        passed = _passed(call, (*FSDP1_POLICY_CALL_ARGUMENTS.names, "transformer_layer_cls"))
         if passed is None or len(passed) != 4:
             continue
-        forwarded = [passed[n] for n in _CALL_ARGUMENTS_IN_ORDER]
+        forwarded = [passed[n] for n in FSDP1_POLICY_CALL_ARGUMENTS.names]
         classes = passed["transformer_layer_cls"]
         if not all(isinstance(f, ast.Name) and f.id == n for f, n in zip(forwarded, own)) or any(
             isinstance(n, ast.Name) and n.id in own for n in ast.walk(classes)
@@ -171,14 +175,15 @@ def _forwarding(names: Names, lines: LineIndex) -> Iterator[Written]:
 
 
 def _own_keywords(partial: ast.Call) -> list[ast.keyword] | None:
-    """A policy ``partial``'s keywords but those every call replaces (``_CALL_ARGUMENTS``,
-    when dropping them drops no side effect); None for ``**`` keywords."""
+    """A policy ``partial``'s keywords but those every call replaces
+    (``FSDP1_POLICY_CALL_ARGUMENTS``, when dropping them drops no side effect); None for ``**``
+    keywords."""
     if any(k.arg is None for k in partial.keywords):
         return None
-    replaced = [k for k in partial.keywords if k.arg in _CALL_ARGUMENTS]
+    replaced = [k for k in partial.keywords if k.arg in FSDP1_POLICY_CALL_ARGUMENTS]
     if not all(calls.is_simple(k.value) for k in replaced):
         return None
-    return [k for k in partial.keywords if k.arg not in _CALL_ARGUMENTS]
+    return [k for k in partial.keywords if k.arg not in FSDP1_POLICY_CALL_ARGUMENTS]
 
 
 def _either(
@@ -314,7 +319,7 @@ def _bare_policies(names: Names, lines: LineIndex) -> Iterator[Written]:
         if not isinstance(node.ctx, ast.Load):
             continue
         policy = fsdp1.first(names.qualified(node))
-        if policy not in fsdp1.WRAP_POLICY_FUNCTIONS or not _import_bindings(names, node):
+        if policy not in FSDP1_WRAP_POLICY_FUNCTIONS or not _import_bindings(names, node):
             continue  # not FSDP1's function, or a name bound to it (its value is written)
         parent = names.parent.get(node)
         if isinstance(parent, ast.Attribute) or (
@@ -324,7 +329,7 @@ def _bare_policies(names: Names, lines: LineIndex) -> Iterator[Written]:
         if policy == "always_wrap_policy":
             yield _selecting(node, "True")
             continue
-        if policy in fsdp1.REQUIRED_POLICY_ARGUMENT:
+        if policy in FSDP1_REQUIRED_POLICY_ARGUMENT.table:
             yield _unbound(node, policy)
             continue
         written = _size_based(names, lines, node, [])
@@ -332,21 +337,14 @@ def _bare_policies(names: Names, lines: LineIndex) -> Iterator[Written]:
             yield written
 
 
-#: What FSDP1's policies that take an argument of their own return, on it.
-_UNBOUND_RESULTS = {
-    "transformer_auto_wrap_policy": "isinstance(module, tuple(transformer_layer_cls))",
-    "lambda_auto_wrap_policy": "lambda_fn(module)",
-}
-
-
 def _unbound(node: ast.expr, policy: str) -> Written:
     """``transformer_auto_wrap_policy`` / ``lambda_auto_wrap_policy`` without their own
     argument (OpenRLHF's), FSDP1's function written out: a lambda in its call shape that
     still lacks that argument, so that every call raises ``TypeError`` as FSDP1's does (F2P003
     marks it), and a ``partial`` that gives it the argument selects as FSDP1's would."""
-    argument = fsdp1.REQUIRED_POLICY_ARGUMENT[policy]
-    given = ", ".join((*_CALL_ARGUMENTS_IN_ORDER, argument))
-    text = f"lambda {given}: recurse or {_UNBOUND_RESULTS[policy]}"
+    argument = FSDP1_REQUIRED_POLICY_ARGUMENT[policy]
+    given = ", ".join((*FSDP1_POLICY_CALL_ARGUMENTS.names, argument))
+    text = f"lambda {given}: recurse or {FSDP1_POLICY_RESULTS[policy]}"
     return Written(node, POLICY, text, call_shape=True)
 
 
@@ -357,7 +355,7 @@ def _size_based(
     ``size_based_policy(...)`` imported from ``fsdp2_port`` right after the statement that
     imported FSDP1's function (the last before the policy, where each branch of a
     ``try``/``except`` imports it)."""
-    if not all(k.arg in _SIZE_BASED_ARGUMENTS for k in keywords):
+    if not all(k.arg in FSDP1_SIZE_POLICY_ARGUMENTS for k in keywords):
         return None
     bound = _import_bindings(names, node.args[0] if isinstance(node, ast.Call) else node)
     # imported once, or once in each branch that needs it (harold's try/except)

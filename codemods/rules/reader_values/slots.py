@@ -6,6 +6,11 @@ from __future__ import annotations
 import ast
 
 from codemods import fsdp1
+from codemods.assumptions import (
+    FSDP1_CPU_OFFLOAD_FIELDS,
+    FSDP1_MIXED_PRECISION_FIELDS,
+    FSDP1_POLICY_CALL_ARGUMENTS,
+)
 from codemods.names import Names
 from codemods.rules.reader_values.tree import _passed
 
@@ -22,19 +27,13 @@ _ENUMS = {
 #: FSDP1's config dataclasses the readers take as a dict of their fields: (kind, the fields in
 #: order, for arguments by position).
 _CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "MixedPrecision": (MIXED, fsdp1.MIXED_PRECISION_FIELDS),
-    "CPUOffload": (OFFLOAD, fsdp1.CPU_OFFLOAD_FIELDS),
+    "MixedPrecision": (MIXED, FSDP1_MIXED_PRECISION_FIELDS.names),
+    "CPUOffload": (OFFLOAD, FSDP1_CPU_OFFLOAD_FIELDS.names),
     "FullStateDictConfig": (MODEL_CONFIG, ("offload_to_cpu", "rank0_only")),
     "ShardedStateDictConfig": (MODEL_CONFIG, ("offload_to_cpu", "_use_dtensor")),
     "FullOptimStateDictConfig": (OPTIM_CONFIG, ("offload_to_cpu", "rank0_only")),
     "ShardedOptimStateDictConfig": (OPTIM_CONFIG, ("offload_to_cpu", "_use_dtensor")),
 }
-#: ``size_based_auto_wrap_policy``'s own arguments (``fsdp2_port.size_based_policy``'s).
-_SIZE_BASED_ARGUMENTS = frozenset(("min_num_params", "force_leaf_modules", "exclude_wrap_modules"))
-#: What FSDP1 (and ``units_like_fsdp1``) passes a policy by keyword on every call: a
-#: ``partial`` that binds one of them binds nothing the policy ever sees.
-_CALL_ARGUMENTS_IN_ORDER = ("module", "recurse", "nonwrapped_numel")
-_CALL_ARGUMENTS = frozenset(_CALL_ARGUMENTS_IN_ORDER)
 #: No position: a keyword-only slot.
 _KEYWORD_ONLY = -1
 _STATE_DICT_SLOTS = (
@@ -114,5 +113,5 @@ def _reader_kind(
 
 def _in_fsdp1_call_shape(call: ast.Call) -> bool:
     """``policy(module, recurse, nonwrapped_numel)``, by position or FSDP1's keywords."""
-    passed = _passed(call, _CALL_ARGUMENTS_IN_ORDER)
-    return passed is not None and len(passed) == len(_CALL_ARGUMENTS_IN_ORDER)
+    passed = _passed(call, FSDP1_POLICY_CALL_ARGUMENTS.names)
+    return passed is not None and len(passed) == len(FSDP1_POLICY_CALL_ARGUMENTS.names)

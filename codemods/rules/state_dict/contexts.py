@@ -8,86 +8,20 @@ import ast
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import (
+    FSDP1_CHECKPOINT_FUNCTIONS,
+    FSDP1_STATE_DICT_TYPE_PARAMETERS,
+    SAFE_METHODS,
+    SAFE_MODULES,
+)
 from codemods.plan import Rewrite
 from codemods.rules.state_dict.configs import _drop_config_binding, _literal
 from codemods.rules.state_dict.emit import _runtime_call
-from codemods.rules.state_dict.module_calls import _FSDP1_CHECKPOINT, _call
+from codemods.rules.state_dict.module_calls import _call
 from codemods.rules.state_dict.optimizer import _to_load_inside
 from codemods.rules.state_dict.options import Options
-from codemods.rules.state_dict.walk import _CONTEXT, _FSDP, CODE, Walk
+from codemods.rules.state_dict.walk import _FSDP, CODE, Walk
 from codemods.text import Edit
-
-_SAFE_PREFIXES = (
-    "builtins.",
-    "torch.",
-    "os.",
-    "json.",
-    "logging.",
-    "time.",
-    "math.",
-    "pathlib.",
-    "shutil.",
-    "pickle.",
-    "io.",
-    "gc.",
-    "warnings.",
-    "copy.",
-    "collections.",
-    "numpy.",
-    "safetensors.",
-)
-#: Methods that take no state dict from a module, whatever object they are called on.
-_SAFE_METHODS = frozenset(
-    {
-        "info",
-        "debug",
-        "warning",
-        "warn",
-        "error",
-        "exception",
-        "critical",
-        "print",
-        "format",
-        "join",
-        "items",
-        "keys",
-        "values",
-        "update",
-        "get",
-        "pop",
-        "append",
-        "extend",
-        "copy",
-        "cpu",
-        "to",
-        "clone",
-        "detach",
-        "item",
-        "numel",
-        "replace",
-        "startswith",
-        "endswith",
-        "split",
-        "write",
-        "mkdir",
-        "exists",
-        "barrier",
-        "get_rank",
-        "get_world_size",
-        "setdefault",
-        "tolist",
-        "float",
-        "half",
-        "bfloat16",
-        "contiguous",
-        "is_dir",
-        "joinpath",
-        "open",
-        "close",
-        "flush",
-        "synchronize",
-    }
-)
 
 
 def _block_calls(analysis: FileAnalysis, context: ast.Call) -> list[ast.Call]:
@@ -147,7 +81,7 @@ def _string_continuations(statement: ast.With) -> set[int]:
 def _context(walk: Walk, call: ast.Call) -> None:
     analysis = walk.analysis
     walk.handled.add(call)
-    bound = calls.bind(call, _CONTEXT)
+    bound = calls.bind(call, FSDP1_STATE_DICT_TYPE_PARAMETERS.names)
     if bound is None or "module" not in bound or "state_dict_type" not in bound:
         _runtime_call(
             walk, call, "state_dict_type", "FSDP.state_dict_type(...) with unusual arguments"
@@ -216,8 +150,9 @@ def _pure_block(
     for node in ours:
         if node not in walk.handled:
             _call(walk, node, options, group, anchor=call.func, model=text)
+    bound = calls.bind(call, FSDP1_STATE_DICT_TYPE_PARAMETERS.names)
     for name in ("state_dict_config", "optim_state_dict_config"):
-        _drop_config_binding(walk, calls.bind(call, _CONTEXT).get(name), group)  # type: ignore[union-attr]
+        _drop_config_binding(walk, bound.get(name), group)  # type: ignore[union-attr]
     message = "with FSDP.state_dict_type(...) removed: FSDP2 chooses the state dict per call"
     if options.note:
         message += "; " + options.note
@@ -267,14 +202,14 @@ def _without_with(
 def _safe(walk: Walk, call: ast.Call) -> bool:
     """A call that cannot be taking the model's state dict under the block's type."""
     names = walk.analysis.names.qualified(call.func)
-    if names & _FSDP1_CHECKPOINT:
+    if names & FSDP1_CHECKPOINT_FUNCTIONS.members:
         return False
-    if names and all(n.startswith(_SAFE_PREFIXES) for n in names):
+    if names and all(n.startswith(SAFE_MODULES.names) for n in names):
         return True
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in ("state_dict", "load_state_dict"):
         return not walk.analysis.ties.of(func.value)[0]  # another module's: not this model's
-    return isinstance(func, ast.Attribute) and func.attr in _SAFE_METHODS
+    return isinstance(func, ast.Attribute) and func.attr in SAFE_METHODS
 
 
 def _needs(walk: Walk, call: ast.Call, model: str) -> str | None:

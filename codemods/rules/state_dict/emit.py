@@ -7,10 +7,11 @@ import ast
 from dataclasses import dataclass
 
 from codemods import calls
+from codemods.assumptions import FSDP1_STATE_DICT_TYPE_PARAMETERS
 from codemods.plan import NeededImport, Requirement, Rewrite
 from codemods.rules.state_dict.configs import _drop_config_binding, _settings
 from codemods.rules.state_dict.options import _MODEL, _OPTIM, OPTIONS_OF_SETTINGS, _exact_side
-from codemods.rules.state_dict.walk import _CONTEXT, CODE, Walk
+from codemods.rules.state_dict.walk import CODE, Walk
 from codemods.text import Edit
 
 MODULE = "torch.distributed.checkpoint.state_dict"
@@ -107,7 +108,7 @@ def _options_form(walk: Walk, call: ast.Call) -> tuple[str, list[calls.Argument]
     arguments and its type argument; None unless the module is passed first, the type is
     a literal member and each config is written at the call, or bound to a name in the
     same scope and read only there, with literal booleans."""
-    bound = calls.bind(call, _CONTEXT)
+    bound = calls.bind(call, FSDP1_STATE_DICT_TYPE_PARAMETERS.names)
     if bound is None or "state_dict_type" not in bound or not call.args:
         return None
     if "module" not in bound or bound["module"].node is not call.args[0]:

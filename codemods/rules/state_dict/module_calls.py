@@ -6,19 +6,12 @@ from __future__ import annotations
 import ast
 
 from codemods import calls
+from codemods.assumptions import FSDP1_CHECKPOINT_FUNCTIONS
 from codemods.plan import Rewrite
 from codemods.rules.state_dict.emit import _new, _pure_site
 from codemods.rules.state_dict.optimizer import _optim, _to_load
 from codemods.rules.state_dict.options import DEFAULT, Options
 from codemods.rules.state_dict.walk import _FSDP, CODE, Walk
-
-#: DCP functions that read FSDP1's sharded layout (ShardedTensor optimizer state).
-_FSDP1_CHECKPOINT = frozenset(
-    {
-        "torch.distributed.checkpoint.optimizer.load_sharded_optimizer_state_dict",
-        "torch.distributed.checkpoint.load_sharded_optimizer_state_dict",
-    }
-)
 
 
 def _call(
@@ -36,7 +29,7 @@ def _call(
     inside a runtime block about ``block`` (``runtime_only``), or on its own."""
     analysis = walk.analysis
     name = analysis.fsdp1_name(call.func)
-    if analysis.names.qualified(call.func) & _FSDP1_CHECKPOINT:
+    if analysis.names.qualified(call.func) & FSDP1_CHECKPOINT_FUNCTIONS.members:
         walk.handled.add(call)
         ties, deferred = (
             analysis.ties.of(block) if block is not None else (frozenset(), frozenset())

@@ -7,18 +7,12 @@ import ast
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import DCP_LOADS, FSDP1_TO_LOAD_PARAMETERS
 from codemods.plan import Rewrite
 from codemods.rules.state_dict.emit import _RUNTIME, _imports, _new, _pure_site, _runtime_call
 from codemods.rules.state_dict.options import DEFAULT, Options
 from codemods.rules.state_dict.walk import _FSDP, CODE, Walk, _block_of, _expression_call
 from codemods.text import Edit
-
-_TO_LOAD = ("model", "optim", "optim_state_dict")
-_DCP_LOADS = (
-    "torch.distributed.checkpoint.load",
-    "torch.distributed.checkpoint.load_state_dict",
-    "torch.distributed.checkpoint.state_dict_loader.load",
-)
 
 
 def _loads(outer: ast.Call, inner: ast.AST) -> bool:
@@ -58,9 +52,9 @@ def _to_load_parts(
     ):
         return None
     keywords = {k.arg: k.value for k in call.keywords}
-    if set(keywords) - {*_TO_LOAD, "is_named_optimizer", "load_directly", "group"}:
+    if set(keywords) - {*FSDP1_TO_LOAD_PARAMETERS, "is_named_optimizer", "load_directly", "group"}:
         return None
-    if not call.args and all(k in keywords for k in _TO_LOAD):
+    if not call.args and all(k in keywords for k in FSDP1_TO_LOAD_PARAMETERS):
         return keywords["model"], keywords["optim"], keywords["optim_state_dict"]
     if len(call.args) != 3:
         return None
@@ -149,7 +143,7 @@ def _dcp_resume(walk: Walk, call: ast.Call, model: ast.expr, optim: ast.expr) ->
     statement = analysis.names.statement(call)
     names = {t.id for t in getattr(statement, "targets", []) if isinstance(t, ast.Name)}
     for node in ast.walk(function):
-        if not (isinstance(node, ast.Call) and analysis.resolves_to(node.func, *_DCP_LOADS)):
+        if not (isinstance(node, ast.Call) and analysis.resolves_to(node.func, *DCP_LOADS)):
             continue
         used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         if names & used or any(n is call for n in ast.walk(node)):

@@ -10,7 +10,6 @@ from codemods.analysis import FileAnalysis
 #: The code of every site of the rule.
 CODE = "F2P008"
 _FSDP = "FullyShardedDataParallel."
-_CONTEXT = ("module", "state_dict_type", "state_dict_config", "optim_state_dict_config")
 
 
 def _expression_call(statement: ast.stmt) -> ast.Call | None:
