@@ -8,7 +8,7 @@ a word in an identifier) instead of on what the program does.
 
 The audit keeps its own lists (``AUDIT_*``, written out from torch's modules and checked against
 them by ``tests/codemods/test_audit_torch.py``), so that a wrong list of the codemod's does not
-hide in the audit too.
+hide in the audit too; FSDP1's attributes are one list for both (``FSDP1_ONLY_ATTRIBUTES``).
 
 A leaf: it imports nothing of ``codemods``.
 """
@@ -304,27 +304,13 @@ FSDP1_STATIC_APIS = NameTable(
 FSDP1_ONLY_ATTRIBUTES = NameList(
     "fsdp1-only-attributes",
     "fsdp1-api",
-    "attributes only an FSDP1 instance has (flat parameters, handles, its own state): on a "
-    "receiver the run cannot tie they still hold its models",
+    "attributes an FSDP1 instance or its flat-parameter handle has (in torch 2.13, or before "
+    "2.1: _handles, _fsdp_handles) and an FSDP2 module has not",
     words(
         """
         _handle _handles _all_handles _fsdp_handles check_is_root _is_root _use_orig_params
-        _fsdp_use_orig_params _exec_order_data flat_param summon_full_params
-        _fsdp_wrapped_module _flat_param
+        _exec_order_data flat_param summon_full_params _fsdp_wrapped_module _flat_param
         """
-    ),
-)
-HASATTR_FSDP1_ATTRIBUTES = NameList(
-    "hasattr-fsdp1-attributes",
-    "fsdp1-api",
-    "attributes only an FSDP1 instance has: hasattr(m, <one>) tests for FSDP1",
-    (
-        "_fsdp_wrapped_module",
-        "_flat_param",
-        "_handle",
-        "_handles",
-        "_fsdp_handles",
-        "check_is_root",
     ),
 )
 FSDP1_SHARED_ATTRIBUTES = NameList(
@@ -710,12 +696,6 @@ AUDIT_FSDP1_METHODS = NameList(
     "fsdp1-api",
     "the audit's: FSDP1-only methods, wrong on a model FSDP2 builds",
     ("no_sync", "clip_grad_norm_", "summon_full_params", "check_is_root"),
-)
-AUDIT_FSDP1_ATTRIBUTES = NameList(
-    "audit-fsdp1-attributes",
-    "fsdp1-api",
-    "the audit's: FSDP1-only attributes, wrong on a model FSDP2 builds",
-    ("_fsdp_wrapped_module", "_flat_param", "_handle", "_all_handles"),
 )
 AUDIT_FSDP2_MODULES = NameList(
     "audit-fsdp2-modules",

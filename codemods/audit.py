@@ -37,16 +37,20 @@ from dataclasses import dataclass, field
 from codemods import audit_names as n
 from codemods.assumptions import (
     AUDIT_CONFIGURATION,
-    AUDIT_FSDP1_ATTRIBUTES,
     AUDIT_FSDP1_METHODS,
     AUDIT_FSDP2_POLICIES,
     AUDIT_FSDP2_TOOLS,
+    FSDP1_ONLY_ATTRIBUTES,
 )
 from codemods.audit_models import _FSDP1, _FSDP2, _Models
 from codemods.markers import PREFIX as _MARKER
 from codemods.markers import ignored_lines
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+#: FSDP1-only attributes, those called as methods aside (``AUDIT_FSDP1_METHODS``: one finding
+#: for each use).
+_FSDP1_ATTRIBUTES = FSDP1_ONLY_ATTRIBUTES.members - AUDIT_FSDP1_METHODS.members
 
 
 @dataclass
@@ -158,7 +162,7 @@ class _Reader:
         for node in s.nodes:
             if isinstance(node, ast.Call):
                 self._model_call(node, report)
-            elif isinstance(node, ast.Attribute) and node.attr in AUDIT_FSDP1_ATTRIBUTES:
+            elif isinstance(node, ast.Attribute) and node.attr in _FSDP1_ATTRIBUTES:
                 self._fsdp1_use(node, node.value, f".{node.attr}", report)
         for node in s.nodes:
             if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):

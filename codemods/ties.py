@@ -29,8 +29,8 @@ from codemods import flow, syntax
 from codemods.assumptions import (
     BF16_OPTIMIZERS,
     BUILDERS,
+    FSDP1_ONLY_ATTRIBUTES,
     FSDP1_WRAPPED_ATTRIBUTES,
-    HASATTR_FSDP1_ATTRIBUTES,
     NOT_FSDP_WRAPPERS,
     RETURNS_SELF,
     UNSHARDING_METHODS,
@@ -605,7 +605,7 @@ class Ties:
             return False
         if test.func.id == "hasattr":  # hasattr(m, "_fsdp_wrapped_module"): FSDP1 only
             second = test.args[1]
-            return isinstance(second, ast.Constant) and second.value in HASATTR_FSDP1_ATTRIBUTES
+            return isinstance(second, ast.Constant) and second.value in FSDP1_ONLY_ATTRIBUTES
         return test.func.id == "isinstance" and self._mentions_fsdp1(test.args[1])
 
     def _excludes_fsdp2(self, test: ast.AST, text: str, holds: bool) -> bool:
