@@ -13,12 +13,14 @@ from dataclasses import replace
 from typing import Any
 
 from codemods import fsdp1, imports, markers
+from codemods.assumptions import BRIDGE, MODEL_WORDS, SETTINGS_WORDS
 from codemods.names import Binding
 from codemods.options import Options
 from codemods.parsed import ParsedFile, Source
 from codemods.plan import FilePlan, NeededImport, Requirement, Rewrite, Site
+from codemods.semantic.type_tests import TypeTests
+from codemods.semantic.values import Ties
 from codemods.text import Edit
-from codemods.ties import Ties
 
 
 class FileAnalysis(ParsedFile):
@@ -38,6 +40,7 @@ class FileAnalysis(ParsedFile):
         #: ``else``, its guard group and the edits deleting it (see F2P005 and ``_one_armed``).
         self.one_armed: list[tuple[Site, str, list[Edit]]] = []
         self.ties = Ties(self)
+        self.type_tests = TypeTests(self)
 
     def finish(self) -> FilePlan:
         """After the rules: guarded FSDP1 sites join their type check's group, sites in FSDP1
@@ -48,7 +51,7 @@ class FileAnalysis(ParsedFile):
         self.plan.fsdp2_models = tuple(
             call.lineno  # type: ignore[attr-defined]
             for call in self.names.by_type[ast.Call]
-            if self.names.qualified(call.func) & _BRIDGE  # type: ignore[attr-defined]
+            if self.names.qualified(call.func) & BRIDGE.members  # type: ignore[attr-defined]
             or self.fsdp2_name(call.func) == "fully_shard"  # type: ignore[attr-defined]
         )
         imported = [self.names.through(b.qualified) for b in self.names.imports() if b.qualified]
@@ -233,7 +236,7 @@ class FileAnalysis(ParsedFile):
             # a DDP model, an object just built, or a value no model of the run reaches:
             # nothing to rewrite or mark
             return self.add(code, node, "", None, "NEVER", silent=True, holds=False)
-        fsdp1 = self.ties.known_fsdp1(receiver)
+        fsdp1 = self.type_tests.known_fsdp1(receiver)
         speculative = speculate and known and not ties and bool(deferred) and not fsdp1
         requirement: Requirement
         if ties or deferred:
@@ -244,7 +247,7 @@ class FileAnalysis(ParsedFile):
             return None
         else:
             requirement = "RUN"
-        behind_test = self.ties.unreached_by_fsdp2(receiver)
+        behind_test = self.type_tests.unreached_by_fsdp2(receiver)
         settled = {
             "either": either,
             "behind_test": behind_test,
@@ -281,9 +284,9 @@ class FileAnalysis(ParsedFile):
             return False
         last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
         last = str(last).lower()
-        if any(word in last for word in _SETTINGS_WORDS):
+        if any(word in last for word in SETTINGS_WORDS):
             return False
-        return any(word in last for word in _MODEL_WORDS)
+        return any(word in last for word in MODEL_WORDS)
 
     # -- edits -------------------------------------------------------------------------------
     def replace(self, node: ast.AST, text: str) -> Edit:
@@ -422,20 +425,3 @@ class FileAnalysis(ParsedFile):
 
 
 _WORD = re.compile(r"\w+")
-_BRIDGE = frozenset(
-    {"fsdp2_port.fully_shard_like_fsdp1", "fsdp2_port.fsdp1.like_fsdp1.fully_shard_like_fsdp1"}
-)
-_MODEL_WORDS = ("model", "module", "policy", "actor", "critic", "wrapped", "net")
-_SETTINGS_WORDS = (
-    "config",
-    "cfg",
-    "conf",
-    "args",
-    "opts",
-    "options",
-    "settings",
-    "kwargs",
-    "plugin",
-    "strategy",
-    "state",  # a train state (Flax's unet_state.params), a checkpoint's model_state
-)

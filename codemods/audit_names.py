@@ -2,10 +2,10 @@
 what a name in a module refers to.
 
 It shares nothing with the codemod's analysis (``codemods.names``, ``codemods.fsdp1``): a bug
-there must not hide here too. The tables are written out from torch's own modules
-(``torch.distributed.fsdp`` and its ``api``, ``fully_sharded_data_parallel``, ``wrap`` and
-``sharded_grad_scaler``); ``tests/codemods/test_audit_torch.py`` checks them against torch
-when it is installed.
+there must not hide here too. Its tables are its own lists of the registry (``AUDIT_*`` in
+``codemods.assumptions``), written out from torch's own modules (``torch.distributed.fsdp`` and
+its ``api``, ``fully_sharded_data_parallel``, ``wrap`` and ``sharded_grad_scaler``);
+``tests/codemods/test_audit_torch.py`` checks them against torch when it is installed.
 
 ``Scopes`` resolves a name the way Python does, simplified: module, class, function, lambda and
 comprehension scopes; a name bound anywhere in a function is local to all of it (``global`` and
@@ -23,89 +23,30 @@ import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from codemods.assumptions import (
+    AUDIT_CONFIGURATION,
+    AUDIT_FSDP1_MODULES,
+    AUDIT_FSDP1_OTHER_PUBLIC,
+    AUDIT_FSDP2_MODULES,
+    AUDIT_FSDP2_OTHER_NAMES,
+    AUDIT_FSDP2_POLICIES,
+)
+
 # -- the tables ---------------------------------------------------------------------------------
 
 FSDP1_PACKAGE = "torch.distributed.fsdp"
-#: Public modules of the package whose names the package re-exports: ``fsdp.api.CPUOffload``
-#: and ``fsdp.CPUOffload`` are one name.
-_REEXPORTING = ("fully_sharded_data_parallel", "api", "wrap", "sharded_grad_scaler")
 #: The private module that holds FSDP2 (every other private module is FSDP1's).
 _FSDP2_PRIVATE = "_fully_shard"
 
 FSDP1_CLASS = "FullyShardedDataParallel"
-#: Configuration values: what ``FullyShardedDataParallel`` and its state-dict functions take as
-#: arguments. ``fully_shard_like_fsdp1`` accepts them as they are, so they need no marker.
-CONFIGURATION = frozenset(
-    {
-        # torch.distributed.fsdp.api
-        "ShardingStrategy",
-        "BackwardPrefetch",
-        "MixedPrecision",
-        "CPUOffload",
-        "StateDictType",
-        "StateDictConfig",
-        "FullStateDictConfig",
-        "LocalStateDictConfig",
-        "ShardedStateDictConfig",
-        "OptimStateDictConfig",
-        "FullOptimStateDictConfig",
-        "LocalOptimStateDictConfig",
-        "ShardedOptimStateDictConfig",
-        "StateDictSettings",
-        # torch.distributed.fsdp.fully_sharded_data_parallel
-        "OptimStateKeyType",
-        # torch.distributed.fsdp.wrap: the auto-wrap policies
-        "ModuleWrapPolicy",
-        "CustomPolicy",
-        "always_wrap_policy",
-        "lambda_auto_wrap_policy",
-        "size_based_auto_wrap_policy",
-        "transformer_auto_wrap_policy",
-        "_or_policy",
-        "_module_wrap_policy",
-    }
-)
 #: Every public FSDP1 name: the configuration values, the wrapper, its flat parameter, its grad
 #: scaler and the ``enable_wrap``/``wrap`` context API.
-FSDP1_PUBLIC = frozenset(
-    {
-        FSDP1_CLASS,
-        "FlatParameter",
-        "ShardedGradScaler",
-        "enable_wrap",
-        "wrap",
-        *(name for name in CONFIGURATION if not name.startswith("_")),
-    }
-)
+FSDP1_PUBLIC = AUDIT_FSDP1_OTHER_PUBLIC.members | {
+    name for name in AUDIT_CONFIGURATION if not name.startswith("_")
+}
 
-#: Where FSDP2's names live (torch 2.6+, and the ``_composable`` path before it).
-_FSDP2_MODULES = (
-    "torch.distributed.fsdp.",
-    "torch.distributed._composable.fsdp.",
-)
-FSDP2_POLICIES = frozenset({"MixedPrecisionPolicy", "CPUOffloadPolicy", "OffloadPolicy"})
-_FSDP2_NAMES = frozenset({"fully_shard", "FSDPModule", *FSDP2_POLICIES})
+_FSDP2_NAMES = AUDIT_FSDP2_OTHER_NAMES.members | AUDIT_FSDP2_POLICIES.members
 
-#: ``fsdp2_port``'s FSDP2 builder (FSDP1's arguments applied with ``fully_shard``), by each path
-#: it can be imported from.
-BRIDGE = frozenset(
-    {
-        "fsdp2_port.fully_shard_like_fsdp1",
-        "fsdp2_port.fsdp1.fully_shard_like_fsdp1",
-        "fsdp2_port.fsdp1.like_fsdp1.fully_shard_like_fsdp1",
-    }
-)
-#: ``fsdp2_port`` tools that take an FSDP2 model (or its parameters) first and refuse FSDP1.
-FSDP2_TOOLS = frozenset(
-    {
-        "fsdp2_port.clip_grad_norm_",
-        "fsdp2_port.train.clip_grad_norm_",
-        "fsdp2_port.train.clip.clip_grad_norm_",
-        "fsdp2_port.BF16Optimizer",
-        "fsdp2_port.train.BF16Optimizer",
-        "fsdp2_port.train.bf16_optimizer.BF16Optimizer",
-    }
-)
 PARTIAL = "functools.partial"
 
 
@@ -116,7 +57,7 @@ def fsdp1_name(qualified: str) -> str | None:
     if not qualified.startswith(prefix):
         return None
     parts = qualified[len(prefix) :].split(".")
-    if len(parts) > 1 and parts[0] in _REEXPORTING:
+    if len(parts) > 1 and parts[0] in AUDIT_FSDP1_MODULES:
         parts = parts[1:]
     head = parts[0]
     if head in FSDP1_PUBLIC or (head.startswith("_") and head != _FSDP2_PRIVATE):
@@ -126,7 +67,7 @@ def fsdp1_name(qualified: str) -> str | None:
 
 def fsdp2_name(qualified: str) -> str | None:
     """``fully_shard``, ``FSDPModule`` or a policy class when ``qualified`` is FSDP2's."""
-    if not qualified.startswith(_FSDP2_MODULES):
+    if not qualified.startswith(AUDIT_FSDP2_MODULES.names):
         return None
     last = qualified.rsplit(".", 1)[1]
     return last if last in _FSDP2_NAMES else None

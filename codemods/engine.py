@@ -12,7 +12,7 @@
 3. *Apply* (in parallel): every decided rewrite and marker, then the imports. Results come
    back in the order of the paths given. Before it, each file's rewrites are made once to see
    which of its functions now take FSDP1 values only to readers, and what its reads of each
-   attribute take (``reader_values.accepting``): the other files' calls may then pass those
+   attribute take (F2P013's ``accepting``): the other files' calls may then pass those
    values, and their stores put them in such attributes, written without FSDP1 (F2P013).
 4. *Write* (``write=True``): all changed files or none; an internal error in one file leaves
    every file of the run as it was.
@@ -31,10 +31,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from codemods import fsdp1, programs, reader_values, reexports, sources, spreads, visibility
+from codemods import fsdp1, programs, reexports, sources, spreads, visibility
 from codemods.findings import Finding
 from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, Site, decide
+from codemods.rules.reader_values.across import Across
+from codemods.rules.reader_values.values import accepting
 from codemods.semantic import modules
 from codemods.semantic import programs as semantic_programs
 from codemods.semantic.modules import ModuleGraph, Naming, RunModules
@@ -163,10 +165,8 @@ def migrate_text(
         path,
         name,
         package,
+        codes=codes,
         seen=seen,
-        removes_imports="F2P001" in codes,
-        removes_dead_values="F2P012" in codes,
-        writes_reader_values="F2P013" in codes,
     )
 
 
@@ -251,7 +251,7 @@ def _nested_fstring_quotes(text: str) -> bool:
     return bool(re.search(r"""\bf(["'])[^"'\n]*\{[^}\n]*\1[^\n]*\1[^}\n]*\}""", text))
 
 
-def _accepting(item: _Analysed, decisions: Decisions) -> reader_values.Across:
+def _accepting(item: _Analysed, decisions: Decisions) -> Across:
     """What the file's functions and attribute reads take without FSDP1 once its rewrites
     are made (none when they cannot be: ``_apply`` reports that)."""
     from codemods.apply import InternalError, apply_plan
@@ -263,7 +263,7 @@ def _accepting(item: _Analysed, decisions: Decisions) -> reader_values.Across:
         text = apply_plan(item.text, decisions.plans[item.path], decisions).text
         tree = ast.parse(text)
     except (InternalError, SyntaxError):
-        return reader_values.Across()
+        return Across()
     names = Names(
         tree,
         item.module_name,
@@ -272,14 +272,14 @@ def _accepting(item: _Analysed, decisions: Decisions) -> reader_values.Across:
         item.visibility,
         item.renames,
     )
-    return reader_values.accepting(names, LineIndex(text))
+    return accepting(names, LineIndex(text))
 
 
 def _apply(
     item: _Analysed,
     decisions: Decisions,
     codes: Sequence[str],
-    accepts: reader_values.Across | None = None,
+    accepts: Across | None = None,
 ) -> tuple[FileResult, str | None]:
     """The file's result and its new text (None when unchanged or on an internal error);
     ``accepts``: what other files' functions take without FSDP1."""
@@ -297,10 +297,8 @@ def _apply(
             item.module_name,
             item.package_init,
             reexports=item.reexports,
+            codes=codes,
             seen=item.visibility,
-            removes_imports="F2P001" in codes,
-            removes_dead_values="F2P012" in codes,
-            writes_reader_values="F2P013" in codes,
             accepts=accepts,
             renames=item.renames,
         )
@@ -351,7 +349,7 @@ def migrate_files(
         )
         decisions = decide([*plans, *unread], run_programs, run_modules)
         work = [a for a in analysed if a.plan is not None and a.error is None]
-        accepts = reader_values.Across()
+        accepts = Across()
         if "F2P013" in codes and len(work) > 1:
             for found in _map(
                 pool, _accepting, [(a, _for(decisions, a.path)) for a in work], None, ""

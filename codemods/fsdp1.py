@@ -11,68 +11,27 @@ import re
 from collections.abc import Iterable
 
 from codemods import markers
+from codemods.assumptions import (
+    FSDP1_ENUMS,
+    FSDP1_MODULES,
+    FSDP1_NOT_CONFIGURATION,
+    FSDP1_SETTINGS_CLASSES,
+    FSDP1_VALUE_CLASSES,
+    FSDP1_WRAP_POLICY_FUNCTIONS,
+    FSDP2_MODULES,
+    FSDP2_NAMES,
+)
 
 PACKAGE = "torch.distributed.fsdp"
-_SUBMODULES = ("fully_sharded_data_parallel.", "api.", "wrap.", "sharded_grad_scaler.")
+_SUBMODULES = tuple(f"{module}." for module in FSDP1_MODULES)
 
-#: FSDP1's enums: their members are values.
-ENUMS = frozenset({"ShardingStrategy", "BackwardPrefetch", "StateDictType", "OptimStateKeyType"})
-#: FSDP1's configuration and policy classes: calling one builds a value.
-VALUE_CLASSES = frozenset(
-    {
-        "MixedPrecision",
-        "CPUOffload",
-        "StateDictConfig",
-        "FullStateDictConfig",
-        "ShardedStateDictConfig",
-        "LocalStateDictConfig",
-        "OptimStateDictConfig",
-        "FullOptimStateDictConfig",
-        "ShardedOptimStateDictConfig",
-        "LocalOptimStateDictConfig",
-        "ModuleWrapPolicy",
-        "CustomPolicy",
-    }
-)
-#: ``MixedPrecision``'s fields, in order (its arguments by position), and ``CPUOffload``'s.
-MIXED_PRECISION_FIELDS = (
-    "param_dtype",
-    "reduce_dtype",
-    "buffer_dtype",
-    "keep_low_precision_grads",
-    "cast_forward_inputs",
-    "cast_root_forward_inputs",
-    "_module_classes_to_ignore",
-)
-CPU_OFFLOAD_FIELDS = ("offload_params",)
-#: FSDP1's public wrap-policy functions (``functools.partial`` of one is a policy).
-WRAP_POLICY_FUNCTIONS = frozenset(
-    {
-        "transformer_auto_wrap_policy",
-        "size_based_auto_wrap_policy",
-        "lambda_auto_wrap_policy",
-        "always_wrap_policy",
-    }
-)
-#: FSDP1's wrap-policy functions with an argument of their own that has no default: a policy
-#: that lacks it raises ``TypeError`` on its first call.
-REQUIRED_POLICY_ARGUMENT = {
-    "transformer_auto_wrap_policy": "transformer_layer_cls",
-    "lambda_auto_wrap_policy": "lambda_fn",
-}
 #: Public FSDP1 names (first component of the canonical name).
 PUBLIC = (
-    ENUMS
-    | VALUE_CLASSES
-    | WRAP_POLICY_FUNCTIONS
-    | {
-        "FullyShardedDataParallel",
-        "StateDictSettings",
-        "FlatParameter",
-        "ShardedGradScaler",
-        "enable_wrap",
-        "wrap",
-    }
+    FSDP1_ENUMS.members
+    | FSDP1_VALUE_CLASSES.members
+    | FSDP1_WRAP_POLICY_FUNCTIONS.members
+    | FSDP1_SETTINGS_CLASSES.members
+    | FSDP1_NOT_CONFIGURATION.members
 )
 #: Private modules under the package that belong to FSDP2, not FSDP1.
 _FSDP2_PRIVATE = ("_fully_shard",)
@@ -109,9 +68,9 @@ def first(names: Iterable[str]) -> str | None:
 
 def enum_of_member(name: str | None) -> str | None:
     """``ShardingStrategy`` for the canonical name of one of its members
-    (``ShardingStrategy.FULL_SHARD``; any of FSDP1's ``ENUMS``), else None."""
+    (``ShardingStrategy.FULL_SHARD``; any of ``FSDP1_ENUMS``), else None."""
     enum, _, member = (name or "").partition(".")
-    return enum if enum in ENUMS and member and "." not in member else None
+    return enum if enum in FSDP1_ENUMS and member and "." not in member else None
 
 
 def is_private(name: str) -> bool:
@@ -159,19 +118,9 @@ def might_act_on_a_model(data: bytes) -> bool:
     )
 
 
-_FSDP2_MODULES = (
-    "torch.distributed.fsdp.",
-    "torch.distributed._composable.fsdp.",
-    "torch.distributed.fsdp._fully_shard.",
-)
-FSDP2_NAMES = frozenset(
-    {"fully_shard", "FSDPModule", "MixedPrecisionPolicy", "CPUOffloadPolicy", "OffloadPolicy"}
-)
-
-
 def fsdp2(qualified_name: str) -> str | None:
     """``torch.distributed._composable.fsdp.fully_shard`` -> ``fully_shard``; else None."""
-    for prefix in _FSDP2_MODULES:
+    for prefix in FSDP2_MODULES:
         if qualified_name.startswith(prefix):
             name = qualified_name.rsplit(".", 1)[-1]
             return name if name in FSDP2_NAMES else None

@@ -1,55 +1,27 @@
-"""F2P001: imports, once per file, after every rewrite: FSDP2 names added, FSDP1 names dropped.
+"""Imports, as the write stage places and removes them.
 
-- A new import goes on a line of its own right after the statement that imported the FSDP1
-  name it replaces, at that statement's indentation (a lazy import stays lazy; set-up code
-  above the imports stays above them); several names for one place share one line, and at
-  module level all of a module's names share the first of their places. A name the scope
-  already imports from the same module is not imported again.
-- An FSDP1 import that nothing reads any more (names, string annotations, ``__all__``) is
-  removed, and so is any other the migration left unread (one the input already left unread
-  stays): the other names of its statement keep their text and comments;
-  a statement left empty goes with its lines (``pass`` if it was alone in its block). In a
-  package's ``__init__.py`` only imports inside functions go: its own are its exports.
+A new import goes on a line of its own right after the statement that imported the FSDP1
+name it replaces, at that statement's indentation (a lazy import stays lazy; set-up code above
+the imports stays above them); several names for one place share one line, and at module
+level all of a module's names share the first of their places. A name the scope already
+imports from the same module is not imported again. Which imports go: F2P001
+(``codemods.rules.imports``).
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from codemods import calls, fsdp1
+from codemods import calls
 from codemods.names import Names
 from codemods.plan import NeededImport
-from codemods.rules import Code
 from codemods.text import Edit, LineIndex
 
-CODE = "F2P001"
-#: Not a rule of its own: it runs once per file, after every rewrite.
-DOC = Code(
-    summary="FSDP1 imports left unused are removed; FSDP2 imports are added where needed",
-    topic="imports",
-    rewritten=(
-        "FSDP1 imports nothing reads any more are removed (their statement's other names, "
-        "comments and layout kept); new imports go right after the statement that imported what "
-        "they replace (a lazy import stays lazy), once; in a package's `__init__.py` only "
-        "imports inside functions are removed (its own are its exports)"
-    ),
-    marked="—",
-)
 #: Longer new ``from`` imports are written one name per line, in parentheses.
 LINE_LENGTH = 100
-_FSDP1_MODULES = frozenset(
-    {
-        fsdp1.PACKAGE,
-        *(
-            f"{fsdp1.PACKAGE}.{m}"
-            for m in ("fully_sharded_data_parallel", "api", "wrap", "sharded_grad_scaler")
-        ),
-    }
-)
 
 
 def after(
@@ -134,37 +106,6 @@ def _already_bound(item: NeededImport, importing: Mapping[str, Sequence[tuple[in
     """
     bound = item.asname or item.name or item.module.split(".", 1)[0]
     return any(start <= item.anchor <= end for start, end in importing.get(bound, ()))
-
-
-def unused(
-    names: Names, text: str, original: str, is_package_init: bool, ignored: frozenset[int]
-) -> tuple[list[tuple[ast.stmt, ast.alias]], list[tuple[ast.stmt, ast.alias]]]:
-    """The import aliases nothing in the module (``text``) reads, in a package's
-    ``__init__.py`` only those inside functions (the module's own are its exports): the FSDP1
-    ones, and the others the migration left unused: their name is a word ``original`` has more
-    often, so a rewrite removed what read it (``partial`` of a wrap policy). An import unused in
-    the input stays."""
-    uses = names.uses()
-    fsdp1_names, left = [], []
-    for binding in names.imports():
-        qualified = binding.qualified or ""
-        statement = binding.statement
-        if statement is None or statement.lineno in ignored or uses.get(binding):
-            continue
-        if is_package_init and names.function_of(statement) is None:
-            continue
-        alias = binding.node
-        assert isinstance(alias, ast.alias)
-        full = alias.name if isinstance(statement, ast.Import) else names.through(qualified)
-        if fsdp1.canonical(full) is not None or full in _FSDP1_MODULES:
-            fsdp1_names.append((statement, alias))
-        elif _count(binding.name, original) > _count(binding.name, text):
-            left.append((statement, alias))
-    return fsdp1_names, left
-
-
-def _count(word: str, text: str) -> int:
-    return len(re.findall(rf"\b{re.escape(word)}\b", text))
 
 
 def removals(

@@ -65,7 +65,9 @@ _NEVER_RUN = (
 
 Requirement = Literal["ALWAYS", "MODELS", "ANY", "RUN", "NEVER"]
 #: ``Resolver`` modes: every terminal, the models only, where objects were made.
-_ALL, _MODELS, _ORIGINS = "all", "models", "origins"
+_ALL = "all"
+_MODELS = "models"
+_ORIGINS = "origins"
 
 
 @dataclass(frozen=True)

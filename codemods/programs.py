@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from codemods import sources
+from codemods.assumptions import CONFIG_SUFFIXES, PACKAGING_FILES
 from codemods.semantic.programs import ProgramMap
 
 #: Functions reached through their class rather than by name.
@@ -51,8 +52,6 @@ _MAIN_GUARD = re.compile(
     rb"|([\"'])__main__\2[ \t]*==[ \t]*__name__)",
     re.MULTILINE,
 )
-#: Config files whose text may name a function for a program to call.
-_CONFIGS = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini")
 #: Past this many names followed for one constructor, it may run in any program.
 _MAX_NAMES = 64
 
@@ -391,9 +390,6 @@ def _read_index(tree: ast.Module) -> dict[str, set[int]]:
     return found
 
 
-_PACKAGING = ("pyproject.toml", "setup.cfg", "setup.py")
-
-
 def _packaging_texts(paths: list[str]) -> Iterable[bytes]:
     """The packaging files of the folders above the run's files, up to the file system's
     root (where console scripts name the functions they call)."""
@@ -403,7 +399,7 @@ def _packaging_texts(paths: list[str]) -> Iterable[bytes]:
             folders.add(directory)
             directory = os.path.dirname(directory)
     for folder in sorted(folders):
-        for name in _PACKAGING:
+        for name in PACKAGING_FILES:
             try:
                 yield sources.read_bytes(os.path.join(folder, name))
             except sources.UnreadableSource:
@@ -418,7 +414,7 @@ def config_texts(paths: list[str]) -> Iterable[bytes]:
         except OSError:
             continue
         for entry in entries:
-            if entry.name.endswith(_CONFIGS) and entry.is_file():
+            if entry.name.endswith(CONFIG_SUFFIXES.names) and entry.is_file():
                 try:
                     yield sources.read_bytes(entry.path)
                 except sources.UnreadableSource:

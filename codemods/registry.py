@@ -1,10 +1,11 @@
-"""The rules, in the order they add sites to a file's plan, and what is generated from them.
+"""The rules, in the order they run, and what is generated from them.
 
-The constructor rule comes first (every other site is about the models it finds); the
-leftovers rule comes last, so that it sees which FSDP1 names no other rule covers. Import
-clean-up (F2P001), the removal of FSDP1 values left unread (F2P012) and the rewriting of FSDP1
-values only the readers read (F2P013) are not rules of their own: they run once per file, after
-every rewrite is applied.
+Within a stage (``rules.base.STAGES``), rules run in the order of ``RULES``. Of the analysis
+rules, the constructor rule comes first (every other site is about the models it finds); the
+leftovers rule comes last, so that it sees which FSDP1 names no other rule covers. After every
+rewrite is applied, the removal of FSDP1 values left unread (F2P012) comes before the rewriting
+of FSDP1 values only the readers read (F2P013), which leaves what that removes alone; the
+import clean-up (F2P001) reads the text both leave.
 ``--list-rules``, the rules table of ``docs/migrate.md`` and the emitted-API test are made
 from the rules' own ``CODES`` and ``EMITS``.
 """
@@ -12,21 +13,24 @@ from the rules' own ``CODES`` and ``EMITS``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
-from codemods import dead_values, imports, reader_values
-from codemods.rules import Code, Rule
+from codemods.rules.base import Code, Fixer, Rule
 from codemods.rules.clip_grad import ClipGradRule
 from codemods.rules.constructors import ConstructorRule
+from codemods.rules.dead_values import DeadValuesRule
 from codemods.rules.grad_reduce import GradReduceRule
+from codemods.rules.imports import ImportsRule
 from codemods.rules.internals import InternalsRule
 from codemods.rules.isinstance_check import IsinstanceRule
 from codemods.rules.leftovers import LeftoversRule
 from codemods.rules.no_sync import NoSyncRule
 from codemods.rules.optimizer import OptimizerRule
 from codemods.rules.param_shapes import ParamShapesRule
+from codemods.rules.reader_values import ReaderValuesRule
 from codemods.rules.state_dict import StateDictRule
 
-RULES: tuple[type[Rule], ...] = (
+RULES: tuple[type[Rule] | type[Fixer], ...] = (
     ConstructorRule,
     OptimizerRule,
     StateDictRule,
@@ -37,25 +41,16 @@ RULES: tuple[type[Rule], ...] = (
     IsinstanceRule,
     ParamShapesRule,
     LeftoversRule,
+    DeadValuesRule,
+    ReaderValuesRule,
+    ImportsRule,
 )
 #: Every code a finding can carry, in code order, with its documentation.
-DOCS: dict[str, Code] = dict(
-    sorted(
-        {
-            imports.CODE: imports.DOC,
-            dead_values.CODE: dead_values.DOC,
-            reader_values.CODE: reader_values.DOC,
-            **{c: d for r in RULES for c, d in r.CODES.items()},
-        }.items()
-    )
-)
+DOCS: dict[str, Code] = dict(sorted((c, d) for r in RULES for c, d in r.CODES.items()))
 #: Every code with its one-line summary (``--list-rules``).
 CODES = {code: doc.summary for code, doc in DOCS.items()}
 #: APIs the rewrites may call -> ``module:attribute``.
-EMITS = {
-    **reader_values.EMITS,
-    **{name: target for rule in RULES for name, target in rule.EMITS.items()},
-}
+EMITS = {name: target for rule in RULES for name, target in rule.EMITS.items()}
 
 
 def select(chosen: Iterable[str] = (), ignored: Iterable[str] = ()) -> list[str]:
@@ -71,9 +66,17 @@ def select(chosen: Iterable[str] = (), ignored: Iterable[str] = ()) -> list[str]
 
 
 def rules_for(codes: Iterable[str]) -> list[Rule]:
-    """Fresh instances of the rules that add sites with any of ``codes``."""
+    """Fresh instances of the analysis rules that add sites with any of ``codes``."""
     wanted = set(codes)
-    return [rule() for rule in RULES if wanted & rule.CODES.keys()]
+    chosen = [r for r in RULES if r.STAGE == "analysis" and wanted & r.CODES.keys()]
+    return [cast("type[Rule]", rule)() for rule in chosen]
+
+
+def fixers_for(codes: Iterable[str], stage: str) -> list[Fixer]:
+    """Fresh instances of the ``stage`` fixers with any of ``codes``, in their order."""
+    wanted = set(codes)
+    chosen = [r for r in RULES if stage == r.STAGE and wanted & r.CODES.keys()]
+    return [cast("type[Fixer]", rule)() for rule in chosen]
 
 
 def rules_table() -> str:

@@ -34,22 +34,8 @@ import tokenize
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-SKIPPED_DIRS = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".svn",
-        ".venv",
-        "venv",
-        "build",
-        "site-packages",
-        "__pycache__",
-        "node_modules",
-        ".tox",
-        ".nox",
-        ".eggs",
-    }
-)
+from codemods.assumptions import SKIPPED_DIRS
+
 JOURNAL = ".fsdp2-port-journal.json"
 TEMP_SUFFIX = ".fsdp2-port.tmp"
 _HELD_SIGNALS = tuple(

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from codemods import sources
+from codemods.assumptions import DICT_GROWING_METHODS
 from codemods.names import Binding, Names, Scope
 
 #: A class attribute's entry: ``.NAME``.
@@ -129,7 +130,7 @@ def written_keys(names: Names, scope: Scope, name: str, bindings: list[Binding])
             if stored.value not in (*required, *optional):
                 optional.append(stored.value)
     for node in names.by_type[ast.Attribute]:
-        if _named(names, scope, node.value, name) and node.attr in _GROWING:  # type: ignore[attr-defined]
+        if _named(names, scope, node.value, name) and node.attr in DICT_GROWING_METHODS:  # type: ignore[attr-defined]
             return None
     return Keys(required, tuple(optional))
 
@@ -180,10 +181,6 @@ def dict_entries(names: Names, value: ast.expr) -> dict[str, ast.expr] | None:
     ):
         return {k.arg: k.value for k in value.keywords}  # type: ignore[misc]
     return None
-
-
-#: Methods that add or remove keys.
-_GROWING = frozenset(("update", "setdefault", "pop", "popitem", "clear"))
 
 
 def _named(names: Names, scope: Scope, node: ast.expr, name: str) -> bool:

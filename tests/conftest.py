@@ -1,12 +1,14 @@
-"""Fixtures shared by test modules."""
+"""Fixtures shared by test modules (torch imported where a fixture runs: the codemod's tests
+run without it)."""
 
 import pytest
-import torch.distributed as dist
 
 
 @pytest.fixture(scope="module")
 def one_rank():
     """A one-rank gloo process group for the module's tests (one already there is kept)."""
+    import torch.distributed as dist
+
     started = not dist.is_initialized()
     if started:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods import fsdp1
+from codemods.assumptions import FSDP2_NAMES
 from tests.processes import fsdp2_port_cli
 
 pytestmark = pytest.mark.slow  # fsdp2-port compare: torchrun, 2 ranks
@@ -179,7 +179,7 @@ def _fsdp1_imports(source: str) -> list[str]:
         if isinstance(node, ast.ImportFrom)
         and (node.module or "").startswith("torch.distributed.fsdp")
         for alias in node.names
-        if alias.name not in fsdp1.FSDP2_NAMES
+        if alias.name not in FSDP2_NAMES
     ]
 
 

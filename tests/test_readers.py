@@ -53,8 +53,8 @@ from torch.distributed.fsdp.wrap import (
 )
 
 import fsdp2_port
-from codemods import fsdp1 as fsdp1_names
-from codemods import reader_values
+from codemods.assumptions import FSDP1_REQUIRED_POLICY_ARGUMENT
+from codemods.rules.reader_values import policies
 from fsdp2_port.fsdp1 import readers
 from fsdp2_port.fsdp1.like_fsdp1 import HYBRID_SHARD_ZERO2
 from fsdp2_port.fsdp1.readers import (
@@ -765,8 +765,8 @@ def test_a_policy_without_its_own_argument_fails_alike(one_rank, policy):
     of their own), so code that catches it falls back alike; given the argument by a
     ``partial``, the written one selects FSDP1's units."""
     name = policy.__name__
-    needed = fsdp1_names.REQUIRED_POLICY_ARGUMENT[name]
-    written = eval(reader_values._unbound(ast.Name(id=name), name).text)
+    needed = FSDP1_REQUIRED_POLICY_ARGUMENT[name]
+    written = eval(policies._unbound(ast.Name(id=name), name).text)
     errors = []
     builds = (
         lambda m, p: FSDP(m, auto_wrap_policy=p, device_id=CPU),

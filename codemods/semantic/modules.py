@@ -29,10 +29,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-#: Files that make their folder a packaging root.
-PACKAGING_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
-_LOADERS = frozenset({"import_module", "__import__"})
-_RUNNERS = frozenset({"run_path", "run_module", "spec_from_file_location"})
+from codemods.assumptions import FILE_RUNNERS, MODULE_LOADERS, PACKAGING_FILES
 
 
 @dataclass(frozen=True)
@@ -454,9 +451,9 @@ def _computed_loads(tree: ast.Module) -> Iterator[tuple[ast.Call, str | None]]:
             continue
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        if name in _RUNNERS:
+        if name in FILE_RUNNERS:
             yield node, None
-        elif name in _LOADERS:
+        elif name in MODULE_LOADERS:
             yield node, _prefix(node.args[0], bound)
 
 
@@ -486,7 +483,7 @@ def _is_loader_call(node: ast.AST) -> bool:
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     first = node.args[0]
     return (
-        name in _LOADERS
+        name in MODULE_LOADERS
         and isinstance(first, ast.Constant)
         and isinstance(first.value, str)
         and not first.value.startswith(".")

@@ -1,6 +1,7 @@
 """Fixtures shared by the codemod tests.
 
-Only test_emitted_api imports torch; the codemods never do.
+The codemods never import torch, and their tests run without it (``.ci/run`` checks that in an
+environment that has none): only test_emitted_api and test_audit_torch import it, skipped there.
 """
 
 from __future__ import annotations

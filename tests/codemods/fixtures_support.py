@@ -2,8 +2,8 @@
 files) migrates to ``<case>.out.py`` (``<case>.out/``) with the findings in ``<case>.findings``.
 
 A rule's cases (``codemods/rules/<rule>/cases/``) run with only that rule, the codes it
-``NEEDS`` and the import clean-up enabled, and snapshot only the rule's own codes. The cases of
-``tests/codemods/fixtures/`` (imports, whole models) run every rule and snapshot everything.
+``NEEDS`` and the import clean-up (F2P001) enabled, and snapshot only the rule's own codes. The
+cases of ``tests/codemods/fixtures/`` (whole models) run every rule and snapshot everything.
 
 A case's first lines may set options: ``# fixture: no-runtime-dependency``,
 ``# fixture: drop-fsdp1-branches``, ``# fixture: whole-program``,
@@ -18,10 +18,11 @@ import shutil
 from pathlib import Path
 
 import codemods.rules
-from codemods import engine, imports, registry
+from codemods import engine, registry
 from codemods.findings import Finding
 from codemods.options import Options
-from codemods.rules import Rule
+from codemods.rules.base import Fixer, Rule
+from codemods.rules.imports import ImportsRule
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RULES = Path(codemods.rules.__file__).parent
@@ -40,7 +41,7 @@ def case_id(case: Path) -> str:
     return f"{folder.name}/{case.name.split('.in', 1)[0]}"
 
 
-def rule_of(case: Path) -> type[Rule] | None:
+def rule_of(case: Path) -> type[Rule] | type[Fixer] | None:
     """The rule whose folder holds ``case`` (None for a run-wide case)."""
     if case.parent.name != "cases":
         return None
@@ -52,7 +53,7 @@ def codes_for(case: Path) -> list[str]:
     rule = rule_of(case)
     if rule is None:
         return registry.select()
-    return registry.select([*rule.CODES, *rule.NEEDS, imports.CODE])
+    return registry.select([*rule.CODES, *rule.NEEDS, ImportsRule.CODE])
 
 
 def expected_paths(case: Path) -> tuple[Path, Path]:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from codemods import assumptions, audit_models
 from codemods import audit as audit_module
+from codemods.assumptions import FSDP1_ONLY_ATTRIBUTES
 from codemods.audit import Audit, audit, run_problems, run_unmarked
 
 IMPORTS = """\
@@ -461,10 +463,31 @@ def test_a_file_without_fsdp_gives_nothing_but_untied_gradient_sync():
     assert found.untied_fsdp2 == ["x.py:2"]
 
 
+@pytest.mark.parametrize("name", sorted(FSDP1_ONLY_ATTRIBUTES))
+def test_each_fsdp1_only_attribute_on_an_fsdp2_model_is_one_unmarked_use(name):
+    """The codemod's list of FSDP1's attributes is the audit's: each, read or called on a model
+    FSDP2 builds, is one unmarked use; on a plain module, none."""
+    found = read(
+        f"""\
+        def shard(model, plain):
+            fully_shard(model)
+            model.{name}()
+            plain.{name}()
+        """
+    )
+    assert lines(found.unmarked) == [3]
+
+
 def test_the_audit_imports_nothing_of_the_codemods_analysis():
     """Independent: only the marker format and its own name tables from ``codemods``."""
-    allowed = {"codemods", "codemods.audit_names", "codemods.markers"}
-    for module in (audit_module, audit_module.n):
+    allowed = {
+        "codemods",
+        "codemods.assumptions",  # data: the audit's own name lists, and FSDP1's attributes
+        "codemods.audit_names",
+        "codemods.audit_models",
+        "codemods.markers",
+    }
+    for module in (audit_module, audit_module.n, audit_models):
         tree = ast.parse(Path(module.__file__).read_text())  # type: ignore[arg-type]
         imported = set()
         for node in ast.walk(tree):
@@ -474,6 +497,8 @@ def test_the_audit_imports_nothing_of_the_codemods_analysis():
             elif isinstance(node, ast.Import):
                 imported |= {a.name for a in node.names}
         ours = {name for name in imported if name.split(".")[0] == "codemods"}
+        ours -= {f"codemods.audit_models.{name}" for name in vars(audit_models)}
+        ours -= {f"codemods.assumptions.{name}" for name in vars(assumptions)}
         assert ours <= allowed | {"codemods.markers.PREFIX", "codemods.markers.ignored_lines"}, (
             module.__name__,
             ours,

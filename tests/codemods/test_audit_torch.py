@@ -13,6 +13,7 @@ import types
 import pytest
 
 from codemods import audit_names
+from codemods.assumptions import AUDIT_CONFIGURATION, AUDIT_FSDP2_POLICIES
 
 torch = pytest.importorskip("torch")
 fsdp = importlib.import_module("torch.distributed.fsdp")
@@ -68,7 +69,7 @@ def test_private_modules_are_fsdp1_but_fully_shard():
 
 
 def test_fsdp2_names_resolve_where_torch_defines_them():
-    for name in ("fully_shard", "FSDPModule", *audit_names.FSDP2_POLICIES):
+    for name in ("fully_shard", "FSDPModule", *AUDIT_FSDP2_POLICIES):
         assert hasattr(fsdp, name)
         assert audit_names.fsdp2_name(f"torch.distributed.fsdp.{name}") == name
     composable = importlib.import_module("torch.distributed._composable.fsdp")
@@ -77,6 +78,6 @@ def test_fsdp2_names_resolve_where_torch_defines_them():
 
 def test_the_private_policies_called_configuration_exist():
     wrap = importlib.import_module("torch.distributed.fsdp.wrap")
-    for name in audit_names.CONFIGURATION:
+    for name in AUDIT_CONFIGURATION:
         module = wrap if name.startswith("_") or "policy" in name.lower() else fsdp
         assert hasattr(module, name), name

@@ -359,7 +359,7 @@ def test_colliding_clean_ups_are_an_internal_error_of_their_file(tmp_path, capsy
     """A clean-up (the second round: dead values, values only readers read) that collides
     is reported as its file's internal error, not a crash of the run; as for any error, the
     run writes nothing (its files migrate together)."""
-    from codemods import reader_values
+    from codemods.rules.reader_values import written
     from codemods.text import Edit
 
     first = write(tmp_path / "a.py", FSDP1_SOURCE)
@@ -370,7 +370,7 @@ def test_colliding_clean_ups_are_an_internal_error_of_their_file(tmp_path, capsy
         calls.append(lines.text)
         return [Edit(0, 5, "x"), Edit(2, 6, "y")] if len(calls) == 1 else []
 
-    monkeypatch.setattr(reader_values, "annotation_edits", colliding)
+    monkeypatch.setattr(written, "annotation_edits", colliding)
     assert main(["--write", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"{first}: error: internal error: two clean-ups touch the same code" in err

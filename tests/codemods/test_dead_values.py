@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from codemods import dead_values
 from codemods.apply import Applied
+from codemods.rules.dead_values import DeadValuesRule
 from codemods.text import Edit, LineIndex, apply_tracked
 from codemods.tidy import tidy
 from codemods.visibility import Visibility
@@ -31,7 +31,7 @@ def migrated(original: str, entry_script: bool = False) -> tuple[str, list[str]]
     applied = Applied(text, edits, starts, [], {})
     seen = Visibility(entry_script=entry_script)
     final, findings = tidy(original, applied, "m.py", seen=seen)
-    return final, [f.message for f in findings if f.code == dead_values.CODE]
+    return final, [f.message for f in findings if f.code == DeadValuesRule.CODE]
 
 
 def test_a_local_whose_reads_were_rewritten_goes_with_its_import() -> None:

@@ -16,7 +16,7 @@ from typing import ClassVar
 from codemods import calls
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit
 
 # Without the runtime dependency: torch's own clip_grad_norm_ reduces DTensor gradients through
@@ -33,6 +33,7 @@ _TORCH_CLIP = "torch.nn.utils.clip_grad_norm_"
 
 
 class ClipGradRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P006"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P006": Code(

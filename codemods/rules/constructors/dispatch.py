@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import ast
 
-from codemods import fsdp1
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import FSDP2_NAMES
 
 
 def in_fsdp1_branch(analysis: FileAnalysis, call: ast.Call) -> bool:
@@ -73,4 +73,4 @@ def _is_fsdp2(analysis: FileAnalysis, node: ast.AST) -> bool:
         return True
     if not isinstance(node, (ast.Name, ast.Attribute)):
         return False
-    return any(q.rsplit(".", 1)[-1] in fsdp1.FSDP2_NAMES for q in analysis.names.qualified(node))
+    return any(q.rsplit(".", 1)[-1] in FSDP2_NAMES for q in analysis.names.qualified(node))

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ast
 
-from codemods import calls, fsdp1
+from codemods import calls
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import FSDP1_REQUIRED_POLICY_ARGUMENT
 from codemods.rules.constructors.values import ROOT, UNIT, Pure, at_run_time, fresh, resolved
 
 
@@ -67,7 +68,7 @@ def _uncallable(analysis: FileAnalysis, value: ast.expr) -> None:
         bound = value.args[0] if value.args else value
         keywords = {k.arg for k in value.keywords}
     policy = analysis.fsdp1_name(bound)
-    needed = fsdp1.REQUIRED_POLICY_ARGUMENT.get(policy or "")
+    needed = FSDP1_REQUIRED_POLICY_ARGUMENT.get(policy or "")
     if needed is None or needed in keywords or None in keywords:
         return
     analysis.add(

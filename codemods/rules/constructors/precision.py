@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 import re
 
-from codemods import calls, fsdp1
+from codemods import calls
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import DTYPE_NAMES, FSDP1_MIXED_PRECISION_FIELDS
 from codemods.names import Binding
 from codemods.rules.constructors.values import (
     Pure,
@@ -29,7 +30,6 @@ from codemods.text import Edit
 
 #: The FSDP2 offload classes an ``offload_policy`` text calls (the names it imports).
 _POLICY_CLASSES = re.compile(r"\b(CPUOffloadPolicy|OffloadPolicy)\(")
-_DTYPES = ("float32", "float16", "bfloat16", "float64", "float", "half", "double")
 
 
 def mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None:
@@ -75,7 +75,7 @@ def _ignores_classes(analysis: FileAnalysis, value: ast.expr | None) -> bool:
     precision (``_module_classes_to_ignore``, BatchNorm by default)."""
     if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"):
         return False
-    bound = calls.bind(value, fsdp1.MIXED_PRECISION_FIELDS)
+    bound = calls.bind(value, FSDP1_MIXED_PRECISION_FIELDS.names)
     return bound is not None and "_module_classes_to_ignore" in bound
 
 
@@ -86,7 +86,7 @@ def _literal_mixed_precision(
     False (``out`` untouched) for anything else."""
     if not (isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"):
         return False
-    bound = calls.bind(value, fsdp1.MIXED_PRECISION_FIELDS)
+    bound = calls.bind(value, FSDP1_MIXED_PRECISION_FIELDS.names)
     if bound is None:
         return False
     flags = {n: calls.literal_bool(bound[n].value) for n in bound if n.startswith(("cast", "keep"))}
@@ -130,7 +130,7 @@ def _conditional_mixed_precision(analysis: FileAnalysis, out: Pure, value: ast.e
         isinstance(policy, ast.Call) and analysis.fsdp1_name(policy.func) == "MixedPrecision"
     ):
         return False
-    bound = calls.bind(policy, fsdp1.MIXED_PRECISION_FIELDS)
+    bound = calls.bind(policy, FSDP1_MIXED_PRECISION_FIELDS.names)
     if bound is None or set(bound) - {"param_dtype", "reduce_dtype", "buffer_dtype"}:
         return False
     dtypes = {n: a.value for n, a in bound.items() if not calls.is_none(a.value)}
@@ -185,7 +185,7 @@ def _chosen_mixed_precision(analysis: FileAnalysis, call: ast.Call, out: Pure) -
             isinstance(value, ast.Call) and analysis.fsdp1_name(value.func) == "MixedPrecision"
         ):
             return False
-        bound = calls.bind(value, fsdp1.MIXED_PRECISION_FIELDS)
+        bound = calls.bind(value, FSDP1_MIXED_PRECISION_FIELDS.names)
         if bound is None or set(bound) - {"reduce_dtype", "param_dtype", "buffer_dtype"}:
             return False
         casts |= "param_dtype" in bound and not calls.is_none(bound["param_dtype"].value)
@@ -239,7 +239,7 @@ def _annotations_now_fsdp2(analysis: FileAnalysis, bindings: list[Binding]) -> l
 def _written_before(analysis: FileAnalysis, value: ast.expr, bindings: list[Binding]) -> bool:
     """Whether ``value`` reads later what it read at the first of ``bindings``: a dtype of
     ``torch``, or a name bound only in their scope and only before them."""
-    if analysis.resolves_to(value, *(f"torch.{t}" for t in _DTYPES)):
+    if analysis.resolves_to(value, *(f"torch.{t}" for t in DTYPE_NAMES)):
         return True
     if not isinstance(value, ast.Name):
         return False

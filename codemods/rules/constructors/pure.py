@@ -11,6 +11,7 @@ import ast
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import FSDP1_NO_EFFECT_ARGUMENTS
 from codemods.rules.constructors.policy import wrap_policy
 from codemods.rules.constructors.precision import mixed_precision, offload
 from codemods.rules.constructors.strategy import (
@@ -27,9 +28,6 @@ from codemods.rules.constructors.values import (
     read_arguments,
     resolved,
 )
-
-#: Accepted by FSDP1 with no effect on the numbers; FSDP2 has no such argument.
-_NO_EFFECT = ("limit_all_gathers", "use_orig_params", "forward_prefetch", "backward_prefetch")
 
 
 def _without_calls(value: ast.expr) -> bool:
@@ -94,7 +92,7 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
         else:
             out.blockers.append("param_init_fn is set (fsdp2_port.materialize_like_fsdp1 runs it)")
     sync(analysis, out)
-    for name in _NO_EFFECT:
+    for name in FSDP1_NO_EFFECT_ARGUMENTS:
         value = values.get(name)
         if value is not None and not (_without_calls(value) or is_fsdp1(analysis, value)):
             # FSDP2 has no use for it, but FSDP1 evaluated it: still evaluated, once, in order

@@ -19,7 +19,7 @@ from typing import ClassVar
 from codemods import calls
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.rules.constructors import dispatch, emit
 from codemods.rules.constructors.pure import pure
 from codemods.rules.constructors.values import SPREAD, Pure, Removable
@@ -29,6 +29,7 @@ RUNTIME = "fully_shard_like_fsdp1"
 
 
 class ConstructorRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P002"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P002": Code(

@@ -11,6 +11,11 @@ import ast
 
 from codemods import calls
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import (
+    FSDP1_OWN_MESH_STRATEGIES,
+    FSDP1_RESHARD_AFTER_FORWARD,
+    FSDP1_TORCH_MESH_STRATEGIES,
+)
 from codemods.names import Binding
 from codemods.rules.constructors.values import (
     Pure,
@@ -23,20 +28,6 @@ from codemods.rules.constructors.values import (
     resolved,
 )
 
-#: ``reshard_after_forward`` for each FSDP1 strategy.
-_RESHARD = {
-    "FULL_SHARD": True,
-    "SHARD_GRAD_OP": False,
-    "HYBRID_SHARD": True,
-    "_HYBRID_SHARD_ZERO2": False,
-    "NO_SHARD": False,
-}
-#: Strategies whose mesh is not the default one.
-_MESH_OF_ITS_OWN = frozenset({"HYBRID_SHARD", "_HYBRID_SHARD_ZERO2", "NO_SHARD"})
-#: Strategies whose mesh plain torch builds as FSDP1 did (``_mesh_of``). The hybrids' default
-#: groups are one node's devices, and with one device a node FSDP1 trains each rank alone:
-#: ``fsdp2_port.mesh_like_fsdp1`` refuses that, so they are read at run time.
-_MESH_IN_TORCH = frozenset({"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"})
 #: Where ``fully_shard`` lives from torch 2.6, which also broadcasts by ``group_src``.
 FSDP2_PUBLIC_MODULE = "torch.distributed.fsdp"
 
@@ -57,7 +48,7 @@ def strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None
         if strategy is not None:
             kind = (analysis.fsdp1_name(strategy) or "").removeprefix("ShardingStrategy.")
             if kind.startswith(("HYBRID", "_HYBRID")) and mesh is not None:
-                reshard = str(_RESHARD[kind])
+                reshard = str(FSDP1_RESHARD_AFTER_FORWARD[kind])
             elif not kind.startswith(("HYBRID", "_HYBRID")):
                 reshard = _reshard(analysis, strategy)
         device_type = device_type_of(analysis, out.values.get("device_id"))
@@ -74,14 +65,24 @@ def strategy_and_mesh(analysis: FileAnalysis, call: ast.Call, out: Pure) -> None
             out.names.add("init_device_mesh")
             out.uses_torch = True
             out.group_mesh, out.mesh_any_dims = name, True
-            out.root += [f"mesh={name}", f"reshard_after_forward={_RESHARD[kind]}"]
-            out.children += [f"mesh={name}", f"reshard_after_forward={_RESHARD[kind]}"]
-        elif reshard is None and kind in _MESH_OF_ITS_OWN and analysis.options.runtime_dependency:
+            out.root += [
+                f"mesh={name}",
+                f"reshard_after_forward={FSDP1_RESHARD_AFTER_FORWARD[kind]}",
+            ]
+            out.children += [
+                f"mesh={name}",
+                f"reshard_after_forward={FSDP1_RESHARD_AFTER_FORWARD[kind]}",
+            ]
+        elif (
+            reshard is None
+            and kind in FSDP1_OWN_MESH_STRATEGIES.members
+            and analysis.options.runtime_dependency
+        ):
             # the value is known, the mesh (FSDP1's default groups) only at run time
             out.removable += [removable] if removable else []
             out.read_at_run_time.append("sharding_strategy")
             _mesh_at_run_time(analysis, call, out, analysis.source(strategy))  # type: ignore[arg-type]
-            text = f"reshard_after_forward={_RESHARD[kind]}"
+            text = f"reshard_after_forward={FSDP1_RESHARD_AFTER_FORWARD[kind]}"
             out.root.append(text)
             out.children.append(text)
         elif reshard is not None:
@@ -175,14 +176,14 @@ def _chosen_strategy_and_mesh(
         (analysis.fsdp1_name(b.value) or "").removeprefix("ShardingStrategy.")  # type: ignore[arg-type]
         for b in bindings
     ]
-    if not all(kind in _MESH_IN_TORCH for kind in kinds):
+    if not all(kind in FSDP1_TORCH_MESH_STRATEGIES for kind in kinds):
         return False
     reshard = fresh(analysis, call, out, "reshard_after_forward")
     mesh = fresh(analysis, call, out, "mesh")
     for binding, kind in zip(bindings, kinds):
         statement = analysis.names.statement(binding.node)
         assert isinstance(statement, ast.Assign) and binding.value is not None
-        pair = f"{_RESHARD[kind]}, {_mesh_of(kind, device_type)}"
+        pair = f"{FSDP1_RESHARD_AFTER_FORWARD[kind]}, {_mesh_of(kind, device_type)}"
         out.edits.append(analysis.replace(statement.targets[0], f"{reshard}, {mesh}"))
         out.edits.append(analysis.replace(binding.value, pair))
     out.names.add("init_device_mesh")
@@ -216,7 +217,7 @@ def _reshard(analysis: FileAnalysis, node: ast.expr) -> str | None:
     here: ``{"fsdp": FULL_SHARD, "sdp": SHARD_GRAD_OP}[key]``, ``A if flag else B``."""
     kind = (analysis.fsdp1_name(node) or "").removeprefix("ShardingStrategy.")
     if kind in ("FULL_SHARD", "SHARD_GRAD_OP"):
-        return str(_RESHARD[kind])
+        return str(FSDP1_RESHARD_AFTER_FORWARD[kind])
     if isinstance(node, ast.IfExp) and is_flag(node.test):
         body, orelse = _reshard(analysis, node.body), _reshard(analysis, node.orelse)
         if body is not None and orelse is not None:

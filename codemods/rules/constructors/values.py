@@ -18,33 +18,10 @@ from dataclasses import dataclass, field
 
 from codemods import calls, fsdp1, spreads
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import DEVICE_FUNCTIONS, FSDP1_PARAMETERS
 from codemods.names import Binding
 from codemods.text import Edit
 
-#: ``FullyShardedDataParallel.__init__`` parameters, in positional order.
-PARAMETERS = (
-    "module",
-    "process_group",
-    "sharding_strategy",
-    "cpu_offload",
-    "auto_wrap_policy",
-    "backward_prefetch",
-    "mixed_precision",
-    "ignored_modules",
-    "param_init_fn",
-    "device_id",
-    "sync_module_states",
-    "forward_prefetch",
-    "limit_all_gathers",
-    "use_orig_params",
-    "ignored_states",
-    "device_mesh",
-)
-_DEVICE_FUNCTIONS = (
-    "torch.device",
-    "torch.cuda.current_device",
-    "torch.accelerator.current_device_index",
-)
 SPREAD = "FSDP1 keyword arguments"
 #: Stands for the unit in ``Pure.selects``.
 UNIT = "\x00unit\x00"
@@ -164,7 +141,11 @@ def read_arguments(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
         else:
             entries = {argument.keyword: argument.value}
         for name, value in entries.items():
-            if name not in PARAMETERS or name in out.values or (name == "module" and out.module):
+            if (
+                name not in FSDP1_PARAMETERS
+                or name in out.values
+                or (name == "module" and out.module)
+            ):
                 out.blockers.append(f"{name}: an unknown or repeated argument")
                 return False
             if name == "module":
@@ -493,7 +474,7 @@ def device_call(analysis: FileAnalysis, node: ast.AST) -> bool:
     effect, safe to evaluate earlier."""
     return (
         isinstance(node, ast.Call)
-        and analysis.resolves_to(node.func, *_DEVICE_FUNCTIONS)
+        and analysis.resolves_to(node.func, *DEVICE_FUNCTIONS)
         and all(calls.is_simple(x) for x in node.args)
         and not node.keywords
     )

@@ -19,15 +19,11 @@ import ast
 from typing import ClassVar
 
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import DTENSOR_METHODS, NORM_CALLS, PARAMETER_ITERATORS, PARAMETER_WORDS
 from codemods.names import Names
-from codemods.rules import Code
+from codemods.rules.base import Code
 
 _ALL_REDUCE = "torch.distributed.all_reduce"
-#: Reads that show the code already handles DTensors.
-_DTENSOR_AWARE = frozenset({"to_local", "full_tensor", "redistribute"})
-_PARAMETERS = frozenset({"parameters", "named_parameters"})
-#: Calls that turn gradients into (a piece of) their norm.
-_NORMS = frozenset({"norm", "vector_norm", "get_total_norm", "pow", "square", "sum", "sqrt"})
 _MESSAGE = (
     "gradients all-reduced by hand: under FSDP2 they are DTensors, whose norms are already "
     "global and which dist.all_reduce refuses; use fsdp2_port.global_grad_norm(model.parameters())"
@@ -37,6 +33,7 @@ _DEPTH = 4
 
 
 class GradReduceRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P014"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P014": Code(
@@ -97,9 +94,9 @@ class _Gradients:
                 if node.attr == "grad" and not _activation(names, node.value):
                     self.read = True
                     self._module_of(node.value, depth)
-                elif node.attr in _DTENSOR_AWARE:
+                elif node.attr in DTENSOR_METHODS:
                     self.dtensor_aware = True
-                elif node.attr in _PARAMETERS:
+                elif node.attr in PARAMETER_ITERATORS:
                     self.modules.append(node.value)
             elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
                 self.norm = True
@@ -110,7 +107,7 @@ class _Gradients:
                     value = binding.value or _bound_from(names.parent.get(binding.node))
                     if value is not None:
                         self.follow(value, depth - 1)
-            if isinstance(node, ast.Call) and _called(node) in _NORMS:
+            if isinstance(node, ast.Call) and _called(node) in NORM_CALLS:
                 self.norm = True
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 helper = next(
@@ -133,12 +130,6 @@ class _Gradients:
                     self.follow(loop.iter, depth - 1)
 
 
-#: What a tensor computed from them may be a parameter of a model through.
-_PARAMETER_WORDS = frozenset(
-    {"parameters", "named_parameters", "param_groups", "Parameter", "get_parameter", "getattr"}
-)
-
-
 def _activation(names: Names, tensor: ast.expr) -> bool:
     """``x`` of ``x.grad`` is no parameter: a local only ever assigned what a call computes
     without naming parameters (an input embedding made to require grad: ``x =
@@ -151,8 +142,8 @@ def _activation(names: Names, tensor: ast.expr) -> bool:
         b.kind == "assign"
         and isinstance(b.value, ast.Call)
         and not any(
-            getattr(n, "attr", None) in _PARAMETER_WORDS
-            or getattr(n, "id", None) in _PARAMETER_WORDS
+            getattr(n, "attr", None) in PARAMETER_WORDS
+            or getattr(n, "id", None) in PARAMETER_WORDS
             or (isinstance(n, ast.Constant) and n.value == "params")
             for n in ast.walk(b.value)
         )

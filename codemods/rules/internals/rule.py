@@ -20,118 +20,27 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
-from codemods import dead_values, fsdp1
+from codemods import fsdp1
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import (
+    EITHER_STATIC_APIS,
+    FSDP1_ATTRIBUTES_IN_STRINGS,
+    FSDP1_ONLY_ATTRIBUTES,
+    FSDP1_ONLY_LIBRARIES,
+    FSDP1_SHARED_ATTRIBUTES,
+    FSDP1_STATIC_APIS,
+    FSDP1_VALUE_ATTRIBUTES,
+    FSDP1_WRAPPED_ATTRIBUTES,
+    OTHER_WRAPPERS,
+    STRING_EDIT_METHODS,
+)
+from codemods.local_names import seen_only_here
 from codemods.plan import Rewrite
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit
 
 _FSDP = "FullyShardedDataParallel."
-#: What to do instead, for FSDP1 static APIs handled nowhere else.
-_STATIC = {
-    "summon_full_params": "summon_full_params: FSDP2 parameters are DTensors; read "
-    "p.full_tensor(), or unshard()/reshard() the FSDPModule (note: in the compute dtype)",
-    "fsdp_modules": "FSDP.fsdp_modules(m): use "
-    "[x for x in m.modules() if isinstance(x, FSDPModule)]",
-    "full_optim_state_dict": "full_optim_state_dict: use get_optimizer_state_dict(model, optim, "
-    "options=StateDictOptions(full_state_dict=True, cpu_offload=True))",
-    "sharded_optim_state_dict": "sharded_optim_state_dict: use "
-    "get_optimizer_state_dict(model, optim)",
-    "scatter_full_optim_state_dict": "scatter_full_optim_state_dict: use set_optimizer_state_dict("
-    "model, optim, osd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))",
-    "shard_full_optim_state_dict": "shard_full_optim_state_dict: use set_optimizer_state_dict("
-    "model, optim, osd, options=StateDictOptions(full_state_dict=True))",
-    "flatten_sharded_optim_state_dict": "flatten_sharded_optim_state_dict: use "
-    "set_optimizer_state_dict(model, optim, osd)",
-    "rekey_optim_state_dict": "rekey_optim_state_dict: FSDP2 optimizer state is keyed by "
-    "parameter name in get_/set_optimizer_state_dict",
-}
-#: The static APIs ``fsdp2_port`` gives with FSDP1's signature, right on any model.
-_EITHER = frozenset(
-    {
-        "summon_full_params",
-        "fsdp_modules",
-        "full_optim_state_dict",
-        "sharded_optim_state_dict",
-        "scatter_full_optim_state_dict",
-        "shard_full_optim_state_dict",
-    }
-)
-#: Attributes that only an FSDP1 instance has (flat parameters, handles, its own state): on a
-#: receiver the run cannot tie they still hold its models.
-_FSDP1_ONLY = frozenset(
-    {
-        "_handle",
-        "_handles",
-        "_all_handles",
-        "_fsdp_handles",
-        "check_is_root",
-        "_is_root",
-        "_use_orig_params",
-        "_fsdp_use_orig_params",
-        "_exec_order_data",
-        "flat_param",
-        "summon_full_params",
-        "_fsdp_wrapped_module",
-        "_flat_param",
-    }
-)
-#: FSDP1 attributes whose names other objects have too (a config's ``mixed_precision``, a
-#: DDP model's ``process_group``): on an untied receiver, only one named like a model holds.
-_FSDP1_SHARED = frozenset(
-    {
-        "_sync_gradients",
-        "sharding_strategy",
-        "process_group",
-        "params",
-        "_reshard",
-        "_unshard",
-        "_lazy_init",
-        "compute_device",
-        "mixed_precision",
-        "cpu_offload",
-        "register_comm_hook",
-        "_has_params",
-        "training_state",
-        "rank",
-        "world_size",
-    }
-)
-_FSDP1_ATTRIBUTES = _FSDP1_ONLY | _FSDP1_SHARED
-#: What FSDP1's value of a shared name has: a read of anything else from it (``m.params.
-#: max_seq_len``, a config's) shows that the receiver is not an FSDP1 model.
-_VALUE_ATTRIBUTES = {
-    "params": frozenset(dir(list)),  # its flat parameters
-    "mixed_precision": frozenset(fsdp1.MIXED_PRECISION_FIELDS),
-    "sharding_strategy": frozenset({"name", "value"}),
-    "training_state": frozenset({"name", "value"}),
-    "cpu_offload": frozenset(fsdp1.CPU_OFFLOAD_FIELDS),
-    "compute_device": frozenset({"type", "index"}),
-}
-#: Wrappers whose ``.module`` is theirs, not FSDP1's: a receiver bound only to them is left alone.
-#: Attributes that read a wrapper's module, and the form right on any receiver.
-_WRAPPED = {"module": "unwrapped", "_fsdp_wrapped_module": "fsdp_wrapped_module"}
-_OTHER_WRAPPERS = frozenset(
-    {
-        "torch.nn.parallel.DistributedDataParallel",
-        "torch.nn.parallel.distributed.DistributedDataParallel",
-        "torch.nn.DataParallel",
-        "torch.nn.parallel.DataParallel",
-    }
-)
-#: Library entry points that accept only FSDP1 models, with what to do instead.
-_FSDP1_ONLY_LIBRARIES = {
-    "transformer_engine.pytorch.distributed.prepare_te_modules_for_fsdp": (
-        "TransformerEngine's prepare_te_modules_for_fsdp accepts only FSDP1 models (it reads "
-        "FSDP1's flat parameters); with FSDP2, TransformerEngine's own FSDP2 support applies"
-    ),
-    "transformer_engine.pytorch.prepare_te_modules_for_fsdp": (
-        "TransformerEngine's prepare_te_modules_for_fsdp accepts only FSDP1 models (it reads "
-        "FSDP1's flat parameters); with FSDP2, TransformerEngine's own FSDP2 support applies"
-    ),
-}
-_STRING_EDITS = frozenset({"replace", "removeprefix", "startswith", "split", "lstrip"})
-_ANYWHERE = ("_fsdp_wrapped_module", "_flat_param")
+_FSDP1_ATTRIBUTES = FSDP1_ONLY_ATTRIBUTES.members | FSDP1_SHARED_ATTRIBUTES.members
 #: ``ShardedGradScaler`` kept (``--no-runtime-dependency``).
 _SCALER_KEPT = (
     "ShardedGradScaler: with FSDP2 use torch.amp.GradScaler (check that the inf/NaN verdict is "
@@ -150,6 +59,7 @@ _FLAG_SET = (
 
 
 class InternalsRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P010"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P010": Code(
@@ -206,10 +116,10 @@ class InternalsRule:
         for call in analysis.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
             library = next(
-                iter(analysis.names.qualified(call.func) & _FSDP1_ONLY_LIBRARIES.keys()), None
+                iter(analysis.names.qualified(call.func) & FSDP1_ONLY_LIBRARIES.keys()), None
             )
             if library is not None and call.args and not analysis.is_ignored(call):
-                what = _FSDP1_ONLY_LIBRARIES[library]
+                what = FSDP1_ONLY_LIBRARIES[library]
                 analysis.add_tied(self.CODE, call, call.args[0], what, None, known=False)
         for node in [*analysis.names.by_type[ast.Name], *analysis.names.by_type[ast.Attribute]]:
             parent = analysis.names.parent.get(node)
@@ -219,7 +129,9 @@ class InternalsRule:
                 self._grad_scaler(analysis, node)
         for node in analysis.names.by_type[ast.Constant]:
             assert isinstance(node, ast.Constant)
-            if isinstance(node.value, str) and any(i in node.value for i in _ANYWHERE):
+            if isinstance(node.value, str) and any(
+                i in node.value for i in FSDP1_ATTRIBUTES_IN_STRINGS
+            ):
                 if not (
                     analysis.is_ignored(node)
                     or _is_docstring(analysis, node)
@@ -236,17 +148,17 @@ class InternalsRule:
         name = analysis.fsdp1_name(node)
         if name is not None and name.startswith(_FSDP):
             api = name[len(_FSDP) :]
-            if api in _STATIC:
+            if api in FSDP1_STATIC_APIS:
                 self._static(analysis, node, api)
             return
         receiver = node.value
-        if node.attr in _WRAPPED and isinstance(node.ctx, ast.Load):
+        if node.attr in FSDP1_WRAPPED_ATTRIBUTES and isinstance(node.ctx, ast.Load):
             self._dot_module(analysis, node)
         elif _handle_reshard(analysis, node) is not None and analysis.options.runtime_dependency:
             self._reshard(analysis, node)
-        elif node.attr in _EITHER and _instance_call(analysis, node):
+        elif node.attr in EITHER_STATIC_APIS and _instance_call(analysis, node):
             self._instance_static(analysis, node)
-        elif node.attr in _FSDP1_ONLY and _private_flag_set(analysis, node):
+        elif node.attr in FSDP1_ONLY_ATTRIBUTES and _private_flag_set(analysis, node):
             # on an FSDP2 module it sets an attribute nothing reads: right either way
             analysis.add(
                 self.CODE,
@@ -257,14 +169,14 @@ class InternalsRule:
                 holds=False,
                 fsdp1_only_marker=True,
             )
-        elif node.attr in _FSDP1_SHARED and _public_store(node):
+        elif node.attr in FSDP1_SHARED_ATTRIBUTES and _public_store(node):
             return  # ``layer.rank = r``: sets an attribute, FSDP1's meaning or not, on any object
-        elif node.attr in _VALUE_ATTRIBUTES and _read_as_another_value(analysis, node):
+        elif node.attr in FSDP1_VALUE_ATTRIBUTES and _read_as_another_value(analysis, node):
             return
-        elif node.attr in _FSDP1_SHARED and analysis.ties.from_library(receiver):
+        elif node.attr in FSDP1_SHARED_ATTRIBUTES and analysis.ties.from_library(receiver):
             return  # ``accelerator.mixed_precision``: the library object's own attribute
         elif node.attr in _FSDP1_ATTRIBUTES:
-            what = _STATIC.get(node.attr, _INTERNAL.format(node.attr))
+            what = FSDP1_STATIC_APIS.get(node.attr, _INTERNAL.format(node.attr))
             # a receiver named like a model that other files pass: if the run ties it to
             # none, it may be any model (no speculation that it is none)
             model_like = _may_be_model(analysis, node)
@@ -322,23 +234,25 @@ class InternalsRule:
     def _static(self, analysis: FileAnalysis, node: ast.Attribute, api: str) -> None:
         call = analysis.names.parent.get(node)
         if not (isinstance(call, ast.Call) and call.func is node and call.args):
-            analysis.hold(self.CODE, node, _STATIC[api])
-        elif api in _EITHER and analysis.options.runtime_dependency:
+            analysis.hold(self.CODE, node, FSDP1_STATIC_APIS[api])
+        elif api in EITHER_STATIC_APIS and analysis.options.runtime_dependency:
             rewrite = Rewrite(
                 [analysis.replace(node, f"fsdp2_port.{api}")],
                 f"FSDP.{api} -> fsdp2_port.{api}: FSDP1's on FSDP1 models, the same meaning "
                 "on FSDP2, DDP and plain ones",
                 [analysis.module_import("fsdp2_port")],
             )
-            analysis.add(self.CODE, call, _STATIC[api], rewrite, "ALWAYS")
+            analysis.add(self.CODE, call, FSDP1_STATIC_APIS[api], rewrite, "ALWAYS")
         else:
-            analysis.add_tied(self.CODE, call, call.args[0], _STATIC[api], None, known=False)
+            analysis.add_tied(
+                self.CODE, call, call.args[0], FSDP1_STATIC_APIS[api], None, known=False
+            )
 
     def _instance_static(self, analysis: FileAnalysis, node: ast.Attribute) -> None:
         """``m.summon_full_params(m, ...)``: FSDP1's static method called on an instance."""
         call = analysis.names.parent.get(node)
         assert isinstance(call, ast.Call)
-        what = _STATIC[node.attr]
+        what = FSDP1_STATIC_APIS[node.attr]
         if not analysis.options.runtime_dependency:
             analysis.add_tied(self.CODE, call, node.value, what, None, known=False)
             return
@@ -358,7 +272,7 @@ class InternalsRule:
         receiver = node.value
         ties, deferred = analysis.ties.of(receiver)
         text = analysis.source(receiver)
-        attribute, function = node.attr, _WRAPPED[node.attr]
+        attribute, function = node.attr, FSDP1_WRAPPED_ATTRIBUTES[node.attr]
         keep = f"kept: {text}.{attribute} of an FSDP1 model"
         if ties and not deferred:
             message = f"{text}.{attribute} -> {text}: FSDP2 does not wrap the module"
@@ -379,7 +293,7 @@ class InternalsRule:
                 [analysis.module_import("fsdp2_port")],
             )
             untied = _may_be_model(analysis, node) and not _bound_to(
-                analysis, receiver, _OTHER_WRAPPERS
+                analysis, receiver, OTHER_WRAPPERS.members
             )
             analysis.add_tied(
                 self.CODE,
@@ -492,7 +406,7 @@ def _read_as_another_value(analysis: FileAnalysis, node: ast.Attribute) -> bool:
     attribute, a string key, ``**`` as a mapping: FSDP1's values are no mappings), there,
     through a name bound only to it, or through ``self.x = m.params`` in the same class
     (``config.model.params`` of the latent-diffusion configs)."""
-    has = _VALUE_ATTRIBUTES[node.attr]
+    has = FSDP1_VALUE_ATTRIBUTES[node.attr]
 
     def foreign(read: ast.AST) -> bool:
         outer = analysis.names.parent.get(read)
@@ -538,7 +452,7 @@ def _may_be_model(analysis: FileAnalysis, node: ast.Attribute) -> bool:
         return False
     if _reads_fsdp1_attribute(analysis, receiver):  # m._handle.flat_param: m._handle says it all
         return False
-    return node.attr in _FSDP1_ONLY or analysis.named_like_model(receiver)
+    return node.attr in FSDP1_ONLY_ATTRIBUTES or analysis.named_like_model(receiver)
 
 
 def _reads_fsdp1_attribute(analysis: FileAnalysis, receiver: ast.expr) -> bool:
@@ -575,7 +489,7 @@ def _probed(analysis: FileAnalysis, node: ast.Constant) -> bool:
     if (
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Attribute)
-        and call.func.attr in _STRING_EDITS
+        and call.func.attr in STRING_EDIT_METHODS
         and call.args
         and call.args[0] is node
     ):
@@ -594,7 +508,7 @@ def _is_docstring(analysis: FileAnalysis, node: ast.Constant) -> bool:
 
 def _alias_uses(analysis: FileAnalysis, node: ast.AST) -> list[ast.Name] | None:
     """The reads of ``name`` in ``name = <node>`` (also as a branch of a conditional
-    expression) where ``name`` is seen only here (``dead_values``); None for another use."""
+    expression) where ``name`` is seen only here (``local_names``); None for another use."""
     value: ast.AST = node
     statement = analysis.names.parent.get(node)
     while isinstance(statement, ast.IfExp) and statement.test is not value:
@@ -611,7 +525,7 @@ def _alias_uses(analysis: FileAnalysis, node: ast.AST) -> list[ast.Name] | None:
     scope = analysis.names.lookup(target.id, analysis.names.scope_of(target))[0]
     if binding is None or scope is None:
         return None
-    if not dead_values.seen_only_here(analysis.names, scope, target.id):
+    if not seen_only_here(analysis.names, scope, target.id):
         return None
     return analysis.uses_of(binding)
 

@@ -16,11 +16,11 @@ from typing import ClassVar
 
 from codemods import imports
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import MODULE_WALKS, TYPE_TESTS
 from codemods.plan import Requirement, Rewrite, Site
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit
 
-_CHECKS = ("builtins.isinstance", "builtins.issubclass")
 #: ``type(x) <op> FSDP``: the comparisons that test a type exactly.
 _EXACT = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
 #: Where ``not ...`` needs no parentheses: a condition of its own.
@@ -28,6 +28,7 @@ _CONDITIONS = (ast.If, ast.While, ast.IfExp, ast.Assert, ast.BoolOp, ast.UnaryOp
 
 
 class IsinstanceRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P005"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P005": Code(
@@ -58,7 +59,7 @@ class IsinstanceRule:
             assert isinstance(call, ast.Call)
             if (
                 len(call.args) == 2
-                and analysis.resolves_to(call.func, *_CHECKS)
+                and analysis.resolves_to(call.func, *TYPE_TESTS)
                 and not analysis.is_ignored(call)
             ):
                 self._check(analysis, call)
@@ -326,12 +327,6 @@ def _guard_group(analysis: FileAnalysis, test: ast.expr) -> str:
     return f"guard:{analysis.site_id(test)}"
 
 
-#: Iterating these is free of effects: a loop over them that does nothing else goes too.
-_MODULE_WALKS = frozenset(
-    ("modules", "named_modules", "children", "named_children", "parameters", "named_parameters")
-)
-
-
 def _removal(analysis: FileAnalysis, statement: ast.If) -> list[Edit]:
     """Deleting ``if isinstance(x, FSDP): ...`` (no ``else``), with the loops over a model's
     modules or parameters around it that hold nothing else (Wan's ``free_model``). The marker
@@ -346,7 +341,7 @@ def _removal(analysis: FileAnalysis, statement: ast.If) -> list[Edit]:
             and not loop.orelse
             and isinstance(loop.iter, ast.Call)
             and isinstance(loop.iter.func, ast.Attribute)
-            and loop.iter.func.attr in _MODULE_WALKS
+            and loop.iter.func.attr in MODULE_WALKS
             and not lines.text[lines.line_start(lines.start(loop)) : lines.start(loop)].strip()
         ):
             break
@@ -379,7 +374,7 @@ def _dispatch_branch(analysis: FileAnalysis, call: ast.Call) -> tuple[int, int] 
         if (
             isinstance(test, ast.Call)
             and len(test.args) == 2
-            and analysis.resolves_to(test.func, *_CHECKS)
+            and analysis.resolves_to(test.func, *TYPE_TESTS)
             and analysis.source(test.args[0]) == subject
             and any(analysis.fsdp2_name(n) == "FSDPModule" for n in ast.walk(test.args[1]))
         ):

@@ -16,17 +16,22 @@ from typing import ClassVar
 
 from codemods import fsdp1
 from codemods.analysis import FileAnalysis
-from codemods.rules import Code
+from codemods.assumptions import (
+    FSDP1_CONTEXT_WRAPPING,
+    FSDP1_NOT_CONFIGURATION,
+    FSDP1_PRIVATE_CONFIGURATION,
+)
+from codemods.rules.base import Code
 
-_POLICIES = frozenset({"enable_wrap", "wrap"})
 #: FSDP1's configuration values: every public name but the wrapper, its flat parameter, the
 #: grad scaler and the wrap functions, plus the private policy combinators users import.
 CONFIGURATION = (
-    fsdp1.PUBLIC - {"FullyShardedDataParallel", "FlatParameter", "ShardedGradScaler", *_POLICIES}
-) | {"_or_policy", "_module_wrap_policy"}
+    fsdp1.PUBLIC - FSDP1_NOT_CONFIGURATION.members
+) | FSDP1_PRIVATE_CONFIGURATION.members
 
 
 class LeftoversRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P099"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P099": Code(
@@ -104,7 +109,7 @@ class LeftoversRule:
 
 
 def _message(name: str) -> str:
-    if name in _POLICIES:
+    if name in FSDP1_CONTEXT_WRAPPING:
         return (
             f"{name}(): FSDP2 has no wrapper to apply; call fully_shard on each module, "
             "children first"

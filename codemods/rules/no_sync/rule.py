@@ -17,11 +17,12 @@ from typing import ClassVar
 
 from codemods.analysis import FileAnalysis
 from codemods.plan import Rewrite
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit
 
 
 class NoSyncRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P007"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P007": Code(

@@ -18,24 +18,17 @@ from typing import ClassVar
 
 from codemods import imports
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import BF16_OPTIMIZERS, FSDP1_BF16_OPTIMIZER_MODULES
 from codemods.plan import Requirement, Rewrite
 from codemods.refs import Deferred, Optimizer
-from codemods.rules import Code
+from codemods.rules.base import Code
 from codemods.text import Edit
 
-_SOURCES = (
-    "specforge.optimizer",
-    "specforge.optimizer.bf16_optimizer",
-    "compat",
-    "compat.bf16_optimizer",
-)
-_CLASSES = frozenset(
-    f"{m}.BF16Optimizer" for m in (*_SOURCES, "fsdp2_port", "fsdp2_port.train.bf16_optimizer")
-)
 _ALL_REDUCE = "torch.distributed.all_reduce"
 
 
 class OptimizerRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P009"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P009": Code(
@@ -61,7 +54,7 @@ class OptimizerRule:
     def analyze(self, analysis: FileAnalysis) -> None:
         for node in analysis.names.by_type[ast.ImportFrom]:
             assert isinstance(node, ast.ImportFrom)
-            if node.level or node.module not in _SOURCES:
+            if node.level or node.module not in FSDP1_BF16_OPTIMIZER_MODULES:
                 continue
             for alias in node.names:
                 if alias.name == "BF16Optimizer":
@@ -166,7 +159,7 @@ class OptimizerRule:
             func = value.func if isinstance(value, ast.Call) else value
             if (
                 isinstance(func, (ast.Name, ast.Attribute))
-                and analysis.names.qualified(func) & _CLASSES
+                and analysis.names.qualified(func) & BF16_OPTIMIZERS.members
             ):
                 return True
         return False

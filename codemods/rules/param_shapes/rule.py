@@ -17,14 +17,13 @@ import ast
 from typing import ClassVar
 
 from codemods.analysis import FileAnalysis
+from codemods.assumptions import PARAMETER_ITERATORS, SHAPE_ATTRIBUTES
 from codemods.plan import Rewrite
-from codemods.rules import Code
-
-_SHAPES = frozenset({"ndim", "shape", "dim", "size", "numel"})
-_ITERATORS = frozenset({"parameters", "named_parameters"})
+from codemods.rules.base import Code
 
 
 class ParamShapesRule:
+    STAGE: ClassVar[str] = "analysis"
     CODE: ClassVar[str] = "F2P011"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P011": Code(
@@ -55,7 +54,7 @@ class ParamShapesRule:
         if not (
             isinstance(iterator, ast.Call)
             and isinstance(iterator.func, ast.Attribute)
-            and iterator.func.attr in _ITERATORS
+            and iterator.func.attr in PARAMETER_ITERATORS
         ):
             return
         model = iterator.func.value
@@ -70,7 +69,7 @@ class ParamShapesRule:
                 n
                 for n in ast.walk(owner)  # type: ignore[arg-type]
                 if isinstance(n, ast.Attribute)
-                and n.attr in _SHAPES
+                and n.attr in SHAPE_ATTRIBUTES
                 and isinstance(n.value, ast.Name)
                 and n.value.id == parameter
             ),

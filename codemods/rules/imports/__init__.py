@@ -1,0 +1,3 @@
+from codemods.rules.imports.rule import ImportsRule
+
+__all__ = ["ImportsRule"]

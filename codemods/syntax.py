@@ -1,0 +1,65 @@
+"""Small readings of Python syntax that the model-following analysis (``ties``) uses: nothing
+here knows about FSDP."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+#: Statements after which nothing in their block runs.
+JUMPS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def isinstance_arguments(test: ast.AST) -> tuple[ast.expr, ast.expr] | None:
+    """``(x, kinds)`` of a test ``isinstance(x, kinds)``."""
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+        and len(test.args) == 2
+        and not test.keywords
+    ):
+        return test.args[0], test.args[1]
+    return None
+
+
+def rules_out_then_jumps(
+    statement: ast.stmt, text: str, tests: Callable[[ast.AST, str, bool], bool]
+) -> bool:
+    """``if <test>: ...; return`` (any jump, no ``else``) whose test being false implies the
+    property: what follows in the block is reached only then."""
+    return (
+        isinstance(statement, ast.If)
+        and not statement.orelse
+        and isinstance(statement.body[-1], JUMPS)
+        and tests(statement.test, text, False)
+    )
+
+
+def camel(name: str) -> bool:
+    """A class's name by convention (``WanModel``; not ``FSDP``, ``MAX_LEN`` or ``build``)."""
+    return name[:1].isupper() and not name.isupper()
+
+
+def unsubscripted(func: ast.expr) -> ast.expr:
+    """``Trainer`` of a generic class's call ``Trainer[Batch](...)``."""
+    while isinstance(func, ast.Subscript):
+        func = func.value
+    return func
+
+
+def blocks(node: ast.AST) -> list[list[ast.stmt]]:
+    """The statement lists directly under ``node``."""
+    return [
+        part
+        for name in ("body", "orelse", "finalbody")
+        if isinstance(part := getattr(node, name, None), list)
+        and part
+        and isinstance(part[0], ast.stmt)
+    ]
+
+
+def positional(function: ast.AST) -> list[str]:
+    assert isinstance(function, FUNCTIONS)
+    return [parsed.arg for parsed in (*function.args.posonlyargs, *function.args.args)]
