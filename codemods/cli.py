@@ -4,19 +4,25 @@ stdout carries only what machines read: unified diffs (``--format text``), one J
 findings (``json``), one JSON object per line (``jsonl``), or GitHub workflow annotations
 (``github``). Findings in text form, errors, progress and the summary go to stderr. Exit
 codes: 0 nothing to change (or written), 1 with ``--check`` when something would change, 2 on
-errors (bad arguments; unreadable, undecodable or unparseable files, which are left untouched).
+errors (bad arguments; unreadable, undecodable or unparseable files, which are left untouched),
+141 when standard output is closed early (``fsdp2_port.cli``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import stat
 import sys
 from collections.abc import Sequence
 
 EPILOG = """\
 exit codes: 0 nothing to change (or changes written), 1 with --check when files would change,
-2 on errors (bad arguments; unreadable, undecodable or unparseable files, which are left untouched).
+2 on errors (bad arguments; unreadable, undecodable or unparseable files, which are left untouched;
+a file changed while the run read it, which writes nothing), 141 when standard output closes early
+(`| head`: the rest is not printed).
 The files given form one run: a model built in one file and used in another migrates in both,
 or in neither. A line ending in '# fsdp2-port: ignore' is left alone. --list-rules lists the codes.
 """
@@ -59,7 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         "workflow annotations (github)",
     )
     parser.add_argument(
-        "--jobs", "-j", type=int, default=1, metavar="N", help="worker processes (default 1)"
+        "--jobs",
+        "-j",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1; at most the number of files and of CPUs)",
     )
     parser.add_argument(
         "--select", action="append", metavar="CODES", help="only these rule codes (comma-separated)"
@@ -106,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from codemods import registry
     from codemods.options import Options
-    from codemods.sources import Leftovers, discover, recover
+    from codemods.sources import discover
+    from codemods.writes import recover
 
     if args.list_rules:
         for code, summary in registry.CODES.items():
@@ -128,15 +140,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("fsdp2-port migrate: error: --jobs must be >= 1", file=sys.stderr)
         return 2
 
-    leftovers = Leftovers()
-    files, problems = discover(args.paths, leftovers)
-    notes, unfinished = recover(leftovers)
+    files, problems = discover(args.paths)
+    notes, unfinished = recover(args.paths, write=args.write) if args.paths else ([], [])
+    unfinished += _output_onto_input(files)
     for note in notes:
         print(f"fsdp2-port migrate: {note}", file=sys.stderr)
     problems += unfinished
     for problem in problems:
         print(f"fsdp2-port migrate: error: {problem}", file=sys.stderr)
-    if unfinished:  # an interrupted run's tree is not read until it is repaired
+    if unfinished:  # nothing is read of a tree an interrupted run may have half written
         files = []
     try:
         return _run(args, files, problems, codes, options)
@@ -197,6 +209,22 @@ def _run(args, files: list[str], problems: list[str], codes, options) -> int:
     if errors or problems:
         return 2
     return 1 if args.check and changed else 0
+
+
+def _output_onto_input(files: list[str]) -> list[str]:
+    """A problem when standard output is one of the files of the run (``> train.py``)."""
+    try:
+        out = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return []
+    if not stat.S_ISREG(out.st_mode):
+        return []
+    for path in files:
+        with contextlib.suppress(OSError):
+            status = os.stat(path)
+            if (status.st_dev, status.st_ino) == (out.st_dev, out.st_ino):
+                return [f"{path}: standard output is this file of the run: choose another"]
+    return []
 
 
 def _error_record(fmt: str, path: str, message: str, everything: list[dict]) -> None:

@@ -2,7 +2,8 @@
 
 ``verify`` and ``compare`` exit 0 (equivalent / the same), 1 (not), 2 (bad request, or a run
 or rank failed); with ``--format json`` each prints exactly one JSON object on standard
-output for every outcome, errors included.
+output for every outcome, errors included. Every command exits 141 (as if ended by SIGPIPE),
+quietly, when its standard output is closed before its output ends (``| head``).
 """
 
 from __future__ import annotations
@@ -406,8 +407,23 @@ _COMMANDS = {
 }
 
 
+#: The exit code when standard output closes before the output ends (``| head``): that of a
+#: process ended by SIGPIPE, as shells report it.
+CLOSED_PIPE = 128 + 13
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_standard_output()
+        return CLOSED_PIPE
+    return code
+
+
+def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_USAGE, end="")
         return 0
@@ -417,6 +433,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fsdp2-port: error: unknown command {argv[0]!r}", file=sys.stderr)
         return 2
     return command(argv[1:])
+
+
+def _drop_standard_output() -> None:
+    """Point standard output at /dev/null: what is still buffered goes nowhere, quietly (also
+    when the interpreter flushes it on the way out)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

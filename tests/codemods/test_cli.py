@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE
 
-from codemods import sources
+from codemods import sources, writes
 from codemods.cli import main
 
 
@@ -145,14 +145,15 @@ def test_write_is_all_or_nothing(tmp_path, monkeypatch):
     first = write(tmp_path / "a.py", FSDP1_SOURCE)
     second = write(tmp_path / "b.py", FSDP1_SOURCE)
 
-    def stage_or_fail(path, data, real=sources._stage):
-        if path == str(second):
-            raise OSError(28, "No space left on device", path)
-        return real(path, data)
+    def stage_or_fail(target, data, like, real=writes._stage):
+        if os.path.basename(target).startswith(".b.py."):
+            raise OSError(28, "No space left on device", target)
+        return real(target, data, like)
 
-    monkeypatch.setattr(sources, "_stage", stage_or_fail)
-    outputs = [(str(first), FSDP2_SOURCE, "utf-8"), (str(second), FSDP2_SOURCE, "utf-8")]
-    problem = sources.write_all(outputs)
+    monkeypatch.setattr(writes, "_stage", stage_or_fail)
+    read = writes.sha(FSDP1_SOURCE.encode())
+    outputs = [(str(p), FSDP2_SOURCE, "utf-8", read) for p in (first, second)]
+    problem = writes.write_all(outputs)
     assert problem is not None and "No space left on device" in problem
     assert first.read_text() == FSDP1_SOURCE and second.read_text() == FSDP1_SOURCE
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "b.py"], "no temporaries"
@@ -215,14 +216,14 @@ def test_a_file_that_cannot_be_read_but_may_call_fsdp1_holds_the_run(tmp_path, c
 def test_unreadable_file_is_an_error(tmp_path, capsys, monkeypatch):
     target = write(tmp_path / "train.py", FSDP1_SOURCE)
     other = write(tmp_path / "z_other.py", FSDP1_SOURCE)
-    real_open = open
+    real_open = os.open
 
     def guarded(path, *args, **kwargs):
         if str(path) == str(target):
             raise PermissionError(13, "Permission denied")
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr("builtins.open", guarded)
+    monkeypatch.setattr(os, "open", guarded)
     assert main([str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert f"{target}: error: cannot read: Permission denied" in err
