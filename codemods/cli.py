@@ -141,8 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     files, problems = discover(args.paths)
+    onto = _output_onto_input(files)
+    if onto is not None:  # not a byte more goes to standard output
+        print(f"fsdp2-port migrate: error: {onto}", file=sys.stderr)
+        return 2
     notes, unfinished = recover(args.paths, write=args.write) if args.paths else ([], [])
-    unfinished += _output_onto_input(files)
     for note in notes:
         print(f"fsdp2-port migrate: {note}", file=sys.stderr)
     problems += unfinished
@@ -211,20 +214,20 @@ def _run(args, files: list[str], problems: list[str], codes, options) -> int:
     return 1 if args.check and changed else 0
 
 
-def _output_onto_input(files: list[str]) -> list[str]:
-    """A problem when standard output is one of the files of the run (``> train.py``)."""
+def _output_onto_input(files: list[str]) -> str | None:
+    """Why not to run: standard output is one of the files of the run (``>> train.py``)."""
     try:
         out = os.fstat(sys.stdout.fileno())
     except (OSError, ValueError):
-        return []
+        return None
     if not stat.S_ISREG(out.st_mode):
-        return []
+        return None
     for path in files:
         with contextlib.suppress(OSError):
             status = os.stat(path)
             if (status.st_dev, status.st_ino) == (out.st_dev, out.st_ino):
-                return [f"{path}: standard output is this file of the run: choose another"]
-    return []
+                return f"standard output is {path}, a file of the run: send it elsewhere"
+    return None
 
 
 def _error_record(fmt: str, path: str, message: str, everything: list[dict]) -> None:

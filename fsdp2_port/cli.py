@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import stat
 import sys
 import traceback
 from collections.abc import Callable
@@ -59,10 +60,47 @@ def _wants_json(argv: list[str]) -> bool:
     return "--format=json" in head or ("--format", "json") in pairs
 
 
-def _write_html(path: Path | None, page: str) -> None:
-    if path is not None:
+def _write_html(path: Path | None, page: str) -> str | None:
+    """Write ``page`` to ``path`` (its folders made): None, or why it could not be."""
+    if path is None:
+        return None
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")
+    except OSError as e:
+        return f"cannot write --html {path}: {e.strerror or e}"
+    return None
+
+
+def _html_problem(path: Path | None) -> str | None:
+    """Why ``--html PATH`` cannot be written, said before anything runs; None when it can."""
+    if path is None:
+        return None
+    if path.is_dir():
+        return f"--html {path} is a directory"
+    folder = path.parent.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the folders --html names are made
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        return f"--html {path}: cannot write in {folder}"
+    return None
+
+
+def _same_file(output: Any, inputs: list[str]) -> bool:
+    """Whether ``output`` (a path, or an open stream such as standard output) is one of the
+    files ``inputs`` names (a link or another spelling of it included)."""
+    try:
+        status = os.fstat(output.fileno()) if hasattr(output, "fileno") else os.stat(output)
+    except (OSError, ValueError):
+        return False
+    for name in inputs:
+        try:
+            other = os.stat(name)
+        except OSError:
+            continue
+        if stat.S_ISREG(status.st_mode) and os.path.samestat(status, other):
+            return True
+    return False
 
 
 def _migrate(argv: list[str]) -> int:
@@ -123,13 +161,16 @@ class _Output:
         names the failure; ``this_rank_only``: on standard error even where others speak."""
         from fsdp2_port.prove.judge import error_page, json_text
 
+        unwritten = None
         if self.speaks:
             if self.as_json:
                 print(json_text(self.error_json(message, code, details)))
-            _write_html(self.html, error_page(self.command, message, details))
+            unwritten = _write_html(self.html, error_page(self.command, message, details))
         if self.speaks or this_rank_only:
             last = f"fsdp2-port {self.command}: {message}"
             print(f"{details.rstrip()}\n{last}".lstrip(), file=sys.stderr)
+        if unwritten:
+            print(f"fsdp2-port {self.command}: {unwritten}", file=sys.stderr)
         return code
 
     def verdict(self, payload: dict[str, Any], text: str | None, page: str, code: int) -> int:
@@ -141,7 +182,10 @@ class _Output:
                 print(json_text(payload))
             elif text is not None:
                 print(text)
-            _write_html(self.html, page)
+            unwritten = _write_html(self.html, page)
+            if unwritten:
+                print(f"fsdp2-port {self.command}: {unwritten}", file=sys.stderr)
+                return 2
         return code
 
 
@@ -207,6 +251,9 @@ def _verify(argv: list[str]) -> int:
         args = parser.parse_args(argv)
     except _UsageError as e:
         return out.error(f"error: {e}", parser.format_usage())
+    problem = _html_problem(args.html)
+    if problem:
+        return out.error(f"error: {problem}")
     out.html = args.html
     try:
         config = verify.resolved(_config(verify.Config, args))
@@ -331,6 +378,17 @@ def _compare(argv: list[str]) -> int:
         args = parser.parse_args(argv[:split])
     except _UsageError as e:
         return out.error(f"error: {e}", parser.format_usage())
+    scripts = [args.old, args.new]
+    if _same_file(sys.stdout, scripts):
+        print(
+            "fsdp2-port compare: error: standard output is a script being compared", file=sys.stderr
+        )
+        return 2
+    if args.html is not None and _same_file(args.html, scripts):
+        return out.error(f"error: --html {args.html} is a script being compared")
+    problem = _html_problem(args.html)
+    if problem:
+        return out.error(f"error: {problem}")
     out.html = args.html
     try:
         given = dict(metrics=dict(args.metric), rtol=dict(args.rtol))
@@ -357,7 +415,8 @@ def _convert_checkpoint(argv: list[str]) -> int:
         prog="fsdp2-port convert-checkpoint",
         description="Convert a checkpoint written before the migration into one torch.save "
         "file of full tensors keyed by parameter name, with no FSDP1 job running. SRC: a "
-        "file, a DCP directory, or per-rank files named with {rank} (ckpt/optim_{rank}.pt).",
+        "file, a DCP directory, or per-rank files named with {rank} (ckpt/optim_{rank}.pt). "
+        "DST is never a file SRC names. Exit 0: converted; 2: refused (one line says why).",
     )
     parser.add_argument("src")
     parser.add_argument("dst")
@@ -376,12 +435,25 @@ def _convert_checkpoint(argv: list[str]) -> int:
     )
     parser.add_argument("--model-key", default="model")
     parser.add_argument("--optim-key", default="optim")
+    parser.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="load SRC with Python's unpickler, which runs any code the checkpoint names: "
+        "only for a checkpoint you trust. Without it nothing in SRC runs: only the types "
+        "these formats hold are built, and a checkpoint that needs anything else is refused",
+    )
     try:
         args = parser.parse_args(argv)
     except _UsageError as e:
         print(f"fsdp2-port convert-checkpoint: error: {e}", file=sys.stderr)
         return 2
     units = None if args.units is None else args.units.split(",")
+    if args.trust_pickle:
+        print(
+            f"fsdp2-port convert-checkpoint: --trust-pickle: {args.src} is unpickled with no "
+            "restriction; any code it names runs",
+            file=sys.stderr,
+        )
     try:
         kind = convert_checkpoint(
             args.src,
@@ -391,10 +463,11 @@ def _convert_checkpoint(argv: list[str]) -> int:
             units=units,
             model_key=args.model_key,
             optim_key=args.optim_key,
+            trust_pickle=args.trust_pickle,
         )
     except (ConversionError, FileNotFoundError, KeyError) as e:
         print(f"fsdp2-port convert-checkpoint: {e}", file=sys.stderr)
-        return 1
+        return 2
     print(f"{args.src} ({kind}) -> {args.dst}")
     return 0
 

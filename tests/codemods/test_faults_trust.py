@@ -466,3 +466,30 @@ def test_a_closed_standard_output_exits_quietly(tmp_path):
         _, err = process.communicate(timeout=60)
         assert process.returncode == 141, err
         assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_a_state_directory_others_can_write_is_not_used(tmp_path, capsys, monkeypatch):
+    """Another user could plant a journal there: the run refuses to keep its own in it."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setenv("FSDP2_PORT_STATE_DIR", str(shared))
+    target = write(tmp_path / "tree" / "train.py", FSDP1_SOURCE)
+    assert main(["--write", str(target)]) == 2
+    assert "no one else can write" in capsys.readouterr().err
+    assert target.read_text() == FSDP1_SOURCE and list(shared.iterdir()) == []
+
+
+def test_standard_output_appended_to_a_file_of_the_run_is_refused(tmp_path):
+    target = write(tmp_path / "train.py", FSDP1_SOURCE)
+    with target.open("a") as out:
+        run = subprocess.run(
+            [sys.executable, "-m", "fsdp2_port", "migrate", "--format", "json", str(tmp_path)],
+            env=env(),
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert run.returncode == 2 and "standard output is" in run.stderr
+    assert target.read_text() == FSDP1_SOURCE
