@@ -641,36 +641,29 @@ def _dcp(src: str) -> dict[str, Any]:
 
     trusted = _TRUSTED.get()
     planner_type = torch_internals.load("dcp_empty_load_planner")
-    refused: list[ConversionError] = []  # DCP wraps what its reader raises: said once, here
-
-    def checked(check: Callable[[bytes, str], None], data: bytes, source: str) -> None:
-        try:
-            check(data, source)
-        except ConversionError as e:
-            refused.append(e)
-            raise
-
-    class Reader(FileSystemReader):
-        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
-            for path in sorted(Path(src).iterdir()):
-                if path.name.endswith(".metadata") and not trusted:
-                    checked(_check_pickle, path.read_bytes(), str(path))
-            return super().read_metadata(*args, **kwargs)
+    refused: list[ConversionError] = []  # DCP wraps what its planner raises: said once, here
 
     class Planner(planner_type):  # type: ignore[misc, valid-type]
         def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
             if not trusted:
                 data = value.read()
-                checked(_check_saved, data, f"{src} (item {read_item.dest_index.fqn})")
+                try:
+                    _check_saved(data, f"{src} (item {read_item.dest_index.fqn})")
+                except ConversionError as e:
+                    refused.append(e)
+                    raise
                 value = io.BytesIO(data)
             super().load_bytes(read_item, value)
 
+    for path in sorted(Path(src).iterdir()):  # before torch reads them (and logs failures)
+        if path.name.endswith(".metadata") and not trusted:
+            _check_pickle(path.read_bytes(), str(path))
     state: dict[str, Any] = {}
     try:
         torch_internals.call(
             "dcp_load_state_dict",
             state_dict=state,
-            storage_reader=Reader(src),
+            storage_reader=FileSystemReader(src),
             process_group=None,
             coordinator_rank=0,
             no_dist=True,
