@@ -136,19 +136,12 @@ def test_converting_into_the_dcp_checkpoint_read_is_refused(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("dst", ["a directory", "a missing directory"])
-def test_a_destination_that_cannot_be_written_is_one_line(tmp_path, dst):
+def test_a_destination_that_cannot_be_written_is_one_line(tmp_path, capsys, dst):
     torch.save(_state(), tmp_path / "ckpt.pt")
     (tmp_path / "a directory").mkdir()
     target = tmp_path / dst / ("" if dst == "a directory" else "out.pt")
-    command = [sys.executable, "-m", "fsdp2_port", "convert-checkpoint"]
-    run = subprocess.run(
-        [*command, str(tmp_path / "ckpt.pt"), str(target)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert cli.main(["convert-checkpoint", str(tmp_path / "ckpt.pt"), str(target)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 def test_a_link_planted_where_the_output_is_staged_is_not_followed(tmp_path, capsys):

@@ -63,7 +63,7 @@ def stage(*args, **kwargs):
     if not paused:
         paused.append(1)
         open(os.environ["MARK"], "w").close()
-        time.sleep(1.5)
+        time.sleep(0.6)
     return staged
 writes._stage = stage
 from codemods.cli import main
