@@ -14,7 +14,8 @@
   first of all, after a full copy of its old bytes is staged: a failed write (a full disk)
   puts its old bytes back, and a crash leaves bytes the journal can tell from an edit.
 - Signals that end a process politely are held back while files are replaced.
-- Only regular files this run created are removed, never through a symbolic link.
+- Only regular files this run created are removed (at names that carry its token), never
+  through a symbolic link.
 - ``recover``: a later ``--write`` finishes a dead run's journal from its staged copies (every
   file must still hold its old or new bytes, or bytes the interrupted in-place write left);
   ``--check`` and a diff only report it.
@@ -69,13 +70,24 @@ def write_all(outputs: list[tuple[str, str, str, str]]) -> str | None:
     if not outputs:
         return None
     token = journal.new_token()
-    files = []
+    files: list[_File] = []
+    seen: dict[tuple[int, int], _File] = {}  # hard links of one file: written once
     for given, text, encoding, digest in outputs:
         path = os.path.realpath(given)
+        try:
+            status = os.stat(path)
+        except OSError as error:
+            return _cannot(error)
+        same = seen.get((status.st_dev, status.st_ino))
+        if same is not None:
+            if same.data != text.encode(encoding):
+                return f"{same.given} and {given} are one file (hard links) migrated differently"
+            continue
         name = os.path.basename(path)
         staged, backup = f".{name}.{token}{TEMP_SUFFIX}", f".{name}.{token}.old{TEMP_SUFFIX}"
         entry = Entry(path, staged, backup, digest, sha(text.encode(encoding)))
         files.append(_File(given, path, text.encode(encoding), digest, entry))
+        seen[(status.st_dev, status.st_ino)] = files[-1]
     root = os.path.commonpath([os.path.dirname(f.path) for f in files])
     for f in files:
         f.entry.path = os.path.relpath(f.path, root)
@@ -360,8 +372,8 @@ def _read(path: str) -> bytes | None:
 
 
 def _remove_copies(record: Journal) -> None:
-    """Remove the run's staged copies and backups that are still there: only regular files
-    of this user's (a name, never a link's target)."""
+    """Remove the run's staged copies and backups that are still there: regular files at the
+    names this run created (they carry its token), never a link or what it points to."""
     for entry in record.entries:
         _, staged, backup = record.full(entry)
         for copy in (staged, backup):
@@ -369,7 +381,7 @@ def _remove_copies(record: Journal) -> None:
                 status = os.lstat(copy)
             except OSError:
                 continue
-            if stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid():
+            if stat.S_ISREG(status.st_mode):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(copy)
 

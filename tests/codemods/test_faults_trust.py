@@ -493,3 +493,11 @@ def test_standard_output_appended_to_a_file_of_the_run_is_refused(tmp_path):
         )
     assert run.returncode == 2 and "standard output is" in run.stderr
     assert target.read_text() == FSDP1_SOURCE
+
+
+def test_two_hard_links_to_one_file_in_the_run_are_written_once(tmp_path, capsys):
+    first = write(tmp_path / "a.py", FSDP1_SOURCE)
+    os.link(first, tmp_path / "b.py")
+    assert main(["--write", str(tmp_path)]) == 0, capsys.readouterr().err
+    assert first.read_text() == FSDP2_SOURCE and (tmp_path / "b.py").stat().st_nlink == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "b.py"]

@@ -221,6 +221,7 @@ def test_owner_group_and_mode_are_kept(tmp_path, capsys):
     status = target.stat()
     assert (status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)) == (12345, 23456, 0o640)
     assert target.read_text() == FSDP2_SOURCE
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"], "copies of another user's file"
 
 
 def test_hard_links_are_kept(tmp_path, capsys):
