@@ -658,7 +658,7 @@ class Cases:
     def duplicates(self) -> tuple[bool, str]:
         (self.work / "train.py").write_text(FSDP1)
         run = cli("--check", "train.py", str(self.work / "train.py"), ".", cwd=self.work)
-        return "1 files scanned" in run.stderr, run.stderr.splitlines()[-1]
+        return "1 file scanned" in run.stderr, run.stderr.splitlines()[-1]
 
     def json_error(self, fmt: str) -> tuple[bool, str]:
         (self.work / "bad.py").write_text(

@@ -3,9 +3,10 @@
 stdout carries only what machines read: unified diffs (``--format text``), one JSON array of
 findings (``json``), one JSON object per line (``jsonl``), or GitHub workflow annotations
 (``github``). Findings in text form, errors, progress and the summary go to stderr. Exit
-codes: 0 nothing to change (or written), 1 with ``--check`` when something would change, 2 on
-errors (bad arguments; unreadable, undecodable or unparseable files, which are left untouched),
-141 when standard output is closed early (``fsdp2_port.cli``).
+codes: 0 nothing to change (or written), 1 with ``--check`` when something would change (or,
+with ``--fail-on-review``, while findings to review remain), 2 on errors (bad arguments;
+unreadable, undecodable or unparseable files, which are left untouched), 141 when standard
+output is closed early (``fsdp2_port.cli``).
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import sys
 from collections.abc import Sequence
 
 EPILOG = """\
-exit codes: 0 nothing to change (or changes written), 1 with --check when files would change,
-2 on errors (bad arguments; unreadable, undecodable or unparseable files, which are left untouched;
-a file changed while the run read it, which writes nothing), 141 when standard output closes early
-(`| head`: the rest is not printed).
-The files given form one run: a model built in one file and used in another migrates in both,
-or in neither. A line ending in '# fsdp2-port: ignore' is left alone. --list-rules lists the codes.
+exit codes: 0 nothing to change (or changes written); 1 with --check when files would change
+(or, with --fail-on-review, while findings to review remain); 2 on errors (bad arguments;
+unreadable, undecodable or unparseable files, which are left untouched; a file changed while the
+run read it, which writes nothing); 141 when standard output closes early (`| head`).
+With no PATH, the current directory is migrated. The files given form one run: a model built in
+one file and used in another migrates in both, or in neither. A line ending in
+'# fsdp2-port: ignore' is left alone. --list-rules lists the codes.
 """
 FORMATS = ("text", "json", "jsonl", "github")
 
@@ -43,14 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "paths", nargs="*", metavar="PATH", help="files or directories (none: nothing to do)"
+        "paths", nargs="*", metavar="PATH", help="files or directories (default: .)"
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--write", action="store_true", help="apply the changes in place (atomically)"
     )
     mode.add_argument(
-        "--check", action="store_true", help="change nothing; exit 1 if anything would change"
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if a file would change (markers already in place do not "
+        "count: add --fail-on-review)",
+    )
+    parser.add_argument(
+        "--fail-on-review",
+        action="store_true",
+        help="exit 1 also while findings to review remain (their markers, added or already in "
+        "place): CI fails until every one is dealt with",
     )
     parser.add_argument(
         "--force",
@@ -140,12 +151,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("fsdp2-port migrate: error: --jobs must be >= 1", file=sys.stderr)
         return 2
 
+    args.paths = args.paths or ["."]
     files, problems = discover(args.paths)
     onto = _output_onto_input(files)
     if onto is not None:  # not a byte more goes to standard output
         print(f"fsdp2-port migrate: error: {onto}", file=sys.stderr)
         return 2
-    notes, unfinished = recover(args.paths, write=args.write) if args.paths else ([], [])
+    notes, unfinished = recover(args.paths, write=args.write)
     for note in notes:
         print(f"fsdp2-port migrate: {note}", file=sys.stderr)
     problems += unfinished
@@ -205,13 +217,19 @@ def _run(args, files: list[str], problems: list[str], codes, options) -> int:
         print(json.dumps(everything, indent=1))
     verb = "changed" if args.write else "would change"
     print(
-        f"fsdp2-port migrate: {len(files)} files scanned, {parsed} parsed, {changed} {verb}, "
-        f"{total} findings ({review} to review), {errors + len(problems)} errors",
+        f"fsdp2-port migrate: {_count(len(files), 'file')} scanned, {parsed} parsed, "
+        f"{changed} {verb}, {_count(total, 'finding')} ({review} to review), "
+        f"{_count(errors + len(problems), 'error')}",
         file=sys.stderr,
     )
     if errors or problems:
         return 2
-    return 1 if args.check and changed else 0
+    return 1 if (args.check and changed) or (args.fail_on_review and review) else 0
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 file``, ``2 files``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _output_onto_input(files: list[str]) -> str | None:

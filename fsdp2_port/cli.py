@@ -9,6 +9,7 @@ quietly, when its standard output is closed before its output ends (``| head``).
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
 import stat
@@ -40,7 +41,8 @@ commands:
             turn a checkpoint an FSDP1 job wrote (SpecForge optimizer, FULL, SHARDED,
             LOCAL) into full tensors by name that the migrated script loads, offline
 
-Run `fsdp2-port COMMAND --help` for a command's options.
+Run `fsdp2-port COMMAND --help` for a command's options, `fsdp2-port --version` for the
+version.
 """
 
 
@@ -101,6 +103,17 @@ def _same_file(output: Any, inputs: list[str]) -> bool:
         if stat.S_ISREG(status.st_mode) and os.path.samestat(status, other):
             return True
     return False
+
+
+def _no_torch() -> str | None:
+    """Why the runtime cannot run here (no torch, or one too old); None when it can."""
+    from fsdp2_port.versions import require_torch
+
+    try:
+        require_torch()
+    except ImportError as e:
+        return str(e)
+    return None
 
 
 def _migrate(argv: list[str]) -> int:
@@ -193,7 +206,7 @@ class _Output:
 
 
 def _verify_parser() -> _Parser:
-    from fsdp2_port.prove.verify import LOCAL_WORLD_SIZE, QUANTITIES, STRATEGIES, Config
+    from fsdp2_port.prove.verify_request import LOCAL_WORLD_SIZE, QUANTITIES, STRATEGIES, Config
 
     defaults = Config()  # the defaults live there, once
     parser = _Parser(
@@ -238,23 +251,25 @@ def _verify_parser() -> _Parser:
 
 
 def _verify(argv: list[str]) -> int:
-    from fsdp2_port.prove import verify
+    from fsdp2_port.prove import verify_request
     from fsdp2_port.prove.judge import exit_code
     from fsdp2_port.prove.launch import Interrupted, RankFailure, RankTimeout, backend, exit_now
 
     # Under torchrun every rank runs this; rank 0 speaks for the job. The verdict is the same
     # on every rank (rank 0's figures are broadcast), so every rank exits with its code.
-    speaks = not verify.under_torchrun() or os.environ.get("RANK") == "0"
-    out = _Output("verify", _wants_json(argv), verify.error_json, speaks=speaks)
+    speaks = not verify_request.under_torchrun() or os.environ.get("RANK") == "0"
+    out = _Output("verify", _wants_json(argv), verify_request.error_json, speaks=speaks)
     parser = _verify_parser()
     try:
         args = parser.parse_args(argv)
     except _UsageError as e:
         return out.error(f"error: {e}", parser.format_usage())
-    problem = _html_problem(args.html)
+    problem = _html_problem(args.html) or _no_torch()
     if problem:
         return out.error(f"error: {problem}")
     out.html = args.html
+    from fsdp2_port.prove import verify
+
     try:
         config = verify.resolved(_config(verify.Config, args))
         if speaks:
@@ -409,7 +424,7 @@ def _compare(argv: list[str]) -> int:
 
 
 def _convert_checkpoint(argv: list[str]) -> int:
-    from fsdp2_port.fsdp1.convert import FORMATS, ConversionError, convert_checkpoint
+    from fsdp2_port.fsdp1.checkpoint_formats import FORMATS
 
     parser = _Parser(
         prog="fsdp2-port convert-checkpoint",
@@ -447,6 +462,12 @@ def _convert_checkpoint(argv: list[str]) -> int:
     except _UsageError as e:
         print(f"fsdp2-port convert-checkpoint: error: {e}", file=sys.stderr)
         return 2
+    problem = _no_torch()
+    if problem:
+        print(f"fsdp2-port convert-checkpoint: error: {problem}", file=sys.stderr)
+        return 2
+    from fsdp2_port.fsdp1.convert import ConversionError, convert_checkpoint
+
     units = None if args.units is None else args.units.split(",")
     if args.trust_pickle:
         print(
@@ -500,10 +521,17 @@ def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_USAGE, end="")
         return 0
+    if argv[0] in ("-V", "--version"):
+        from fsdp2_port import __version__
+
+        print(f"fsdp2-port {__version__}")
+        return 0
     command = _COMMANDS.get(argv[0])
     if command is None:
-        print(_USAGE, end="", file=sys.stderr)
-        print(f"fsdp2-port: error: unknown command {argv[0]!r}", file=sys.stderr)
+        close = [c for c in _COMMANDS if argv[0].isalpha() and c.startswith(argv[0])]
+        close = close or difflib.get_close_matches(argv[0], list(_COMMANDS), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"one of {', '.join(_COMMANDS)}"
+        print(f"fsdp2-port: error: unknown command {argv[0]!r} ({hint})", file=sys.stderr)
         return 2
     return command(argv[1:])
 

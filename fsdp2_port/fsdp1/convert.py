@@ -53,8 +53,8 @@ import torch
 from torch import Tensor, nn
 
 from fsdp2_port.fsdp1 import torch_internals
+from fsdp2_port.fsdp1.checkpoint_formats import FORMATS
 
-FORMATS = ("auto", "specforge", "full", "dcp", "sharded", "local")
 _FLAT = torch_internals.FSDP1_FLAT_PARAM
 
 

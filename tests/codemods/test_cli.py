@@ -36,8 +36,58 @@ def test_check_exit_codes(tmp_path, capsys):
     new = write(tmp_path / "new.py", FSDP2_SOURCE)
     assert main(["--check", str(old)]) == 1
     assert main(["--check", str(new)]) == 0
-    assert main(["--check"]) == 0, "the pre-commit hook runs it with no files"
     assert old.read_text() == FSDP1_SOURCE
+
+
+def test_no_path_migrates_the_current_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--check"]) == 0, "nothing here"
+    write(tmp_path / "pkg" / "train.py", FSDP1_SOURCE)
+    assert main(["--check"]) == 1
+    assert "+++ b/pkg/train.py" in capsys.readouterr().out
+    assert main(["--write"]) == 0 and (tmp_path / "pkg" / "train.py").read_text() == FSDP2_SOURCE
+
+
+# Its model stays FSDP1 (an FSDP1 internal is read): two findings to review, two markers.
+MARKED = """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def wrap(model):
+    m = FSDP(model)
+    m._handle.flat_param.grad = None
+    return m
+"""
+
+
+def test_check_fails_on_changes_and_fail_on_review_on_markers_too(tmp_path, capsys):
+    """``--check`` fails while a file would change; once the markers are written, only
+    ``--fail-on-review`` still fails, until the code they mark is dealt with."""
+    target = write(tmp_path / "train.py", MARKED)
+    assert main(["--check", str(target)]) == 1
+    assert main(["--write", str(target)]) == 0
+    capsys.readouterr()
+    assert main(["--check", str(target)]) == 0
+    assert "0 would change, 2 findings (2 to review)" in capsys.readouterr().err
+    assert main(["--check", "--fail-on-review", str(target)]) == 1
+    assert main(["--fail-on-review", str(target)]) == 1
+    clean = write(tmp_path / "clean.py", FSDP2_SOURCE)
+    assert main(["--check", "--fail-on-review", str(clean)]) == 0
+
+
+def test_the_summary_counts_in_words(tmp_path, capsys):
+    one = write(tmp_path / "one" / "train.py", FSDP1_SOURCE)
+    write(
+        tmp_path / "one" / "bad.py",
+        "from torch.distributed.fsdp import (FullyShardedDataParallel,\n",
+    )
+    main([str(one)])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "fsdp2-port migrate: 1 file scanned, 1 parsed, 1 would change, 2 findings"
+        " (0 to review), 0 errors"
+    )
+    main([str(one.parent)])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(", 1 error")
 
 
 def test_write_then_check_passes(tmp_path, capsys):
@@ -259,7 +309,6 @@ def test_pre_commit_hook_runs_the_check():
     assert [(h["id"], h["entry"], h["language"]) for h in hooks] == [
         ("fsdp2-port-migrate", "fsdp2-port migrate --check", "python")
     ]
-    assert main(["--check"]) == 0
 
 
 def test_symlinks_and_non_python_files_are_skipped(tmp_path, capsys):

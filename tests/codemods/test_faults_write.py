@@ -252,7 +252,7 @@ def test_a_symlinked_directory_named_is_followed(tmp_path, capsys):
     real = write(tmp_path / "real" / "train.py", FSDP1_SOURCE)
     (tmp_path / "link").symlink_to(real.parent)
     assert main(["--check", str(tmp_path / "link")]) == 1
-    assert "1 files scanned" in capsys.readouterr().err
+    assert "1 file scanned" in capsys.readouterr().err
 
 
 def test_an_unreadable_directory_is_an_error(tmp_path, capsys, monkeypatch):
@@ -276,7 +276,7 @@ def test_the_same_file_given_twice_is_read_once(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["--format", "json", "train.py", str(target), str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert "1 files scanned" in err
+    assert "1 file scanned" in err
     assert len(json.loads(out)) == 2  # the two findings of one file
 
 
