@@ -501,3 +501,33 @@ def test_two_hard_links_to_one_file_in_the_run_are_written_once(tmp_path, capsys
     assert main(["--write", str(tmp_path)]) == 0, capsys.readouterr().err
     assert first.read_text() == FSDP2_SOURCE and (tmp_path / "b.py").stat().st_nlink == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "b.py"]
+
+
+def test_a_journal_naming_a_path_outside_its_tree_is_never_replayed(sandbox, capsys):
+    """Even in the state directory (only this user can write there), a journal is checked
+    when read: an entry that leaves its tree makes it unreadable, and nothing is replayed."""
+    tree, outside = sandbox
+    before = snapshot(outside)
+    (tree / ".victim.py.0123456789abcdef.fsdp2-port.tmp").write_text("owned = True\n")
+    entry = {
+        "path": "../outside/victim.py",
+        "staged": ".victim.py.0123456789abcdef.fsdp2-port.tmp",
+        "backup": ".victim.py.0123456789abcdef.old.fsdp2-port.tmp",
+        "old": _sha("precious = 1\n"),
+        "new": _sha("owned = True\n"),
+        "in_place": False,
+    }
+    record = {
+        "fsdp2-port-journal": 2,
+        "root": str(tree.resolve()),
+        "token": "0123456789abcdef",
+        "phase": "replacing",
+        "pid": 0,
+        "host": "",
+        "files": [entry],
+    }
+    state = Path(os.environ["FSDP2_PORT_STATE_DIR"])
+    (state / "0123456789abcdef.json").write_text(json.dumps(record))
+    assert main(["--write", str(tree)]) == 0
+    assert "unreadable journal of a run, ignored" in capsys.readouterr().err
+    assert snapshot(outside) == before
