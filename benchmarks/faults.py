@@ -1,23 +1,32 @@
 """Faults and bad input against the real ``fsdp2-port migrate`` CLI, each in a temp dir, and
-against the runtime: the optimizers, their loads, ``compare`` and ``verify``.
+against the runtime: the optimizers, their loads, ``convert-checkpoint``, ``compare`` and
+``verify``.
 
     python benchmarks/faults.py [--seed N] [--kills N]
 
 Prints one line per case (``ok`` or ``FAIL``, its name, what was seen) and then
 ``N faults and bad inputs tried, M handled``. A codemod case is handled when the tree ends as
-the original or the clean migration (never between), no staged copy or journal is left once
-the next run has started, and the error, if any, is named with exit code 2. A runtime case
-(``Runtime``) is handled when the bad value is refused with a ValueError naming it, a refused
-load leaves the optimizer bitwise as it was, a CLI exits with its documented code, one line
-on standard error and one JSON object, and a signal leaves no process of the run in /proc.
+the original or the clean migration (never between) once the next ``--write`` has run,
+``--check`` in between changed nothing, no staged copy or journal is left, and the error, if
+any, is named with exit code 2; a hostile input (a planted journal, links named like staged
+copies, a FIFO) changes nothing outside the tree; a file the user changes while a run reads or
+writes it keeps the user's bytes, and the run writes nothing; a full disk leaves every file
+whole. A runtime case (``Runtime``) is handled when the bad value is refused with a ValueError
+naming it, a refused load leaves the optimizer bitwise as it was, a CLI exits with its
+documented code, one line on standard error and one JSON object, a signal leaves no process
+of the run in /proc, a checkpoint's pickle runs no code, an output never lands on an input,
+and ``compare`` reads any amount of output in bounded memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import math
 import os
+import pickle
 import random
 import resource
 import shutil
@@ -35,43 +44,143 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "codemods" / "fixtures" / "whole_models" / "untied.in"
-JOURNAL = ".fsdp2-port-journal.json"
 FSDP1 = (
     "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n\n\n"
     "def wrap(model):\n    return FSDP(model)\n"
 )
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
-# The real CLI with its writes slowed (so that a signal lands inside the write phase); it
-# touches $MARK when the write phase starts. $DENY names a directory whose listing fails.
+#: where ``migrate --write`` keeps its journals: a fresh directory per case (``main``)
+STATE = "FSDP2_PORT_STATE_DIR"
+USER_EDIT = "# the user's edit, saved meanwhile\n"
+# The real CLI, with faults injected by environment variables: MARK: writes slowed (so that a
+# signal lands inside the write phase), MARK touched when the write phase starts; DENY: a
+# directory whose listing fails; KILL_AT: SIGKILL as the KILL_AT-th file is about to be
+# replaced by rename; PID_AS: the pid the run believes it has; EDIT / DELETE: the user
+# appends $USER_EDIT to / deletes that file once the run has read everything; SAVE: the user
+# saves that file (atomically) while the run replaces another; FULL: the disk is full past
+# that file's size when it is opened for an in-place write; NO_CREATE_IN: no file can be
+# created in that directory (as in a read-only one); KILL_STAGED: SIGKILL once the first copy
+# is staged; PAUSE: a pause of 1.5 s after the first copy is staged, PAUSE touched then.
 WRAPPED = """\
-import os, sys, time
-from codemods import sources
-mark, deny = os.environ.get("MARK"), os.environ.get("DENY")
-if mark:
-    real_stage, real_replace = sources._stage, os.replace
-    def stage(path, data):
-        open(mark, "a").close()
+import errno, os, signal, sys, time
+from codemods import engine, writes
+env, me = os.environ.get, os.getpid()
+real_stage, real_replace, real_open, real_os_open = writes._stage, os.replace, open, os.open
+if env("MARK"):
+    def stage(*args):
+        open(env("MARK"), "a").close()
         time.sleep(0.01)
-        return real_stage(path, data)
+        return real_stage(*args)
     def replace(*args):
         time.sleep(0.02)
         return real_replace(*args)
-    sources._stage, os.replace = stage, replace
-if deny:
+    writes._stage, os.replace = stage, replace
+if env("DENY"):
     real_scandir = os.scandir
     def scandir(path="."):
-        if os.fspath(path) == deny:
+        if os.fspath(path) == env("DENY"):
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return real_scandir(path)
     os.scandir = scandir
+if env("KILL_AT") or env("SAVE"):
+    count = [0]
+    def rename(source, target):
+        if str(target).endswith(".py"):
+            count[0] += 1
+            if str(count[0]) == env("KILL_AT"):
+                os.kill(me, signal.SIGKILL)
+            if count[0] == 1 and env("SAVE"):
+                with real_open(env("SAVE") + ".swp", "w") as f:
+                    f.write(real_open(env("SAVE")).read() + env("USER_EDIT"))
+                real_replace(env("SAVE") + ".swp", env("SAVE"))
+        return real_replace(source, target)
+    os.replace = rename
+if env("PID_AS"):
+    os.getpid = lambda: int(env("PID_AS"))
+if env("EDIT") or env("DELETE"):
+    real_decide = engine.decide
+    def decide(*args, **kwargs):
+        if env("EDIT"):
+            with open(env("EDIT"), "a") as f:
+                f.write(env("USER_EDIT"))
+        else:
+            os.unlink(env("DELETE"))
+        return real_decide(*args, **kwargs)
+    engine.decide = decide
+if env("FULL"):
+    class Full:
+        def __init__(self, handle):
+            self.handle, self.room = handle, os.fstat(handle.fileno()).st_size
+        def write(self, data):
+            fits = max(0, self.room - self.handle.tell())
+            self.handle.write(data[:fits])
+            if fits < len(data):
+                self.handle.flush()
+                raise OSError(errno.ENOSPC, "No space left on device", self.handle.name)
+            return len(data)
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+        def __enter__(self):
+            return self
+        def __exit__(self, *exc):
+            self.handle.close()
+    def full_open(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        return Full(handle) if "+" in mode and os.fspath(file) == env("FULL") else handle
+    writes.open = full_open
+if env("NO_CREATE_IN"):
+    def guarded(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and os.path.dirname(os.path.abspath(path)) == env("NO_CREATE_IN"):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_os_open(path, flags, *args, **kwargs)
+    os.open = guarded
+if env("KILL_STAGED"):
+    def killed(*args):
+        real_stage(*args)
+        os.kill(me, signal.SIGKILL)
+    writes._stage = killed
+if env("PAUSE"):
+    def paused(*args):
+        staged = real_stage(*args)
+        if not os.path.exists(env("PAUSE")):
+            open(env("PAUSE"), "w").close()
+            time.sleep(1.5)
+        return staged
+    writes._stage = paused
 from codemods.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+# Its migration is longer than itself (markers): an in-place write of it needs more room.
+GROWING = (
+    "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n\n\n"
+    "def wrap(model):\n    m = FSDP(model)\n    m._handle.flat_param.grad = None\n    return m\n"
+)
+
+
+def wrapped(*args: str, **faults: str) -> subprocess.CompletedProcess[str]:
+    """The CLI under ``WRAPPED`` with ``faults`` (see there)."""
+    return subprocess.run(
+        [sys.executable, "-c", WRAPPED, *args],
+        env={**ENV, "USER_EDIT": USER_EDIT, **faults},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _replacing() -> bool:
+    """Whether a run of this case has a journal that is replacing files."""
+    for journal in Path(ENV[STATE]).glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(journal.read_text())["phase"] == "replacing":
+                return True
+    return False
 
 
 def cli(*args: str, cwd: Path | None = None, **kwargs) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "fsdp2_port", "migrate", *args]
-    return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, **kwargs)
+    env = kwargs.pop("env", ENV)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, **kwargs)
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -126,8 +235,257 @@ class Cases:
             ("Python 3.12 syntax (type alias)", self.newer_syntax),
             ("undecodable bytes", self.undecodable),
             ("rerun over a half-written tree with no journal", self.half_written),
+            # hostile inputs
+            *[
+                (f"journal planted in the tree, then {m or 'a diff'}", lambda m=m: self.planted(m))
+                for m in ("--check", "", "--write")
+            ],
+            ("symlinks named like staged copies, pointing outside", self.staged_lookalikes),
+            ("symlink in the tree to a file outside it", self.link_out),
+            ("symlinked file named on the command line", self.symlinked_file),
+            ("FIFO named x.py in the tree", self.fifo),
+            ("character device named on the command line", self.device),
+            ("CR-only line ends where a marker goes", self.cr_only),
+            ("state directory others can write", self.shared_state),
+            # races with the user
+            ("edit saved while the run analyses", self.edited),
+            ("file deleted while the run analyses", self.deleted),
+            ("edit saved while the run replaces another file", self.saved_meanwhile),
+            ("crash, then the user edits the hard-linked file, then --write", self.crash_edit),
+            ("crash, then --check and a diff", self.crash_check),
+            ("--check while a --write stages", self.check_during_write),
+            ("dead run's journal, its pid now another live process's", self.pid_reused),
+            ("standard output appended to a file of the run", self.stdout_onto_input),
+            # resource exhaustion
+            ("disk full during the in-place write of a hard-linked file", self.disk_full),
+            ("common parent where nothing can be created", self.read_only_parent),
+            ("--jobs 100000 over 2 files", self.many_jobs),
+            ("standard output closed at once (| head -0)", self.closed_pipe),
         ]
         return cases
+
+    def sandbox(self) -> tuple[Path, Path, dict[str, bytes]]:
+        """``(tree, outside, outside's snapshot)``: a tree with one FSDP1 file, and files
+        beside it an attacker would like changed, created or deleted."""
+        tree, outside = self.work / "tree", self.work / "outside"
+        tree.mkdir()
+        outside.mkdir()
+        (tree / "train.py").write_text(FSDP1)
+        (outside / "victim.py").write_text("precious = 1\n")
+        (outside / "third.txt").write_text("also precious\n")
+        return tree, outside, snapshot(outside)
+
+    def planted(self, mode: str) -> tuple[bool, str]:
+        tree, outside, before = self.sandbox()
+        (tree / ".evil").write_text("owned = True\n")
+        (tree / "evil2").write_text("created = True\n")
+
+        def sha(text: str) -> str:
+            return hashlib.sha256(text.encode()).hexdigest()
+
+        entries = [
+            ("../outside/victim.py", ".evil", "0", sha("owned = True\n"), True),
+            (str(outside / "created.py"), "evil2", None, sha("created = True\n"), False),
+            ("train.py", "../outside/third.txt", "0", sha(FSDP1), False),
+        ]
+        files = [dict(zip(("path", "staged", "old", "new", "in_place"), e)) for e in entries]
+        record = {"fsdp2-port-journal": 1, "pid": 0, "host": "", "files": files}
+        (tree / ".fsdp2-port-journal.json").write_text(json.dumps(record))
+        run = cli(*[m for m in (mode,) if m], str(tree))
+        return snapshot(outside) == before, f"exit {run.returncode}, nothing outside changed"
+
+    def staged_lookalikes(self) -> tuple[bool, str]:
+        tree, outside, before = self.sandbox()
+        (tree / ".train.py.abc123.fsdp2-port.tmp").symlink_to(outside / "victim.py")
+        (tree / ".x.py.def456.fsdp2-port.tmp").symlink_to(outside)
+        codes = [cli(mode, str(tree)).returncode for mode in ("--check", "--write")]
+        ok = snapshot(outside) == before and (tree / ".train.py.abc123.fsdp2-port.tmp").is_symlink()
+        return ok, f"exits {codes}, links and their targets untouched"
+
+    def link_out(self) -> tuple[bool, str]:
+        tree, outside, _ = self.sandbox()
+        (outside / "victim.py").write_text(FSDP1)
+        before = snapshot(outside)
+        (tree / "inside.py").symlink_to(outside / "victim.py")
+        run = cli("--write", str(tree))
+        ok = run.returncode == 0 and snapshot(outside) == before
+        return ok and "fully_shard" in (tree / "train.py").read_text(), "the link is not followed"
+
+    def symlinked_file(self) -> tuple[bool, str]:
+        (self.work / "real").mkdir()
+        real, link = self.work / "real" / "train.py", self.work / "link.py"
+        real.write_text(FSDP1)
+        link.symlink_to(real)
+        run = cli("--write", str(link))
+        ok = run.returncode == 0 and link.is_symlink() and "fully_shard" in real.read_text()
+        return ok, "the link kept, its target written"
+
+    def fifo(self) -> tuple[bool, str]:
+        (self.work / "train.py").write_text(FSDP1)
+        os.mkfifo(self.work / "x.py")
+        run = cli("--check", str(self.work), timeout=60)
+        ok = run.returncode == 2 and "x.py: not a regular file (a FIFO): skipped" in run.stderr
+        return ok and "1 would change" in run.stderr, run.stderr.splitlines()[0][-50:]
+
+    def device(self) -> tuple[bool, str]:
+        (self.work / "zero.py").symlink_to("/dev/zero")
+        run = cli("--check", str(self.work / "zero.py"), timeout=60)
+        ok = run.returncode == 2 and "(a character device): skipped" in run.stderr
+        return ok, run.stderr.splitlines()[0][-50:]
+
+    def cr_only(self) -> tuple[bool, str]:
+        target = self.work / "cr.py"
+        target.write_bytes(GROWING.replace("\n", "\r").encode())
+        run = cli("--write", str(target))
+        data = target.read_bytes()
+        ok = run.returncode == 0 and b"\n" not in data and b"# TODO(fsdp2-port)" in data
+        return ok, f"exit {run.returncode}, markers end in CR"
+
+    def shared_state(self) -> tuple[bool, str]:
+        shared = self.work / "shared"
+        shared.mkdir()
+        shared.chmod(0o777)
+        (self.work / "train.py").write_text(FSDP1)
+        run = cli("--write", str(self.work / "train.py"), env={**ENV, STATE: str(shared)})
+        ok = run.returncode == 2 and "no one else can write" in run.stderr
+        return ok and not list(shared.iterdir()), f"exit {run.returncode}, nothing kept there"
+
+    def _two(self) -> tuple[Path, Path]:
+        (self.work / "tree").mkdir()
+        first, second = self.work / "tree" / "a.py", self.work / "tree" / "b.py"
+        first.write_text(FSDP1)
+        second.write_text(FSDP1)
+        return first, second
+
+    def edited(self) -> tuple[bool, str]:
+        first, second = self._two()
+        run = wrapped("--write", str(first.parent), EDIT=str(first))
+        ok = run.returncode == 2 and "changed since the run read it" in run.stderr
+        ok = ok and first.read_text() == FSDP1 + USER_EDIT and second.read_text() == FSDP1
+        return ok, f"exit {run.returncode}, the edit kept, nothing written"
+
+    def deleted(self) -> tuple[bool, str]:
+        first, second = self._two()
+        run = wrapped("--write", str(first.parent), DELETE=str(first))
+        ok = run.returncode == 2 and not first.exists() and second.read_text() == FSDP1
+        return ok, f"exit {run.returncode}, the file not written back, nothing written"
+
+    def saved_meanwhile(self) -> tuple[bool, str]:
+        first, second = self._two()
+        run = wrapped("--write", str(first.parent), SAVE=str(second))
+        ok = run.returncode == 2 and second.read_text() == FSDP1 + USER_EDIT
+        ok = ok and first.read_text() == FSDP1
+        return ok, f"exit {run.returncode}, the save kept, the replaced file put back"
+
+    def crash_edit(self) -> tuple[bool, str]:
+        first, second = self._two()
+        os.link(second, self.work / "elsewhere.py")
+        wrapped("--write", str(first.parent), KILL_AT="1")
+        edited = second.read_text() + USER_EDIT
+        second.write_text(edited)
+        run = cli("--write", str(first.parent))
+        ok = run.returncode == 2 and "was edited since" in run.stderr
+        ok = ok and (self.work / "elsewhere.py").read_text() == edited
+        return ok, f"exit {run.returncode}, the edit kept, the journal too"
+
+    def crash_check(self) -> tuple[bool, str]:
+        first, _ = self._two()
+        wrapped("--write", str(first.parent), KILL_AT="1")
+        before = snapshot(self.work)
+        codes = [cli(*m, str(first.parent)).returncode for m in (["--check"], [])]
+        ok = codes == [2, 2] and snapshot(self.work) == before
+        return ok, f"exits {codes}, nothing written"
+
+    def check_during_write(self) -> tuple[bool, str]:
+        first, second = self._two()
+        pause = self.work / "paused"
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRAPPED, "--write", str(first.parent)],
+            env={**ENV, "PAUSE": str(pause)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while not pause.exists() and writer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        check = cli("--check", str(first.parent))
+        writer.communicate(timeout=60)
+        ok = writer.returncode == 0 and check.returncode in (1, 2)
+        ok = ok and "fully_shard" in first.read_text() + second.read_text()
+        return ok, f"--check exit {check.returncode}, the writer finished"
+
+    def pid_reused(self) -> tuple[bool, str]:
+        first, _ = self._two()
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        try:
+            wrapped("--write", str(first.parent), KILL_AT="2", PID_AS=str(other.pid))
+            run = cli("--write", str(first.parent))
+        finally:
+            other.kill()
+            other.wait()
+        return run.returncode == 0, f"exit {run.returncode}: {run.stderr.splitlines()[0][-60:]}"
+
+    def stdout_onto_input(self) -> tuple[bool, str]:
+        target = self.work / "train.py"
+        target.write_text(FSDP1)
+        with target.open("a") as out:
+            run = subprocess.run(
+                [sys.executable, "-m", "fsdp2_port", "migrate", "--format", "json", str(target)],
+                env=ENV,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        ok = run.returncode == 2 and target.read_text() == FSDP1
+        return ok, run.stderr.strip()[-60:]
+
+    def disk_full(self) -> tuple[bool, str]:
+        tree = self.work / "tree"
+        tree.mkdir()
+        for name in ("a.py", "b.py"):
+            (tree / name).write_text(GROWING)
+        os.link(tree / "b.py", self.work / "elsewhere.py")
+        run = wrapped("--write", str(tree), FULL=str(tree / "b.py"))
+        whole = all((tree / n).read_text() == GROWING for n in ("a.py", "b.py"))
+        left = sorted(p.name for p in tree.iterdir())
+        ok = run.returncode == 2 and whole and left == ["a.py", "b.py"]
+        ok = ok and "No space left" in run.stderr and "Traceback" not in run.stderr
+        rerun = cli("--write", str(tree))
+        ok = ok and rerun.returncode == 0 and "TODO" in (self.work / "elsewhere.py").read_text()
+        return ok, f"exit {run.returncode}, every file whole; with room, exit {rerun.returncode}"
+
+    def read_only_parent(self) -> tuple[bool, str]:
+        top = self.work / "top"
+        for sub in ("a", "b"):
+            (top / sub).mkdir(parents=True)
+            (top / sub / "x.py").write_text(FSDP1)
+        files = [str(top / "a" / "x.py"), str(top / "b" / "x.py")]
+        run = wrapped("--write", *files, NO_CREATE_IN=str(top))
+        ok = run.returncode == 0 and all("fully_shard" in Path(f).read_text() for f in files)
+        return ok, f"exit {run.returncode}"
+
+    def many_jobs(self) -> tuple[bool, str]:
+        self._two()
+        start = time.monotonic()
+        run = cli("--check", "--jobs", "100000", str(self.work / "tree"), timeout=60)
+        took = time.monotonic() - start
+        return run.returncode == 1 and took < 30, f"exit {run.returncode} in {took:.1f} s"
+
+    def closed_pipe(self) -> tuple[bool, str]:
+        self._two()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "fsdp2_port", "migrate", str(self.work / "tree")],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        process.stdout.close()
+        _, err = process.communicate(timeout=60)
+        ok = process.returncode == 141 and "Traceback" not in err
+        return ok, f"exit {process.returncode}, {len(err.splitlines())} lines on stderr"
 
     def package(self) -> Path:
         tree = self.work / "tree"
@@ -155,9 +513,8 @@ class Cases:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 30
-        journal = tree / "pkg" / JOURNAL
         while process.poll() is None and time.monotonic() < deadline:
-            if (mark.exists() and delay is not None) or journal.exists():
+            if (mark.exists() and delay is not None) or _replacing():
                 break
             time.sleep(0.001)
         time.sleep(delay or 0.0)
@@ -178,46 +535,44 @@ class Cases:
             else "whole"
         )
         check = cli("--check", str(tree))
-        why = self.consistent(tree)
-        if why:
-            return False, f"after the next start: {why}"
+        if snapshot(tree) != after:
+            return False, "--check changed the interrupted tree"
+        if seen == "mixed" and check.returncode != 2:
+            return False, f"--check on a half-written tree: exit {check.returncode}"
         rerun = cli("--write", str(tree))
         if rerun.returncode != 0 or snapshot(tree) != self.migrated:
             return False, f"rerun exit {rerun.returncode}: {rerun.stderr[-200:]}"
         if outside.read_bytes() != self.migrated["pkg/base.py"]:
             return False, "hard link broken"
         repaired = (
-            "repaired by the next start" if "interrupted" in check.stderr else "nothing to repair"
+            "finished by the next --write"
+            if "interrupted --write" in rerun.stderr
+            else "nothing to finish"
         )
         return True, f"exit {process.returncode}, tree {seen} after the signal, {repaired}"
 
     def stale_copy(self) -> tuple[bool, str]:
-        (self.work / "train.py").write_text(FSDP1)
-        stale = self.work / ".train.py.x1y2.fsdp2-port.tmp"
-        stale.write_text("half")
-        run = cli("--check", str(self.work))
-        return (not stale.exists() and run.returncode == 1), run.stderr.splitlines()[0]
+        target = self.work / "train.py"
+        target.write_text(FSDP1)
+        killed = wrapped("--write", str(self.work), KILL_STAGED="1")
+        staged = [p for p in self.work.iterdir() if p.name.endswith(".fsdp2-port.tmp")]
+        check = cli("--check", str(self.work))
+        kept = bool(staged) and all(p.exists() for p in staged)
+        rerun = cli("--write", str(self.work))
+        gone = not any(p.exists() for p in staged)
+        ok = killed.returncode == -signal.SIGKILL and check.returncode == 1 and kept and gone
+        ok = ok and rerun.returncode == 0 and "fully_shard" in target.read_text()
+        return ok, f"--check exit {check.returncode} kept them, the next --write removed them"
 
     def broken_journal(self) -> tuple[bool, str]:
         target = self.work / "train.py"
         target.write_text(FSDP1)
-        record = {
-            "fsdp2-port-journal": 1,
-            "pid": 0,
-            "host": "",
-            "files": [
-                {
-                    "path": "train.py",
-                    "staged": ".train.py.gone.fsdp2-port.tmp",
-                    "old": "0",
-                    "new": "1",
-                    "in_place": False,
-                }
-            ],
-        }
-        (self.work / JOURNAL).write_text(json.dumps(record))
+        wrapped("--write", str(self.work), KILL_AT="1")
+        for staged in self.work.glob(".*.fsdp2-port.tmp"):
+            staged.unlink()
         run = cli("--write", str(self.work))
-        ok = run.returncode == 2 and "cannot finish" in run.stderr and target.read_text() == FSDP1
+        ok = run.returncode == 2 and "missing or damaged" in run.stderr
+        ok = ok and target.read_text() == FSDP1
         return ok, f"exit {run.returncode}, file untouched, journal kept for a person to look at"
 
     def file_too_big(self) -> tuple[bool, str]:
@@ -303,7 +658,7 @@ class Cases:
     def duplicates(self) -> tuple[bool, str]:
         (self.work / "train.py").write_text(FSDP1)
         run = cli("--check", "train.py", str(self.work / "train.py"), ".", cwd=self.work)
-        return "1 files scanned" in run.stderr, run.stderr.splitlines()[-1]
+        return "1 file scanned" in run.stderr, run.stderr.splitlines()[-1]
 
     def json_error(self, fmt: str) -> tuple[bool, str]:
         (self.work / "bad.py").write_text(
@@ -439,6 +794,35 @@ def one_json(out: str) -> dict | None:
     return report if isinstance(report, dict) else None
 
 
+class Payload:
+    """Unpickled, it makes the directory ``target``: code a checkpoint should never run."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = str(target)
+
+    def __reduce__(self):
+        return (os.makedirs, (self.target, 0o777, True))
+
+
+# A script printing MIB MiB of lines nobody reads, one metric line, then 8 MiB with no end.
+LOUD = """\
+import sys
+block = ("x" * 1023 + "\\n") * 1024
+for _ in range(int(sys.argv[1])):
+    sys.stdout.write(block)
+print("step 0 loss 1.0 grad_norm 2.0")
+sys.stdout.write("y" * (8 << 20))
+"""
+# fsdp2-port's CLI, saying at its end its peak resident memory (VmHWM, counted from its exec).
+MEASURED_CLI = """\
+import sys
+from fsdp2_port.cli import main
+code = main(sys.argv[1:])
+sys.stderr.write(next(line for line in open("/proc/self/status") if line.startswith("VmHWM")))
+sys.exit(code)
+"""
+
+
 class Runtime:
     """Faults of the runtime, each run for real: in this process (torch imported once) or in
     a subprocess for the CLI under signals. ``self.work`` is a fresh temp dir."""
@@ -496,7 +880,162 @@ class Runtime:
         cases.append(("verify: model with no trainable parameter", self.verify_frozen))
         cases.append(("fully_shard_like_fsdp1 on an FSDP1-wrapped module", self.like_on_fsdp1))
         cases.append(("fully_shard_like_fsdp1 device_id=1 without a GPU", self.device_id_one))
+        for form in ("file", "legacy file", "rank files", "dcp item", "dcp metadata"):
+            cases.append(
+                (
+                    f"convert-checkpoint of a pickle that runs code ({form})",
+                    lambda form=form: self.hostile_checkpoint(form),
+                )
+            )
+        for onto in ("its source, spelled otherwise", "a hard link of its source", "a rank file"):
+            cases.append(
+                (f"convert-checkpoint onto {onto}", lambda onto=onto: self.convert_onto(onto))
+            )
+        for where in ("into the DCP checkpoint read", "to a directory", "to a missing directory"):
+            cases.append(
+                (f"convert-checkpoint {where}", lambda where=where: self.convert_where(where))
+            )
+        cases.append(("convert-checkpoint with a link planted at DST.tmp", self.planted_tmp))
+        for onto in ("NEW", "OLD through a link", "a directory"):
+            cases.append((f"compare --html {onto}", lambda onto=onto: self.compare_html(onto)))
+        cases.append(("compare with standard output appended to NEW", self.compare_stdout))
+        cases.append(("compare of two runs printing 64 MiB and an 8 MiB line", self.loud))
         return cases
+
+    # -- checkpoints and outputs from someone else
+
+    def _cli(self, *args: str) -> tuple[int, list[str]]:
+        """``fsdp2-port ARGS`` in this process: (exit code, standard error's lines)."""
+        from fsdp2_port.cli import main as cli_main
+
+        out, err = StringIO(), StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = cli_main(list(args))
+        return code, err.getvalue().strip().splitlines()
+
+    @staticmethod
+    def _state(payload: Payload | None = None) -> dict:
+        import torch
+
+        state = {"model": {"w": torch.arange(4.0)}, "optim": {"state": {}, "param_groups": []}}
+        return {**state, "step": payload} if payload is not None else state
+
+    def hostile_checkpoint(self, form: str) -> tuple[bool, str]:
+        import warnings
+
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        outside = self.work / "outside"
+        outside.mkdir()
+        payload = Payload(outside / "PWNED")
+        src = str(self.work / "ckpt.pt")
+        if form in ("file", "legacy file"):
+            torch.save(self._state(payload), src, _use_new_zipfile_serialization=form == "file")
+        elif form == "rank files":
+            for rank in range(2):
+                torch.save(self._state(payload if rank else None), self.work / f"c_{rank}.pt")
+            src = str(self.work / "c_{rank}.pt")
+        else:
+            src = str(self.work / "dcp")
+            dcp.save(self._state(payload if form == "dcp item" else None), checkpoint_id=src)
+            if form == "dcp metadata":
+                (self.work / "dcp" / ".metadata").write_bytes(pickle.dumps(payload))
+        code, lines = self._cli("convert-checkpoint", src, str(self.work / "out.pt"))
+        ok = code == 2 and len(lines) == 1 and "--trust-pickle" in lines[0]
+        ok = ok and not list(outside.iterdir()) and not (self.work / "out.pt").exists()
+        return ok, f"exit {code}: {lines[-1][-70:] if lines else ''}"
+
+    def convert_onto(self, onto: str) -> tuple[bool, str]:
+        import torch
+
+        source = self.work / "c_0.pt"
+        torch.save(self._state(), source)
+        data = source.read_bytes()
+        src, dst = str(source), str(self.work / "." / "c_0.pt")
+        if onto == "a hard link of its source":
+            os.link(source, self.work / "link.pt")
+            dst = str(self.work / "link.pt")
+        elif onto == "a rank file":
+            src = str(self.work / "c_{rank}.pt")
+        code, lines = self._cli("convert-checkpoint", src, dst)
+        ok = code == 2 and len(lines) == 1 and source.read_bytes() == data
+        return ok, f"exit {code}: {lines[-1][-60:] if lines else ''}"
+
+    def convert_where(self, where: str) -> tuple[bool, str]:
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        torch.save(self._state(), self.work / "c.pt")
+        (self.work / "dir").mkdir()
+        src, dst = str(self.work / "c.pt"), str(self.work / "dir")
+        if where == "into the DCP checkpoint read":
+            dcp.save(self._state(), checkpoint_id=self.work / "dcp")
+            src, dst = str(self.work / "dcp"), str(self.work / "dcp" / "out.pt")
+        elif where == "to a missing directory":
+            dst = str(self.work / "missing" / "out.pt")
+        code, lines = self._cli("convert-checkpoint", src, dst)
+        ok = code == 2 and len(lines) == 1 and not Path(dst).is_file()
+        return ok, f"exit {code}: {lines[-1][-60:] if lines else ''}"
+
+    def planted_tmp(self) -> tuple[bool, str]:
+        import torch
+
+        torch.save(self._state(), self.work / "c.pt")
+        victim = self.work / "victim.txt"
+        victim.write_text("precious\n")
+        (self.work / "out.pt.tmp").symlink_to(victim)
+        code, _ = self._cli(
+            "convert-checkpoint", str(self.work / "c.pt"), str(self.work / "out.pt")
+        )
+        ok = code == 0 and victim.read_text() == "precious\n"
+        return ok, f"exit {code}, the link's target untouched"
+
+    def compare_html(self, onto: str) -> tuple[bool, str]:
+        old, new = self.work / "old.py", self.work / "new.py"
+        for script in (old, new):
+            script.write_text("print('step 0 loss 1.0')\n")
+        html = {"NEW": new, "a directory": self.work}.get(onto, self.work / "link.html")
+        if onto == "OLD through a link":
+            html.symlink_to(old)
+        args = ["compare", str(old), str(new), "--launcher", "none", "--html", str(html)]
+        code, lines = self._cli(*args)
+        ok = code == 2 and len(lines) == 1 and "--html" in lines[0]
+        ok = ok and old.read_text() == new.read_text() == "print('step 0 loss 1.0')\n"
+        return ok, f"exit {code}: {lines[-1][-60:] if lines else ''}"
+
+    def compare_stdout(self) -> tuple[bool, str]:
+        new = self.work / "new.py"
+        new.write_text("print('step 0 loss 1.0')\n")
+        compare = ["compare", str(new), str(new), "--launcher", "none", "--format", "json"]
+        with new.open("a") as out:
+            proc = subprocess.run(
+                [sys.executable, "-m", "fsdp2_port", *compare],
+                env=ENV,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+            )
+        ok = proc.returncode == 2 and new.read_text() == "print('step 0 loss 1.0')\n"
+        return ok, f"exit {proc.returncode}: {proc.stderr.strip()[-60:]}"
+
+    def loud(self) -> tuple[bool, str]:
+        script = self.work / "loud.py"
+        script.write_text(LOUD)
+        compare = ["compare", str(script), str(script), "--launcher", "none", "--format", "json"]
+        proc = subprocess.run(
+            [sys.executable, "-c", MEASURED_CLI, *compare, "--", "64"],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        report = one_json(proc.stdout)
+        peak_mib = int(proc.stderr.strip().splitlines()[-1].split()[1]) / 1024
+        ok = proc.returncode == 0 and report is not None and report["verdict"] == "same"
+        return ok and peak_mib < 48, f"exit {proc.returncode}, peak {peak_mib:.0f} MiB"
 
     # -- the optimizers and their loads
 
@@ -779,15 +1318,21 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--kills", type=int, default=20)
     args = parser.parse_args()
-    cases = Cases(args.seed, args.kills)
+    with tempfile.TemporaryDirectory(prefix="faults-state-") as state:
+        ENV[STATE] = os.environ[STATE] = state
+        cases = Cases(args.seed, args.kills)
     runtime = Runtime()
     handled = 0
     listed: list[tuple[str, Callable[[], tuple[bool, str]], Cases | Runtime]]
     listed = [(name, case, cases) for name, case in cases.all()]
     listed += [(name, case, runtime) for name, case in runtime.all()]
     for name, case, owner in listed:
-        with tempfile.TemporaryDirectory(prefix="faults-") as work:
+        with (
+            tempfile.TemporaryDirectory(prefix="faults-") as work,
+            tempfile.TemporaryDirectory(prefix="faults-state-") as state,
+        ):
             owner.work = Path(work)
+            ENV[STATE] = os.environ[STATE] = state
             try:
                 ok, seen = case()
             except Exception as error:  # a crash of the case is a failure, not a stop

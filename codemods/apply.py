@@ -80,11 +80,12 @@ def apply_plan(text: str, plan: FilePlan, decisions: Decisions) -> Applied:
         for code, offset in markers.existing_above(lines, anchor).items()
     }
     first_marker = len(import_edits)
+    newline = lines.newline()  # what the marker lines end with (CRLF, CR or LF)
     for index, edit in enumerate(marker_edits):
         at = starts[first_marker + index]
         for code in marker_codes[index]:  # one line each, in order
             offsets[(edit.start, code)] = at
-            at = new.index("\n", at) + 1
+            at = new.index(newline, at) + len(newline)
     findings: list[Finding] = []
     marker_offsets: dict[int, int] = {}
     for o in outcomes:

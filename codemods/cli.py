@@ -3,22 +3,30 @@
 stdout carries only what machines read: unified diffs (``--format text``), one JSON array of
 findings (``json``), one JSON object per line (``jsonl``), or GitHub workflow annotations
 (``github``). Findings in text form, errors, progress and the summary go to stderr. Exit
-codes: 0 nothing to change (or written), 1 with ``--check`` when something would change, 2 on
-errors (bad arguments; unreadable, undecodable or unparseable files, which are left untouched).
+codes: 0 nothing to change (or written), 1 with ``--check`` when something would change (or,
+with ``--fail-on-review``, while findings to review remain), 2 on errors (bad arguments;
+unreadable, undecodable or unparseable files, which are left untouched), 141 when standard
+output is closed early (``fsdp2_port.cli``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import stat
 import sys
 from collections.abc import Sequence
 
 EPILOG = """\
-exit codes: 0 nothing to change (or changes written), 1 with --check when files would change,
-2 on errors (bad arguments; unreadable, undecodable or unparseable files, which are left untouched).
-The files given form one run: a model built in one file and used in another migrates in both,
-or in neither. A line ending in '# fsdp2-port: ignore' is left alone. --list-rules lists the codes.
+exit codes: 0 nothing to change (or changes written); 1 with --check when files would change
+(or, with --fail-on-review, while findings to review remain); 2 on errors (bad arguments;
+unreadable, undecodable or unparseable files, which are left untouched; a file changed while the
+run read it, which writes nothing); 141 when standard output closes early (`| head`).
+With no PATH, the current directory is migrated. The files given form one run: a model built in
+one file and used in another migrates in both, or in neither. A line ending in
+'# fsdp2-port: ignore' is left alone. --list-rules lists the codes.
 """
 FORMATS = ("text", "json", "jsonl", "github")
 
@@ -37,14 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "paths", nargs="*", metavar="PATH", help="files or directories (none: nothing to do)"
+        "paths", nargs="*", metavar="PATH", help="files or directories (default: .)"
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--write", action="store_true", help="apply the changes in place (atomically)"
     )
     mode.add_argument(
-        "--check", action="store_true", help="change nothing; exit 1 if anything would change"
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if a file would change (markers already in place do not "
+        "count: add --fail-on-review)",
+    )
+    parser.add_argument(
+        "--fail-on-review",
+        action="store_true",
+        help="exit 1 also while findings to review remain (their markers, added or already in "
+        "place): CI fails until every one is dealt with",
     )
     parser.add_argument(
         "--force",
@@ -59,7 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         "workflow annotations (github)",
     )
     parser.add_argument(
-        "--jobs", "-j", type=int, default=1, metavar="N", help="worker processes (default 1)"
+        "--jobs",
+        "-j",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1; at most the number of files and of CPUs)",
     )
     parser.add_argument(
         "--select", action="append", metavar="CODES", help="only these rule codes (comma-separated)"
@@ -106,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from codemods import registry
     from codemods.options import Options
-    from codemods.sources import Leftovers, discover, recover
+    from codemods.sources import discover
+    from codemods.writes import recover
 
     if args.list_rules:
         for code, summary in registry.CODES.items():
@@ -128,15 +151,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("fsdp2-port migrate: error: --jobs must be >= 1", file=sys.stderr)
         return 2
 
-    leftovers = Leftovers()
-    files, problems = discover(args.paths, leftovers)
-    notes, unfinished = recover(leftovers)
+    args.paths = args.paths or ["."]
+    files, problems = discover(args.paths)
+    onto = _output_onto_input(files)
+    if onto is not None:  # not a byte more goes to standard output
+        print(f"fsdp2-port migrate: error: {onto}", file=sys.stderr)
+        return 2
+    notes, unfinished = recover(args.paths, write=args.write)
     for note in notes:
         print(f"fsdp2-port migrate: {note}", file=sys.stderr)
     problems += unfinished
     for problem in problems:
         print(f"fsdp2-port migrate: error: {problem}", file=sys.stderr)
-    if unfinished:  # an interrupted run's tree is not read until it is repaired
+    if unfinished:  # nothing is read of a tree an interrupted run may have half written
         files = []
     try:
         return _run(args, files, problems, codes, options)
@@ -190,13 +217,35 @@ def _run(args, files: list[str], problems: list[str], codes, options) -> int:
         print(json.dumps(everything, indent=1))
     verb = "changed" if args.write else "would change"
     print(
-        f"fsdp2-port migrate: {len(files)} files scanned, {parsed} parsed, {changed} {verb}, "
-        f"{total} findings ({review} to review), {errors + len(problems)} errors",
+        f"fsdp2-port migrate: {_count(len(files), 'file')} scanned, {parsed} parsed, "
+        f"{changed} {verb}, {_count(total, 'finding')} ({review} to review), "
+        f"{_count(errors + len(problems), 'error')}",
         file=sys.stderr,
     )
     if errors or problems:
         return 2
-    return 1 if args.check and changed else 0
+    return 1 if (args.check and changed) or (args.fail_on_review and review) else 0
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 file``, ``2 files``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _output_onto_input(files: list[str]) -> str | None:
+    """Why not to run: standard output is one of the files of the run (``>> train.py``)."""
+    try:
+        out = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(out.st_mode):
+        return None
+    for path in files:
+        with contextlib.suppress(OSError):
+            status = os.stat(path)
+            if (status.st_dev, status.st_ino) == (out.st_dev, out.st_ino):
+                return f"standard output is {path}, a file of the run: send it elsewhere"
+    return None
 
 
 def _error_record(fmt: str, path: str, message: str, everything: list[dict]) -> None:

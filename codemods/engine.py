@@ -14,8 +14,8 @@
    which of its functions now take FSDP1 values only to readers, and what its reads of each
    attribute take (F2P013's ``accepting``): the other files' calls may then pass those
    values, and their stores put them in such attributes, written without FSDP1 (F2P013).
-4. *Write* (``write=True``): all changed files or none; an internal error in one file leaves
-   every file of the run as it was.
+4. *Write* (``write=True``): all changed files or none (``writes``: compare-and-swap on the
+   bytes step 1 read); an internal error in one file leaves every file of the run as it was.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from codemods import fsdp1, programs, reexports, sources, spreads, visibility
+from codemods import fsdp1, programs, reexports, sources, spreads, visibility, writes
 from codemods.findings import Finding
 from codemods.options import Options
 from codemods.plan import Decisions, FilePlan, Resolver, Site, decide
@@ -63,6 +63,8 @@ class _Analysed:
     path: str
     text: str = ""
     encoding: str = "utf-8"
+    #: sha256 of the bytes read: the file is written only while it still holds them
+    digest: str = ""
     plan: FilePlan | None = None
     module_name: str = ""
     package_init: bool = False
@@ -200,6 +202,7 @@ def _analyse(
         result.error = str(error)
         return result
     result.text, result.encoding = source.text, source.encoding
+    result.digest = writes.sha(data)
     try:
         result.plan = analyse_text(
             source.text,
@@ -322,15 +325,16 @@ def migrate_files(
     jobs: int = 1,
     progress: Progress | None = None,
 ) -> Iterator[FileResult]:
-    """Results in the order of ``paths``, whatever ``jobs`` is.
+    """Results in the order of ``paths``, whatever ``jobs`` is (worker processes: at most
+    ``jobs``, the number of paths and of CPUs).
 
     With ``write``, the run is one transaction: when a file of it cannot be migrated (an
-    internal error) or written, or is read-only (without ``force``), no file is changed,
-    every changed file's result says why and none is ``changed``.
+    internal error) or written, is read-only (without ``force``) or no longer holds the bytes
+    the run read, no file is changed, every changed file's result says why and none is
+    ``changed``.
     """
-    pool: Executor | None = (
-        ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(paths) > 1 else None
-    )
+    workers = min(jobs, len(paths), _cpus())
+    pool: Executor | None = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
         graph, program_map = _semantic(paths, options.whole_program)
         entry = program_map.entry
@@ -375,6 +379,13 @@ def migrate_files(
             yield by_path[item.path][0]
 
 
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _unread(item: _Analysed) -> FilePlan | None:
     """A file of the run that cannot be read (it does not parse here: a syntax error, or a
     newer Python's) but whose text may call FSDP1 on a model: what it does cannot be seen, so
@@ -412,7 +423,9 @@ def _write(
             f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         )
     else:
-        problem = sources.write_all([(a.path, text or "", a.encoding) for a, _, text in changed])
+        problem = writes.write_all(
+            [(a.path, text or "", a.encoding, a.digest) for a, _, text in changed]
+        )
     if problem is not None:
         for _, result, _ in changed:
             result.changed = False

@@ -2,14 +2,17 @@
 
 ``verify`` and ``compare`` exit 0 (equivalent / the same), 1 (not), 2 (bad request, or a run
 or rank failed); with ``--format json`` each prints exactly one JSON object on standard
-output for every outcome, errors included.
+output for every outcome, errors included. Every command exits 141 (as if ended by SIGPIPE),
+quietly, when its standard output is closed before its output ends (``| head``).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
+import stat
 import sys
 import traceback
 from collections.abc import Callable
@@ -38,7 +41,8 @@ commands:
             turn a checkpoint an FSDP1 job wrote (SpecForge optimizer, FULL, SHARDED,
             LOCAL) into full tensors by name that the migrated script loads, offline
 
-Run `fsdp2-port COMMAND --help` for a command's options.
+Run `fsdp2-port COMMAND --help` for a command's options, `fsdp2-port --version` for the
+version.
 """
 
 
@@ -58,10 +62,58 @@ def _wants_json(argv: list[str]) -> bool:
     return "--format=json" in head or ("--format", "json") in pairs
 
 
-def _write_html(path: Path | None, page: str) -> None:
-    if path is not None:
+def _write_html(path: Path | None, page: str) -> str | None:
+    """Write ``page`` to ``path`` (its folders made): None, or why it could not be."""
+    if path is None:
+        return None
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")
+    except OSError as e:
+        return f"cannot write --html {path}: {e.strerror or e}"
+    return None
+
+
+def _html_problem(path: Path | None) -> str | None:
+    """Why ``--html PATH`` cannot be written, said before anything runs; None when it can."""
+    if path is None:
+        return None
+    if path.is_dir():
+        return f"--html {path} is a directory"
+    folder = path.parent.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the folders --html names are made
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        return f"--html {path}: cannot write in {folder}"
+    return None
+
+
+def _same_file(output: Any, inputs: list[str]) -> bool:
+    """Whether ``output`` (a path, or an open stream such as standard output) is one of the
+    files ``inputs`` names (a link or another spelling of it included)."""
+    try:
+        status = os.fstat(output.fileno()) if hasattr(output, "fileno") else os.stat(output)
+    except (OSError, ValueError):
+        return False
+    for name in inputs:
+        try:
+            other = os.stat(name)
+        except OSError:
+            continue
+        if stat.S_ISREG(status.st_mode) and os.path.samestat(status, other):
+            return True
+    return False
+
+
+def _no_torch() -> str | None:
+    """Why the runtime cannot run here (no torch, or one too old); None when it can."""
+    from fsdp2_port.versions import require_torch
+
+    try:
+        require_torch()
+    except ImportError as e:
+        return str(e)
+    return None
 
 
 def _migrate(argv: list[str]) -> int:
@@ -122,13 +174,16 @@ class _Output:
         names the failure; ``this_rank_only``: on standard error even where others speak."""
         from fsdp2_port.prove.judge import error_page, json_text
 
+        unwritten = None
         if self.speaks:
             if self.as_json:
                 print(json_text(self.error_json(message, code, details)))
-            _write_html(self.html, error_page(self.command, message, details))
+            unwritten = _write_html(self.html, error_page(self.command, message, details))
         if self.speaks or this_rank_only:
             last = f"fsdp2-port {self.command}: {message}"
             print(f"{details.rstrip()}\n{last}".lstrip(), file=sys.stderr)
+        if unwritten:
+            print(f"fsdp2-port {self.command}: {unwritten}", file=sys.stderr)
         return code
 
     def verdict(self, payload: dict[str, Any], text: str | None, page: str, code: int) -> int:
@@ -140,7 +195,10 @@ class _Output:
                 print(json_text(payload))
             elif text is not None:
                 print(text)
-            _write_html(self.html, page)
+            unwritten = _write_html(self.html, page)
+            if unwritten:
+                print(f"fsdp2-port {self.command}: {unwritten}", file=sys.stderr)
+                return 2
         return code
 
 
@@ -148,7 +206,7 @@ class _Output:
 
 
 def _verify_parser() -> _Parser:
-    from fsdp2_port.prove.verify import LOCAL_WORLD_SIZE, QUANTITIES, STRATEGIES, Config
+    from fsdp2_port.prove.verify_request import LOCAL_WORLD_SIZE, QUANTITIES, STRATEGIES, Config
 
     defaults = Config()  # the defaults live there, once
     parser = _Parser(
@@ -193,20 +251,25 @@ def _verify_parser() -> _Parser:
 
 
 def _verify(argv: list[str]) -> int:
-    from fsdp2_port.prove import verify
+    from fsdp2_port.prove import verify_request
     from fsdp2_port.prove.judge import exit_code
     from fsdp2_port.prove.launch import Interrupted, RankFailure, RankTimeout, backend, exit_now
 
     # Under torchrun every rank runs this; rank 0 speaks for the job. The verdict is the same
     # on every rank (rank 0's figures are broadcast), so every rank exits with its code.
-    speaks = not verify.under_torchrun() or os.environ.get("RANK") == "0"
-    out = _Output("verify", _wants_json(argv), verify.error_json, speaks=speaks)
+    speaks = not verify_request.under_torchrun() or os.environ.get("RANK") == "0"
+    out = _Output("verify", _wants_json(argv), verify_request.error_json, speaks=speaks)
     parser = _verify_parser()
     try:
         args = parser.parse_args(argv)
     except _UsageError as e:
         return out.error(f"error: {e}", parser.format_usage())
+    problem = _html_problem(args.html) or _no_torch()
+    if problem:
+        return out.error(f"error: {problem}")
     out.html = args.html
+    from fsdp2_port.prove import verify
+
     try:
         config = verify.resolved(_config(verify.Config, args))
         if speaks:
@@ -330,6 +393,17 @@ def _compare(argv: list[str]) -> int:
         args = parser.parse_args(argv[:split])
     except _UsageError as e:
         return out.error(f"error: {e}", parser.format_usage())
+    scripts = [args.old, args.new]
+    if _same_file(sys.stdout, scripts):
+        print(
+            "fsdp2-port compare: error: standard output is a script being compared", file=sys.stderr
+        )
+        return 2
+    if args.html is not None and _same_file(args.html, scripts):
+        return out.error(f"error: --html {args.html} is a script being compared")
+    problem = _html_problem(args.html)
+    if problem:
+        return out.error(f"error: {problem}")
     out.html = args.html
     try:
         given = dict(metrics=dict(args.metric), rtol=dict(args.rtol))
@@ -350,13 +424,14 @@ def _compare(argv: list[str]) -> int:
 
 
 def _convert_checkpoint(argv: list[str]) -> int:
-    from fsdp2_port.fsdp1.convert import FORMATS, ConversionError, convert_checkpoint
+    from fsdp2_port.fsdp1.checkpoint_formats import FORMATS
 
     parser = _Parser(
         prog="fsdp2-port convert-checkpoint",
         description="Convert a checkpoint written before the migration into one torch.save "
         "file of full tensors keyed by parameter name, with no FSDP1 job running. SRC: a "
-        "file, a DCP directory, or per-rank files named with {rank} (ckpt/optim_{rank}.pt).",
+        "file, a DCP directory, or per-rank files named with {rank} (ckpt/optim_{rank}.pt). "
+        "DST is never a file SRC names. Exit 0: converted; 2: refused (one line says why).",
     )
     parser.add_argument("src")
     parser.add_argument("dst")
@@ -375,12 +450,31 @@ def _convert_checkpoint(argv: list[str]) -> int:
     )
     parser.add_argument("--model-key", default="model")
     parser.add_argument("--optim-key", default="optim")
+    parser.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="load SRC with Python's unpickler, which runs any code the checkpoint names: "
+        "only for a checkpoint you trust. Without it nothing in SRC runs: only the types "
+        "these formats hold are built, and a checkpoint that needs anything else is refused",
+    )
     try:
         args = parser.parse_args(argv)
     except _UsageError as e:
         print(f"fsdp2-port convert-checkpoint: error: {e}", file=sys.stderr)
         return 2
+    problem = _no_torch()
+    if problem:
+        print(f"fsdp2-port convert-checkpoint: error: {problem}", file=sys.stderr)
+        return 2
+    from fsdp2_port.fsdp1.convert import ConversionError, convert_checkpoint
+
     units = None if args.units is None else args.units.split(",")
+    if args.trust_pickle:
+        print(
+            f"fsdp2-port convert-checkpoint: --trust-pickle: {args.src} is unpickled with no "
+            "restriction; any code it names runs",
+            file=sys.stderr,
+        )
     try:
         kind = convert_checkpoint(
             args.src,
@@ -390,10 +484,11 @@ def _convert_checkpoint(argv: list[str]) -> int:
             units=units,
             model_key=args.model_key,
             optim_key=args.optim_key,
+            trust_pickle=args.trust_pickle,
         )
     except (ConversionError, FileNotFoundError, KeyError) as e:
         print(f"fsdp2-port convert-checkpoint: {e}", file=sys.stderr)
-        return 1
+        return 2
     print(f"{args.src} ({kind}) -> {args.dst}")
     return 0
 
@@ -406,17 +501,50 @@ _COMMANDS = {
 }
 
 
+#: The exit code when standard output closes before the output ends (``| head``): that of a
+#: process ended by SIGPIPE, as shells report it.
+CLOSED_PIPE = 128 + 13
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_standard_output()
+        return CLOSED_PIPE
+    return code
+
+
+def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_USAGE, end="")
         return 0
+    if argv[0] in ("-V", "--version"):
+        from fsdp2_port import __version__
+
+        print(f"fsdp2-port {__version__}")
+        return 0
     command = _COMMANDS.get(argv[0])
     if command is None:
-        print(_USAGE, end="", file=sys.stderr)
-        print(f"fsdp2-port: error: unknown command {argv[0]!r}", file=sys.stderr)
+        close = [c for c in _COMMANDS if argv[0].isalpha() and c.startswith(argv[0])]
+        close = close or difflib.get_close_matches(argv[0], list(_COMMANDS), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"one of {', '.join(_COMMANDS)}"
+        print(f"fsdp2-port: error: unknown command {argv[0]!r} ({hint})", file=sys.stderr)
         return 2
     return command(argv[1:])
+
+
+def _drop_standard_output() -> None:
+    """Point standard output at /dev/null: what is still buffered goes nowhere, quietly (also
+    when the interpreter flushes it on the way out)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -15,3 +15,10 @@ def one_rank():
     yield
     if started:
         dist.destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def private_state_dir(tmp_path_factory, monkeypatch):
+    """Each test keeps ``fsdp2-port migrate --write``'s journals in a directory of its own
+    (inherited by the commands it starts), never in the home directory of whoever runs it."""
+    monkeypatch.setenv("FSDP2_PORT_STATE_DIR", str(tmp_path_factory.mktemp("state")))

@@ -31,12 +31,19 @@ Every refusal is a ``ConversionError`` naming what did not fit.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import importlib
+import io
 import math
+import os
+import pathlib
 import pickle
 import sys
 import tempfile
 import types
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +53,8 @@ import torch
 from torch import Tensor, nn
 
 from fsdp2_port.fsdp1 import torch_internals
+from fsdp2_port.fsdp1.checkpoint_formats import FORMATS
 
-FORMATS = ("auto", "specforge", "full", "dcp", "sharded", "local")
 _FLAT = torch_internals.FSDP1_FLAT_PARAM
 
 
@@ -114,13 +121,15 @@ class OfflineShardedTensor:
 
 
 def _rebuild_offline(func: Any, new_type: type, args: Any, state: Any) -> Any:
-    if new_type.__name__ == "ShardedTensor":
+    if _dotted(new_type) == _SHARDED_TENSOR:
         local_shards, metadata, pg_state = state[0], state[1], state[2]
         return OfflineShardedTensor(
             torch.Size(metadata.size),
             [(list(s.metadata.shard_offsets), s.tensor) for s in local_shards],
             int(pg_state.local_world_size),  # its process group: one replica under HSDP
         )
+    if isinstance(new_type, type) and issubclass(new_type, _Inert):
+        return new_type()
     return torch_internals.load("rebuild_from_type_v2")(func, new_type, args, state)
 
 
@@ -130,40 +139,222 @@ def _rebuild_tensor_offline(storage: Any, storage_offset: int, size: Any, *args:
     storage with it: ``torch.load`` fails on them ("Trying to resize storage that is not
     resizable"). Nothing converted reads them; a master that came back empty would not fit
     its parameter and be refused."""
-    if storage.nbytes() == 0 and math.prod(size) > 0:
+    with warnings.catch_warnings():  # torch.load hands it a TypedStorage, deprecated
+        warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
+        freed = storage.nbytes() == 0
+    if freed and math.prod(size) > 0:
         return torch.empty(0, dtype=storage.dtype)
     rebuild = torch_internals.load("rebuild_tensor_v2")
     return rebuild(storage, storage_offset, size, *args)
 
 
+# -- loading without running code -------------------------------------------------------------
+#
+# A pickle names functions and classes that unpickling calls: a checkpoint from someone else
+# can name os.system. Unless the caller trusts it (``--trust-pickle``), a checkpoint builds
+# only what torch's own weights-only loading builds and the pieces of FSDP1's ShardedTensor
+# and of DCP's metadata that conversion reads (``_allowed``). Anything else it names becomes
+# an inert stand-in that calls nothing: a checkpoint of these formats may carry such objects
+# where conversion never looks (an fp32 flat parameter pickles the modules it came from), and
+# one that conversion would read is refused. DCP's own pickles (its metadata, its non-tensor
+# items) are checked strictly, every name allowed, before torch unpickles them.
+
+_TRUSTED: contextvars.ContextVar[bool] = contextvars.ContextVar("trust_pickle", default=False)
+_SHARDED_TENSOR = ".".join((torch_internals.ENTRY_POINTS["sharded_tensor"].module, "ShardedTensor"))
+_TRUST_HINT = "pass --trust-pickle to load it anyway, only for a checkpoint you trust"
+
+
+class _Inert:
+    """What a name outside ``_allowed`` unpickles to: a class that builds nothing and takes
+    whatever unpickling hands it. ``name``: the dotted name the pickle asked for."""
+
+    name = ""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        return object.__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+
+@functools.cache
+def _inert(name: str) -> type[_Inert]:
+    return type(name.rpartition(".")[2] or "inert", (_Inert,), {"name": name})
+
+
+def _dotted(value: Any) -> str:
+    if isinstance(value, type) and issubclass(value, _Inert):
+        return value.name
+    module = getattr(value, "__module__", None) or ""
+    return f"{module}.{getattr(value, '__qualname__', '')}"
+
+
+@functools.cache
+def _allowed() -> dict[str, Any]:
+    """Dotted name -> what a pickle not trusted may build: what torch's weights-only loading
+    builds, the parts of a ShardedTensor conversion reads (not the tensor itself: see
+    ``_rebuild_offline``), and DCP's metadata classes."""
+    from torch.distributed.checkpoint import metadata
+
+    allowed = dict(torch_internals.call("weights_only_globals"))
+    allowed.update(
+        [
+            _entry("sharded_tensor_pg_state"),
+            _entry("sharded_tensor_shard"),
+            _entry("shard_metadata"),
+            _entry("sharded_tensor_metadata"),
+            _entry("dcp_storage_info"),
+            _entry("dcp_memory_format_encoding"),
+        ]
+    )
+    for name in (
+        "Metadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "TensorProperties",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+    ):
+        allowed[f"{metadata.__name__}.{name}"] = getattr(metadata, name)
+    allowed["pathlib.PosixPath"] = pathlib.PosixPath
+    allowed["pathlib.PurePosixPath"] = pathlib.PurePosixPath
+    allowed["builtins.frozenset"] = frozenset
+    allowed["builtins.getattr"] = _getattr
+    for key, replacement in (
+        ("rebuild_from_type_v2", _rebuild_offline),
+        ("rebuild_tensor_v2", _rebuild_tensor_offline),
+    ):
+        entry = torch_internals.ENTRY_POINTS[key]
+        allowed[f"{entry.module}.{entry.name}"] = replacement
+    return allowed
+
+
+def _entry(key: str) -> tuple[str, Any]:
+    """``(dotted name, object)`` of a torch_internals entry."""
+    entry = torch_internals.ENTRY_POINTS[key]
+    return f"{entry.module}.{entry.name}", torch_internals.load(key)
+
+
+def _getattr(owner: Any, name: str) -> Any:
+    """``getattr`` as a pickle uses it (a nested class): only for an allowed name."""
+    dotted = f"{_dotted(owner)}.{name}"
+    return _allowed().get(dotted, _inert(dotted))
+
+
 class _OfflineUnpickler(pickle.Unpickler):
+    """``mode``: "trusted" (Python's unpickler; only the two rebuild functions replaced),
+    "inert" (names outside ``_allowed`` become ``_Inert``) or "strict" (they are refused)."""
+
+    mode = "inert"
+    source = ""
+
     def find_class(self, module: str, name: str) -> Any:
-        for key, replacement in (
-            ("rebuild_from_type_v2", _rebuild_offline),
-            ("rebuild_tensor_v2", _rebuild_tensor_offline),
-        ):
-            entry = torch_internals.ENTRY_POINTS[key]
-            if (module, name) == (entry.module, entry.name):
-                return replacement
-        return super().find_class(module, name)
+        module = "builtins" if module == "__builtin__" else module
+        dotted = f"{module}.{name}"
+        if self.mode == "trusted":
+            for key, replacement in (
+                ("rebuild_from_type_v2", _rebuild_offline),
+                ("rebuild_tensor_v2", _rebuild_tensor_offline),
+            ):
+                entry = torch_internals.ENTRY_POINTS[key]
+                if (module, name) == (entry.module, entry.name):
+                    return replacement
+            return super().find_class(module, name)
+        found = _allowed().get(dotted)
+        if found is not None:
+            return found
+        if self.mode == "strict":
+            raise ConversionError(
+                f"{self.source}: refused: its pickle names {dotted}, which a checkpoint of "
+                f"these formats never holds and which could run code ({_TRUST_HINT})"
+            )
+        return _inert(dotted)
 
 
-_OFFLINE_PICKLE = types.ModuleType("fsdp2_port_offline_pickle")
-_OFFLINE_PICKLE.Unpickler = _OfflineUnpickler  # type: ignore[attr-defined]
-_OFFLINE_PICKLE.load = pickle.load  # type: ignore[attr-defined]
+@functools.cache
+def _pickle_module(mode: str, source: str = "") -> types.ModuleType:
+    """A module ``torch.load`` takes as ``pickle_module``: ``_OfflineUnpickler`` in ``mode``
+    for the data and for every header a legacy file pickles."""
+    unpickler = type("Unpickler", (_OfflineUnpickler,), {"mode": mode, "source": source})
+    module = types.ModuleType(f"fsdp2_port_offline_pickle_{mode}")
+    module.Unpickler = unpickler  # type: ignore[attr-defined]
+    module.load = lambda file, **kwargs: unpickler(file, **kwargs).load()  # type: ignore[attr-defined]
+    return module
 
 
-def load_offline(path: str | Path) -> Any:
+def _refuse_inert(value: Any, path: str | Path) -> None:
+    """Raise when a stand-in (``_Inert``) sits where conversion reads: in the dicts, lists,
+    tuples and sets of the loaded value (not inside tensors)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        stand_in = type(item) if isinstance(item, _Inert) else item
+        if isinstance(stand_in, type) and issubclass(stand_in, _Inert):
+            raise ConversionError(
+                f"{path}: refused: it holds a {stand_in.name} object, which a checkpoint of "
+                f"these formats never holds and whose loading could run code ({_TRUST_HINT})"
+            )
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack += list(item)
+
+
+def load_offline(path: str | Path, *, trust_pickle: bool | None = None) -> Any:
     """``torch.load`` of a file written by an FSDP1 rank; ``ShardedTensor`` values come back
-    as ``OfflineShardedTensor`` (loading them as torch does needs the job's process group)."""
+    as ``OfflineShardedTensor`` (loading them as torch does needs the job's process group).
+    Nothing in the file runs unless ``trust_pickle`` (None: as ``convert_checkpoint`` was
+    told); see above."""
+    trusted = _TRUSTED.get() if trust_pickle is None else trust_pickle
     try:
-        return torch.load(
-            path, map_location="cpu", weights_only=False, pickle_module=_OFFLINE_PICKLE
+        loaded = torch.load(
+            path,
+            map_location="cpu",
+            weights_only=False,
+            pickle_module=_pickle_module("trusted" if trusted else "inert"),
         )
-    except FileNotFoundError:
+    except (FileNotFoundError, ConversionError):
         raise
     except Exception as e:
         raise ConversionError(f"cannot read {path}: {type(e).__name__}: {e}") from e
+    if not trusted:
+        _refuse_inert(loaded, path)
+    return loaded
+
+
+def _check_pickle(data: bytes, source: str) -> None:
+    """Refuse (``ConversionError``) a pickle that names anything outside ``_allowed``."""
+    try:
+        _pickle_module("strict", source).Unpickler(io.BytesIO(data)).load()
+    except ConversionError:
+        raise
+    except Exception as e:
+        raise ConversionError(f"cannot read {source}: {type(e).__name__}: {e}") from e
+
+
+def _check_saved(data: bytes, source: str) -> None:
+    """Refuse a ``torch.save`` blob whose pickle names anything outside ``_allowed``."""
+    try:
+        torch.load(
+            io.BytesIO(data), weights_only=False, pickle_module=_pickle_module("strict", source)
+        )
+    except ConversionError:
+        raise
+    except Exception as e:
+        raise ConversionError(f"cannot read {source}: {type(e).__name__}: {e}") from e
 
 
 def rank_files(src: str) -> list[Path]:
@@ -443,11 +634,47 @@ def _full(src: str) -> dict[str, Any]:
 
 
 def _dcp(src: str) -> dict[str, Any]:
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    """The whole state dict of a DCP checkpoint, loaded as ``format_utils.dcp_to_torch_save``
+    loads it; unless trusted, every pickle in it (its metadata, its non-tensor items) is
+    checked before torch unpickles it."""
+    from torch.distributed.checkpoint import CheckpointException, FileSystemReader
 
-    with tempfile.TemporaryDirectory() as tmp:
-        dcp_to_torch_save(src, Path(tmp) / "whole.pt")
-        return torch.load(Path(tmp) / "whole.pt", weights_only=False)
+    trusted = _TRUSTED.get()
+    planner_type = torch_internals.load("dcp_empty_load_planner")
+    refused: list[ConversionError] = []  # DCP wraps what its planner raises: said once, here
+
+    class Planner(planner_type):  # type: ignore[misc, valid-type]
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            if not trusted:
+                data = value.read()
+                try:
+                    _check_saved(data, f"{src} (item {read_item.dest_index.fqn})")
+                except ConversionError as e:
+                    refused.append(e)
+                    raise
+                value = io.BytesIO(data)
+            super().load_bytes(read_item, value)
+
+    for path in sorted(Path(src).iterdir()):  # before torch reads them (and logs failures)
+        if path.name.endswith(".metadata") and not trusted:
+            _check_pickle(path.read_bytes(), str(path))
+    state: dict[str, Any] = {}
+    try:
+        torch_internals.call(
+            "dcp_load_state_dict",
+            state_dict=state,
+            storage_reader=FileSystemReader(src),
+            process_group=None,
+            coordinator_rank=0,
+            no_dist=True,
+            planner=Planner(),
+        )
+    except (Exception, CheckpointException) as e:  # the latter is a BaseException
+        if refused:
+            raise refused[0] from None
+        last = (str(e).strip().splitlines() or [""])[-1]
+        raise ConversionError(f"cannot read {src}: {type(e).__name__}: {last}") from e
+    return state
 
 
 def _gather_sharded(per_rank: Sequence[Any], what: str) -> Any:
@@ -545,30 +772,79 @@ def convert_checkpoint(
     units: Sequence[str] | None = None,
     model_key: str = "model",
     optim_key: str = "optim",
+    trust_pickle: bool = False,
 ) -> str:
     """Convert ``src`` (see the module's docstring) into ``dst``; returns the format read.
 
     ``src`` holding ``{rank}`` names one file per rank of the FSDP1 job. ``model``: the model
     (``MODULE:FACTORY``, built on the meta device), needed for positions and flat parameters,
     and checked against for the others. ``units``: FSDP1 units' module paths ("" the root),
-    for a SpecForge checkpoint saved with ``use_orig_params=False``.
+    for a SpecForge checkpoint saved with ``use_orig_params=False``. ``trust_pickle``: load
+    ``src`` with Python's unpickler, which runs any code it names (otherwise nothing in it
+    runs: see "loading without running code"). ``dst`` is never one of the files read.
     """
     src = str(src)
     if fmt not in FORMATS:
         raise ConversionError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
-    kind = detect(src) if fmt == "auto" else fmt
-    layout = layout_from_factory(model) if model is not None else None
-    if kind == "specforge":
-        out = _specforge(src, layout, units)
-    elif kind == "local":
-        out = _local(src, layout, model_key, optim_key)
-    else:
-        out = {"full": _full, "dcp": _dcp, "sharded": _sharded}[kind](src)
-        _check_by_name(out, layout, model_key, optim_key)
-    tmp = Path(f"{dst}.tmp")
+    _check_destination(src, Path(dst))
+    trusted = _TRUSTED.set(trust_pickle)
     try:
-        torch.save(_unaliased(out, set()), tmp)
-        tmp.replace(dst)  # DST appears whole or not at all
+        kind = detect(src) if fmt == "auto" else fmt
+        layout = layout_from_factory(model) if model is not None else None
+        if kind == "specforge":
+            out = _specforge(src, layout, units)
+        elif kind == "local":
+            out = _local(src, layout, model_key, optim_key)
+        else:
+            out = {"full": _full, "dcp": _dcp, "sharded": _sharded}[kind](src)
+            _check_by_name(out, layout, model_key, optim_key)
     finally:
-        tmp.unlink(missing_ok=True)
+        _TRUSTED.reset(trusted)
+    _save(_unaliased(out, set()), Path(dst))
     return kind
+
+
+def _check_destination(src: str, dst: Path) -> None:
+    """Refuse a ``dst`` that cannot be written, or that is one of the files ``src`` names
+    (or lies inside a DCP checkpoint being read)."""
+    if dst.is_dir():
+        raise ConversionError(f"{dst} is a directory: give the file to write")
+    if not dst.parent.resolve().is_dir():
+        raise ConversionError(f"{dst}: no directory {dst.parent} to write it in")
+    if Path(src).is_dir():
+        if dst.resolve().is_relative_to(Path(src).resolve()):
+            raise ConversionError(f"{dst} is inside the checkpoint being read ({src})")
+        return
+    read = []
+    if "{rank}" in src:
+        rank = 0
+        while Path(src.replace("{rank}", str(rank))).is_file():
+            read.append(Path(src.replace("{rank}", str(rank))))
+            rank += 1
+    else:
+        read.append(Path(src))
+    for path in read:
+        if dst.resolve() == path.resolve() or (
+            dst.exists() and path.exists() and os.path.samefile(dst, path)
+        ):
+            raise ConversionError(f"{dst} is the checkpoint being read ({path}): write elsewhere")
+
+
+def _save(value: Any, dst: Path) -> None:
+    """``torch.save`` into a new file of this process's beside ``dst`` (never through a link
+    planted there), then renamed over it: ``dst`` appears whole or not at all."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(value, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # what a plain open() would have given it
+        os.replace(temporary, dst)
+    except (OSError, RuntimeError) as e:
+        raise ConversionError(f"cannot write {dst}: {e}") from e
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)

@@ -287,6 +287,95 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         "storage FSDP1 had freed (a FlatParameter's unsharded views, pickled with it) as an "
         "empty one",
     ),
+    "weights_only_globals": EntryPoint(
+        "torch._weights_only_unpickler",
+        "_get_allowed_globals",
+        (),
+        "<=2.6",
+        "what torch's own weights-only loading lets a pickle build (tensors, storages, dtypes, "
+        "sizes, devices, rebuild functions), by dotted name: fsdp2_port.fsdp1.convert builds "
+        "these and nothing else of a checkpoint it is not told to trust",
+    ),
+    "sharded_tensor": EntryPoint(
+        "torch.distributed._shard.sharded_tensor.api",
+        "ShardedTensor",
+        (),
+        "1.13",
+        "FSDP1's ShardedTensor, named in its pickles: fsdp2_port.fsdp1.convert reads its state "
+        "without building one (building one needs the job's process group)",
+        kind="value",
+    ),
+    "sharded_tensor_pg_state": EntryPoint(
+        "torch.distributed._shard.sharded_tensor.api",
+        "ShardedTensor.ProcessGroupState",
+        (),
+        "1.13",
+        "the process-group state a pickled ShardedTensor carries (its local_world_size): built "
+        "by fsdp2_port.fsdp1.convert",
+        kind="value",
+    ),
+    "sharded_tensor_shard": EntryPoint(
+        "torch.distributed._shard.sharded_tensor.shard",
+        "Shard",
+        (),
+        "1.13",
+        "one local shard of a pickled ShardedTensor (its tensor and metadata): built by "
+        "fsdp2_port.fsdp1.convert",
+        kind="value",
+    ),
+    "shard_metadata": EntryPoint(
+        "torch.distributed._shard.metadata",
+        "ShardMetadata",
+        (),
+        "1.13",
+        "a shard's offsets and sizes in a pickled ShardedTensor: built by fsdp2_port.fsdp1.convert",
+        kind="value",
+    ),
+    "sharded_tensor_metadata": EntryPoint(
+        "torch.distributed._shard.sharded_tensor.metadata",
+        "ShardedTensorMetadata",
+        (),
+        "1.13",
+        "a pickled ShardedTensor's global size: built by fsdp2_port.fsdp1.convert",
+        kind="value",
+    ),
+    "dcp_storage_info": EntryPoint(
+        "torch.distributed.checkpoint.filesystem",
+        "_StorageInfo",
+        (),
+        "2.2",
+        "where a DCP checkpoint's metadata says each item lies in its files: built by "
+        "fsdp2_port.fsdp1.convert when it checks a DCP checkpoint's metadata",
+        kind="value",
+    ),
+    "dcp_memory_format_encoding": EntryPoint(
+        "torch.distributed.checkpoint.metadata",
+        "_MEM_FORMAT_ENCODING",
+        (),
+        "2.2",
+        "how a DCP checkpoint's metadata pickles a tensor's memory format: built by "
+        "fsdp2_port.fsdp1.convert when it checks a DCP checkpoint's metadata",
+        kind="value",
+    ),
+    "dcp_empty_load_planner": EntryPoint(
+        "torch.distributed.checkpoint.default_planner",
+        "_EmptyStateDictLoadPlanner",
+        (),
+        "2.2",
+        "the load planner that rebuilds a whole state dict from a DCP checkpoint's metadata "
+        "(what format_utils.dcp_to_torch_save loads with): fsdp2_port.fsdp1.convert loads "
+        "with it, each pickled item checked first",
+        kind="value",
+    ),
+    "dcp_load_state_dict": EntryPoint(
+        "torch.distributed.checkpoint.state_dict_loader",
+        "_load_state_dict",
+        ("state_dict", "storage_reader", "process_group", "coordinator_rank", "no_dist", "planner"),
+        "2.2",
+        "DCP's load without a process group (what format_utils.dcp_to_torch_save calls): "
+        "fsdp2_port.fsdp1.convert reads a DCP checkpoint through it with a reader and a "
+        "planner that check each pickle before torch unpickles it",
+    ),
     "aligned_numel": EntryPoint(
         "torch.distributed.fsdp._flat_param",
         "_get_aligned_numel",

@@ -11,6 +11,8 @@ metrics each prints on its standard output, and judges NEW against OLD step by s
   the same) makes the runs *different*;
 - a run that fails, times out, or logs no step both runs can be compared at is an *error*,
   reported with that run's exit status and the tail of its output;
+- a run's output is read as it comes, and only its lines that name a step and its last lines
+  are kept (``launch.run_command``): memory is bounded whatever else it prints;
 - nothing of a run outlives it (``launch.run_command``), nor torchrun's log folders (in a
   temporary folder of compare's, not one ``/tmp/torchelastic_*`` per run).
 
@@ -325,12 +327,14 @@ def compare(config: Config) -> Result:
     SIGTERM, SIGHUP or SIGINT end the run in progress and raise ``Interrupted``.
     """
     check(config)
+    step, _ = patterns(config.metrics)
     runs = {}
     with signals_interrupt(), tempfile.TemporaryDirectory(prefix="fsdp2-port-compare-") as logs:
         for label, script in zip(RUNS, (config.old, config.new)):
             print(f"fsdp2-port compare: running {label}: {script}", file=sys.stderr, flush=True)
             command = launch_command(config, script, label, logs)
-            ended = run_command(command, config.timeout)
+            # kept: the lines naming a step (all judge_runs reads) and the tail
+            ended = run_command(command, config.timeout, keep=lambda line: bool(step.search(line)))
             runs[label] = Run(script, command, **asdict(ended))
             if not runs[label].ok:
                 break

@@ -4,7 +4,8 @@
   ``/proc/PID/environ`` whatever its session or group (``run_pids``); ending a run sends it
   SIGTERM, then SIGKILL ``GRACE_S`` later (``end_processes``). Nothing of a run outlives it:
   not at its end, a failure, its timeout, nor an exception in the caller.
-- ``run_command``: one command line (compare's runs), its output read to the end.
+- ``run_command``: one command line (compare's runs), its output read to the end as it comes,
+  in bounded memory: the lines the caller asks for and the last ones.
 - ``run_ranks``: a function on N local ranks (verify, tests); a hung collective is killed at the
   timeout (``RankTimeout``), a failing rank ends the others at once (``RankFailure``, every
   failed rank's traceback, the first cause first).
@@ -15,6 +16,8 @@ Imports no torch until ranks start: ``compare`` runs commands without it.
 
 from __future__ import annotations
 
+import collections
+import heapq
 import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
@@ -196,7 +199,8 @@ def signals_interrupt(what: str = "the runs") -> Iterator[None]:
 @dataclass
 class CommandRun:
     """A finished ``run_command``: its exit status (None: killed at the timeout), how long it
-    took, and everything it printed."""
+    took, and what it printed: the lines its ``keep`` chose and its last ``TAIL_KEPT``, in
+    their order."""
 
     returncode: int | None
     seconds: float
@@ -204,14 +208,22 @@ class CommandRun:
     stderr: str
 
 
-def run_command(command: list[str], timeout: float) -> CommandRun:
+#: How many of a command's last lines ``run_command`` keeps of each stream, and how long a
+#: line may be (the rest of a longer one is dropped): memory stays bounded whatever it prints.
+TAIL_KEPT, LINE_LIMIT = 200, 64 * 1024
+
+
+def run_command(
+    command: list[str], timeout: float, keep: Callable[[str], bool] | None = None
+) -> CommandRun:
     """Run ``command`` to completion and leave nothing of it running.
 
     The run gets its own session (no terminal signal reaches it: the caller decides) and
     ``COMMAND_RUN_VAR`` set to an id of its own, which every process it starts inherits. When
     the command exits, at ``timeout``, and on any exception (``Interrupted``, Ctrl-C), every
     process of the run is ended (``end_processes``). Standard output is unbuffered, so a run
-    killed at the deadline still shows its last lines.
+    killed at the deadline still shows its last lines. Of each stream, the lines ``keep``
+    chooses (standard output only) and the last ``TAIL_KEPT`` are kept, as they are read.
     """
     run_id = uuid.uuid4().hex
     env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
@@ -223,10 +235,11 @@ def run_command(command: list[str], timeout: float) -> CommandRun:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        errors="replace",
         env=env,
         start_new_session=True,
     )
-    outputs = [_reader(proc.stdout), _reader(proc.stderr)]
+    outputs = [_reader(proc.stdout, keep), _reader(proc.stderr, None)]
     try:
         returncode: int | None = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -239,11 +252,37 @@ def run_command(command: list[str], timeout: float) -> CommandRun:
     return CommandRun(returncode, time.monotonic() - start, stdout, stderr)
 
 
-def _reader(stream: IO[str] | None) -> Callable[[], str]:
-    """Read ``stream`` to its end in a thread; the function returned gives what was read,
-    waiting at most ``READ_WAIT_S`` for the end (a pipe some stray process still holds)."""
-    lines: list[str] = []
-    thread = threading.Thread(target=lambda: lines.extend(stream or ()), daemon=True)
+def _lines(stream: IO[str]) -> Iterator[str]:
+    """The lines of ``stream``, each cut to ``LINE_LIMIT`` characters (and its line end)."""
+    while True:
+        line = stream.readline(LINE_LIMIT)
+        if not line:
+            return
+        if len(line) == LINE_LIMIT and not line.endswith("\n"):
+            rest = line
+            while rest and not rest.endswith("\n"):  # drop the rest of an overlong line
+                rest = stream.readline(LINE_LIMIT)
+            line += "\n"
+        yield line
+
+
+def _reader(stream: IO[str] | None, keep: Callable[[str], bool] | None) -> Callable[[], str]:
+    """Read ``stream`` to its end in a thread, keeping the lines ``keep`` chooses and the last
+    ``TAIL_KEPT``; the function returned gives them in order, waiting at most ``READ_WAIT_S``
+    for the end (a pipe some stray process still holds)."""
+    chosen: list[tuple[int, str]] = []
+    last: collections.deque[tuple[int, str]] = collections.deque(maxlen=TAIL_KEPT)
+    lock = threading.Lock()
+
+    def read() -> None:
+        for index, line in enumerate(_lines(stream) if stream else ()):
+            with lock:
+                if keep is not None and keep(line):
+                    chosen.append((index, line))
+                else:
+                    last.append((index, line))
+
+    thread = threading.Thread(target=read, daemon=True)
     mask = _block(SIGNALS)
     try:  # the thread inherits the mask: signals reach the main thread only
         thread.start()
@@ -252,7 +291,8 @@ def _reader(stream: IO[str] | None) -> Callable[[], str]:
 
     def result() -> str:
         thread.join(READ_WAIT_S)
-        return "".join(list(lines))
+        with lock:
+            return "".join(line for _, line in heapq.merge(chosen, last))
 
     return result
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fsdp2_port.prove.verify import DEFAULT_MODEL, Config, Report, format_text, verify
+from fsdp2_port.prove.verify import Config, Report, format_text, verify
+from fsdp2_port.prove.verify_request import DEFAULT_MODEL
 
 
 def assert_equivalent(

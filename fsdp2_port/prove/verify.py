@@ -44,18 +44,20 @@ from fsdp2_port.prove.judge import (
     check_dtype,
     check_timeout,
     departures_at,
-    error_payload,
     outcome,
     relative_differences,
 )
 from fsdp2_port.prove.launch import Interrupted, backend, run_ranks, signals_interrupt
+from fsdp2_port.prove.verify_request import (
+    LOCAL_WORLD_SIZE,
+    QUANTITIES,
+    STRATEGIES,
+    Config,
+    under_torchrun,
+)
 
-DEFAULT_MODEL = "fsdp2_port.prove.tiny_transformer:tiny_transformer"
 ARMS = ("reference", "fsdp1", "fsdp2", "old_clip")
-QUANTITIES = ("loss", "norm", "param")  # what is judged, each a row of ``judge.TOLERANCE``
-STRATEGIES = ("full_shard", "shard_grad_op", "hybrid")
 EQUIVALENT = "EQUIVALENT: FSDP1 + compat and FSDP2 + fsdp2_port match the reference"
-LOCAL_WORLD_SIZE = 2  # ranks spawned when neither torchrun nor the caller says
 SEQ = 16  # tokens per sequence in the default batch of a model that starts with nn.Embedding
 # Frames a user's traceback leaves out: this package's and the import system's.
 _NOT_THE_USERS = (Path(__file__).resolve().parent, Path(importlib.__file__).resolve().parent)
@@ -71,21 +73,6 @@ class VerifyError(ValueError):
     def __init__(self, message: str, user_traceback: str = "") -> None:
         super().__init__(message)
         self.user_traceback = user_traceback
-
-
-@dataclass(frozen=True)
-class Config:
-    model: str | Callable[[], Any] = DEFAULT_MODEL
-    world_size: int | None = None  # None: torchrun's WORLD_SIZE, or LOCAL_WORLD_SIZE
-    steps: int = 3
-    strategy: str = "full_shard"
-    dtype: str = "bf16"
-    max_grad_norm: float = 0.5
-    lr: float = 1e-3
-    device: str = "cpu"
-    batch_per_rank: int = 2
-    judge_old_clip: bool = False
-    timeout: float = 600.0
 
 
 @dataclass
@@ -204,11 +191,6 @@ def _default_loss(output: torch.Tensor, target: torch.Tensor | None) -> torch.Te
     if not target.is_floating_point():
         return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
     return F.mse_loss(output, target.float())
-
-
-def under_torchrun() -> bool:
-    """Whether this process is one rank of a job torchrun (or a launcher like it) started."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
 
 
 def resolved(config: Config) -> Config:
@@ -541,11 +523,6 @@ def _judged(config: dict[str, Any]) -> list[str]:
 def as_json(report: Report) -> dict[str, Any]:
     """What ``--format json`` prints for a verdict."""
     return {**asdict(report), "ok": report.ok, "verdict": report.verdict}
-
-
-def error_json(message: str, code: int, details: str) -> dict[str, Any]:
-    """What ``--format json`` prints for an error: ``details``, the user's traceback or usage."""
-    return error_payload(message, code, ok=False, details=details)
 
 
 def format_text(report: Report) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE
 
-from codemods import sources
+from codemods import sources, writes
 from codemods.cli import main
 
 
@@ -36,8 +36,58 @@ def test_check_exit_codes(tmp_path, capsys):
     new = write(tmp_path / "new.py", FSDP2_SOURCE)
     assert main(["--check", str(old)]) == 1
     assert main(["--check", str(new)]) == 0
-    assert main(["--check"]) == 0, "the pre-commit hook runs it with no files"
     assert old.read_text() == FSDP1_SOURCE
+
+
+def test_no_path_migrates_the_current_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--check"]) == 0, "nothing here"
+    write(tmp_path / "pkg" / "train.py", FSDP1_SOURCE)
+    assert main(["--check"]) == 1
+    assert "+++ b/pkg/train.py" in capsys.readouterr().out
+    assert main(["--write"]) == 0 and (tmp_path / "pkg" / "train.py").read_text() == FSDP2_SOURCE
+
+
+# Its model stays FSDP1 (an FSDP1 internal is read): two findings to review, two markers.
+MARKED = """\
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def wrap(model):
+    m = FSDP(model)
+    m._handle.flat_param.grad = None
+    return m
+"""
+
+
+def test_check_fails_on_changes_and_fail_on_review_on_markers_too(tmp_path, capsys):
+    """``--check`` fails while a file would change; once the markers are written, only
+    ``--fail-on-review`` still fails, until the code they mark is dealt with."""
+    target = write(tmp_path / "train.py", MARKED)
+    assert main(["--check", str(target)]) == 1
+    assert main(["--write", str(target)]) == 0
+    capsys.readouterr()
+    assert main(["--check", str(target)]) == 0
+    assert "0 would change, 2 findings (2 to review)" in capsys.readouterr().err
+    assert main(["--check", "--fail-on-review", str(target)]) == 1
+    assert main(["--fail-on-review", str(target)]) == 1
+    clean = write(tmp_path / "clean.py", FSDP2_SOURCE)
+    assert main(["--check", "--fail-on-review", str(clean)]) == 0
+
+
+def test_the_summary_counts_in_words(tmp_path, capsys):
+    one = write(tmp_path / "one" / "train.py", FSDP1_SOURCE)
+    write(
+        tmp_path / "one" / "bad.py",
+        "from torch.distributed.fsdp import (FullyShardedDataParallel,\n",
+    )
+    main([str(one)])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "fsdp2-port migrate: 1 file scanned, 1 parsed, 1 would change, 2 findings"
+        " (0 to review), 0 errors"
+    )
+    main([str(one.parent)])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(", 1 error")
 
 
 def test_write_then_check_passes(tmp_path, capsys):
@@ -145,14 +195,15 @@ def test_write_is_all_or_nothing(tmp_path, monkeypatch):
     first = write(tmp_path / "a.py", FSDP1_SOURCE)
     second = write(tmp_path / "b.py", FSDP1_SOURCE)
 
-    def stage_or_fail(path, data, real=sources._stage):
-        if path == str(second):
-            raise OSError(28, "No space left on device", path)
-        return real(path, data)
+    def stage_or_fail(target, data, like, real=writes._stage):
+        if os.path.basename(target).startswith(".b.py."):
+            raise OSError(28, "No space left on device", target)
+        return real(target, data, like)
 
-    monkeypatch.setattr(sources, "_stage", stage_or_fail)
-    outputs = [(str(first), FSDP2_SOURCE, "utf-8"), (str(second), FSDP2_SOURCE, "utf-8")]
-    problem = sources.write_all(outputs)
+    monkeypatch.setattr(writes, "_stage", stage_or_fail)
+    read = writes.sha(FSDP1_SOURCE.encode())
+    outputs = [(str(p), FSDP2_SOURCE, "utf-8", read) for p in (first, second)]
+    problem = writes.write_all(outputs)
     assert problem is not None and "No space left on device" in problem
     assert first.read_text() == FSDP1_SOURCE and second.read_text() == FSDP1_SOURCE
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "b.py"], "no temporaries"
@@ -215,14 +266,14 @@ def test_a_file_that_cannot_be_read_but_may_call_fsdp1_holds_the_run(tmp_path, c
 def test_unreadable_file_is_an_error(tmp_path, capsys, monkeypatch):
     target = write(tmp_path / "train.py", FSDP1_SOURCE)
     other = write(tmp_path / "z_other.py", FSDP1_SOURCE)
-    real_open = open
+    real_open = os.open
 
     def guarded(path, *args, **kwargs):
         if str(path) == str(target):
             raise PermissionError(13, "Permission denied")
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr("builtins.open", guarded)
+    monkeypatch.setattr(os, "open", guarded)
     assert main([str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert f"{target}: error: cannot read: Permission denied" in err
@@ -258,7 +309,6 @@ def test_pre_commit_hook_runs_the_check():
     assert [(h["id"], h["entry"], h["language"]) for h in hooks] == [
         ("fsdp2-port-migrate", "fsdp2-port migrate --check", "python")
     ]
-    assert main(["--check"]) == 0
 
 
 def test_symlinks_and_non_python_files_are_skipped(tmp_path, capsys):

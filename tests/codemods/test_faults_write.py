@@ -1,9 +1,10 @@
-"""``fsdp2-port migrate`` under faults and bad input (issue 21).
+"""``fsdp2-port migrate`` under faults and bad input.
 
 Invariants checked: after any interruption of ``--write`` every file holds its old or its new
-bytes and, once the next run has started, the tree is the original or the clean migration,
-with no staged copy or journal left; rewritten files keep owner, group, mode and hard links;
-what the command is given is read (or named as an error); errors reach every output format.
+bytes, ``--check`` changes nothing, and once the next ``--write`` has run the tree is the
+clean migration, with no staged copy or journal left; rewritten files keep owner, group, mode
+and hard links; what the command is given is read (or named as an error); errors reach every
+output format.
 """
 
 from __future__ import annotations
@@ -22,35 +23,40 @@ from pathlib import Path
 import pytest
 from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE, ROOT
 
-from codemods import sources
+from codemods import writes
 from codemods.cli import main
 
 PACKAGE = ROOT / "tests" / "codemods" / "fixtures" / "whole_models" / "untied.in"
 
 # The real CLI, with each staged write and each replace slowed so that a kill lands inside
-# the write phase; it touches MARK when the write phase starts.
+# the write phase; it touches MARK when the write phase starts and, if set, REPLACING when it
+# replaces its first file.
 SLOWED_CLI = """\
 import os, sys, time
-from codemods import sources
-mark = os.environ["MARK"]
-real_stage, real_replace = sources._stage, os.replace
-def stage(path, data):
+from codemods import writes
+mark, replacing = os.environ["MARK"], os.environ.get("REPLACING")
+real_stage, real_replace, real_in_place = writes._stage, os.replace, writes._write_in_place
+def stage(*args):
     open(mark, "a").close()
     time.sleep(0.01)
-    return real_stage(path, data)
-def replace(*args):
+    return real_stage(*args)
+def replace(source, target):
+    if replacing and str(target).endswith(".py"):
+        open(replacing, "a").close()
     time.sleep(0.02)
-    return real_replace(*args)
-sources._stage, os.replace = stage, replace
-if hasattr(sources, "_replace"):  # in-place writes of hard-linked files
-    real_in_place = sources._replace
-    def in_place(path, staged, in_place):
-        time.sleep(0.02 * in_place)
-        return real_in_place(path, staged, in_place)
-    sources._replace = in_place
+    return real_replace(source, target)
+def in_place(f):  # hard-linked files
+    time.sleep(0.02)
+    return real_in_place(f)
+writes._stage, os.replace, writes._write_in_place = stage, replace, in_place
 from codemods.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+
+
+def journals() -> list[Path]:
+    """The journals of this test's runs (in its private state directory)."""
+    return sorted(Path(os.environ["FSDP2_PORT_STATE_DIR"]).glob("*.json"))
 
 
 def write(path: Path, text: str) -> Path:
@@ -80,8 +86,8 @@ def package_states(tmp_path_factory) -> tuple[dict[str, bytes], dict[str, bytes]
     return original, migrated
 
 
-def slowed_cli(tree: Path, mark: Path, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, MARK=str(mark), PYTHONPATH=str(ROOT))
+def slowed_cli(tree: Path, mark: Path, *args: str, **extra: str) -> subprocess.Popen:
+    env = dict(os.environ, MARK=str(mark), PYTHONPATH=str(ROOT), **extra)
     return subprocess.Popen(
         [sys.executable, "-c", SLOWED_CLI, "--write", *args, str(tree)],
         env=env,
@@ -118,31 +124,27 @@ def test_sigkill_at_20_random_moments_leaves_a_repairable_tree(tmp_path, package
                 assert data in (original[name], migrated[name]), f"{name} torn (attempt {attempt})"
         python = {k: v for k, v in after.items() if k.endswith(".py")}
         mixed = python not in (original, migrated)
-        journaled = any(Path(k).name == sources.JOURNAL for k in after)
-        assert not mixed or journaled, "a mixed tree must have its journal"
+        assert not mixed or journals(), "a mixed tree must have its journal"
         outcomes.append("mixed" if mixed else "original" if python == original else "migrated")
-        # The next start repairs it before reading anything: all or nothing, no leftovers.
-        assert main(["--check", str(tree)]) in (0, 1)
-        repaired = snapshot(tree)
-        assert repaired in (original, migrated), f"attempt {attempt}: {sorted(repaired)}"
+        # --check reads nothing of a tree a run may have half written, and changes nothing.
+        assert main(["--check", str(tree)]) in ((2,) if mixed else (0, 1, 2))
+        assert snapshot(tree) == after
+        # The next --write finishes it: all or nothing, no leftovers.
         assert main(["--write", str(tree)]) == 0
-        assert snapshot(tree) == migrated
+        assert snapshot(tree) == migrated, f"attempt {attempt}: {sorted(snapshot(tree))}"
         assert outside.read_bytes() == migrated["pkg/base.py"], "the hard link follows"
+        assert not journals()
     capsys.readouterr()
     assert "mixed" in outcomes, f"no kill landed between two replaces: {outcomes}"
 
 
 def test_sigint_during_the_replace_finishes_the_run(tmp_path, package_states):
     _, migrated = package_states
-    tree, mark = tmp_path / "tree", tmp_path / "mark"
+    tree, mark, replacing = tmp_path / "tree", tmp_path / "mark", tmp_path / "replacing"
     shutil.copytree(PACKAGE, tree)
-    process = slowed_cli(tree, mark)
+    process = slowed_cli(tree, mark, REPLACING=str(replacing))
     deadline = time.monotonic() + 30
-    while (
-        not (tree / sources.JOURNAL).exists()
-        and process.poll() is None
-        and time.monotonic() < deadline
-    ):
+    while not replacing.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.001)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
@@ -150,42 +152,63 @@ def test_sigint_during_the_replace_finishes_the_run(tmp_path, package_states):
     assert snapshot(tree) == migrated, "Ctrl-C during the replace still ends fully migrated"
 
 
-def test_staged_copies_of_a_run_killed_while_staging_are_removed(tmp_path, capsys):
+# The real CLI, killed (SIGKILL) right after it staged its first copy, or as it is about to
+# replace its $KILL_AT-th file by rename.
+KILLED_CLI = """\
+import os, signal, sys
+from codemods import writes
+real_stage, real_replace, count = writes._stage, os.replace, [0]
+def stage(*args):
+    real_stage(*args)
+    if not os.environ.get("KILL_AT"):
+        os.kill(os.getpid(), signal.SIGKILL)
+def replace(source, target):
+    if str(target).endswith(".py"):
+        count[0] += 1
+        if str(count[0]) == os.environ.get("KILL_AT"):
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real_replace(source, target)
+writes._stage, os.replace = stage, replace
+from codemods.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def killed_cli(tree: Path, **extra: str) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **extra)
+    command = [sys.executable, "-c", KILLED_CLI, "--write", str(tree)]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+
+
+def test_staged_copies_of_a_run_killed_while_staging_are_removed_by_the_next_write(
+    tmp_path, capsys
+):
     target = write(tmp_path / "train.py", FSDP1_SOURCE)
-    stale = write(tmp_path / ".train.py.abc123.fsdp2-port.tmp", FSDP2_SOURCE)
-    assert main(["--check", str(tmp_path)]) == 1
-    assert not stale.exists()
-    assert "removed 1 staged file" in capsys.readouterr().err
-    assert target.read_text() == FSDP1_SOURCE
+    lookalike = write(tmp_path / ".train.py.abc123.fsdp2-port.tmp", "not the run's\n")
+    killed_cli(tmp_path)
+    staged = [p for p in tmp_path.iterdir() if p.name.startswith(".") and p != lookalike]
+    assert len(staged) == 1 and staged[0].read_text() == FSDP2_SOURCE
+    assert main(["--check", str(tmp_path)]) == 1, "nothing was replaced: the tree reads whole"
+    assert staged[0].exists(), "--check changes nothing"
+    assert main(["--write", str(tmp_path)]) == 0
+    assert "removed the staged copies of an interrupted --write" in capsys.readouterr().err
+    assert not staged[0].exists() and target.read_text() == FSDP2_SOURCE
+    assert lookalike.read_text() == "not the run's\n", "a file the run did not create stays"
 
 
 def test_a_journal_found_above_the_path_is_finished(tmp_path, capsys):
-    (tmp_path / "sub").mkdir()
     first, second = (
         write(tmp_path / "a.py", FSDP1_SOURCE),
         write(tmp_path / "sub/b.py", FSDP1_SOURCE),
     )
-    # What a run killed after its first replace leaves.
-    assert main(["--check", str(tmp_path)]) == 1
-    entries = []
-    for path in (first, second):
-        staged = sources._stage(str(path), FSDP2_SOURCE.encode())
-        entries.append(
-            {
-                "path": str(path),
-                "staged": staged,
-                "old": sources._sha(FSDP1_SOURCE.encode()),
-                "new": sources._sha(FSDP2_SOURCE.encode()),
-                "in_place": False,
-            }
-        )
-    sources._write_journal(entries)
-    sources._replace(str(first), entries[0]["staged"], False)
-    capsys.readouterr()
-    assert main(["--check", str(tmp_path / "sub")]) == 0
+    killed_cli(tmp_path, KILL_AT="2")  # after replacing a.py
+    assert first.read_text() == FSDP2_SOURCE and second.read_text() == FSDP1_SOURCE
+    assert main(["--write", str(tmp_path / "sub")]) == 0
     assert "finished an interrupted --write: 1 of 2 files" in capsys.readouterr().err
     assert first.read_text() == FSDP2_SOURCE and second.read_text() == FSDP2_SOURCE
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["a.py", "b.py"]
+    assert not journals()
 
 
 def test_owner_group_and_mode_are_kept(tmp_path, capsys):
@@ -198,6 +221,7 @@ def test_owner_group_and_mode_are_kept(tmp_path, capsys):
     status = target.stat()
     assert (status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)) == (12345, 23456, 0o640)
     assert target.read_text() == FSDP2_SOURCE
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"], "copies of another user's file"
 
 
 def test_hard_links_are_kept(tmp_path, capsys):
@@ -228,7 +252,7 @@ def test_a_symlinked_directory_named_is_followed(tmp_path, capsys):
     real = write(tmp_path / "real" / "train.py", FSDP1_SOURCE)
     (tmp_path / "link").symlink_to(real.parent)
     assert main(["--check", str(tmp_path / "link")]) == 1
-    assert "1 files scanned" in capsys.readouterr().err
+    assert "1 file scanned" in capsys.readouterr().err
 
 
 def test_an_unreadable_directory_is_an_error(tmp_path, capsys, monkeypatch):
@@ -252,7 +276,7 @@ def test_the_same_file_given_twice_is_read_once(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["--format", "json", "train.py", str(target), str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert "1 files scanned" in err
+    assert "1 file scanned" in err
     assert len(json.loads(out)) == 2  # the two findings of one file
 
 
@@ -273,10 +297,10 @@ def test_json_and_jsonl_carry_errors(tmp_path, capsys):
 def test_a_failed_write_is_not_counted_as_changed(tmp_path, capsys, monkeypatch):
     write(tmp_path / "a.py", FSDP1_SOURCE)
 
-    def full(path, data):
-        raise OSError(28, "No space left on device", path)
+    def full(target, data, like):
+        raise OSError(28, "No space left on device", target)
 
-    monkeypatch.setattr(sources, "_stage", full)
+    monkeypatch.setattr(writes, "_stage", full)
     from codemods.engine import migrate_files
     from codemods.options import Options
     from codemods.registry import select

@@ -34,7 +34,7 @@ STRUCTURAL = {
     "codemods/flow.py:_BLOCKS": "the AST fields that hold statement lists",
     "codemods/rules/base.py:STAGES": "the stages a rule runs in",
     "codemods/tidy.py:_STAGES": "the fixer stages, with what their edits are",
-    "codemods/sources.py:_HELD_SIGNALS": "the signals a write holds off",
+    "codemods/writes.py:_HELD_SIGNALS": "the signals a write holds off",
     "codemods/rules/reader_values/slots.py:_ENUMS": "F2P013's kind of value of each FSDP1 enum",
     "codemods/rules/reader_values/slots.py:_CONFIGS": "F2P013's kind and fields of each config",
     "codemods/rules/reader_values/slots.py:_STATE_DICT_SLOTS": "slots, in F2P013's kinds",
