@@ -43,8 +43,10 @@ class MasterWeightOptimizer:
     ``max_grad_norm``: a finite number > 0 clips by the global norm; ``None`` or
     ``float("inf")`` disables clipping (the norm is still computed and returned, the
     gradients are used as they are). ``lr`` must be finite and >= 0, ``weight_decay`` >= 0,
-    ``total_steps`` an integer >= 1, ``warmup_ratio`` in [0, 1]; anything else (0, negative,
-    NaN, a non-number) is a ValueError naming the argument, before anything is allocated.
+    ``total_steps`` an integer >= 1, ``warmup_ratio`` finite and >= 0 (above 1, the warmup
+    outlasts the run, as SpecForge allows); anything else (0, negative, NaN, a non-number) is
+    a ValueError naming the argument, before anything is allocated. ``lr_scheduler`` and the
+    schedule's own limits: ``lr_schedules.build_scheduler``, SpecForge's errors.
     """
 
     #: Whether ``torch.optim.AdamW`` runs its fused kernel unless ``optimizer_kwargs`` name a
@@ -273,7 +275,7 @@ class MasterWeightOptimizer:
         """
         self._check_compatible(state_dict)
         masters, optim = self._unpack(state_dict["fp32_params"], state_dict["optimizer_state_dict"])
-        schedule = state_dict["scheduler_state_dict"]
+        schedule = self.scheduler.own_form(state_dict["scheduler_state_dict"])
         for name, saved, m in zip(self.param_names, masters, self.fp32_params):
             _check_tensor_like(f"master of {name!r}", saved, m)
         self._check_optimizer_state(optim)
@@ -333,6 +335,20 @@ class MasterWeightOptimizer:
         return list(masters), optim
 
     def _check_compatible(self, state_dict: Mapping[str, Any]) -> None:
+        """SpecForge's checks first, with its messages (a checkpoint without
+        ``lr_scheduler_type`` is a cosine one, as SpecForge reads it), then the keys."""
+        kind = state_dict.get("lr_scheduler_type", "cosine")
+        if kind != self.lr_scheduler_type:
+            raise ValueError(
+                f"checkpoint optimizer used lr_scheduler={kind!r} but this run has "
+                f"lr_scheduler={self.lr_scheduler_type!r}; construct it with the checkpoint's"
+            )
+        saved = state_dict.get("max_grad_norm", self.max_grad_norm)
+        if saved != self.max_grad_norm and not (_no_clip(saved) and self._clip_at is None):
+            raise ValueError(
+                f"checkpoint optimizer used max_grad_norm={saved} but this run has "
+                f"max_grad_norm={self.max_grad_norm}; construct it with the checkpoint's"
+            )
         missing = [
             k
             for k in ("optimizer_state_dict", "scheduler_state_dict", "fp32_params")
@@ -340,18 +356,6 @@ class MasterWeightOptimizer:
         ]
         if missing:
             raise KeyError(f"not a BF16Optimizer checkpoint: missing {', '.join(missing)}")
-        saved = state_dict.get("max_grad_norm", self.max_grad_norm)
-        if saved != self.max_grad_norm and not (_no_clip(saved) and self._clip_at is None):
-            raise ValueError(
-                f"checkpoint was trained with max_grad_norm={saved}, this optimizer has "
-                f"{self.max_grad_norm}; construct it with the checkpoint's value"
-            )
-        kind = state_dict.get("lr_scheduler_type", self.lr_scheduler_type)
-        if kind != self.lr_scheduler_type:
-            raise ValueError(
-                f"checkpoint uses lr_scheduler={kind!r}, this optimizer "
-                f"{self.lr_scheduler_type!r}; construct it with the checkpoint's schedule"
-            )
 
 
 def _no_clip(max_grad_norm: object) -> bool:
@@ -371,7 +375,7 @@ def _check_options(lr: object, weight_decay: object, total_steps: object, warmup
             "a finite number >= 0",
         ),
         ("total_steps", total_steps, numbers.Integral, lambda v: v >= 1, "an integer >= 1"),
-        ("warmup_ratio", warmup, numbers.Real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+        ("warmup_ratio", warmup, numbers.Real, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
     )
     for name, value, kind, ok, rule in rules:
         if isinstance(value, bool) or not isinstance(value, kind) or not ok(value):
