@@ -388,10 +388,13 @@ def _check_tensor_like(what: str, saved: object, like: Tensor) -> None:
     if not isinstance(saved, Tensor):
         raise ValueError(f"{what}: checkpoint holds {type(saved).__name__}, expected a tensor")
     if tuple(saved.shape) != tuple(like.shape):
+        whose = "global shape" if isinstance(like, DTensor) else "shape"
         raise ValueError(
-            f"{what}: checkpoint shape {tuple(saved.shape)}, expected {tuple(like.shape)}: "
+            f"{what}: checkpoint {whose} {tuple(saved.shape)}, expected {tuple(like.shape)}: "
             "saved for another model"
         )
+    if isinstance(saved, DTensor) and isinstance(like, DTensor):
+        _check_own_shard(what, saved, like)
     if saved.dtype != like.dtype:
         raise ValueError(f"{what}: checkpoint dtype {saved.dtype}, expected {like.dtype}")
     layout = [
@@ -399,6 +402,35 @@ def _check_tensor_like(what: str, saved: object, like: Tensor) -> None:
     ]
     if layout[0] != layout[1]:
         raise ValueError(f"{what}: checkpoint layout {layout[0]}, expected {layout[1]}")
+
+
+_SAVE_EVERY_RANK = (
+    "a torch.save of one rank's state_dict() holds that rank's shards only: save with "
+    "torch.distributed.checkpoint (dcp.save), which every rank joins and which reshards on load"
+)
+
+
+def _check_own_shard(what: str, saved: DTensor, like: DTensor) -> None:
+    """ValueError, naming which, unless the DTensor ``saved`` holds this rank's piece of
+    ``like``: sharded over a mesh of the same shape, by the rank at this rank's coordinate.
+
+    A DTensor pickled by ``torch.save`` keeps the saving rank's mesh coordinate, so a file
+    one rank wrote and another loads is told apart from its own (the shapes alone agree).
+    """
+    ours, theirs = like.device_mesh, saved.device_mesh
+    if tuple(theirs.shape) != tuple(ours.shape):
+        raise ValueError(
+            f"{what}: checkpoint sharded over {theirs.size()} ranks (mesh "
+            f"{tuple(theirs.shape)}), this run over {ours.size()} (mesh {tuple(ours.shape)}): "
+            f"{_SAVE_EVERY_RANK}"
+        )
+    mine, saver = ours.get_coordinate(), theirs.get_coordinate()
+    if saver != mine:
+        rank = "another rank" if saver is None else f"rank {int(theirs.mesh[tuple(saver)])}"
+        me = "a rank outside the mesh" if mine is None else f"rank {int(ours.mesh[tuple(mine)])}"
+        raise ValueError(
+            f"{what}: checkpoint holds {rank}'s shard, this is {me}: {_SAVE_EVERY_RANK}"
+        )
 
 
 def _check_same_form(what: str, saved: object, own: object) -> None:
