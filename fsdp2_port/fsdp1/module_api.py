@@ -218,8 +218,11 @@ def summon_full_params(
     dtype (on the CPU with ``offload_to_cpu``; with its full gradient with ``with_grads``); on
     exit, with ``writeback``, each rank copies its own shard of the full tensor (and gradient)
     back, and the original parameters are registered again, also after an exception.
-    ``rank0_only``: only rank 0 sees full tensors, the others their DTensors. DDP and plain
-    modules: their parameters are already full, nothing changes. Refused as FSDP1 refuses:
+    ``rank0_only``: only rank 0 sees full tensors, the others their DTensors. A forward inside
+    the block (``generate()`` under ``recurse=False``, as RLHF code runs it on FSDP1) computes
+    with the full parameters registered there; the model trains on after it, its FSDP2 state
+    and parameters in agreement (``_summon_dtensors``). DDP and plain modules: their
+    parameters are already full, nothing changes. Refused as FSDP1 refuses:
     ``writeback`` with ``rank0_only``, ``with_grads`` with ``offload_to_cpu``.
     """
     if is_fsdp1(module):
@@ -238,8 +241,10 @@ def summon_full_params(
             "with_grads=True with offload_to_cpu=True is not supported (nor by FSDP1); pass "
             "offload_to_cpu=False"
         )
+    units, owned = _in_scope(module, recurse)
     return _summon_dtensors(
-        list(_owned_parameters(module, recurse)),
+        units,
+        owned,
         writeback=writeback,
         rank0_only=rank0_only,
         offload=offload_to_cpu,
@@ -247,17 +252,22 @@ def summon_full_params(
     )
 
 
-def _owned_parameters(module: nn.Module, recurse: bool) -> Iterator[tuple[nn.Module, str, Any]]:
-    """(owner, name, parameter) for each DTensor parameter to summon; each FSDP2 unit passed
-    is resharded first, so that its registered parameters are its DTensors.
+def _in_scope(
+    module: nn.Module, recurse: bool
+) -> tuple[list[nn.Module], list[tuple[nn.Module, str, Any]]]:
+    """The FSDP2 units to summon and (owner, name, parameter) for each DTensor parameter.
 
-    ``recurse=False``: only ``module``'s own FSDP2 unit, stopping at nested units.
+    Each unit is resharded first (a forward leaves the root unsharded), so that its registered
+    parameters are its DTensors. ``recurse=False``: only ``module``'s own unit, stopping at
+    nested units (none when ``module`` is not one).
     """
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
 
+    units: list[nn.Module] = []
+    owned: list[tuple[nn.Module, str, Any]] = []
     if not recurse and not isinstance(module, FSDPModule):
-        return
+        return units, owned
     stack, seen = [module], set()
     while stack:
         owner = stack.pop()
@@ -265,19 +275,22 @@ def _owned_parameters(module: nn.Module, recurse: bool) -> Iterator[tuple[nn.Mod
             continue
         seen.add(id(owner))
         if isinstance(owner, FSDPModule):
-            owner.reshard()  # left unsharded by a forward: its DTensors are the truth again
+            owner.reshard()
+            units.append(owner)
         for name, param in owner.named_parameters(recurse=False):
             if isinstance(param, DTensor):
-                yield owner, name, param
+                owned.append((owner, name, param))
         stack.extend(
             child
             for child in reversed(list(owner.children()))
             if recurse or not isinstance(child, FSDPModule)
         )
+    return units, owned
 
 
 @contextlib.contextmanager
 def _summon_dtensors(
+    units: list[Any],
     owned: list[tuple[nn.Module, str, Any]],
     *,
     writeback: bool,
@@ -285,6 +298,15 @@ def _summon_dtensors(
     offload: bool,
     with_grads: bool,
 ) -> Iterator[None]:
+    """Full copies of the ``owned`` DTensors registered in their place while open.
+
+    The ``units`` are unsharded by FSDP2 itself for the block (``unshard()``: a forward inside,
+    ``generate()`` say, then finds them unsharded and computes with the full parameters
+    registered here, as FSDP1's forward uses the summoned ones; it also lazily initialises
+    them while their DTensors are registered) and resharded on exit, before the DTensors are
+    registered again: FSDP2's own state and the module's parameters agree afterwards. The
+    cost is one more all-gather of the units' parameters (FSDP2's, in its ``param_dtype``).
+    """
     visible = not rank0_only or not is_distributed() or dist.get_rank() == 0
     full: dict[int, nn.Parameter] = {}  # by id of the DTensor: a shared one stays shared
     originals: dict[int, Any] = {}
@@ -302,15 +324,16 @@ def _summon_dtensors(
             new = nn.Parameter(value, requires_grad=param.requires_grad)
             new.grad = grad
             full[id(param)], originals[id(param)] = new, param
+    for unit in units:
+        unit.unshard()  # a collective too
+        if not visible:
+            unit.reshard()  # these ranks keep their DTensors (FSDP1 likewise)
     if visible:
         for owner, name, param in owned:
             owner.register_parameter(name, full[id(param)])
     try:
         yield
     finally:
-        if visible:
-            for owner, name, param in owned:
-                owner.register_parameter(name, param)
         if writeback:
             with torch.no_grad():
                 for key, param in originals.items():
@@ -322,6 +345,11 @@ def _summon_dtensors(
                             param.grad = shard.to(param.device)
                         else:
                             param.grad.to_local().copy_(shard.to_local())
+        for unit in units:
+            unit.reshard()
+        if visible:
+            for owner, name, param in owned:
+                owner.register_parameter(name, param)
 
 
 def _on_mesh(tensor: Any) -> Any:

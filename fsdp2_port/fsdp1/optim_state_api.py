@@ -322,8 +322,10 @@ def scatter_full_optim_state_dict(
     as this rank's ``optim.load_state_dict`` input; ``optim`` is left as it was.
 
     FSDP2, DDP and plain modules: torch's ``set_optimizer_state_dict`` with
-    ``broadcast_from_rank0``; ``optim`` is required (FSDP1's deprecated ``optim_input`` is
-    refused). Keys may be names (FSDP1's) or the ids of ``optim.state_dict()``.
+    ``broadcast_from_rank0`` (FSDP1's deprecated ``optim_input`` is refused). Keys may be names
+    (FSDP1's) or the ids of ``optim.state_dict()``. Without ``optim``, as FSDP1 allows: the
+    input of an optimizer built on ``model.parameters()`` in their order (FSDP1's promise then),
+    each state tensor shaped like its parameter placed as that parameter (``_by_position``).
     """
     if is_fsdp1(model):
         from torch.distributed.fsdp import FullyShardedDataParallel
@@ -331,9 +333,11 @@ def scatter_full_optim_state_dict(
         return FullyShardedDataParallel.scatter_full_optim_state_dict(
             full_optim_state_dict, model, optim_input, optim, group
         )
-    optim = _required_optim(optim, optim_input)
+    _refuse_optim_input(optim_input)
     _check_fsdp2_group(model, group)
     is_source = not dist.is_initialized() or dist.get_rank() == 0
+    if optim is None:
+        return _by_position(model, full_optim_state_dict or {}, from_rank0=is_distributed())
     given = _by_name(model, optim, full_optim_state_dict or {}) if is_source else {}
     return _load_optim(model, optim, given, full=True, rank0_only=is_distributed(), keep=False)
 
@@ -346,14 +350,17 @@ def shard_full_optim_state_dict(
 ) -> dict[str, Any]:
     """``FSDP.shard_full_optim_state_dict(...)``: the full dict every rank holds, as this rank's
     ``optim.load_state_dict`` input; ``optim`` is left as it was. On FSDP2, DDP and plain
-    modules as ``scatter_full_optim_state_dict``, without the broadcast."""
+    modules as ``scatter_full_optim_state_dict``, without the broadcast (also without
+    ``optim``)."""
     if is_fsdp1(model):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         return FullyShardedDataParallel.shard_full_optim_state_dict(
             full_optim_state_dict, model, optim_input, optim
         )
-    optim = _required_optim(optim, optim_input)
+    _refuse_optim_input(optim_input)
+    if optim is None:
+        return _by_position(model, full_optim_state_dict, from_rank0=False)
     given = _by_name(model, optim, full_optim_state_dict)
     return _load_optim(model, optim, given, full=True, rank0_only=False, keep=False)
 
@@ -364,16 +371,6 @@ def _refuse_optim_input(optim_input: Any) -> None:
             "optim_input: FSDP1 deprecated it and FSDP2 has no equivalent; the optimizer names "
             "its own parameters: pass optim= (and optim_input=None)"
         )
-
-
-def _required_optim(optim: torch.optim.Optimizer | None, optim_input: Any) -> torch.optim.Optimizer:
-    _refuse_optim_input(optim_input)
-    if optim is None:
-        raise ValueError(
-            "optim: a model without FSDP1 instances needs the optimizer that will load the "
-            "state (optim=...)"
-        )
-    return optim
 
 
 def _by_name(model: nn.Module, optim: torch.optim.Optimizer, osd: dict[str, Any]) -> dict[str, Any]:
@@ -400,3 +397,93 @@ def _by_name(model: nn.Module, optim: torch.optim.Optimizer, osd: dict[str, Any]
         {**group, "params": [name(p) for p in group.get("params", [])]} for group in groups
     ]
     return {**osd, "state": state, "param_groups": param_groups}
+
+
+def _by_position(model: nn.Module, osd: dict[str, Any], *, from_rank0: bool) -> dict[str, Any]:
+    """FSDP1's result without an optimizer: ``osd`` (full tensors, keyed by name as FSDP1's
+    ``full_optim_state_dict`` writes it, or by position) keyed by the position of each
+    parameter in ``model.parameters()``, every tensor shaped like its parameter placed as that
+    parameter (its DTensor shard, no communication where each rank holds ``osd``); other
+    values (``step``) as they are. ``from_rank0``: only rank 0's ``osd`` counts; its layout is
+    broadcast, then each tensor scattered (DTensors) or broadcast (plain parameters).
+    """
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    from fsdp2_port.fsdp1.module_api import unwrapped
+
+    names = [name for name, _ in unwrapped(model).named_parameters()]
+    params = list(model.parameters())
+    if from_rank0:
+        layout = [_layout(osd, names) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(layout, src=0)
+        state_layout, groups = layout[0]  # type: ignore[misc]
+    else:
+        state_layout, groups = _layout(osd, names)
+    source = not from_rank0 or dist.get_rank() == 0
+    state: dict[int, dict[str, Any]] = {}
+    for i, entry in sorted(state_layout.items()):
+        param, saved = params[i], _entry(osd, names, i) if source else {}
+        state[i] = {}
+        for key, kind in entry.items():
+            if not isinstance(kind, tuple):
+                state[i][key] = kind
+                continue
+            shape, dtype = kind
+            if shape != tuple(param.shape):
+                raise ValueError(
+                    f"full_optim_state_dict: state {key!r} of {names[i]!r} has shape {shape}, "
+                    f"its parameter {tuple(param.shape)}: it cannot be placed like the "
+                    "parameter without the optimizer; pass optim="
+                )
+            value = saved[key] if source else torch.empty(shape, dtype=dtype)
+            if isinstance(param, DTensor):
+                mesh = param.device_mesh
+                value = distribute_tensor(
+                    value.to(mesh.device_type),
+                    mesh,
+                    param.placements,
+                    src_data_rank=0 if from_rank0 else None,
+                )
+            else:
+                value = value.to(param.device)
+                if from_rank0:
+                    dist.broadcast(value, src=0)
+            state[i][key] = value
+    return {"state": state, "param_groups": groups}
+
+
+def _entry(osd: dict[str, Any], names: list[str], i: int) -> dict[str, Any]:
+    """The state of the parameter at position ``i``, keyed by its name or by ``i``."""
+    state = osd.get("state", {})
+    return state[names[i]] if names[i] in state else state[i]
+
+
+def _layout(
+    osd: dict[str, Any], names: list[str]
+) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+    """Per position, each state key: (shape, dtype) for a tensor shaped like its parameter
+    (the tensors to place), the value itself otherwise; and the param groups by position.
+    ValueError, one line, for a name the model lacks or a tensor of another shape."""
+    index = {name: i for i, name in enumerate(names)}
+
+    def position(key: Any) -> int:
+        if isinstance(key, int) and 0 <= key < len(names):
+            return key
+        if key in index:
+            return index[key]
+        raise ValueError(
+            f"full_optim_state_dict: parameter {key!r} is not one of the model's "
+            f"{len(names)} parameters (names as FSDP1 writes them, or positions)"
+        )
+
+    layout: dict[int, dict[str, Any]] = {}
+    for key, entry in osd.get("state", {}).items():
+        layout[position(key)] = {
+            k: (tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) and v.dim() > 0 else v
+            for k, v in entry.items()
+        }
+    groups = [
+        {**g, "params": [position(p) for p in g.get("params", [])]}
+        for g in osd.get("param_groups", [])
+    ]
+    return layout, groups
