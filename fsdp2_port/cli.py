@@ -375,6 +375,14 @@ def _convert_checkpoint(argv: list[str]) -> int:
     )
     parser.add_argument("--model-key", default="model")
     parser.add_argument("--optim-key", default="optim")
+    parser.add_argument(
+        "--rebuild-missing",
+        metavar="WEIGHTS",
+        help="a SpecForge optimizer state some ranks never saved (training_state.pt, rank 0 "
+        "only): rebuild the missing fp32 masters from these model weights (.safetensors, a "
+        "torch.save'd dict, or a save_pretrained directory) and start the missing Adam moments "
+        "at zero; said here, recorded in DST, and warned about by the optimizer that loads it",
+    )
     try:
         args = parser.parse_args(argv)
     except _UsageError as e:
@@ -390,6 +398,8 @@ def _convert_checkpoint(argv: list[str]) -> int:
             units=units,
             model_key=args.model_key,
             optim_key=args.optim_key,
+            rebuild_missing=args.rebuild_missing,
+            announce=print,
         )
     except (ConversionError, FileNotFoundError, KeyError) as e:
         print(f"fsdp2-port convert-checkpoint: {e}", file=sys.stderr)

@@ -176,3 +176,26 @@ def build_scheduler(
                 f"for total_steps={total_steps}"
             )
     return WarmupLR(optimizer, warmup_steps, after)
+
+
+def own_form_offline(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """A scheduler state in this module's form without the optimizer it belongs to: a
+    SpecForge state (see the module) is translated against a schedule built from its own
+    numbers (warmup, ``T_max``, base lrs); this module's form is returned as it is."""
+    if "after_scheduler_dict" not in state_dict and "warmup_epochs" not in state_dict:
+        return dict(state_dict)
+    import torch
+
+    base_lrs = list(state_dict.get("base_lrs") or [0.0])
+    optimizer = torch.optim.SGD(
+        [{"params": [torch.nn.Parameter(torch.zeros(1))], "lr": lr} for lr in base_lrs]
+    )
+    after_state = state_dict.get("after_scheduler_dict")
+    after = None
+    if state_dict.get("after_scheduler_type") == SPECFORGE_AFTER_TYPES["cosine"]:
+        assert isinstance(after_state, Mapping)
+        after = CosineAnnealingLR(
+            optimizer, T_max=after_state["T_max"], eta_min=after_state.get("eta_min", 0.0)
+        )
+    template = WarmupLR(optimizer, int(state_dict["warmup_epochs"]), after)
+    return template.own_form(state_dict)

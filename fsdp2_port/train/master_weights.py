@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,10 @@ from fsdp2_port.train import grad_norm, local_adamw
 from fsdp2_port.train.lr_schedules import build_scheduler
 
 _foreach_copy_ = torch_internals.load("foreach_copy_")  # private torch: see torch_internals
+
+#: Where ``fsdp2-port convert-checkpoint --rebuild-missing`` records what it rebuilt (the
+#: weights it read; per parameter, the elements saved and in all): a load of such a state warns.
+REBUILT_KEY = "fsdp2_port_rebuilt"
 
 
 class MasterWeightOptimizer:
@@ -286,6 +291,7 @@ class MasterWeightOptimizer:
         self.optimizer.load_state_dict(self._with_own_kernels(optim))
         self.scheduler.load_state_dict(dict(schedule))
         self._write_back()
+        _warn_if_rebuilt(state_dict.get(REBUILT_KEY))
 
     def _check_optimizer_state(self, optim: Mapping[str, Any]) -> None:
         """ValueError unless ``optim`` (torch's form, by position) fits this optimizer: the same
@@ -356,6 +362,22 @@ class MasterWeightOptimizer:
         ]
         if missing:
             raise KeyError(f"not a BF16Optimizer checkpoint: missing {', '.join(missing)}")
+
+
+def _warn_if_rebuilt(record: object) -> None:
+    """One warning, when the state loaded was converted with ``--rebuild-missing``."""
+    if not isinstance(record, Mapping):
+        return
+    parameters = record.get("parameters") or {}
+    lost = sum(int(p["total"]) - int(p["saved"]) for p in parameters.values())
+    warnings.warn(
+        f"this optimizer state was converted with --rebuild-missing: the fp32 masters of "
+        f"{len(parameters)} parameters ({lost} elements) were rebuilt from "
+        f"{record.get('weights')} and their missing Adam moments started at zero; the run "
+        "does not continue bit for bit from where it was saved",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _no_clip(max_grad_norm: object) -> bool:
