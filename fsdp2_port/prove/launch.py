@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import IO, Any
@@ -204,17 +204,21 @@ class CommandRun:
     stderr: str
 
 
-def run_command(command: list[str], timeout: float) -> CommandRun:
+def run_command(
+    command: list[str], timeout: float, env: Mapping[str, str] | None = None
+) -> CommandRun:
     """Run ``command`` to completion and leave nothing of it running.
 
     The run gets its own session (no terminal signal reaches it: the caller decides) and
     ``COMMAND_RUN_VAR`` set to an id of its own, which every process it starts inherits. When
     the command exits, at ``timeout``, and on any exception (``Interrupted``, Ctrl-C), every
     process of the run is ended (``end_processes``). Standard output is unbuffered, so a run
-    killed at the deadline still shows its last lines.
+    killed at the deadline still shows its last lines. ``env``: variables added to this
+    process's environment for the run.
     """
     run_id = uuid.uuid4().hex
-    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
+    extra = dict(env or {})
+    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"), **extra}
     env[COMMAND_RUN_VAR] = run_id
     start = time.monotonic()
     proc = subprocess.Popen(
