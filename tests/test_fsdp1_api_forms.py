@@ -407,6 +407,20 @@ def _legacy_optimizer_state(rank, world):
         _assert_local_equal(fresh, o2)
         assert fresh.param_groups[0]["betas"] == o2.param_groups[0]["betas"] == (0.9, 0.999)
         _assert_osd(fsdp2_port.full_optim_state_dict(m2, fresh, rank0_only=False), want)
+    # FSDP1's full dicts share one step tensor among the parameters (torch.save keeps that):
+    # each loaded parameter gets its own, or every step would advance it once per parameter.
+    step = torch.tensor(1.0)
+    shared = {
+        **everywhere,
+        "state": {n: {**e, "step": step} for n, e in everywhere["state"].items()},
+    }
+    for optim in (True, False):
+        fresh = torch.optim.AdamW(m2.parameters(), lr=1e-2)
+        fresh.load_state_dict(
+            fsdp2_port.shard_full_optim_state_dict(shared, m2, optim=fresh if optim else None)
+        )
+        steps = [state["step"] for state in fresh.state.values()]
+        assert len({id(t) for t in steps}) == len(steps) == len(NAMES)
     odd = {"state": {"head.weight": {"exp_avg": torch.zeros(3)}}, "param_groups": []}
     with pytest.raises(ValueError, match=r"'exp_avg' of 'head.weight' has shape \(3,\)"):
         fsdp2_port.shard_full_optim_state_dict(odd, m2)

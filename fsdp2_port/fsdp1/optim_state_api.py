@@ -262,11 +262,16 @@ def _optimizer_state_from(
 
 
 def _structure_copy(obj: Any) -> Any:
-    """New dicts and lists around the same tensors: torch re-keys the dicts it is given."""
+    """New dicts and lists around the same tensors (torch re-keys the dicts it is given), and
+    a copy of each scalar tensor: FSDP1's full optimizer state shares one ``step`` tensor among
+    all parameters (also through ``torch.save``), which a loaded optimizer would advance once
+    per parameter at every step."""
     if isinstance(obj, dict):
         return {key: _structure_copy(value) for key, value in obj.items()}
     if isinstance(obj, list):
         return [_structure_copy(value) for value in obj]
+    if isinstance(obj, torch.Tensor) and obj.dim() == 0:
+        return obj.clone()
     return obj
 
 
@@ -425,8 +430,8 @@ def _by_position(model: nn.Module, osd: dict[str, Any], *, from_rank0: bool) -> 
         param, saved = params[i], _entry(osd, names, i) if source else {}
         state[i] = {}
         for key, kind in entry.items():
-            if not isinstance(kind, tuple):
-                state[i][key] = kind
+            if not isinstance(kind, tuple):  # a shared step tensor becomes one per parameter
+                state[i][key] = kind.clone() if isinstance(kind, torch.Tensor) else kind
                 continue
             shape, dtype = kind
             if shape != tuple(param.shape):
