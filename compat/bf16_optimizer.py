@@ -51,6 +51,15 @@ class BF16Optimizer(MasterWeightOptimizer):
             from compat.transition import rank_pieces
 
             return rank_pieces(self, masters, optim)
+        for i, (saved, m) in enumerate(zip(masters, self.fp32_params)):
+            if isinstance(saved, Tensor) and saved.dim() == m.dim() == 1 and saved.shape != m.shape:
+                raise ValueError(
+                    f"master {i} ({self.param_names[i]!r}): the checkpoint holds a piece of "
+                    f"{saved.numel()} elements, this rank's is {m.numel()}: another rank's FSDP1 "
+                    "pieces (SpecForge saves training_state.pt on rank 0 only). Give every rank "
+                    "its own file, or convert the files (fsdp2-port convert-checkpoint; "
+                    "--rebuild-missing for rank 0's alone) and load the converted state"
+                )
         return super()._unpack(masters, optim)
 
 

@@ -367,7 +367,7 @@ def compare(config: Config) -> Result:
 def _continue(config: Config, result: Result, saves: dict[str, Path], logs: str) -> None:
     """``--resume-at``: NEW resumed from its own checkpoint (and from OLD's, converted), each
     judged against OLD's uninterrupted run after step K; ``result`` takes their runs and
-    departures, and an error where one could not run."""
+    departures, and the errors of those that could not run (the others run all the same)."""
     assert config.resume_at is not None
     k = config.resume_at
     step, metric_patterns = patterns(config.metrics)
@@ -376,33 +376,45 @@ def _continue(config: Config, result: Result, saves: dict[str, Path], logs: str)
     sources = {resume.OWN: saves["new"]}
     if config.resume_from_old:
         sources[resume.FROM_OLD] = Path(logs, "checkpoints", "converted")
+    errors = []
     for label, folder in sources.items():
-        made_by = "new" if label == resume.OWN else "old"
-        if not resume.saved_anything(saves[made_by]):
-            result.verdict, result.error = "error", resume.nothing_saved(made_by, k)
-            return
-        if label == resume.FROM_OLD:
-            folder.mkdir(parents=True)
-            print("fsdp2-port compare: converting old's checkpoint", file=sys.stderr, flush=True)
-            conversions, commands, error = resume.convert_old(
-                saves["old"], folder, config.convert, config.convert_args, config.timeout
-            )
-            for i, (run, command) in enumerate(zip(conversions, commands)):
-                result.runs[f"convert-{i}"] = Run("convert-checkpoint", command, **asdict(run))
-            if error is not None:
-                result.verdict, result.error = "error", error
-                return
-        print(f"fsdp2-port compare: running {label}: {config.new}", file=sys.stderr, flush=True)
-        command = launch_command(config, config.new, label, logs)
-        ended = run_command(command, config.timeout, resume.resume_env(k, folder))
-        result.runs[label] = Run(config.new, command, **asdict(ended))
-        if not result.runs[label].ok:
-            result.verdict, result.error = "error", _failed(result.runs[label], label)
-            return
+        error = _continue_one(config, result, label, folder, saves, logs)
+        if error is not None:
+            errors.append(error)
+            continue
         log = parse_log(result.runs[label].stdout, step, metric_patterns)
         result.continued[label] = {s: v for s, v in log.items() if s > k}
         result.failures += resume.judge_continued(old_log, log, k, tol, label)
-    result.verdict = "different" if result.failures else "same"
+    if errors:
+        result.verdict, result.error = "error", "; ".join(errors)
+    else:
+        result.verdict = "different" if result.failures else "same"
+
+
+def _continue_one(
+    config: Config, result: Result, label: str, folder: Path, saves: dict[str, Path], logs: str
+) -> str | None:
+    """Run one continued NEW (converting OLD's checkpoint first for ``new-from-old``); the
+    error that kept it from finishing, or None."""
+    assert config.resume_at is not None
+    made_by = "new" if label == resume.OWN else "old"
+    if not resume.saved_anything(saves[made_by]):
+        return resume.nothing_saved(made_by, config.resume_at)
+    if label == resume.FROM_OLD:
+        folder.mkdir(parents=True)
+        print("fsdp2-port compare: converting old's checkpoint", file=sys.stderr, flush=True)
+        conversions, commands, error = resume.convert_old(
+            saves["old"], folder, config.convert, config.convert_args, config.timeout
+        )
+        for i, (run, command) in enumerate(zip(conversions, commands)):
+            result.runs[f"convert-{i}"] = Run("convert-checkpoint", command, **asdict(run))
+        if error is not None:
+            return error
+    print(f"fsdp2-port compare: running {label}: {config.new}", file=sys.stderr, flush=True)
+    command = launch_command(config, config.new, label, logs)
+    ended = run_command(command, config.timeout, resume.resume_env(config.resume_at, folder))
+    result.runs[label] = Run(config.new, command, **asdict(ended))
+    return None if result.runs[label].ok else _failed(result.runs[label], label)
 
 
 def _plain(config: Config) -> dict[str, Any]:

@@ -376,7 +376,7 @@ def _warn_if_rebuilt(record: object) -> None:
         f"{record.get('weights')} and their missing Adam moments started at zero; the run "
         "does not continue bit for bit from where it was saved",
         UserWarning,
-        stacklevel=3,
+        stacklevel=4,  # the caller of load_state_dict (under its no_grad wrapper)
     )
 
 
