@@ -7,8 +7,11 @@ completed by one all-reduce, with FSDP1's layout found from the model itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 
 from compat.fsdp1_layout import copies_in, refuse_dtensors, shard_groups
 from fsdp2_port.train.master_weights import MasterWeightOptimizer
@@ -40,6 +43,24 @@ class BF16Optimizer(MasterWeightOptimizer):
 
     def _norm_copies(self, group: dist.ProcessGroup) -> list[int]:
         return [copies_in(group, s) for s in self._shard_groups]
+
+    def _unpack(self, masters: Any, optim: dict[str, Any]) -> tuple[list[Tensor], dict[str, Any]]:
+        """SpecForge's positional form as it is; the name-keyed one (``fsdp2_port``'s, what
+        ``fsdp2-port convert-checkpoint`` writes) cut into this rank's pieces, a collective."""
+        if isinstance(masters, Mapping):
+            from compat.transition import rank_pieces
+
+            return rank_pieces(self, masters, optim)
+        for i, (saved, m) in enumerate(zip(masters, self.fp32_params)):
+            if isinstance(saved, Tensor) and saved.dim() == m.dim() == 1 and saved.shape != m.shape:
+                raise ValueError(
+                    f"master {i} ({self.param_names[i]!r}): the checkpoint holds a piece of "
+                    f"{saved.numel()} elements, this rank's is {m.numel()}: another rank's FSDP1 "
+                    "pieces (SpecForge saves training_state.pt on rank 0 only). Give every rank "
+                    "its own file, or convert the files (fsdp2-port convert-checkpoint; "
+                    "--rebuild-missing for rank 0's alone) and load the converted state"
+                )
+        return super()._unpack(masters, optim)
 
 
 def _has_dtensors(model: object) -> bool:

@@ -6,7 +6,10 @@
    (the diff and the report are shown, then the rewrite is written);
 2. runs `fsdp2-port compare` on the original and the migration: both train on 2 CPU ranks
    (torchrun, gloo), their losses and grad norms side by side, a verdict, and an HTML report
-   in OUT/compare.html;
+   in OUT/compare.html. With `--resume-at`, both save a checkpoint half way, and the
+   migration resumes twice, from its own checkpoint and from the original's (its per-rank
+   optimizer files through `fsdp2-port convert-checkpoint`): each continuation must follow
+   the original's uninterrupted run;
 3. compares the full state dicts both saved at the end.
 
 Exit 0 when compare says "same" and the final weights agree, 1 otherwise.
@@ -68,6 +71,13 @@ def main() -> int:
         "--forbid-fsdp1",  # the migration must run no FSDP1 code, not only train the same
         "--html",
         str(args.out / "compare.html"),
+        "--resume-at",
+        str(args.steps // 2 - 1),
+        "--resume-from-old",
+        "--convert",
+        "optim_{rank}.pt",
+        "--convert-args",
+        "--model examples.train_fsdp1:TinyLM",
         "--",
         "--steps",
         str(args.steps),

@@ -7,6 +7,11 @@ precision, SHARD_GRAD_OP, the SpecForge-style BF16 master optimizer (compat's, w
 the true global norm), gradient accumulation under no_sync, and a full state dict saved at
 the end. Prints one ``step N loss L grad_norm G`` line per optimizer step on rank 0.
 `fsdp2-port migrate` turns it into an FSDP2 script (see the README's demo).
+
+It saves and resumes as a long run does (``--save-at K --checkpoint DIR``, ``--resume-from
+DIR --resume-at K``): the model's full state dict from rank 0 and each rank's optimizer state
+(SpecForge's form: its own masters and moments). The options default to the variables
+``fsdp2-port compare --resume-at`` sets (docs/compare.md).
 """
 
 import argparse
@@ -73,12 +78,36 @@ def micro_batches(step: int, rank: int, world_size: int, accum: int, batch: int)
     return [(t[:, :-1], t[:, 1:]) for t in mine]
 
 
+def save_checkpoint(model: FSDP, optimizer: BF16Optimizer, folder: str) -> None:
+    rank = dist.get_rank()
+    full_config = FullStateDictConfig(offload_to_cpu=False, rank0_only=True)
+    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, full_config):
+        state = model.state_dict()
+    if rank == 0:
+        torch.save(state, os.path.join(folder, "model.pt"))
+    torch.save(optimizer.state_dict(), os.path.join(folder, f"optim_{rank}.pt"))
+
+
+def load_checkpoint(model: FSDP, optimizer: BF16Optimizer, folder: str) -> None:
+    state = torch.load(os.path.join(folder, "model.pt"))
+    full_config = FullStateDictConfig(offload_to_cpu=False, rank0_only=False)
+    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, full_config):
+        model.load_state_dict(state)
+    path = os.path.join(folder, f"optim_{dist.get_rank()}.pt")
+    optimizer.load_state_dict(torch.load(path, weights_only=False))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--accum", type=int, default=2)
     parser.add_argument("--batch", type=int, default=4, help="sequences per rank per micro-batch")
     parser.add_argument("--save", default=None, help="where rank 0 writes the full state dict")
+    env = os.environ.get
+    parser.add_argument("--save-at", type=int, default=int(env("FSDP2_PORT_SAVE_AT", -1)))
+    parser.add_argument("--checkpoint", default=env("FSDP2_PORT_CHECKPOINT"))
+    parser.add_argument("--resume-from", default=env("FSDP2_PORT_RESUME_FROM"))
+    parser.add_argument("--resume-at", type=int, default=int(env("FSDP2_PORT_RESUME_AT", -1)))
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -102,7 +131,11 @@ def main() -> None:
         model, lr=3e-3, max_grad_norm=0.25, total_steps=100, warmup_ratio=0.05
     )
 
-    for step in range(args.steps):
+    first = 0
+    if args.resume_from:
+        load_checkpoint(model, optimizer, args.resume_from)
+        first = args.resume_at + 1
+    for step in range(first, args.steps):
         batches = micro_batches(step, rank, world_size, args.accum, args.batch)
         total = torch.zeros(())
         for i, (tokens, targets) in enumerate(batches):
@@ -120,6 +153,8 @@ def main() -> None:
             print(
                 f"step {step} loss {total.item():.6f} grad_norm {grad_norm.item():.6f}", flush=True
             )
+        if step == args.save_at and args.checkpoint:
+            save_checkpoint(model, optimizer, args.checkpoint)
 
     # On a GPU job this would offload to the CPU; on a CPU run FSDP1's offload_to_cpu=True
     # segfaults (torch 2.13), and the tensors are on the CPU already.

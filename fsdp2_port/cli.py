@@ -373,6 +373,37 @@ def _compare_parser() -> _Parser:
         metavar="NAME=X",
         help="a metric's relative tolerance instead of --dtype's",
     )
+    life = parser.add_argument_group(
+        "save and resume (the script reads FSDP2_PORT_SAVE_AT, FSDP2_PORT_CHECKPOINT, "
+        "FSDP2_PORT_RESUME_FROM, FSDP2_PORT_RESUME_AT: docs/compare.md)"
+    )
+    life.add_argument(
+        "--resume-at",
+        type=int,
+        metavar="K",
+        help="both runs save a checkpoint after step K and go on; NEW then resumes from its "
+        "own and must continue as OLD's uninterrupted run did",
+    )
+    life.add_argument(
+        "--resume-from-old",
+        action="store_true",
+        help="with --resume-at: NEW also resumes from OLD's checkpoint, converted",
+    )
+    life.add_argument(
+        "--convert",
+        action="append",
+        default=[],
+        metavar="SRC[=DST]",
+        help="a file of OLD's checkpoint folder to pass through fsdp2-port convert-checkpoint "
+        "({rank}: one file per rank; DST with {rank}: the converted file for every rank); "
+        "other files are copied as they are",
+    )
+    life.add_argument(
+        "--convert-args",
+        metavar="ARGS",
+        help="convert-checkpoint's options, one string ({old}: OLD's checkpoint folder), "
+        "e.g. '--model pkg.model:build --rebuild-missing {old}/model.safetensors'",
+    )
     return _add_proof_options(
         parser,
         quantities=("metric",),
@@ -406,7 +437,7 @@ def _compare(argv: list[str]) -> int:
         return out.error(f"error: {problem}")
     out.html = args.html
     try:
-        given = dict(metrics=dict(args.metric), rtol=dict(args.rtol))
+        given = dict(metrics=dict(args.metric), rtol=dict(args.rtol), convert=tuple(args.convert))
         config = _config(compare.Config, args, script_args=tuple(argv[split + 1 :]), **given)
         result = compare.compare(config)
     except compare.CompareError as e:
@@ -457,6 +488,14 @@ def _convert_checkpoint(argv: list[str]) -> int:
         "only for a checkpoint you trust. Without it nothing in SRC runs: only the types "
         "these formats hold are built, and a checkpoint that needs anything else is refused",
     )
+    parser.add_argument(
+        "--rebuild-missing",
+        metavar="WEIGHTS",
+        help="a SpecForge optimizer state some ranks never saved (training_state.pt, rank 0 "
+        "only): rebuild the missing fp32 masters from these model weights (.safetensors, a "
+        "torch.save'd dict, or a save_pretrained directory) and start the missing Adam moments "
+        "at zero; said here, recorded in DST, and warned about by the optimizer that loads it",
+    )
     try:
         args = parser.parse_args(argv)
     except _UsageError as e:
@@ -485,6 +524,8 @@ def _convert_checkpoint(argv: list[str]) -> int:
             model_key=args.model_key,
             optim_key=args.optim_key,
             trust_pickle=args.trust_pickle,
+            rebuild_missing=args.rebuild_missing,
+            announce=print,
         )
     except (ConversionError, FileNotFoundError, KeyError) as e:
         print(f"fsdp2-port convert-checkpoint: {e}", file=sys.stderr)

@@ -40,8 +40,13 @@ def test_migrated_example_trains_like_the_original(tmp_path):
     assert fsdp1_names == []
     assert "fully_shard_like_fsdp1" not in migrated and "fully_shard(" in migrated
     assert "from fsdp2_port import BF16Optimizer" in migrated
+    # --resume-at 0: the migration resumed from its own checkpoint and from the original's
+    # (converted) continues the original's uninterrupted steps 1 and 2
+    assert "new-resumed: resumed after step 0 from NEW's own checkpoint" in run.stdout
+    assert "new-from-old: resumed after step 0 from OLD's, converted" in run.stdout
+    assert "convert-0: convert-checkpoint (exit 0" in run.stdout
     rows = re.findall(r"^\s+(\d+)\s+(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\S+)\s+\S+$", run.stdout, re.M)
-    assert len(rows) == 3
+    assert [int(r[0]) for r in rows] == [0, 1, 2, 1, 2, 1, 2]
     for _, l1, l2, n1, n2 in rows:  # compare's verdict, checked again from its table
         assert abs(float(l1) - float(l2)) <= 2e-3 * float(l1)
         assert abs(float(n1) - float(n2)) <= 2e-3 * float(n1)

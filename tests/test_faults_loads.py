@@ -8,9 +8,11 @@ import copy
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import compat
@@ -175,9 +177,32 @@ def _refusals_on_dtensors(rank, world, tmp_path):
         model = _shard(make_model(seed=1))
         opt = _trained(fsdp2_port.BF16Optimizer, model, 2, rank, world)
         _refused_dcp_load_changes_nothing(opt, path, match)
+    _refusals_of_one_ranks_file(rank, world, tmp_path)
+
+
+def _refusals_of_one_ranks_file(rank, world, tmp_path):
+    """``torch.save(optimizer.state_dict())`` on each rank: the other rank's file is refused
+    (its shards have this rank's shapes: only their mesh coordinate tells), so is a file
+    loaded into a model sharded over another number of ranks; a rank's own file loads."""
+    opt = _trained(fsdp2_port.BF16Optimizer, _shard(make_model(seed=1)), 2, rank, world)
+    torch.save(opt.state_dict(), tmp_path / f"optim{rank}.pt")
+    dist.barrier()
+    other = torch.load(tmp_path / f"optim{1 - rank}.pt", weights_only=False)
+    match = rf"holds rank {1 - rank}'s shard, this is rank {rank}: a torch.save of one rank's"
+    _refused_changes_nothing(opt, lambda: opt.load_state_dict(other), match)
+    own = torch.load(tmp_path / f"optim{rank}.pt", weights_only=False)
+    opt.load_state_dict(own)
+    solo = init_device_mesh("cpu", (world, 1), mesh_dim_names=("dp", "solo"))["solo"]
+    model = make_model(seed=1)
+    for block in model.blocks:
+        fully_shard(block, mesh=solo)
+    alone = fsdp2_port.BF16Optimizer(fully_shard(model.to(torch.bfloat16), mesh=solo), LR, **KW)
+    match = r"sharded over 2 ranks \(mesh \(2,\)\), this run over 1 \(mesh \(1,\)\)"
+    _refused_changes_nothing(alone, lambda: alone.load_state_dict(own), match)
 
 
 @pytest.mark.slow
 def test_refused_dcp_load_changes_nothing_on_two_ranks(tmp_path):
-    """DTensor masters and moments sharded over 2 gloo ranks; 60 s is ~10x its run time."""
+    """DTensor masters and moments sharded over 2 gloo ranks, DCP checkpoints and one rank's
+    torch.save; 60 s is ~6x its run time."""
     run_ranks(_refusals_on_dtensors, 2, tmp_path, timeout=60)

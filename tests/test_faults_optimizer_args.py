@@ -30,7 +30,7 @@ BAD = [
     ("total_steps", -5),
     ("total_steps", 10.5),
     ("warmup_ratio", -0.1),
-    ("warmup_ratio", 1.5),
+    ("warmup_ratio", math.inf),
     ("warmup_ratio", float("nan")),
 ]
 

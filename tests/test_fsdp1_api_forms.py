@@ -204,6 +204,24 @@ def _clip_and_full_params(rank, world):
         assert full == {n for n in NAMES if n.startswith("blocks.1.")}
     with fsdp2_port.summon_full_params(m2.blocks, recurse=False, writeback=False):
         assert all(isinstance(p, DTensor) for p in m2.parameters())  # not a unit: as FSDP1
+    # A forward (generate()'s loop) inside summon_full_params(recurse=False, writeback=False):
+    # FSDP1 and FSDP2 give the one-process model's output bit for bit (the same full weights,
+    # the same rows), also as an FSDP2 model's first forward; the models train on afterwards.
+    x = local_rows(global_batch(1)[0], rank, world)
+    with torch.no_grad():
+        want_out = make_model()(x)
+    used = _fsdp2(world)
+    used(x)
+    for model in (_fsdp1(), _fsdp2(world), used):
+        with torch.no_grad(), fsdp2_port.summon_full_params(model, recurse=False, writeback=False):
+            outs = [model(x) for _ in range(3)]
+        assert all(torch.equal(out, want_out) for out in outs), type(model).__name__
+        with torch.no_grad():
+            assert torch.equal(model(x), want_out)
+        _backward(model, rank, world)
+        if isinstance(model, FSDP):
+            continue
+        assert all(isinstance(p, DTensor) and p.grad is not None for p in model.parameters())
     # rank0_only: rank 0 sees full tensors, the other ranks their shards (FSDP1 likewise).
     with FSDP.summon_full_params(f1, rank0_only=True, writeback=False):
         shapes1 = [tuple(p.shape) for p in f1.parameters()]
@@ -334,6 +352,14 @@ def _legacy_optimizer_state(rank, world):
         FSDP.shard_full_optim_state_dict(want, f1, optim=o1),
     )
     _assert_osd_ids(scattered1, o1.state_dict())  # FSDP1's own state comes back
+    # Without the optimizer, as FSDP1 allows it: FSDP1's own functions, same result.
+    no_optim1 = fsdp2_port.scatter_full_optim_state_dict(want if rank == 0 else None, f1)
+    _assert_osd_ids(no_optim1, FSDP.scatter_full_optim_state_dict(want if rank == 0 else None, f1))
+    _assert_osd_ids(no_optim1, o1.state_dict())
+    _assert_osd_ids(
+        fsdp2_port.shard_full_optim_state_dict(want, f1),
+        FSDP.shard_full_optim_state_dict(want, f1),
+    )
 
     # FSDP2: FSDP1's values, bitwise; rank 0 only by default, on the CPU.
     full = fsdp2_port.full_optim_state_dict(m2, o2)
@@ -369,6 +395,10 @@ def _legacy_optimizer_state(rank, world):
         lambda opt: fsdp2_port.scatter_full_optim_state_dict(
             want if rank == 0 else None, m2, None, opt
         ),
+        # Without the optimizer (FSDP1's form): the input of one on model.parameters().
+        lambda opt: fsdp2_port.scatter_full_optim_state_dict(full if rank == 0 else None, m2),
+        lambda opt: fsdp2_port.shard_full_optim_state_dict(everywhere, m2),
+        lambda opt: fsdp2_port.shard_full_optim_state_dict(_by_id(everywhere), m2),
     ):
         fresh = torch.optim.AdamW(m2.parameters(), lr=1e-2)
         result = load(fresh)
@@ -377,8 +407,25 @@ def _legacy_optimizer_state(rank, world):
         _assert_local_equal(fresh, o2)
         assert fresh.param_groups[0]["betas"] == o2.param_groups[0]["betas"] == (0.9, 0.999)
         _assert_osd(fsdp2_port.full_optim_state_dict(m2, fresh, rank0_only=False), want)
-    with pytest.raises(ValueError, match="optim: a model without FSDP1"):
-        fsdp2_port.scatter_full_optim_state_dict(full, m2)
+    # FSDP1's full dicts share one step tensor among the parameters (torch.save keeps that):
+    # each loaded parameter gets its own, or every step would advance it once per parameter.
+    step = torch.tensor(1.0)
+    shared = {
+        **everywhere,
+        "state": {n: {**e, "step": step} for n, e in everywhere["state"].items()},
+    }
+    for optim in (True, False):
+        fresh = torch.optim.AdamW(m2.parameters(), lr=1e-2)
+        fresh.load_state_dict(
+            fsdp2_port.shard_full_optim_state_dict(shared, m2, optim=fresh if optim else None)
+        )
+        steps = [state["step"] for state in fresh.state.values()]
+        assert len({id(t) for t in steps}) == len(steps) == len(NAMES)
+    odd = {"state": {"head.weight": {"exp_avg": torch.zeros(3)}}, "param_groups": []}
+    with pytest.raises(ValueError, match=r"'exp_avg' of 'head.weight' has shape \(3,\)"):
+        fsdp2_port.shard_full_optim_state_dict(odd, m2)
+    with pytest.raises(ValueError, match="parameter 'nope' is not one of the model's"):
+        fsdp2_port.shard_full_optim_state_dict({"state": {"nope": {}}}, m2)
     with pytest.raises(ValueError, match="optim_input"):
         fsdp2_port.full_optim_state_dict(m2, o2, optim_input=list(m2.parameters()))
     with pytest.raises(ValueError, match="optim_input"):
@@ -392,11 +439,14 @@ def _legacy_optimizer_state(rank, world):
     own = {name: od.state[p] for name, p in inner.named_parameters()}
     _assert_osd(got, {"state": own, "param_groups": got["param_groups"]})
     assert got["param_groups"][0]["params"] == NAMES
-    fresh = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
-    fresh.load_state_dict(
-        fsdp2_port.scatter_full_optim_state_dict(got if rank == 0 else None, ddp, optim=fresh)
-    )
-    _assert_local_equal(fresh, od)
+    for optim in (True, False):
+        fresh = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
+        fresh.load_state_dict(
+            fsdp2_port.scatter_full_optim_state_dict(
+                got if rank == 0 else None, ddp, optim=fresh if optim else None
+            )
+        )
+        _assert_local_equal(fresh, od)
 
 
 def _assert_osd_ids(got: dict, want: dict) -> None:

@@ -33,7 +33,7 @@ from torch.distributed.tensor import DTensor
 
 import fsdp2_port
 from codemods.rules.state_dict.options import FSDP1_DEFAULTS, OPTIONS_OF_SETTINGS
-from fsdp2_port.fsdp1 import fsdp1_api
+from fsdp2_port.fsdp1 import state_dict_api
 from fsdp2_port.prove.launch import run_ranks
 from tests.test_fsdp1_api import (
     AFTER_STEP,
@@ -122,12 +122,12 @@ def _triple(settings: StateDictSettings) -> tuple:
 
 @pytest.mark.parametrize(("options", "settings"), MAPPED)
 def test_options_mean_these_fsdp1_settings(options, settings):
-    assert fsdp1_api._settings_of_options(options) == settings
+    assert state_dict_api._settings_of_options(options) == settings
 
 
 @pytest.mark.parametrize(("options", "optim_options", "settings"), MIXED)
 def test_optim_options_set_the_optimizers_settings(options, optim_options, settings):
-    assert fsdp1_api._given(None, None, None, options, optim_options) == settings
+    assert state_dict_api._given(None, None, None, options, optim_options) == settings
 
 
 @pytest.mark.parametrize(
@@ -151,7 +151,7 @@ def test_names_and_dicts_of_fields_mean_fsdp1s_members_and_configs(settings):
         dataclasses.asdict(model_config),
         dataclasses.asdict(optim_config),
     )
-    assert fsdp1_api._given(*spelled, None) == settings
+    assert state_dict_api._given(*spelled, None) == settings
     model = nn.Linear(2, 2)
     fsdp2_port.set_state_dict_type(model, *spelled)
     assert fsdp2_port.get_state_dict_type(model) == settings

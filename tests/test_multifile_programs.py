@@ -137,8 +137,8 @@ def _compare(original: Path, migrated: Path, dtype: str, args: list[str], *extra
         (
             "optim_helpers",
             "fp32",
-            ["--steps", "4", "--resume-at", "2", "--checkpoint", "{dir}/{run}.pt"],
-            [],
+            ["--steps", "5", "--resume-at", "2", "--checkpoint", "{dir}/{run}.pt"],
+            ["--resume-at", "2", "--resume-from-old"],
         ),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
@@ -155,6 +155,10 @@ def test_the_migrated_program_trains_like_the_original(program, dtype, args, ext
     result = _compare(original, migrated, dtype, args, *extra)
     assert result["verdict"] == "same", json.dumps(result, indent=1)
     assert len(result["steps"]) == int(args[args.index("--steps") + 1])
+    if "--resume-at" in extra:  # resumed after step 2 from its own checkpoint and OLD's
+        # (OLD's full checkpoint shares one step tensor among parameters: each gets its own)
+        assert sorted(result["continued"]) == ["new-from-old", "new-resumed"]
+        assert all([s["step"] for s in c] == [3, 4] for c in result["continued"].values())
 
 
 def test_values_built_in_one_file_and_read_in_another_lose_fsdp1(tmp_path):

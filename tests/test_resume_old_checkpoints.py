@@ -316,10 +316,11 @@ def test_refusals(converted, tmp_path):
         )
     with pytest.raises(ConversionError, match="shape"):
         convert_checkpoint(f"{d}/full.pt", tmp_path / "x.pt", model=lambda: make_model(hidden=9))
-    # One rank's file alone: its shards do not make whole tensors.
+    # One rank's file alone: its shards do not make whole tensors, and it says which.
     (tmp_path / "one_0.pt").write_bytes((d / "specforge_0.pt").read_bytes())
-    with pytest.raises(ConversionError, match="pieces hold"):
+    with pytest.raises(ConversionError, match="holds one rank's pieces of the optimizer") as e:
         convert_checkpoint(f"{tmp_path}/one_{{rank}}.pt", tmp_path / "x.pt", model=MODEL)
+    assert "--rebuild-missing WEIGHTS" in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "x.pt").exists()
     assert cli.main(["convert-checkpoint", sf, str(tmp_path / "x.pt")]) == 2
 
@@ -331,10 +332,21 @@ def test_one_file_of_whole_masters_converts_without_a_process_group(tmp_path):
         x, y = global_batch(step)
         loss_fn(old.model, x, y).backward()
         old.step()
-    torch.save({**old.state_dict(), "epoch": 1}, tmp_path / "optim.pt")
+    # SpecForge's own scheduler state (its CosineAnnealingWarmupLR's state_dict) for this step
+    own = old.scheduler.state_dict()
+    specforge = {
+        **{k: v for k, v in own.items() if k not in ("after_scheduler", "warmup_steps")},
+        "warmup_epochs": own["warmup_steps"],
+        "finished": False,
+        "after_scheduler_type": "CosineAnnealingLR",
+        "after_scheduler_dict": own["after_scheduler"],
+    }
+    state = {**old.state_dict(), "scheduler_state_dict": specforge, "epoch": 1}
+    torch.save(state, tmp_path / "optim.pt")
     assert convert_checkpoint(tmp_path / "optim.pt", tmp_path / "new.pt", model=MODEL) == (
         "specforge"
     )
+    assert torch.load(tmp_path / "new.pt", weights_only=False)["scheduler_state_dict"] == own
     new = fsdp2_port.BF16Optimizer(make_model(seed=1), LR, **KW)
     new.load_state_dict(torch.load(tmp_path / "new.pt", weights_only=False))
     for n, a, b in zip(new.param_names, new.fp32_params, old.fp32_params):
@@ -342,3 +354,52 @@ def test_one_file_of_whole_masters_converts_without_a_process_group(tmp_path):
         for key in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(new.optimizer.state[a][key], old.optimizer.state[b][key]), n
     assert new.scheduler.state_dict() == old.scheduler.state_dict()
+
+
+@pytest.mark.slow
+def test_rank0_only_state_is_rebuilt_from_the_weights_when_asked(converted, tmp_path, capsys):
+    """SpecForge's training_state.pt: rank 0's pieces only. Without the option: one line naming
+    the incomplete parameters. With --rebuild-missing: saved elements bit for bit, missing
+    masters from the weights (fp32 here: exactly the lost masters), missing moments zero, a
+    parameter with nothing saved restarts Adam (step 0); announced, recorded, warned on load."""
+    d = converted
+    truth = torch.load(d / "ref_specforge.pt", weights_only=False)["truth"]
+    rank0 = torch.load(d / "specforge_0.pt", weights_only=False)
+    torch.save(rank0, tmp_path / "training_state.pt")
+    torch.save(truth["fp32_params"], tmp_path / "weights.pt")  # the fp32 model's own weights
+    src, out = str(tmp_path / "training_state.pt"), str(tmp_path / "new.pt")
+    layout = dict(make_model().named_parameters())
+    saved = {n: rank0["fp32_params"][i].numel() for i, n in enumerate(layout)}
+    short = [n for n, k in saved.items() if k < layout[n].numel()]
+    with pytest.raises(ConversionError, match=f"of {len(short)} parameters are incomplete") as e:
+        convert_checkpoint(src, out, model=MODEL)
+    first = short[0]
+    assert f"{first!r} ({saved[first]} of {layout[first].numel()} elements saved)" in str(e.value)
+    args = ["convert-checkpoint", src, out, "--model", MODEL]
+    assert cli.main([*args, "--rebuild-missing", str(tmp_path / "weights.pt")]) == 0
+    printed = capsys.readouterr().out
+    assert "fp32 masters rebuilt from" in printed and "fsdp2_port_rebuilt" in printed
+    got = torch.load(out, weights_only=False)
+    record = got["fsdp2_port_rebuilt"]["parameters"]
+    assert record == {
+        n: {"saved": k, "total": layout[n].numel()}
+        for n, k in saved.items()
+        if k < layout[n].numel()
+    }
+    assert any(k == 0 for k in saved.values()) and any(v["saved"] > 0 for v in record.values())
+    for n, master in truth["fp32_params"].items():
+        assert torch.equal(got["fp32_params"][n], master), n
+        k, state = saved[n], got["optimizer_state_dict"]["state"][n]
+        for key in ("exp_avg", "exp_avg_sq"):
+            want = truth["optimizer_state_dict"]["state"][n][key].reshape(-1).clone()
+            want[k:] = 0
+            assert torch.equal(state[key].reshape(-1), want), (n, key)
+        assert state["step"].item() == (0 if k == 0 else SAVE_AT), n
+    new = fsdp2_port.BF16Optimizer(make_model(seed=1), LR, **KW)
+    with pytest.warns(UserWarning, match="converted with --rebuild-missing"):
+        new.load_state_dict(got)
+    # Weights of another step are refused: they are not the saved masters cast.
+    moved = {n: t + 1.0 for n, t in truth["fp32_params"].items()}
+    torch.save(moved, tmp_path / "moved.pt")
+    with pytest.raises(ConversionError, match="saved at another step"):
+        convert_checkpoint(src, out, model=MODEL, rebuild_missing=tmp_path / "moved.pt")

@@ -1,6 +1,8 @@
 """A run in flight: 3 steps on FSDP1 + compat, save, 3 more on FSDP2 + fsdp2_port at any world
 size, equals 6 steps on FSDP1. fp32: the world sizes sum gradients in other orders, so norms
-and losses agree to rtol 1e-5 and parameters to 1e-5; the carried state itself is bitwise."""
+and losses agree to rtol 1e-5 and parameters to 1e-5; the carried state itself is bitwise.
+The same name-keyed state also loads back into compat on FSDP1 (use_orig_params=True), where
+the continued run is the original's bit for bit (same ranks, same arithmetic)."""
 
 import math
 
@@ -33,18 +35,36 @@ def _step(model, opt, step):
     return norm, loss.item()
 
 
-def _fsdp1_run(rank, world, use_orig_params, inner, path):
-    fsdp = FSDP(
-        make_model(),
+def _fsdp1_model(use_orig_params, seed=1):
+    return FSDP(
+        make_model(seed=seed),
         device_id=torch.device("cpu"),
         use_orig_params=use_orig_params,
         auto_wrap_policy=ModuleWrapPolicy({Block}),
     )
+
+
+def _fsdp1_run(rank, world, use_orig_params, inner, path):
+    fsdp = _fsdp1_model(use_orig_params, seed=0)
     opt = compat.BF16Optimizer(fsdp.module if inner else fsdp, LR, **KW)
     for step in range(SAVE_AT):
         _step(fsdp, opt, step)
     saved = fsdp2_state_dict(opt, root=fsdp)
+    again = _fsdp1_model(use_orig_params)
+    back = compat.BF16Optimizer(again.module if inner else again, LR, **KW)
+    if not use_orig_params:
+        with pytest.raises(ValueError, match="needs use_orig_params=True"):
+            back.load_state_dict(saved)
+    else:  # the name-keyed state back on FSDP1: every rank's own pieces, bit for bit
+        back.load_state_dict(saved)
+        for m, want in zip(back.fp32_params, opt.fp32_params):
+            assert torch.equal(m, want)
+            assert sorted(back.optimizer.state[m]) == sorted(opt.optimizer.state[want])
+            for key, value in opt.optimizer.state[want].items():
+                assert torch.equal(back.optimizer.state[m][key], value), key
     after = [_step(fsdp, opt, step) for step in range(SAVE_AT, TOTAL)]
+    if use_orig_params:
+        assert [_step(again, back, step) for step in range(SAVE_AT, TOTAL)] == after
     with FSDP.summon_full_params(fsdp):
         final = {
             n.replace("_fsdp_wrapped_module.", ""): p.detach().clone()

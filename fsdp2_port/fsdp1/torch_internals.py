@@ -726,6 +726,11 @@ def count_scheduler_step(scheduler: Any) -> None:
     scheduler._step_count += 1
 
 
+def set_scheduler_step_count(state_dict: dict[str, Any], count: int) -> None:
+    """The step count a scheduler's state dict restores (``LRScheduler._step_count``)."""
+    state_dict["_step_count"] = count
+
+
 def set_scheduler_last_lr(scheduler: Any, last_lr: list[Any]) -> None:
     """What ``scheduler.get_last_lr()`` returns from now on."""
     scheduler._last_lr = last_lr

@@ -14,7 +14,10 @@ metrics each prints on its standard output, and judges NEW against OLD step by s
 - a run's output is read as it comes, and only its lines that name a step and its last lines
   are kept (``launch.run_command``): memory is bounded whatever else it prints;
 - nothing of a run outlives it (``launch.run_command``), nor torchrun's log folders (in a
-  temporary folder of compare's, not one ``/tmp/torchelastic_*`` per run).
+  temporary folder of compare's, not one ``/tmp/torchelastic_*`` per run);
+- ``--resume-at K`` (``resume``): both runs save after step K into folders of compare's, NEW
+  resumes from its own checkpoint (and from OLD's, converted), and every continued run is
+  judged against OLD's uninterrupted steps after K by the same tolerances.
 
 Imports no torch: it launches the runs and reads their output.
 """
@@ -28,9 +31,10 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from fsdp2_port.prove import report_html
+from fsdp2_port.prove import report_html, resume
 from fsdp2_port.prove.judge import (
     TOLERANCE,
     check_dtype,
@@ -81,6 +85,12 @@ class Config:
     #: NEW runs under ``fsdp2_port.prove.no_fsdp1``: a call of FSDP1's implementation from
     #: its code (or fsdp2_port's) fails it (on every rank, each checking itself)
     forbid_fsdp1: bool = False
+    #: ``--resume-at K`` (``resume``: the protocol): both runs save after step K, NEW resumes
+    #: from its own checkpoint (and, ``resume_from_old``, from OLD's, converted)
+    resume_at: int | None = None
+    resume_from_old: bool = False
+    convert: tuple[str, ...] = ()  # SRC[=DST] in OLD's checkpoint folder
+    convert_args: str | None = None  # convert-checkpoint's options, one string
 
 
 @dataclass
@@ -108,6 +118,8 @@ class Result:
     steps: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     error: str | None = None
+    #: ``--resume-at``: continued run -> step -> metric -> value (steps after K)
+    continued: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -208,6 +220,13 @@ def check(config: Config) -> None:
             raise CompareError(f"no such script: {script}")
     _, metrics = patterns(config.metrics)
     tolerances(config.dtype, list(metrics), config.rtol)
+    resume.check(
+        config.resume_at,
+        config.resume_from_old,
+        config.convert,
+        config.convert_args,
+        CompareError,
+    )
 
 
 # -- reading and judging ----------------------------------------------------------------------
@@ -330,15 +349,78 @@ def compare(config: Config) -> Result:
     step, _ = patterns(config.metrics)
     runs = {}
     with signals_interrupt(), tempfile.TemporaryDirectory(prefix="fsdp2-port-compare-") as logs:
+        saves = {label: Path(logs, "checkpoints", label) for label in RUNS}
         for label, script in zip(RUNS, (config.old, config.new)):
             print(f"fsdp2-port compare: running {label}: {script}", file=sys.stderr, flush=True)
             command = launch_command(config, script, label, logs)
+            env = {}
+            if config.resume_at is not None:
+                saves[label].mkdir(parents=True)
+                env = resume.save_env(config.resume_at, saves[label])
             # kept: the lines naming a step (all judge_runs reads) and the tail
-            ended = run_command(command, config.timeout, keep=lambda line: bool(step.search(line)))
+            ended = run_command(
+                command, config.timeout, env, keep=lambda line: bool(step.search(line))
+            )
             runs[label] = Run(script, command, **asdict(ended))
             if not runs[label].ok:
                 break
-    return judge_runs(config, runs)
+        result = judge_runs(config, runs)
+        if config.resume_at is not None and result.verdict in ("same", "different"):
+            _continue(config, result, saves, logs)
+    return result
+
+
+def _continue(config: Config, result: Result, saves: dict[str, Path], logs: str) -> None:
+    """``--resume-at``: NEW resumed from its own checkpoint (and from OLD's, converted), each
+    judged against OLD's uninterrupted run after step K; ``result`` takes their runs and
+    departures, and the errors of those that could not run (the others run all the same)."""
+    assert config.resume_at is not None
+    k = config.resume_at
+    step, metric_patterns = patterns(config.metrics)
+    tol = {m: result.tolerance[m] for m in result.metrics}
+    old_log = parse_log(result.runs["old"].stdout, step, metric_patterns)
+    sources = {resume.OWN: saves["new"]}
+    if config.resume_from_old:
+        sources[resume.FROM_OLD] = Path(logs, "checkpoints", "converted")
+    errors = []
+    for label, folder in sources.items():
+        error = _continue_one(config, result, label, folder, saves, logs)
+        if error is not None:
+            errors.append(error)
+            continue
+        log = parse_log(result.runs[label].stdout, step, metric_patterns)
+        result.continued[label] = {s: v for s, v in log.items() if s > k}
+        result.failures += resume.judge_continued(old_log, log, k, tol, label)
+    if errors:
+        result.verdict, result.error = "error", "; ".join(errors)
+    else:
+        result.verdict = "different" if result.failures else "same"
+
+
+def _continue_one(
+    config: Config, result: Result, label: str, folder: Path, saves: dict[str, Path], logs: str
+) -> str | None:
+    """Run one continued NEW (converting OLD's checkpoint first for ``new-from-old``); the
+    error that kept it from finishing, or None."""
+    assert config.resume_at is not None
+    made_by = "new" if label == resume.OWN else "old"
+    if not resume.saved_anything(saves[made_by]):
+        return resume.nothing_saved(made_by, config.resume_at)
+    if label == resume.FROM_OLD:
+        folder.mkdir(parents=True)
+        print("fsdp2-port compare: converting old's checkpoint", file=sys.stderr, flush=True)
+        conversions, commands, error = resume.convert_old(
+            saves["old"], folder, config.convert, config.convert_args, config.timeout
+        )
+        for i, (run, command) in enumerate(zip(conversions, commands)):
+            result.runs[f"convert-{i}"] = Run("convert-checkpoint", command, **asdict(run))
+        if error is not None:
+            return error
+    print(f"fsdp2-port compare: running {label}: {config.new}", file=sys.stderr, flush=True)
+    command = launch_command(config, config.new, label, logs)
+    ended = run_command(command, config.timeout, resume.resume_env(config.resume_at, folder))
+    result.runs[label] = Run(config.new, command, **asdict(ended))
+    return None if result.runs[label].ok else _failed(result.runs[label], label)
 
 
 def _plain(config: Config) -> dict[str, Any]:
@@ -399,6 +481,7 @@ def format_text(result: Result) -> str:
             diff = "" if a is None or b is None else f"{relative_difference(a, b):.1e}"
             row += [_cell(a, widths[m]), _cell(b, widths[m]), f"{diff:>8}"]
         lines.append("  ".join(row))
+    lines += _continued_rows(result, widths)
     rtols = ", ".join(f"{m} rtol {result.tolerance[m]:g}" for m in result.metrics)
     lines.append(f"tolerance ({result.config['dtype']}): {rtols}")
     lines.append(f"VERDICT: {headline(result)}")
@@ -407,6 +490,23 @@ def format_text(result: Result) -> str:
         if len(result.failures) > 10:
             lines.append(f"  ... and {len(result.failures) - 10} more")
     return "\n".join(lines)
+
+
+def _continued_rows(result: Result, widths: Mapping[str, int]) -> list[str]:
+    """Each continued run's steps beside OLD's uninterrupted ones (``--resume-at``)."""
+    whence = {resume.OWN: "NEW's own checkpoint", resume.FROM_OLD: "OLD's, converted"}
+    lines = []
+    for label, steps in result.continued.items():
+        k = result.config["resume_at"]
+        lines += ["", f"{label}: resumed after step {k} from {whence.get(label, label)}"]
+        for s, values in steps.items():
+            row = [f"{s:>4}"]
+            for m in result.metrics:
+                a, b = result.steps.get(s, {}).get("old", {}).get(m), values.get(m)
+                diff = "" if a is None or b is None else f"{relative_difference(a, b):.1e}"
+                row += [_cell(a, widths[m]), _cell(b, widths[m]), f"{diff:>8}"]
+            lines.append("  ".join(row))
+    return lines
 
 
 def _cell(value: float | None, width: int) -> str:
@@ -448,6 +548,10 @@ def as_json(result: Result) -> dict[str, Any]:
         "steps": steps,
         "runs": runs,
         "config": result.config,
+        "continued": {
+            label: [{"step": s, **values} for s, values in by_step.items()]
+            for label, by_step in result.continued.items()
+        },
     }
 
 
@@ -464,6 +568,9 @@ def html_report(result: Result) -> str:
         m: {label: [result.steps[s][label].get(m) for s in steps] for label in RUNS}
         for m in result.metrics
     }
+    for label, by_step in result.continued.items():
+        for m in result.metrics:
+            curves[m][label] = [by_step.get(s, {}).get(m) for s in steps]
     rel_diffs = {m: relative_differences(curves[m], "old") for m in result.metrics}
     details = list(result.failures)
     if result.verdict == "error":

@@ -30,7 +30,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import IO, Any
@@ -214,7 +214,10 @@ TAIL_KEPT, LINE_LIMIT = 200, 64 * 1024
 
 
 def run_command(
-    command: list[str], timeout: float, keep: Callable[[str], bool] | None = None
+    command: list[str],
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    keep: Callable[[str], bool] | None = None,
 ) -> CommandRun:
     """Run ``command`` to completion and leave nothing of it running.
 
@@ -224,9 +227,11 @@ def run_command(
     process of the run is ended (``end_processes``). Standard output is unbuffered, so a run
     killed at the deadline still shows its last lines. Of each stream, the lines ``keep``
     chooses (standard output only) and the last ``TAIL_KEPT`` are kept, as they are read.
+    ``env``: variables added to this process's environment for the run.
     """
     run_id = uuid.uuid4().hex
-    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
+    extra = dict(env or {})
+    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"), **extra}
     env[COMMAND_RUN_VAR] = run_id
     start = time.monotonic()
     proc = subprocess.Popen(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,10 @@ from fsdp2_port.train.lr_schedules import build_scheduler
 
 _foreach_copy_ = torch_internals.load("foreach_copy_")  # private torch: see torch_internals
 
+#: Where ``fsdp2-port convert-checkpoint --rebuild-missing`` records what it rebuilt (the
+#: weights it read; per parameter, the elements saved and in all): a load of such a state warns.
+REBUILT_KEY = "fsdp2_port_rebuilt"
+
 
 class MasterWeightOptimizer:
     """AdamW on fp32 masters of (usually bf16) parameters, clipped by the global norm.
@@ -43,8 +48,10 @@ class MasterWeightOptimizer:
     ``max_grad_norm``: a finite number > 0 clips by the global norm; ``None`` or
     ``float("inf")`` disables clipping (the norm is still computed and returned, the
     gradients are used as they are). ``lr`` must be finite and >= 0, ``weight_decay`` >= 0,
-    ``total_steps`` an integer >= 1, ``warmup_ratio`` in [0, 1]; anything else (0, negative,
-    NaN, a non-number) is a ValueError naming the argument, before anything is allocated.
+    ``total_steps`` an integer >= 1, ``warmup_ratio`` finite and >= 0 (above 1, the warmup
+    outlasts the run, as SpecForge allows); anything else (0, negative, NaN, a non-number) is
+    a ValueError naming the argument, before anything is allocated. ``lr_scheduler`` and the
+    schedule's own limits: ``lr_schedules.build_scheduler``, SpecForge's errors.
     """
 
     #: Whether ``torch.optim.AdamW`` runs its fused kernel unless ``optimizer_kwargs`` name a
@@ -273,7 +280,7 @@ class MasterWeightOptimizer:
         """
         self._check_compatible(state_dict)
         masters, optim = self._unpack(state_dict["fp32_params"], state_dict["optimizer_state_dict"])
-        schedule = state_dict["scheduler_state_dict"]
+        schedule = self.scheduler.own_form(state_dict["scheduler_state_dict"])
         for name, saved, m in zip(self.param_names, masters, self.fp32_params):
             _check_tensor_like(f"master of {name!r}", saved, m)
         self._check_optimizer_state(optim)
@@ -284,6 +291,7 @@ class MasterWeightOptimizer:
         self.optimizer.load_state_dict(self._with_own_kernels(optim))
         self.scheduler.load_state_dict(dict(schedule))
         self._write_back()
+        _warn_if_rebuilt(state_dict.get(REBUILT_KEY))
 
     def _check_optimizer_state(self, optim: Mapping[str, Any]) -> None:
         """ValueError unless ``optim`` (torch's form, by position) fits this optimizer: the same
@@ -333,6 +341,20 @@ class MasterWeightOptimizer:
         return list(masters), optim
 
     def _check_compatible(self, state_dict: Mapping[str, Any]) -> None:
+        """SpecForge's checks first, with its messages (a checkpoint without
+        ``lr_scheduler_type`` is a cosine one, as SpecForge reads it), then the keys."""
+        kind = state_dict.get("lr_scheduler_type", "cosine")
+        if kind != self.lr_scheduler_type:
+            raise ValueError(
+                f"checkpoint optimizer used lr_scheduler={kind!r} but this run has "
+                f"lr_scheduler={self.lr_scheduler_type!r}; construct it with the checkpoint's"
+            )
+        saved = state_dict.get("max_grad_norm", self.max_grad_norm)
+        if saved != self.max_grad_norm and not (_no_clip(saved) and self._clip_at is None):
+            raise ValueError(
+                f"checkpoint optimizer used max_grad_norm={saved} but this run has "
+                f"max_grad_norm={self.max_grad_norm}; construct it with the checkpoint's"
+            )
         missing = [
             k
             for k in ("optimizer_state_dict", "scheduler_state_dict", "fp32_params")
@@ -340,18 +362,22 @@ class MasterWeightOptimizer:
         ]
         if missing:
             raise KeyError(f"not a BF16Optimizer checkpoint: missing {', '.join(missing)}")
-        saved = state_dict.get("max_grad_norm", self.max_grad_norm)
-        if saved != self.max_grad_norm and not (_no_clip(saved) and self._clip_at is None):
-            raise ValueError(
-                f"checkpoint was trained with max_grad_norm={saved}, this optimizer has "
-                f"{self.max_grad_norm}; construct it with the checkpoint's value"
-            )
-        kind = state_dict.get("lr_scheduler_type", self.lr_scheduler_type)
-        if kind != self.lr_scheduler_type:
-            raise ValueError(
-                f"checkpoint uses lr_scheduler={kind!r}, this optimizer "
-                f"{self.lr_scheduler_type!r}; construct it with the checkpoint's schedule"
-            )
+
+
+def _warn_if_rebuilt(record: object) -> None:
+    """One warning, when the state loaded was converted with ``--rebuild-missing``."""
+    if not isinstance(record, Mapping):
+        return
+    parameters = record.get("parameters") or {}
+    lost = sum(int(p["total"]) - int(p["saved"]) for p in parameters.values())
+    warnings.warn(
+        f"this optimizer state was converted with --rebuild-missing: the fp32 masters of "
+        f"{len(parameters)} parameters ({lost} elements) were rebuilt from "
+        f"{record.get('weights')} and their missing Adam moments started at zero; the run "
+        "does not continue bit for bit from where it was saved",
+        UserWarning,
+        stacklevel=4,  # the caller of load_state_dict (under its no_grad wrapper)
+    )
 
 
 def _no_clip(max_grad_norm: object) -> bool:
@@ -371,7 +397,7 @@ def _check_options(lr: object, weight_decay: object, total_steps: object, warmup
             "a finite number >= 0",
         ),
         ("total_steps", total_steps, numbers.Integral, lambda v: v >= 1, "an integer >= 1"),
-        ("warmup_ratio", warmup, numbers.Real, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+        ("warmup_ratio", warmup, numbers.Real, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
     )
     for name, value, kind, ok, rule in rules:
         if isinstance(value, bool) or not isinstance(value, kind) or not ok(value):
@@ -384,10 +410,13 @@ def _check_tensor_like(what: str, saved: object, like: Tensor) -> None:
     if not isinstance(saved, Tensor):
         raise ValueError(f"{what}: checkpoint holds {type(saved).__name__}, expected a tensor")
     if tuple(saved.shape) != tuple(like.shape):
+        whose = "global shape" if isinstance(like, DTensor) else "shape"
         raise ValueError(
-            f"{what}: checkpoint shape {tuple(saved.shape)}, expected {tuple(like.shape)}: "
+            f"{what}: checkpoint {whose} {tuple(saved.shape)}, expected {tuple(like.shape)}: "
             "saved for another model"
         )
+    if isinstance(saved, DTensor) and isinstance(like, DTensor):
+        _check_own_shard(what, saved, like)
     if saved.dtype != like.dtype:
         raise ValueError(f"{what}: checkpoint dtype {saved.dtype}, expected {like.dtype}")
     layout = [
@@ -395,6 +424,35 @@ def _check_tensor_like(what: str, saved: object, like: Tensor) -> None:
     ]
     if layout[0] != layout[1]:
         raise ValueError(f"{what}: checkpoint layout {layout[0]}, expected {layout[1]}")
+
+
+_SAVE_EVERY_RANK = (
+    "a torch.save of one rank's state_dict() holds that rank's shards only: save with "
+    "torch.distributed.checkpoint (dcp.save), which every rank joins and which reshards on load"
+)
+
+
+def _check_own_shard(what: str, saved: DTensor, like: DTensor) -> None:
+    """ValueError, naming which, unless the DTensor ``saved`` holds this rank's piece of
+    ``like``: sharded over a mesh of the same shape, by the rank at this rank's coordinate.
+
+    A DTensor pickled by ``torch.save`` keeps the saving rank's mesh coordinate, so a file
+    one rank wrote and another loads is told apart from its own (the shapes alone agree).
+    """
+    ours, theirs = like.device_mesh, saved.device_mesh
+    if tuple(theirs.shape) != tuple(ours.shape):
+        raise ValueError(
+            f"{what}: checkpoint sharded over {theirs.size()} ranks (mesh "
+            f"{tuple(theirs.shape)}), this run over {ours.size()} (mesh {tuple(ours.shape)}): "
+            f"{_SAVE_EVERY_RANK}"
+        )
+    mine, saver = ours.get_coordinate(), theirs.get_coordinate()
+    if saver != mine:
+        rank = "another rank" if saver is None else f"rank {int(theirs.mesh[tuple(saver)])}"
+        me = "a rank outside the mesh" if mine is None else f"rank {int(ours.mesh[tuple(mine)])}"
+        raise ValueError(
+            f"{what}: checkpoint holds {rank}'s shard, this is {me}: {_SAVE_EVERY_RANK}"
+        )
 
 
 def _check_same_form(what: str, saved: object, own: object) -> None:

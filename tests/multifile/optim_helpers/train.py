@@ -8,6 +8,7 @@ uninterrupted run's only if the checkpoint restored the model and the optimizer'
 """
 
 import argparse
+import os
 
 import torch
 import torch.distributed as dist
@@ -39,7 +40,11 @@ def main():
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     model, optimizer = build(args.lr)
-    step = 0
+    step, save_at = 0, int(os.environ.get("FSDP2_PORT_SAVE_AT", -1))
+    if os.environ.get("FSDP2_PORT_RESUME_FROM"):  # fsdp2-port compare --resume-at
+        step = 1 + load_checkpoint(
+            model, optimizer, os.path.join(os.environ["FSDP2_PORT_RESUME_FROM"], "full.pt")
+        )
     while step < args.steps:
         if step == args.resume_at:
             save_checkpoint(model, optimizer, args.checkpoint, step)
@@ -50,6 +55,9 @@ def main():
         dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         if rank == 0:
             print(f"step {step} loss {loss.item():.8f} grad_norm {float(grad_norm):.8f}", flush=True)
+        if step == save_at:
+            path = os.path.join(os.environ["FSDP2_PORT_CHECKPOINT"], "full.pt")
+            save_checkpoint(model, optimizer, path, step)
         step += 1
     dist.destroy_process_group()
 
