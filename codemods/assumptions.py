@@ -461,6 +461,12 @@ TYPE_TESTS = NameList(
     "Python's type tests",
     ("builtins.isinstance", "builtins.issubclass"),
 )
+TYPE_ASSERTIONS = NameList(
+    "type-assertions",
+    "python",
+    "unittest's type assertions, which test their second argument as isinstance does",
+    ("assertIsInstance", "assertNotIsInstance"),
+)
 DYNAMIC_SCOPE_CALLS = NameList(
     "dynamic-scope-calls",
     "python",

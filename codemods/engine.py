@@ -336,7 +336,10 @@ def migrate_files(
     workers = min(jobs, len(paths), _cpus())
     pool: Executor | None = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
-        graph, program_map = _semantic(paths, options.whole_program)
+        graph, texts, configs = _semantic(paths)
+        program_map = semantic_programs.find(
+            graph, texts, configs, whole_program=options.whole_program
+        )
         entry = program_map.entry
         naming = {path: graph.naming(path) for path in paths}
         run_modules = graph.run_modules(options.whole_program)
@@ -348,6 +351,11 @@ def migrate_files(
         _analyse_receivers(analysed, pool, codes, options, progress, run, run_modules, graph)
         plans = [a.plan for a in analysed if a.plan is not None]
         unread = [p for p in map(_unread, analysed) if p is not None]
+        leaving = [(plan.path, line, module) for plan in plans for line, module in plan.leaves]
+        if leaving:  # the programs as they will be once the run is written
+            program_map = semantic_programs.find(
+                graph.without(leaving), texts, configs, whole_program=options.whole_program
+            )
         run_programs = _programs(
             paths, [*plans, *unread], entry, options.whole_program, program_map
         )
@@ -503,18 +511,16 @@ def _callers_of_builders(
     return out
 
 
-def _semantic(paths: Sequence[str], whole_program: bool) -> tuple[ModuleGraph, ProgramMap]:
-    """The run's imports as Python would resolve them, and which programs each file runs
-    in."""
+def _semantic(paths: Sequence[str]) -> tuple[ModuleGraph, dict[str, bytes], list[bytes]]:
+    """The run's imports as Python would resolve them, with the texts of its files and of its
+    config files (what ``semantic.programs.find`` reads)."""
     texts = {}
     for path in paths:
         try:
             texts[path] = sources.read_bytes(path)
         except sources.UnreadableSource:
             texts[path] = b""
-    graph = modules.build(paths, texts)
-    configs = programs.config_texts(list(paths))
-    return graph, semantic_programs.find(graph, texts, configs, whole_program=whole_program)
+    return modules.build(paths, texts), texts, list(programs.config_texts(list(paths)))
 
 
 def _programs(

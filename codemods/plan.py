@@ -62,6 +62,10 @@ _NEVER_RUN = (
     "in a function no line of this whole program calls (nor a config names): it holds no "
     "model; port it before anything calls it"
 )
+_IMPORTED_NOWHERE = (
+    "in a module no program of this whole program imports once the run is written: it holds "
+    "no model; port it before anything imports it"
+)
 
 Requirement = Literal["ALWAYS", "MODELS", "ANY", "RUN", "NEVER"]
 #: ``Resolver`` modes: every terminal, the models only, where objects were made.
@@ -198,6 +202,9 @@ class FilePlan:
     calls: frozenset[str] = frozenset()
     #: What the modules this file's FSDP1 constructors wrap may hold (``Ties.sharded``).
     sharded: frozenset[Ref] = frozenset()
+    #: ``(line, module)`` of its import statements that the run rewrites to import another
+    #: module, whatever it decides (F2P009's): once written, they import ``module`` no more.
+    leaves: tuple[tuple[int, str], ...] = ()
     #: Each name the file imports -> the spans of the scopes importing it (no import twice).
     imported: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     #: The lines where this file builds FSDP2 models (``fully_shard``,
@@ -686,9 +693,15 @@ class _Reach:
     def fsdp2(self, site: Site) -> bool:
         return any(self._programs.may_meet(site.path, b) for b in self._fsdp2)
 
+    def imported_nowhere(self, site: Site) -> bool:
+        return self._programs.runs_nowhere(site.path)
+
     def never_runs(self, site: Site) -> bool:
-        """No program of a whole program runs the site's line (``Programs.never_run``)."""
-        return (site.path, site.line) in self._programs.never_run
+        """No program of a whole program runs the site's line (``Programs.never_run``), or
+        imports its module (``Programs.runs_nowhere``)."""
+        return (site.path, site.line) in self._programs.never_run or self._programs.runs_nowhere(
+            site.path
+        )
 
 
 def _allowed(site: Site, migrating: set[str], reach: _Reach, fsdp2_models: bool = False) -> bool:
@@ -741,7 +754,7 @@ def _reason(
         return Reason("")
     reached = [c for c in constructors if c.constructor in reach(site)]
     if _untied_hold(site) and reach.never_runs(site):
-        return Reason(_NEVER_RUN)
+        return Reason(_IMPORTED_NOWHERE if reach.imported_nowhere(site) else _NEVER_RUN)
     if _holds_run(site, reach) and site.rewrite is None and any(c.rewrite for c in reached):
         models = "of this run" if len(reached) == len(constructors) else "its program builds"
         return Reason(f"it may act on any model {models}: they all stay FSDP1 until it is ported")

@@ -68,6 +68,15 @@ class Programs:
     never_run: frozenset[tuple[str, int]] = frozenset()
     map: ProgramMap | None = None
 
+    def runs_nowhere(self, path: str) -> bool:
+        """In a whole program, no program runs ``path`` (``ProgramMap``: no root imports it)."""
+        return (
+            self.map is not None
+            and not self.map.open
+            and path in self.map.member_of
+            and not self.map.member_of[path]
+        )
+
     def may_meet(self, path: str, constructor: str) -> bool:
         """Whether the models of ``constructor`` may reach a line of ``path``: one process
         runs both (``ProgramMap``), and the constructor's holder is reached there."""

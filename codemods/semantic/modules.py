@@ -102,12 +102,27 @@ class ModuleGraph:
     #: Files that load modules by a name computed at run time (``import_module(name)``,
     #: ``runpy.run_path(path)``): they may execute any file of the run.
     loads_any: frozenset[str] = frozenset()
+    #: Files whose module-level code does more than define: it calls a function or class of
+    #: the run, loops, enters a ``with`` (``_acts_on_import``); an unreadable file too.
+    acts_on_import: frozenset[str] = frozenset()
     #: Each file's module-level ``from <run module> import name [as alias]``:
     #: ``(alias, the run file it imports from, name)`` (a name handed on, ``reexports``).
     handed_on: dict[str, tuple[tuple[str, str, str], ...]] = field(default_factory=dict)
     _importers: dict[str, set[str]] | None = None
     _tops: dict[str, list[str]] | None = None
     _closures: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def without(self, leaving: Iterable[tuple[str, int, str]]) -> ModuleGraph:
+        """The graph once the imports ``(path, line, module)`` are gone (the run rewrites them
+        to import other modules)."""
+        gone = set(leaving)
+        if not gone:
+            return self
+        imports = {
+            path: tuple(e for e in found if (path, e.line, e.module) not in gone)
+            for path, found in self.imports.items()
+        }
+        return replace(self, imports=imports, _importers=None, _closures={})
 
     # -- queries -----------------------------------------------------------------------------
     def module(self, path: str) -> Module:
@@ -229,7 +244,8 @@ def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> Modu
     trees = {a: _parse(texts.get(p)) for a, p in spelled.items()}
     extra = tuple(dict.fromkeys(r for a, t in trees.items() if t for r in _path_additions(a, t)))
     resolver = _Resolver(index, modules, extra)
-    loads_any = frozenset(spelled[a] for a, t in trees.items() if t and _loads_any(t))
+    loads_any = frozenset(spelled[a] for a, t in trees.items() if t and _loads_any(a, t))
+    acting = frozenset(spelled[a] for a, t in trees.items() if t is None or _acts_on_import(t))
     handed_on = {
         spelled[a]: found
         for a, tree in trees.items()
@@ -246,6 +262,7 @@ def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> Modu
         imports,
         extra,
         loads_any,
+        acting,
         handed_on,
     )
 
@@ -359,16 +376,26 @@ class _Resolver:
                 name = node.args[0].value  # type: ignore[attr-defined]
                 root, targets = self.resolve(path, name)
                 yield Import(name, 0, node.lineno, targets, True, True, root)  # type: ignore[attr-defined]
-        for call, prefix in _computed_loads(tree):
-            if prefix is None:
+        for call, load in _computed_loads(path, tree):
+            if load is None:
                 continue
-            package = prefix[:-1]
-            root, targets = self.resolve(path, package)
-            if root is None:
-                continue
-            folder = os.path.join(root, *package.split("."))
-            under = tuple(sorted(f for f in self.index.files if f.startswith(folder + os.sep)))
-            yield Import(prefix + "*", 0, call.lineno, (*targets, *under), True, True, root)
+            kind, value = load
+            loaded: tuple[str, ...] = ()
+            found_on = None
+            if kind == "prefix":
+                found_on, loaded = self.resolve(path, value[:-1])
+                if found_on is None:
+                    continue
+                loaded += self._under(os.path.join(found_on, *value[:-1].split(".")))
+            elif kind == "file":
+                loaded = (value,) if value in self.index.files else ()
+            else:
+                loaded = self._under(value)
+            yield Import(value + "*", 0, call.lineno, loaded, True, True, found_on)
+
+    def _under(self, folder: str) -> tuple[str, ...]:
+        """The run's files under ``folder``."""
+        return tuple(sorted(f for f in self.index.files if f.startswith(folder + os.sep)))
 
     def handed_on(self, path: str, tree: ast.Module) -> Iterator[tuple[str, str, str]]:
         """``(alias, source file, name)`` of each module-level ``from M import name`` of a
@@ -431,30 +458,82 @@ def _import_nodes(tree: ast.Module) -> Iterator[tuple[ast.AST, bool]]:
         todo.extend((child, inside) for child in ast.iter_child_nodes(node))
 
 
-def _loads_any(tree: ast.Module) -> bool:
-    """A loader call whose module or path is computed at run time, with no package prefix
-    written out (``_prefix``)."""
-    return any(prefix is None for _, prefix in _computed_loads(tree))
+def _acts_on_import(tree: ast.Module) -> bool:
+    """Whether importing the module runs more than definitions: a module-level statement that
+    calls a name the file itself defines or imports from anywhere but a library it never
+    passes anything of the run's (any call of a name bound in the file, or of an imported
+    name other than a logger's or a dataclass's field), a loop, a ``with``, a ``while``; the
+    body of ``if __name__ == "__main__":`` does not count (it runs only as a script)."""
+    local = {
+        n.name
+        for n in tree.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        statement = todo.pop()
+        if isinstance(statement, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            return True
+        if isinstance(statement, ast.If):
+            if (
+                _dotted(statement.test.left) == "__name__"
+                if isinstance(statement.test, ast.Compare)
+                else False
+            ):
+                continue
+            todo += [*statement.body, *statement.orelse]
+            continue
+        if isinstance(statement, ast.Try):
+            todo += [*statement.body, *statement.orelse, *statement.finalbody]
+            todo += [s for h in statement.handlers for s in h.body]
+            continue
+        if isinstance(statement, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    if node.func.id in local:
+                        return True
+    return False
 
 
-def _computed_loads(tree: ast.Module) -> Iterator[tuple[ast.Call, str | None]]:
-    """Loader calls by a computed name, each with the package prefix the name has written
-    out (``import_module(f"models.{name}")``: ``models.``), None when it has none."""
-    bound: dict[str, list[ast.expr]] = defaultdict(list)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name):
-                bound[target.id].append(node.value)
+def _loads_any(path: str, tree: ast.Module) -> bool:
+    """A loader call whose module or file is computed at run time, with neither a package
+    prefix nor a folder written out (``_computed_loads``)."""
+    return any(load is None for _, load in _computed_loads(path, tree))
+
+
+#: What a loader call by a computed name loads: ``("prefix", "models.")`` (any module under
+#: that package), ``("file", path)``, ``("folder", path)`` (any file under it).
+Load = tuple[str, str]
+
+
+def _computed_loads(path: str, tree: ast.Module) -> Iterator[tuple[ast.Call, Load | None]]:
+    """Loader calls by a computed name or path (``import_module(f"models.{name}")``,
+    ``spec_from_file_location(name, ROOT / "scripts" / "train.py")``), each with what it
+    loads as far as the code spells it, None when it may be anything."""
+    reader = _PathReader(path, tree)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not node.args or _is_loader_call(node):
             continue
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        if name in FILE_RUNNERS:
-            yield node, None
-        elif name in MODULE_LOADERS:
-            yield node, _prefix(node.args[0], bound)
+        if name in MODULE_LOADERS or name == "run_module":
+            prefix = _prefix(node.args[0], reader.bound)
+            yield node, ("prefix", prefix) if prefix is not None else None
+        elif name in FILE_RUNNERS:
+            where = next((k.value for k in node.keywords if k.arg == "location"), None)
+            if where is None:
+                where = node.args[1] if name == "spec_from_file_location" else node.args[0]
+                if name == "spec_from_file_location" and len(node.args) < 2:
+                    yield node, None
+                    continue
+            file = reader.value(where)
+            folder = None if file is not None else reader.folder_of_pattern(where)
+            if file is not None:
+                yield node, ("file", file)
+            elif folder is not None:
+                yield node, ("folder", folder)
+            else:
+                yield node, None
 
 
 def _prefix(node: ast.expr, bound: Mapping[str, list[ast.expr]]) -> str | None:
@@ -492,9 +571,8 @@ def _is_loader_call(node: ast.AST) -> bool:
 
 def _path_additions(path: str, tree: ast.Module) -> Iterator[str]:
     """Folders ``sys.path.insert(i, X)`` / ``sys.path.append(X)`` in ``path`` adds, for the
-    ``X`` that read without running: a literal absolute path, or one made from ``__file__``
-    with ``os.path``'s ``dirname``/``abspath``/``realpath``/``normpath``/``join`` or
-    ``pathlib``'s ``Path(...)``, ``.parent``, ``.parents[i]``, ``.resolve()``, ``str()``."""
+    ``X`` that read without running (``_PathReader``)."""
+    reader = _PathReader(path, tree)
     for node in ast.walk(tree):
         if not (
             isinstance(node, ast.Call)
@@ -504,7 +582,7 @@ def _path_additions(path: str, tree: ast.Module) -> Iterator[str]:
             and node.args
         ):
             continue
-        value = _folder(node.args[-1], path)
+        value = reader.value(node.args[-1])
         if value is not None:
             yield os.path.normpath(value)
 
@@ -518,48 +596,91 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
-def _folder(node: ast.AST, path: str) -> str | None:
-    """The value of a path expression built from ``__file__`` and literals, or None."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value if os.path.isabs(node.value) else None
-    if isinstance(node, ast.Name) and node.id == "__file__":
-        return path
-    if isinstance(node, ast.Subscript):  # Path(...).parents[i]
-        base = node.value
-        index = node.slice
-        if (
+class _PathReader:
+    """The value of a path expression read without running it: a literal absolute path, or
+    one made from ``__file__`` with ``os.path``'s ``dirname``/``abspath``/``realpath``/
+    ``normpath``/``join``, ``pathlib``'s ``Path(...)``, ``.parent``, ``.parents[i]``,
+    ``.resolve()``, ``/``, ``str()``, through names bound once in the file."""
+
+    def __init__(self, path: str, tree: ast.Module) -> None:
+        self.path = path
+        self.bound: dict[str, list[ast.expr]] = defaultdict(list)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                if isinstance(node.targets[0], ast.Name):
+                    self.bound[node.targets[0].id].append(node.value)
+
+    def value(self, node: ast.AST, depth: int = 8) -> str | None:
+        if depth < 0:
+            return None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value if os.path.isabs(node.value) else None
+        if isinstance(node, ast.Name):
+            if node.id == "__file__":
+                return self.path
+            values = self.bound.get(node.id, ())
+            return self.value(values[0], depth - 1) if len(values) == 1 else None
+        if isinstance(node, ast.Subscript):
+            return self._parents(node, depth)
+        if isinstance(node, ast.Attribute) and node.attr == "parent":
+            inner = self.value(node.value, depth - 1)
+            return os.path.dirname(inner) if inner is not None else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            return self._joined([node.left, node.right], depth)
+        if isinstance(node, ast.Call):
+            return self._called(node, depth)
+        return None
+
+    def folder_of_pattern(self, node: ast.AST) -> str | None:
+        """The folder of a path whose last part is computed (``join(root, "data",
+        f"{name}.py")``, ``ROOT / "gates" / name``): every file under it may be the one
+        meant."""
+        parts: list[ast.expr] = []
+        if isinstance(node, ast.Name) and len(self.bound.get(node.id, ())) == 1:
+            node = self.bound[node.id][0]
+        if isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] == "join":
+            parts = list(node.args)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            parts = [node.left, node.right]
+        if len(parts) < 2 or isinstance(parts[-1], ast.Constant):
+            return None
+        return self._joined(parts[:-1], 8)
+
+    def _parents(self, node: ast.Subscript, depth: int) -> str | None:
+        base, index = node.value, node.slice
+        if not (
             isinstance(base, ast.Attribute)
             and base.attr == "parents"
             and isinstance(index, ast.Constant)
             and isinstance(index.value, int)
         ):
-            inner = _folder(base.value, path)
-            if inner is None:
-                return None
-            for _ in range(index.value + 1):
-                inner = os.path.dirname(inner)
-            return inner
-        return None
-    if isinstance(node, ast.Attribute) and node.attr == "parent":
-        inner = _folder(node.value, path)
-        return os.path.dirname(inner) if inner is not None else None
-    if not isinstance(node, ast.Call):
-        return None
-    name = _dotted(node.func)
-    last = name.rsplit(".", 1)[-1]
-    if isinstance(node.func, ast.Attribute) and last in ("resolve", "absolute") and not node.args:
-        return _folder(node.func.value, path)
-    if last in ("Path", "PurePath", "str", "abspath", "realpath", "normpath", "fspath"):
-        return _folder(node.args[0], path) if len(node.args) == 1 else None
-    if last == "dirname" and len(node.args) == 1:
-        inner = _folder(node.args[0], path)
-        return os.path.dirname(inner) if inner is not None else None
-    if last == "join" and node.args:
-        parts = [_folder(node.args[0], path)] + [
-            a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None
-            for a in node.args[1:]
-        ]
-        if any(p is None for p in parts):
             return None
-        return os.path.normpath(os.path.join(*parts))  # type: ignore[arg-type]
-    return None
+        inner = self.value(base.value, depth - 1)
+        if inner is None:
+            return None
+        for _ in range(index.value + 1):
+            inner = os.path.dirname(inner)
+        return inner
+
+    def _called(self, node: ast.Call, depth: int) -> str | None:
+        last = _dotted(node.func).rsplit(".", 1)[-1]
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("resolve", "absolute"):
+            return self.value(node.func.value, depth - 1) if not node.args else None
+        if last in ("Path", "PurePath", "str", "abspath", "realpath", "normpath", "fspath"):
+            return self.value(node.args[0], depth - 1) if len(node.args) == 1 else None
+        if last == "dirname" and len(node.args) == 1:
+            inner = self.value(node.args[0], depth - 1)
+            return os.path.dirname(inner) if inner is not None else None
+        if last == "join" and node.args:
+            return self._joined(list(node.args), depth)
+        return None
+
+    def _joined(self, parts: list[ast.expr], depth: int) -> str | None:
+        head = self.value(parts[0], depth - 1)
+        rest = [
+            p.value if isinstance(p, ast.Constant) and isinstance(p.value, str) else None
+            for p in parts[1:]
+        ]
+        if head is None or any(r is None for r in rest):
+            return None
+        return os.path.normpath(os.path.join(head, *rest))  # type: ignore[arg-type]

@@ -8,8 +8,10 @@ that imported its module. A *program* starts at a root file and runs what its im
   importing it;
 - a test module (``test_*.py``, ``*_test.py``, ``conftest.py``), which pytest runs with the
   ``conftest.py`` files of its folder and the folders above;
-- in a whole program (``--whole-program``), every file no other file of the run imports: a
-  module run by ``python -m``, ``torchrun`` or a launcher needs no main guard.
+- in a whole program (``--whole-program``), every file no other file of the run imports and
+  whose module-level code does more than define (``ModuleGraph.acts_on_import``): a module run
+  by ``python -m``, ``torchrun`` or a launcher needs no main guard, but one that only defines
+  functions and classes that nothing imports runs nothing.
 
 A file that loads modules by a name computed at run time (``import_module(name)``) may run any
 file, and a module a config file of the run names (``pkg.models.build``) may be loaded by any
@@ -74,8 +76,8 @@ def find(
     )
     tests = [p for p in paths if _TEST_MODULE.fullmatch(os.path.basename(p))]
     roots = set(entry) | set(tests)
-    if whole_program:
-        roots |= {p for p in paths if not graph.importers(p)}
+    if whole_program:  # run by ``python -m``, ``torchrun``, a launcher: if it does anything
+        roots |= {p for p in paths if not graph.importers(p) and p in graph.acts_on_import}
     everywhere = set(_configured(graph, list(configs)))
     conftests = {
         os.path.dirname(os.path.abspath(p)): p

@@ -218,3 +218,30 @@ def test_a_loader_by_a_name_with_a_package_prefix_loads_that_package_only(tmp_pa
         "plugins/a.py",
     }
     assert not graph.loads_any
+
+
+def test_a_file_loaded_by_its_path_is_imported_and_a_computed_name_in_a_folder_loads_it(
+    tmp_path,
+):
+    graph = _graph(
+        tmp_path,
+        {
+            "tests/test_train.py": """\
+                import importlib.util, os
+                from pathlib import Path
+                ROOT = Path(__file__).resolve().parents[1]
+                spec = importlib.util.spec_from_file_location("t", ROOT / "scripts" / "train.py")
+                def load(name):
+                    where = os.path.join(os.path.dirname(os.path.dirname(__file__)), "plugins", f"{name}.py")
+                    return importlib.util.spec_from_file_location(name, where)
+            """,
+            "scripts/train.py": "",
+            "plugins/a.py": "",
+            "other.py": "",
+        },
+    )
+    assert _targets(graph, tmp_path / "tests/test_train.py", tmp_path) == {
+        "scripts/train.py",
+        "plugins/a.py",
+    }
+    assert not graph.loads_any

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from codemods import imports
 from codemods.analysis import FileAnalysis
-from codemods.assumptions import MODULE_WALKS, TYPE_TESTS
+from codemods.assumptions import MODULE_WALKS, TYPE_ASSERTIONS, TYPE_TESTS
 from codemods.plan import Requirement, Rewrite, Site
 from codemods.rules.base import Code
 from codemods.text import Edit
@@ -57,11 +57,13 @@ class IsinstanceRule:
     def analyze(self, analysis: FileAnalysis) -> None:
         for call in analysis.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
-            if (
-                len(call.args) == 2
-                and analysis.resolves_to(call.func, *TYPE_TESTS)
-                and not analysis.is_ignored(call)
-            ):
+            tests = len(call.args) == 2 and analysis.resolves_to(call.func, *TYPE_TESTS)
+            asserts = (  # ``self.assertIsInstance(module, FSDP[, msg])``: the same test
+                len(call.args) in (2, 3)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr in TYPE_ASSERTIONS
+            )
+            if (tests or asserts) and not analysis.is_ignored(call):
                 self._check(analysis, call)
         for compare in analysis.names.by_type[ast.Compare]:
             assert isinstance(compare, ast.Compare)

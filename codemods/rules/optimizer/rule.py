@@ -97,6 +97,9 @@ class OptimizerRule:
         )
         specforge = bool(statement.module and statement.module.startswith("specforge"))
         fallback = None
+        if specforge and statement.module and len(statement.names) == 1:
+            # rewritten or not, it imports fsdp2_port's or compat's: SpecForge's module no more
+            analysis.plan.leaves += ((statement.lineno, statement.module),)
         if specforge:
             fallback = _from(
                 analysis,
