@@ -471,6 +471,8 @@ class Resolver:
         if isinstance(ref, Returned):
             spellings = self.spellings(ref.function)
             if not any(f in self.exports for f in spellings):
+                if "#" in ref.function:
+                    return {UNKNOWN}  # a field no class of the run assigns
                 return ()  # a class of the run: a new instance of it
             return {r for f in spellings for r in self.exports.get(f, ())}
         positional = self.signatures.get(ref.function, ())

@@ -31,6 +31,7 @@ from codemods.assumptions import (
     FSDP1_WRAPPED_ATTRIBUTES,
     NO_MODEL_BUILTINS,
     NOT_FSDP_WRAPPERS,
+    PARAMETER_ITERATORS,
     RETURNS_SELF,
     UNSHARDING_METHODS,
 )
@@ -147,7 +148,22 @@ class Ties:
     def exports(self) -> dict[str, frozenset[Ref]]:
         """Qualified names of this file's functions and methods -> what their calls return."""
         out = {name: self._returned(function) for name, function in self._exported().items()}
+        out.update(self._fields())
         return {k: frozenset(r for r in v if not isinstance(r, Factory)) for k, v in out.items()}
+
+    def _fields(self) -> dict[str, set[Ref]]:
+        """``module.Class#attr`` -> what the methods of this file's module-level classes
+        assign to ``self.attr`` (what an instance's ``x.attr`` holds elsewhere)."""
+        module = self.parsed.module_name
+        out: dict[str, set[Ref]] = {}
+        if not module:
+            return out
+        classes = {c: c.name for c in self.parsed.tree.body if isinstance(c, ast.ClassDef)}
+        for (owner, text), values in self._attributes.items():
+            if owner in classes and text.count(".") == 1 and text.startswith("self."):
+                name = f"{module}.{classes[owner]}#{text[len('self.') :]}"
+                out[name] = {r for value in values for r in self._value(value)}
+        return out
 
     def signatures(self) -> dict[str, tuple[str, ...]]:
         """Qualified names of this file's functions and methods -> the names their positional
@@ -381,11 +397,7 @@ class Ties:
         if isinstance(expr, ast.Name):
             return self._named(expr)
         if isinstance(expr, ast.Attribute):
-            key = self._attribute_key(expr)
-            values = self._attributes.get(key, ()) if key is not None else ()
-            if not values:
-                return {UNKNOWN}  # an attribute this file never assigns
-            return {r for value in values for r in self._value(value)}
+            return self._attribute(expr)
         if isinstance(expr, ast.IfExp):
             return set(self._value(expr.body) | self._value(expr.orelse))
         if isinstance(expr, ast.BoolOp):
@@ -397,6 +409,23 @@ class Ties:
         if isinstance(expr, _NO_MODEL):
             return set()  # literals, displays, arithmetic, comparisons, lambdas: no model
         return {UNKNOWN}
+
+    def _attribute(self, expr: ast.Attribute) -> set[Ref]:
+        """What ``x.attr`` may hold: what this file assigns to that chain, and, for an
+        instance of a class of the run (``x = Trainer(...)``), what that class's methods
+        assign to ``self.attr`` (a ``Returned`` of ``Class#attr``, settled by the run)."""
+        key = self._attribute_key(expr)
+        values = self._attributes.get(key, ()) if key is not None else ()
+        out = {r for value in values for r in self._value(value)}
+        if not self._is_self(expr.value):
+            base = self._value(expr.value)
+            fields = {
+                Returned(f"{r.function}#{expr.attr}") for r in base if isinstance(r, Returned)
+            }
+            out |= fields
+            if fields and not out - fields and len(fields) < len(base):
+                out.add(UNKNOWN)  # the object may also be one of no class of the run's
+        return out or {UNKNOWN}  # an attribute this file never assigns
 
     def _named(self, name: ast.Name) -> set[Ref]:
         """What a read of a name may hold, through the bindings that reach it."""
@@ -605,6 +634,8 @@ class Ties:
             return made
         if isinstance(func, ast.Attribute) and func.attr in RETURNS_SELF:
             return set(self._value(func.value))
+        if isinstance(func, ast.Attribute) and func.attr in PARAMETER_ITERATORS:
+            return set(self._value(func.value))  # its parameters: a site on them is on it
         partial = self._partial_target(func)
         if partial is not None:
             target, _ = partial
@@ -616,7 +647,10 @@ class Ties:
             for binding in bindings:
                 if binding.kind == "def" and isinstance(binding.node, _FUNCTIONS):
                     out |= self._returned(binding.node)
-            if out or (bindings and all(b.kind == "def" for b in bindings)):
+                elif binding.kind == "class" and binding.node in self.parsed.tree.body:
+                    # an instance of a class of this file: its fields are followed by name
+                    out.add(Returned(f"{self.parsed.module_name}.{func.id}"))
+            if out or (bindings and all(b.kind in ("def", "class") for b in bindings)):
                 return out  # a function of this file that returns no model
         if isinstance(func, ast.Attribute) and self._is_self(func.value):
             owner = self.parsed.names.class_of(call)

@@ -128,6 +128,10 @@ class _Gradients:
                     loop = self.analysis.names.parent.get(loop)
                 if isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)):
                     self.follow(loop.iter, depth - 1)
+                    if isinstance(loop.iter, ast.Name) and any(
+                        b.kind == "param" for b in self.analysis.names.bindings_of(loop.iter)
+                    ):
+                        self.modules.append(loop.iter)  # parameters a caller passes: theirs
 
 
 def _activation(names: Names, tensor: ast.expr) -> bool:
