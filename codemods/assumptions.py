@@ -383,6 +383,33 @@ FILE_RUNNERS = NameList(
     "functions that run or load a module found by a path or a name computed at run time",
     ("run_path", "run_module", "spec_from_file_location"),
 )
+COLLECTIVES = NameList(
+    "collectives",
+    "torch-api",
+    "torch.distributed's collectives that combine a tensor across ranks",
+    tuple(
+        f"torch.distributed.{name}"
+        for name in words(
+            "all_reduce all_reduce_coalesced reduce reduce_scatter reduce_scatter_tensor "
+            "all_gather all_gather_into_tensor"
+        )
+    ),
+)
+COLLECTIVE_TENSOR_KEYWORDS = NameList(
+    "collective-tensor-keywords",
+    "torch-api",
+    "the keywords of torch.distributed's collectives that take tensors (not group, op...)",
+    words(
+        "tensor tensors tensor_list output input input_list output_tensor input_tensor "
+        "output_tensor_list"
+    ),
+)
+STORAGE_METHODS = NameList(
+    "storage-methods",
+    "torch-api",
+    "a tensor's methods that read its storage (FSDP1's flat parameters share one)",
+    ("untyped_storage", "storage", "data_ptr"),
+)
 NO_MODEL_BUILTINS = NameList(
     "no-model-builtins",
     "python",

@@ -93,6 +93,8 @@ class _Run:
     naming: dict[str, Naming]
     #: The run's modules (``ModuleGraph.run_modules``).
     modules: RunModules = field(default_factory=RunModules)
+    #: What the run's functions do with their arguments (``ModuleGraph.effects``).
+    effects: dict[str, dict[int, frozenset[str]]] = field(default_factory=dict)
 
 
 def module_name(path: str) -> tuple[str, bool]:
@@ -118,6 +120,7 @@ def analyse_text(
     spread_keys: Mapping[str, Keys] | None = None,
     renames: Mapping[str, str] | None = None,
     run_modules: RunModules | None = None,
+    effects: Mapping[str, Mapping[int, frozenset[str]]] | None = None,
 ) -> FilePlan:
     """The plan of one source text (raises ``SyntaxError`` when it does not parse)."""
     from codemods import registry
@@ -134,6 +137,7 @@ def analyse_text(
             dict(spread_keys or {}),
             dict(renames or {}),
             run_modules or RunModules(),
+            dict(effects or {}),
         ),
         options,
     )
@@ -216,6 +220,7 @@ def _analyse(
             run.spreads if run else None,
             result.renames,
             run.modules if run else None,
+            run.effects if run else None,
         )
     except SyntaxError as error:
         result.error = _syntax_error(error, source.text)
@@ -345,7 +350,9 @@ def migrate_files(
         run_modules = graph.run_modules(options.whole_program)
         files = sources.fsdp_files(paths, lambda path: (naming[path].name, naming[path].package))
         seen = visibility.find(paths, entry, whole_program=options.whole_program)
-        run = _Run(reexports.find(files), seen, spreads.find(files), naming, run_modules)
+        run = _Run(
+            reexports.find(files), seen, spreads.find(files), naming, run_modules, graph.effects
+        )
         arguments = [(p, list(codes), options, False, run) for p in paths]
         analysed = _map(pool, _analyse, arguments, progress, "analysing")
         _analyse_receivers(analysed, pool, codes, options, progress, run, run_modules, graph)

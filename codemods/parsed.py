@@ -33,6 +33,8 @@ class Source:
     renames: Mapping[str, str] = field(default_factory=dict)
     #: The run's modules (``ModuleGraph.run_modules``): what is a library's.
     run_modules: RunModules = field(default_factory=RunModules)
+    #: What the run's functions do with their arguments (``summaries.find``).
+    effects: Mapping[str, Mapping[int, frozenset[str]]] = field(default_factory=dict)
 
 
 class ParsedFile:
@@ -44,6 +46,7 @@ class ParsedFile:
         self.lines = LineIndex(source.text)
         self.spreads = source.spreads
         self.run_modules = source.run_modules
+        self.effects = source.effects
         #: The text of nodes the analysis made, not read from the file (``written``).
         self.made: dict[ast.AST, str] = {}
         self.names = Names(

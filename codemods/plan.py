@@ -33,6 +33,7 @@ from typing import Literal
 
 from codemods.programs import Programs
 from codemods.refs import (
+    DISPATCHED,
     GIVEN_TO,
     UNKNOWN,
     Built,
@@ -72,6 +73,9 @@ Requirement = Literal["ALWAYS", "MODELS", "ANY", "RUN", "NEVER"]
 _ALL = "all"
 _MODELS = "models"
 _ORIGINS = "origins"
+#: ``_ORIGINS`` without method calls on objects of no known class (what those objects are is
+#: itself asked in this mode: ``Resolver._may_be_instance``).
+_PLAIN_ORIGINS = "plain origins"
 
 
 @dataclass(frozen=True)
@@ -181,11 +185,15 @@ class Site:
 
 @dataclass(frozen=True)
 class Passing:
-    """A model (``refs``) this file passes to ``callee`` at a position or keyword (``slot``)."""
+    """A model (``refs``) this file passes to ``callee`` at a position or keyword (``slot``).
+    A call of a method on an object of no known class (``self.plugin.configure(model)``) has
+    ``callee`` ``".configure"`` and what the object may be (``receiver``): the run settles
+    which classes' method it calls (``Resolver``)."""
 
     callee: str
     slot: int | str
     refs: frozenset[Ref]
+    receiver: frozenset[Ref] = frozenset()
 
 
 @dataclass
@@ -280,6 +288,9 @@ class Resolver:
         self.exports: dict[str, frozenset[Ref]] = {}
         self.signatures: dict[str, tuple[str, ...]] = {}
         self.passed: dict[str, list[Passing]] = {}
+        #: Method calls on objects of no known class, by method name (``Passing``).
+        self.dispatched: dict[str, list[Passing]] = {}
+        self._receivers: dict[int, frozenset[Ref]] = {}
         self._home: dict[int, str] = {}  # a passing -> the file that passes
         self.given: dict[str, list[tuple[str, frozenset[Ref]]]] = {}
         self.called: set[str] = set()
@@ -288,7 +299,10 @@ class Resolver:
             self.exports.update(plan.exports)
             self.signatures.update(plan.signatures)
             for passing in plan.passes:
-                self.passed.setdefault(passing.callee, []).append(passing)
+                if passing.callee.startswith(DISPATCHED):
+                    self.dispatched.setdefault(passing.callee[1:], []).append(passing)
+                else:
+                    self.passed.setdefault(passing.callee, []).append(passing)
                 self._home[id(passing)] = plan.path
                 if passing.callee.startswith(GIVEN_TO):
                     instance = passing.callee[len(GIVEN_TO) :]
@@ -352,7 +366,7 @@ class Resolver:
                 out |= self._reach(ref, mode, within)  # type: ignore[arg-type]
             elif mode != _MODELS or not isinstance(ref, Unknown):
                 out.add(ref)
-        if mode == _ORIGINS:
+        if mode in (_ORIGINS, _PLAIN_ORIGINS):
             return out
         return {r for r in out if isinstance(r, (Built, Optimizer, Unknown))}
 
@@ -418,15 +432,15 @@ class Resolver:
     def _is_link(self, ref: Ref, mode: str) -> bool:
         """Whether ``_reach`` follows ``ref`` in ``mode`` (else it is an answer: in
         ``_ORIGINS``, a class of the run is where objects are made)."""
-        if mode == _ORIGINS and isinstance(ref, Returned):
+        if mode in (_ORIGINS, _PLAIN_ORIGINS) and isinstance(ref, Returned):
             return self._answers(ref)
         return isinstance(ref, (Returned, Passed, Given))
 
     def _step(self, ref: Deferred, mode: str, within: frozenset[str] | None) -> list[Ref]:
         """What one link stands for in ``mode``: its targets, terminals kept as ``_closure``
         wants them (a library's answer in ``_ALL``: the models it was given)."""
-        if mode == _ORIGINS:
-            return list(self._targets(ref, within))
+        if mode in (_ORIGINS, _PLAIN_ORIGINS):
+            return list(self._targets(ref, within, dispatch=mode == _ORIGINS))
         if isinstance(ref, Given) and mode == _ALL:
             given = [
                 r
@@ -458,7 +472,9 @@ class Resolver:
                 return (name,)
             head = head.rpartition(".")[0]
 
-    def _targets(self, ref: Deferred, within: frozenset[str] | None = None) -> Iterable[Ref]:
+    def _targets(
+        self, ref: Deferred, within: frozenset[str] | None = None, dispatch: bool = True
+    ) -> Iterable[Ref]:
         if isinstance(ref, Instance):
             return ()  # a library object is no model of the run
         if isinstance(ref, Given):
@@ -481,7 +497,7 @@ class Resolver:
             callees.append(ref.function.removesuffix(".__init__"))  # Trainer(model)
         targets: set[Ref] = set()
         for callee in callees:
-            for passing in self._passed_to(callee):
+            for passing in self._passed_to(callee, dispatch):
                 if within is not None and not self._runs_within(passing, within):
                     continue
                 slot = passing.slot
@@ -490,10 +506,24 @@ class Resolver:
                 if slot == ref.parameter:
                     targets |= passing.refs
         if not self.modules.whole_program or not any(
-            c in self.called for callee in callees for c in self.spellings(callee)
+            c in self.called or (dispatch and self._dispatched_to(c))
+            for callee in callees
+            for c in self.spellings(callee)
         ):
             targets.add(UNKNOWN)  # called from code the run does not show
         return targets
+
+    def _may_be_instance(self, passing: Passing, owner: str) -> bool:
+        """Whether the object a dispatched call is made on may be an instance of the run's
+        class ``owner`` (or of a class no file shows)."""
+        found = self._receivers.get(id(passing))
+        if found is None:
+            found = frozenset(self._closure(passing.receiver, _PLAIN_ORIGINS))
+            self._receivers[id(passing)] = found
+        return UNKNOWN in found or any(
+            isinstance(r, Returned) and owner in (*self.spellings(r.function), r.function)
+            for r in found
+        )
 
     def _runs_within(self, passing: Passing, within: frozenset[str]) -> bool:
         """Whether the file that passes may run in one of the programs ``within``."""
@@ -508,10 +538,20 @@ class Resolver:
             return True
         return not map_.member_of[home].isdisjoint(within)
 
-    def _passed_to(self, callee: str) -> Iterator[Passing]:
+    def _dispatched_to(self, callee: str) -> bool:
+        """Whether a method call on an object of no known class may call ``callee``."""
+        owner, _, method = callee.rpartition(".")
+        return any(self._may_be_instance(p, owner) for p in self.dispatched.get(method, ()))
+
+    def _passed_to(self, callee: str, dispatch: bool = True) -> Iterator[Passing]:
         """What the run's files pass to ``callee``, under any of the names that may stand
-        for it (a call by an ambiguous module name)."""
+        for it (a call by an ambiguous module name), and through method calls on objects that
+        may be instances of its class (``Passing.receiver``)."""
         yield from self.passed.get(callee, ())
+        owner, _, method = callee.rpartition(".")
+        for passing in self.dispatched.get(method, ()) if dispatch else ():
+            if self._may_be_instance(passing, owner):
+                yield passing
         for spelled, passings in self._ambiguous_calls().items():
             if callee in self.spellings(spelled) and spelled != callee:
                 yield from passings
@@ -687,8 +727,10 @@ class _Reach:
         self._by_path: dict[str, frozenset[str]] = {}
 
     def __call__(self, site: Site) -> frozenset[str]:
+        meets = self._programs.may_meet
+        if (site.path, site.line) in self._programs.lines_run_in:  # asked about, line by line
+            return frozenset(c for c in self._all if meets(site.path, c, site.line))
         if site.path not in self._by_path:
-            meets = self._programs.may_meet
             self._by_path[site.path] = frozenset(c for c in self._all if meets(site.path, c))
         return self._by_path[site.path]
 

@@ -67,6 +67,9 @@ class Programs:
     runs_in: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
     never_run: frozenset[tuple[str, int]] = frozenset()
     map: ProgramMap | None = None
+    #: Of the lines asked about, ``(path, line)`` -> the entry scripts whose programs may run
+    #: it (``runs_in``; None: any program), as for constructors.
+    lines_run_in: Mapping[tuple[str, int], frozenset[str] | None] = field(default_factory=dict)
 
     def runs_nowhere(self, path: str) -> bool:
         """In a whole program, no program runs ``path`` (``ProgramMap``: no root imports it)."""
@@ -77,9 +80,18 @@ class Programs:
             and not self.map.member_of[path]
         )
 
-    def may_meet(self, path: str, constructor: str) -> bool:
-        """Whether the models of ``constructor`` may reach a line of ``path``: one process
-        runs both (``ProgramMap``), and the constructor's holder is reached there."""
+    def may_meet(self, path: str, constructor: str, line: int | None = None) -> bool:
+        """Whether the models of ``constructor`` may reach a line of ``path`` (``line``: that
+        line, when it was asked about): one process runs both (``ProgramMap``), and the
+        constructor's holder, and the line's, are reached there."""
+        only = self.lines_run_in.get((path, line)) if line is not None else None
+        if only is not None:
+            where = self.runs_in.get(constructor)
+            home = _home(constructor)
+            roots = self.map.member_of.get(home) if self.map is not None else None
+            if where is not None:
+                return not only.isdisjoint(where)
+            return roots is None or not only.isdisjoint(roots)
         where = self.runs_in.get(constructor)
         if self.map is None or path not in self.map.member_of:
             return path not in self.entry or where is None or path in where
@@ -126,6 +138,7 @@ def find(
     if entry_scripts is not None:
         run.seed(entry_scripts)
     entry = run.entry(lines)
+    unread = list(unread)
     never_run = frozenset(at for at in unread if run.unreached(*at))
     if not entry:
         return Programs(never_run=never_run, map=program_map)
@@ -134,6 +147,7 @@ def find(
         {cid: run.runs_in(path, line) for cid, path, line in constructors},
         never_run,
         program_map,
+        {at: run.runs_in(*at) for at in unread if at not in never_run},
     )
 
 

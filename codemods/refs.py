@@ -47,6 +47,9 @@ class Passed:
     parameter: str
 
 
+#: How a method call on an object of no known class is named among a file's ``passes``:
+#: ``DISPATCHED + <the method's name>``.
+DISPATCHED = "."
 #: How a call of a library object's method is named among a file's ``passes``:
 #: ``GIVEN_TO + <the object's Instance id>``.
 GIVEN_TO = "@"

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from codemods.assumptions import FILE_RUNNERS, MODULE_LOADERS, PACKAGING_FILES
+from codemods.semantic import summaries
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ class ModuleGraph:
     #: Files whose module-level code does more than define: it calls a function or class of
     #: the run, loops, enters a ``with`` (``_acts_on_import``); an unreadable file too.
     acts_on_import: frozenset[str] = frozenset()
+    #: What the run's functions do with their arguments (``summaries.find``).
+    effects: dict[str, dict[int, frozenset[str]]] = field(default_factory=dict)
     #: Each file's module-level ``from <run module> import name [as alias]``:
     #: ``(alias, the run file it imports from, name)`` (a name handed on, ``reexports``).
     handed_on: dict[str, tuple[tuple[str, str, str], ...]] = field(default_factory=dict)
@@ -257,14 +260,56 @@ def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> Modu
         for a, tree in trees.items()
         if tree is not None
     }
-    return ModuleGraph(
+    graph = ModuleGraph(
         {spelled[a]: _respelled_module(m, spelled[a]) for a, m in modules.items()},
         imports,
-        extra,
-        loads_any,
-        acting,
-        handed_on,
+        extra_roots=extra,
+        loads_any=loads_any,
+        acts_on_import=acting,
+        handed_on=handed_on,
     )
+    parsed = {spelled[a]: t for a, t in trees.items() if t is not None}
+    bindings = {
+        spelled[a]: _bindings(a, t, resolver, graph, spelled) for a, t in trees.items() if t
+    }
+    names = {p: graph.canonical(p) for p in parsed}
+    graph.effects = summaries.find(parsed, names, bindings)
+    return graph
+
+
+def _bindings(
+    path: str,
+    tree: ast.Module,
+    resolver: _Resolver,
+    graph: ModuleGraph,
+    spelled: Mapping[str, str],
+) -> dict[str, str]:
+    """The names the file's imports bind (in any scope) -> the qualified names they stand
+    for, a module of the run by its canonical name."""
+
+    def named(dotted: str, level: int = 0) -> str | None:
+        root, targets = resolver.resolve(path, dotted, level)
+        if root is not None and targets:
+            return graph.canonical(spelled[targets[-1]])
+        return dotted if not level else None
+
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    found = named(alias.name)
+                    if found:
+                        out[alias.asname] = found
+                else:
+                    head = alias.name.partition(".")[0]
+                    out[head] = named(head) or head
+        elif isinstance(node, ast.ImportFrom):
+            base = named(node.module or "", node.level) if (node.module or node.level) else None
+            for alias in node.names:
+                if alias.name != "*" and base:
+                    out[alias.asname or alias.name] = f"{base}.{alias.name}"
+    return out
 
 
 def _respelled(entry: Import, spelled: Mapping[str, str]) -> Import:

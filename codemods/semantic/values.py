@@ -39,6 +39,7 @@ from codemods.names import Binding
 from codemods.parsed import ParsedFile
 from codemods.plan import Passing
 from codemods.refs import (
+    DISPATCHED,
     GIVEN_TO,
     UNKNOWN,
     Built,
@@ -179,16 +180,23 @@ class Ties:
         out: list[Passing] = []
         for call in self.parsed.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
-            if call in self.constructors or not (call.args or call.keywords):
+            if call in self.constructors:
                 continue
             func, preset = syntax.unsubscripted(call.func), 0
             partial = self._partial_target(func)
             if partial is not None:
                 func, preset = partial
             callees = self.parsed.names.qualified(func)
+            receiver: frozenset[Ref] = frozenset()
             if not callees and isinstance(func, ast.Attribute):
                 # a library object's method (``accelerator.prepare(model)``)
                 callees = frozenset(f"{GIVEN_TO}{i}" for i in self._instances(func.value))
+                if not callees and not self._is_self(func.value):
+                    # a method of an object of no known class: the run tells which
+                    callees = frozenset({f"{DISPATCHED}{func.attr}"})
+                    receiver = self._value(func.value)
+                    if not (call.args or call.keywords):
+                        out.append(Passing(next(iter(callees)), "", frozenset(), receiver))
             if not callees or any(c.startswith("builtins.") for c in callees):
                 continue
             slots: list[tuple[int | str, ast.AST]] = []
@@ -200,7 +208,7 @@ class Ties:
             for slot, value in slots:
                 refs = frozenset(r for r in self._value(value) if not isinstance(r, Factory))
                 if refs:
-                    out += [Passing(callee, slot, refs) for callee in callees]
+                    out += [Passing(callee, slot, refs, receiver) for callee in callees]
         return out
 
     def sharded(self) -> frozenset[Ref]:

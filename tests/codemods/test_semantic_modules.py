@@ -232,7 +232,8 @@ def test_a_file_loaded_by_its_path_is_imported_and_a_computed_name_in_a_folder_l
                 ROOT = Path(__file__).resolve().parents[1]
                 spec = importlib.util.spec_from_file_location("t", ROOT / "scripts" / "train.py")
                 def load(name):
-                    where = os.path.join(os.path.dirname(os.path.dirname(__file__)), "plugins", f"{name}.py")
+                    top = os.path.dirname(os.path.dirname(__file__))
+                    where = os.path.join(top, "plugins", f"{name}.py")
                     return importlib.util.spec_from_file_location(name, where)
             """,
             "scripts/train.py": "",
@@ -245,3 +246,51 @@ def test_a_file_loaded_by_its_path_is_imported_and_a_computed_name_in_a_folder_l
         "plugins/a.py",
     }
     assert not graph.loads_any
+
+
+def test_what_functions_do_with_their_arguments_is_followed_through_calls(tmp_path):
+    graph = _graph(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/comm.py": """\
+                import torch.distributed as dist
+
+                def reduce(tensor, group=None):
+                    dist.all_reduce(tensor, group=group)
+
+                def average(tensors):
+                    for t in tensors:
+                        reduce(t)
+            """,
+            "pkg/adapter.py": """\
+                from pkg.comm import average
+
+                class Adapter:
+                    def __init__(self, model):
+                        self.model = model
+
+                    def step(self, params):
+                        grads = [p.grad for p in params]
+                        self._sync(grads)
+
+                    def _sync(self, grads):
+                        average(grads)
+
+                def groups(model):
+                    decay = [p for p in model.parameters() if p.ndim >= 2]
+                    flat = [p for p in model.parameters() if p.untyped_storage().size()]
+                    return decay, flat
+
+                def plain(model):
+                    return model.training
+            """,
+        },
+    )
+    effects = graph.effects
+    assert effects["pkg.comm.reduce"] == {0: {"reduce"}}
+    assert effects["pkg.comm.average"] == {0: {"reduce"}}
+    assert effects["pkg.adapter.Adapter.step"] == {0: {"reduce"}}, "two calls down"
+    assert effects["pkg.adapter.groups"] == {0: {"shape", "storage"}}
+    assert "pkg.adapter.plain" not in effects
+    assert "pkg.adapter.Adapter.__init__" not in effects

@@ -28,6 +28,11 @@ _MESSAGE = (
     "gradients all-reduced by hand: under FSDP2 they are DTensors, whose norms are already "
     "global and which dist.all_reduce refuses; use fsdp2_port.global_grad_norm(model.parameters())"
 )
+_THROUGH = (
+    "gradients handed to {}, which all-reduces what it is given (in its own code or further "
+    "down): under FSDP2 gradients are DTensors, already reduced over the mesh, which "
+    "dist.all_reduce refuses; for a norm use fsdp2_port.global_grad_norm(model.parameters())"
+)
 #: How many names and helpers deep a reduced value is followed back.
 _DEPTH = 4
 
@@ -54,22 +59,41 @@ class GradReduceRule:
     def analyze(self, analysis: FileAnalysis) -> None:
         for call in analysis.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
-            if not call.args or _ALL_REDUCE not in analysis.names.qualified(call.func):
+            if not call.args or analysis.is_ignored(call):
                 continue
-            if analysis.is_ignored(call):
+            if _ALL_REDUCE in analysis.names.qualified(call.func):
+                found = _Gradients(analysis)
+                found.follow(call.args[0], _DEPTH)
+                if found.read and found.norm and not found.dtensor_aware:
+                    self._site(analysis, call, found, _MESSAGE)
+                continue
+            self._through_call(analysis, call)
+
+    def _through_call(self, analysis: FileAnalysis, call: ast.Call) -> None:
+        """``reduce_grads(p.grad)``: a function of the run that all-reduces what it is given,
+        however many calls down (``summaries``), handed gradients: what the direct form
+        would be, gradients themselves included (under FSDP2 they are DTensors, which
+        ``dist.all_reduce`` refuses)."""
+        effects = analysis.callee_effects(call)
+        for position, argument in enumerate(call.args):
+            if "reduce" not in effects.get(position, ()):
                 continue
             found = _Gradients(analysis)
-            found.follow(call.args[0], _DEPTH)
-            if not (found.read and found.norm) or found.dtensor_aware:
-                continue
-            receiver = found.modules[0] if found.modules else None
-            site = None
-            if receiver is not None:
-                site = analysis.add_tied(
-                    self.CODE, call, receiver, _MESSAGE, None, quiet=False, speculate=False
-                )
-            if site is None:
-                analysis.hold(self.CODE, call, _MESSAGE)
+            found.follow(argument, _DEPTH)
+            if found.read and not found.dtensor_aware:
+                callee = analysis.source(call.func)
+                self._site(analysis, call, found, _THROUGH.format(callee))
+                return
+
+    def _site(self, analysis: FileAnalysis, call: ast.Call, found: _Gradients, what: str) -> None:
+        receiver = found.modules[0] if found.modules else None
+        site = None
+        if receiver is not None:
+            site = analysis.add_tied(
+                self.CODE, call, receiver, what, None, quiet=False, speculate=False
+            )
+        if site is None:
+            analysis.hold(self.CODE, call, what)
 
 
 class _Gradients:

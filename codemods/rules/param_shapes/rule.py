@@ -47,6 +47,41 @@ class ParamShapesRule:
         for node in ast.walk(analysis.tree):
             if isinstance(node, (ast.For, ast.comprehension)):
                 self._loop(analysis, node.iter, node.target, node)
+            elif isinstance(node, ast.Call) and not analysis.is_ignored(node):
+                self._through_call(analysis, node)
+
+    def _through_call(self, analysis: FileAnalysis, call: ast.Call) -> None:
+        """``param_groups(model)``: a function of the run that reads the shapes (or the
+        storage) of what it is given, however many calls down (``summaries``), handed a model
+        or its parameters: marked as the direct form is, when the model migrates."""
+        effects = analysis.callee_effects(call)
+        for position, argument in enumerate(call.args):
+            found = effects.get(position, frozenset()) & {"shape", "storage"}
+            if not found:
+                continue
+            ties, deferred = analysis.ties.of(argument)
+            if not (ties or deferred):
+                continue
+            callee = analysis.source(call.func)
+            text = analysis.source(argument)
+            message = (
+                f"{callee} reads the {' and '.join(sorted(found))} of {text}'s parameters (in "
+                "its own code or further down): FSDP1 gave flat 1-D shards (one storage per "
+                "unit), FSDP2 gives each parameter's full shape, a DTensor of its own; check "
+                "what it selects (e.g. weight decay by ndim, parameters by storage size)"
+            )
+            analysis.add(
+                self.CODE,
+                call,
+                message,
+                Rewrite([], message, review=True),
+                "MODELS",
+                ties=ties,
+                deferred=deferred,
+                quiet=True,  # only a model that migrates changes meaning
+                unknown="",
+            )
+            return
 
     def _loop(
         self, analysis: FileAnalysis, iterator: ast.expr, target: ast.expr, loop: ast.AST
