@@ -161,6 +161,7 @@ class _Run:
         self._loaded: dict[str, set[str]] | None = None
         self._unreached: dict[tuple[str, str], bool] = {}
         self._packaging: list[bytes] | None = None
+        self._words: dict[bytes, list[str]] | None = None
 
     def data(self, path: str) -> bytes:
         if path not in self._data:
@@ -179,9 +180,14 @@ class _Run:
         return self._trees[path]
 
     def holding(self, word: str) -> list[str]:
-        """The files whose text has ``word`` as a word."""
-        pattern = _word(word)
-        return [p for p in self.paths if pattern.search(self.data(p))]
+        """The files whose text has ``word`` as a word (from an index of every file's words,
+        built once)."""
+        if self._words is None:
+            self._words = defaultdict(list)
+            for path in self.paths:
+                for found in set(_WORDS.findall(self.data(path))):
+                    self._words[found].append(path)
+        return self._words.get(word.encode(), [])
 
     def seed(self, entry: frozenset[str]) -> None:
         """Every path's status as an entry script, known already (``entry_scripts``)."""
@@ -300,6 +306,9 @@ class _Run:
         if self._configs is None:
             self._configs = list(config_texts(self.paths))
         return _spelled(self._configs, name)
+
+
+_WORDS = re.compile(rb"\w+")
 
 
 def _word(word: str) -> re.Pattern[bytes]:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from codemods.assumptions import (
     COLLECTIVE_TENSOR_KEYWORDS,
     COLLECTIVES,
+    PARAMETER_ITERATORS,
     SHAPE_ATTRIBUTES,
     STORAGE_METHODS,
 )
@@ -84,7 +85,8 @@ def _functions(
 
 
 class _Reader:
-    """One function's own code: what it does with each argument."""
+    """One function's own code, read once: the flows between its names, what it does to
+    which names, and which names it hands to which of the run's functions."""
 
     def __init__(
         self,
@@ -99,70 +101,78 @@ class _Reader:
         self.module = module
         self.bindings = bindings
         self.local = {s.name for s in tree.body if isinstance(s, (*_FUNCTIONS, ast.ClassDef))}
-        self.nodes = list(_own_nodes(function))
+        #: (names read, names read without calling into them, names bound) of each
+        #: assignment, loop and walrus (``_names``).
+        self.flows: list[tuple[frozenset[str], frozenset[str], frozenset[str]]] = []
+        #: (effect, names its subject reads).
+        self.uses: list[tuple[str, frozenset[str]]] = []
+        #: (callee, position, names the argument reads).
+        self.calls: list[tuple[str, int, frozenset[str]]] = []
+        for node in _own_nodes(function):
+            self._read(node)
+
+    def _read(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Assign):
+            self._flow([node.value], node.targets)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            self._flow([node.value], [node.target])
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            self._flow([node.iter], [node.target])
+        elif isinstance(node, ast.NamedExpr):
+            self._flow([node.value], [node.target])
+        elif isinstance(node, ast.Attribute):
+            if node.attr in SHAPE_ATTRIBUTES:
+                self.uses.append(("shape", _names(node.value, structural=True)))
+            elif node.attr in STORAGE_METHODS:
+                self.uses.append(("storage", _names(node.value, structural=True)))
+        elif isinstance(node, ast.Call):
+            callee = self._callee(node.func)
+            if callee in COLLECTIVES:
+                self.uses += [("reduce", _names(a)) for a in _tensors(node)]
+            elif callee:
+                for position, argument in enumerate(node.args):
+                    if isinstance(argument, ast.Starred):
+                        break
+                    self.calls.append((callee, position, _names(argument)))
+
+    def _flow(self, sources: Sequence[ast.AST], targets: Sequence[ast.AST]) -> None:
+        read = frozenset().union(*(_names(s) for s in sources))
+        structural = frozenset().union(*(_names(s, structural=True) for s in sources))
+        bound = frozenset().union(*(_names(t) for t in targets))
+        if read and bound:
+            self.flows.append((read, structural, bound))
 
     def arguments(self) -> Iterator[tuple[int, set[str], set[tuple[str, int]]]]:
         arguments = [*self.function.args.posonlyargs, *self.function.args.args]
         if self.owner is not None and arguments and not _static(self.function):
             arguments = arguments[1:]  # self, cls
+        if not (self.uses or self.calls):
+            return
         for position, argument in enumerate(arguments):
-            derived = self._derived(argument.arg)
-            yield position, self._effects(derived), self._hands(derived)
+            computed = self._derived(argument.arg, structural=False)
+            parts = self._derived(argument.arg, structural=True)
+            effects = {
+                kind
+                for kind, names in self.uses
+                if not names.isdisjoint(computed if kind == "reduce" else parts)
+            }
+            hands = {(c, p) for c, p, names in self.calls if not names.isdisjoint(computed)}
+            yield position, effects, hands
 
-    def _derived(self, name: str) -> set[str]:
-        """The names bound, anywhere in the function, to values computed from ``name``."""
+    def _derived(self, name: str, structural: bool) -> set[str]:
+        """The names bound, anywhere in the function, to values computed from ``name``
+        (``structural``: only to its parts: its parameters, elements, attributes, not what
+        calling it computes)."""
         derived = {name}
         changed = True
         while changed:
             changed = False
-            for node in self.nodes:
-                sources: list[ast.AST] = []
-                targets: list[ast.AST] = []
-                if isinstance(node, ast.Assign):
-                    sources, targets = [node.value], list(node.targets)
-                elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
-                    sources, targets = [node.value], [node.target]
-                elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                    sources, targets = [node.iter], [node.target]
-                elif isinstance(node, ast.NamedExpr):
-                    sources, targets = [node.value], [node.target]
-                if not any(_mentions(s, derived) for s in sources):
-                    continue
-                for target in targets:
-                    for leaf in ast.walk(target):
-                        if isinstance(leaf, ast.Name) and leaf.id not in derived:
-                            derived.add(leaf.id)
-                            changed = True
+            for read, parts, bound in self.flows:
+                source = parts if structural else read
+                if not bound <= derived and not source.isdisjoint(derived):
+                    derived |= bound
+                    changed = True
         return derived
-
-    def _effects(self, derived: set[str]) -> set[str]:
-        found: set[str] = set()
-        for node in self.nodes:
-            if isinstance(node, ast.Attribute) and _mentions(node.value, derived):
-                if node.attr in SHAPE_ATTRIBUTES:
-                    found.add("shape")
-                elif node.attr in STORAGE_METHODS:
-                    found.add("storage")
-            elif isinstance(node, ast.Call) and self._callee(node.func) in COLLECTIVES:
-                if any(_mentions(a, derived) for a in _tensors(node)):
-                    found.add("reduce")
-        return found
-
-    def _hands(self, derived: set[str]) -> set[tuple[str, int]]:
-        """``(callee, position)`` of the run's functions this one hands the value to."""
-        out: set[tuple[str, int]] = set()
-        for node in self.nodes:
-            if not isinstance(node, ast.Call):
-                continue
-            callee = self._callee(node.func)
-            if not callee:
-                continue
-            for position, argument in enumerate(node.args):
-                if isinstance(argument, ast.Starred):
-                    break
-                if _mentions(argument, derived):
-                    out.add((callee, position))
-        return out
 
     def _callee(self, func: ast.AST) -> str:
         """The qualified name a call's ``func`` names: a function of the file, an imported
@@ -208,5 +218,24 @@ def _tensors(call: ast.Call) -> list[ast.expr]:
     ]
 
 
-def _mentions(node: ast.AST, names: set[str]) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+def _names(node: ast.AST, structural: bool = False) -> frozenset[str]:
+    """The names an expression reads (or a target binds), never one it only calls
+    (``model(x)``: ``x``); ``structural``: only those it reads parts of (attributes, elements,
+    ``m.parameters()``), not what a method call on them computes (``model.encode(x)``)."""
+    found: set[str] = set()
+    todo: list[ast.AST] = [node]
+    while todo:
+        current = todo.pop()
+        if isinstance(current, ast.Name):
+            found.add(current.id)
+            continue
+        if isinstance(current, ast.Call):
+            todo += [*current.args, *(k.value for k in current.keywords)]
+            func = current.func
+            if isinstance(func, ast.Attribute) and (
+                not structural or func.attr in PARAMETER_ITERATORS
+            ):
+                todo.append(func.value)  # a method's receiver, not a callee's name
+            continue
+        todo.extend(ast.iter_child_nodes(current))
+    return frozenset(found)

@@ -284,6 +284,11 @@ def test_what_functions_do_with_their_arguments_is_followed_through_calls(tmp_pa
 
                 def plain(model):
                     return model.training
+
+                def encode(encoder, ids):
+                    embeddings = encoder(ids)[0]
+                    hidden = encoder.embed(ids)
+                    return embeddings.shape, hidden.shape  # what calling it computes
             """,
         },
     )
@@ -293,4 +298,5 @@ def test_what_functions_do_with_their_arguments_is_followed_through_calls(tmp_pa
     assert effects["pkg.adapter.Adapter.step"] == {0: {"reduce"}}, "two calls down"
     assert effects["pkg.adapter.groups"] == {0: {"shape", "storage"}}
     assert "pkg.adapter.plain" not in effects
+    assert "pkg.adapter.encode" not in effects
     assert "pkg.adapter.Adapter.__init__" not in effects
