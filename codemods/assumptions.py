@@ -410,6 +410,12 @@ STORAGE_METHODS = NameList(
     "a tensor's methods that read its storage (FSDP1's flat parameters share one)",
     ("untyped_storage", "storage", "data_ptr"),
 )
+CONTAINER_BUILTINS = NameList(
+    "container-builtins",
+    "python",
+    "builtins whose result holds the elements of what they are given",
+    words("list tuple sorted reversed enumerate zip filter iter next dict set frozenset"),
+)
 NO_MODEL_BUILTINS = NameList(
     "no-model-builtins",
     "python",

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from codemods.assumptions import (
     COLLECTIVE_TENSOR_KEYWORDS,
     COLLECTIVES,
+    CONTAINER_BUILTINS,
     PARAMETER_ITERATORS,
     SHAPE_ATTRIBUTES,
     STORAGE_METHODS,
@@ -221,7 +222,8 @@ def _tensors(call: ast.Call) -> list[ast.expr]:
 def _names(node: ast.AST, structural: bool = False) -> frozenset[str]:
     """The names an expression reads (or a target binds), never one it only calls
     (``model(x)``: ``x``); ``structural``: only those it reads parts of (attributes, elements,
-    ``m.parameters()``), not what a method call on them computes (``model.encode(x)``)."""
+    ``m.parameters()``, containers of them), not what a call computes (``model.encode(x)``,
+    ``f(x)``)."""
     found: set[str] = set()
     todo: list[ast.AST] = [node]
     while todo:
@@ -230,8 +232,9 @@ def _names(node: ast.AST, structural: bool = False) -> frozenset[str]:
             found.add(current.id)
             continue
         if isinstance(current, ast.Call):
-            todo += [*current.args, *(k.value for k in current.keywords)]
             func = current.func
+            if not structural or (isinstance(func, ast.Name) and func.id in CONTAINER_BUILTINS):
+                todo += [*current.args, *(k.value for k in current.keywords)]
             if isinstance(func, ast.Attribute) and (
                 not structural or func.attr in PARAMETER_ITERATORS
             ):
