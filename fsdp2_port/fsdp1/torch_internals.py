@@ -259,7 +259,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         kind="constant",
         value="_fsdp_wrapped_module",
     ),
-    # -- FSDP1's checkpoints, for fsdp2_port.fsdp1.convert ----------------------------------
+    # -- FSDP1's checkpoints, for convert-checkpoint (fsdp2_port.fsdp1.convert, checkpoint_*) --
     "flat_param_name": EntryPoint(
         "torch.distributed.fsdp._unshard_param_utils",
         "FLAT_PARAM",
@@ -275,17 +275,17 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         ("func", "new_type", "args", "state"),
         "1.13",
         "what a pickled tensor subclass (FSDP1's ShardedTensor) is rebuilt by; "
-        "fsdp2_port.fsdp1.convert reads ShardedTensor state (local shards, metadata, process-group "
-        "state) through it without a process group",
+        "fsdp2_port.fsdp1.checkpoint_load reads ShardedTensor state (local shards, metadata, "
+        "process-group state) through it without a process group",
     ),
     "rebuild_tensor_v2": EntryPoint(
         "torch._utils",
         "_rebuild_tensor_v2",
         ("storage", "storage_offset", "size", "stride", "requires_grad", "backward_hooks"),
         "1.6",
-        "what a pickled tensor is rebuilt by; fsdp2_port.fsdp1.convert reads a tensor whose "
-        "storage FSDP1 had freed (a FlatParameter's unsharded views, pickled with it) as an "
-        "empty one",
+        "what a pickled tensor is rebuilt by; fsdp2_port.fsdp1.checkpoint_load reads a tensor "
+        "whose storage FSDP1 had freed (a FlatParameter's unsharded views, pickled with it) as "
+        "an empty one",
     ),
     "weights_only_globals": EntryPoint(
         "torch._weights_only_unpickler",
@@ -293,16 +293,16 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         (),
         "<=2.6",
         "what torch's own weights-only loading lets a pickle build (tensors, storages, dtypes, "
-        "sizes, devices, rebuild functions), by dotted name: fsdp2_port.fsdp1.convert builds "
-        "these and nothing else of a checkpoint it is not told to trust",
+        "sizes, devices, rebuild functions), by dotted name: fsdp2_port.fsdp1.checkpoint_load "
+        "builds these and nothing else of a checkpoint it is not told to trust",
     ),
     "sharded_tensor": EntryPoint(
         "torch.distributed._shard.sharded_tensor.api",
         "ShardedTensor",
         (),
         "1.13",
-        "FSDP1's ShardedTensor, named in its pickles: fsdp2_port.fsdp1.convert reads its state "
-        "without building one (building one needs the job's process group)",
+        "FSDP1's ShardedTensor, named in its pickles: fsdp2_port.fsdp1.checkpoint_load reads its "
+        "state without building one (building one needs the job's process group)",
         kind="value",
     ),
     "sharded_tensor_pg_state": EntryPoint(
@@ -311,7 +311,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         (),
         "1.13",
         "the process-group state a pickled ShardedTensor carries (its local_world_size): built "
-        "by fsdp2_port.fsdp1.convert",
+        "by fsdp2_port.fsdp1.checkpoint_load",
         kind="value",
     ),
     "sharded_tensor_shard": EntryPoint(
@@ -320,7 +320,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         (),
         "1.13",
         "one local shard of a pickled ShardedTensor (its tensor and metadata): built by "
-        "fsdp2_port.fsdp1.convert",
+        "fsdp2_port.fsdp1.checkpoint_load",
         kind="value",
     ),
     "shard_metadata": EntryPoint(
@@ -328,7 +328,8 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         "ShardMetadata",
         (),
         "1.13",
-        "a shard's offsets and sizes in a pickled ShardedTensor: built by fsdp2_port.fsdp1.convert",
+        "a shard's offsets and sizes in a pickled ShardedTensor: built by "
+        "fsdp2_port.fsdp1.checkpoint_load",
         kind="value",
     ),
     "sharded_tensor_metadata": EntryPoint(
@@ -336,7 +337,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         "ShardedTensorMetadata",
         (),
         "1.13",
-        "a pickled ShardedTensor's global size: built by fsdp2_port.fsdp1.convert",
+        "a pickled ShardedTensor's global size: built by fsdp2_port.fsdp1.checkpoint_load",
         kind="value",
     ),
     "dcp_storage_info": EntryPoint(
@@ -345,7 +346,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         (),
         "2.2",
         "where a DCP checkpoint's metadata says each item lies in its files: built by "
-        "fsdp2_port.fsdp1.convert when it checks a DCP checkpoint's metadata",
+        "fsdp2_port.fsdp1.checkpoint_load when it checks a DCP checkpoint's metadata",
         kind="value",
     ),
     "dcp_memory_format_encoding": EntryPoint(
@@ -354,7 +355,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         (),
         "2.2",
         "how a DCP checkpoint's metadata pickles a tensor's memory format: built by "
-        "fsdp2_port.fsdp1.convert when it checks a DCP checkpoint's metadata",
+        "fsdp2_port.fsdp1.checkpoint_load when it checks a DCP checkpoint's metadata",
         kind="value",
     ),
     "dcp_empty_load_planner": EntryPoint(
@@ -382,7 +383,7 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
         ("unsharded_dtype",),
         "2.1",
         "the element count FSDP1 aligns each parameter to inside a flat parameter under "
-        "use_orig_params=True (16 bytes); fsdp2_port.fsdp1.convert unflattens with it",
+        "use_orig_params=True (16 bytes); fsdp2_port.fsdp1.checkpoint_layout unflattens with it",
     ),
     # -- the norm rule (fsdp2_port.train.grad_norm) -----------------------------------------
     "group_tensors_by_device_and_dtype": EntryPoint(
