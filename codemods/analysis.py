@@ -19,6 +19,7 @@ from codemods.names import Binding
 from codemods.options import Options
 from codemods.parsed import ParsedFile, Source
 from codemods.plan import FilePlan, NeededImport, Requirement, Rewrite, Site
+from codemods.semantic.file_links import FileLinks
 from codemods.semantic.type_tests import TypeTests
 from codemods.semantic.values import Ties
 from codemods.text import Edit
@@ -69,11 +70,12 @@ class FileAnalysis(ParsedFile):
             for q in self.names.qualified(node)
             if q.startswith("fsdp2_port.")
         )
-        self.plan.exports = self.ties.exports()
-        self.plan.signatures = self.ties.signatures()
-        self.plan.passes = self.ties.passes()
-        self.plan.calls = self.ties.calls()
-        self.plan.sharded = self.ties.sharded()
+        links = FileLinks(self.ties)
+        self.plan.exports = links.exports()
+        self.plan.signatures = links.signatures()
+        self.plan.passes = links.passes()
+        self.plan.calls = links.calls()
+        self.plan.sharded = links.sharded()
         self.plan.imported = imports.importing_scopes(self.names, self.lines)
         return self.plan
 

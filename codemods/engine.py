@@ -34,13 +34,14 @@ from dataclasses import dataclass, field, replace
 from codemods import fsdp1, programs, reexports, sources, spreads, visibility, writes
 from codemods.findings import Finding
 from codemods.options import Options
-from codemods.plan import Decisions, FilePlan, Resolver, Site, decide
+from codemods.plan import Decisions, FilePlan, Site, decide
 from codemods.rules.reader_values.across import Across
 from codemods.rules.reader_values.values import accepting
 from codemods.semantic import modules
 from codemods.semantic import programs as semantic_programs
 from codemods.semantic.modules import ModuleGraph, Naming, RunModules
 from codemods.semantic.programs import ProgramMap
+from codemods.semantic.resolve import Resolver
 from codemods.spreads import Keys
 from codemods.text import split_lines
 from codemods.visibility import Visibility

@@ -2,7 +2,7 @@
 
 ``Built`` and ``Optimizer`` are settled in the file that makes them; ``Returned`` and
 ``Passed`` are links into other files of the run, settled when the run is decided
-(``plan.Resolver``). A ``Factory`` (``partial(FSDP, ...)``) builds a model when called.
+(``semantic.resolve.Resolver``). A ``Factory`` (``partial(FSDP, ...)``) builds a model when called.
 """
 
 from __future__ import annotations
@@ -94,3 +94,16 @@ def deferred(refs: Iterable[Ref]) -> frozenset[Deferred]:
     """The links into other files among ``refs``, and the library objects (no model: what a
     site learns of them is that its receiver may hold something else than the run's)."""
     return frozenset(r for r in refs if isinstance(r, (Returned, Passed, Given, Instance)))
+
+
+@dataclass(frozen=True)
+class Passing:
+    """A model (``refs``) this file passes to ``callee`` at a position or keyword (``slot``).
+    A call of a method on an object of no known class (``self.plugin.configure(model)``) has
+    ``callee`` ``".configure"`` and what the object may be (``receiver``): the run settles
+    which classes' method it calls (``Resolver``)."""
+
+    callee: str
+    slot: int | str
+    refs: frozenset[Ref]
+    receiver: frozenset[Ref] = frozenset()

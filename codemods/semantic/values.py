@@ -1,5 +1,5 @@
 """Which expressions hold a model built by which FSDP1 constructor ("ties"): the value flow
-of one file, its links into other files left for the run (``plan.Resolver``).
+of one file, its links into other files left for the run (``semantic.resolve.Resolver``).
 
 A constructor is a call of the FSDP1 class (``FSDP(m, ...)``) or a ``functools.partial`` of it
 (a factory: its calls build models). Its id is ``path:line:column``. Values flow, within one
@@ -15,7 +15,7 @@ file, through:
 
 A call of a function imported from elsewhere is recorded as ``refs.Returned``, and a parameter
 of a function other files may call as ``refs.Passed``; the run resolves both against what every
-file exports and passes (``plan.Resolver``).
+file exports and passes (``semantic.resolve.Resolver``).
 """
 
 from __future__ import annotations
@@ -37,10 +37,7 @@ from codemods.assumptions import (
 )
 from codemods.names import Binding
 from codemods.parsed import ParsedFile
-from codemods.plan import Passing
 from codemods.refs import (
-    DISPATCHED,
-    GIVEN_TO,
     UNKNOWN,
     Built,
     Deferred,
@@ -145,125 +142,6 @@ class Ties:
         """``(constructor ids, links into other files)`` whose models ``function`` returns."""
         refs = self._returned(function)
         return built(refs), deferred(refs)
-
-    def exports(self) -> dict[str, frozenset[Ref]]:
-        """Qualified names of this file's functions and methods -> what their calls return."""
-        out = {name: self._returned(function) for name, function in self._exported().items()}
-        out.update(self._fields())
-        return {k: frozenset(r for r in v if not isinstance(r, Factory)) for k, v in out.items()}
-
-    def _fields(self) -> dict[str, set[Ref]]:
-        """``module.Class#attr`` -> what the methods of this file's module-level classes
-        assign to ``self.attr`` (what an instance's ``x.attr`` holds elsewhere)."""
-        module = self.parsed.module_name
-        out: dict[str, set[Ref]] = {}
-        if not module:
-            return out
-        classes = {c: c.name for c in self.parsed.tree.body if isinstance(c, ast.ClassDef)}
-        for (owner, text), values in self._attributes.items():
-            if owner in classes and text.count(".") == 1 and text.startswith("self."):
-                name = f"{module}.{classes[owner]}#{text[len('self.') :]}"
-                out[name] = {r for value in values for r in self._value(value)}
-        return out
-
-    def signatures(self) -> dict[str, tuple[str, ...]]:
-        """Qualified names of this file's functions and methods -> the names their positional
-        arguments bind to, as other files call them (``self`` left out)."""
-        return {
-            name: tuple(syntax.positional(function)[1 if self._takes_self(function) else 0 :])
-            for name, function in self._exported().items()
-        }
-
-    def passes(self) -> list[Passing]:
-        """``(callee, position or keyword, refs)`` for each model this file passes to a
-        function of another file (``save(model)``, ``Trainer(model=model)``)."""
-        out: list[Passing] = []
-        for call in self.parsed.names.by_type[ast.Call]:
-            assert isinstance(call, ast.Call)
-            if call in self.constructors:
-                continue
-            func, preset = syntax.unsubscripted(call.func), 0
-            partial = self._partial_target(func)
-            if partial is not None:
-                func, preset = partial
-            callees = self.parsed.names.qualified(func)
-            receiver: frozenset[Ref] = frozenset()
-            if not callees and isinstance(func, ast.Attribute):
-                # a library object's method (``accelerator.prepare(model)``)
-                callees = frozenset(f"{GIVEN_TO}{i}" for i in self._instances(func.value))
-                if not callees and not self._is_self(func.value):
-                    # a method of an object of no known class: the run tells which
-                    callees = frozenset({f"{DISPATCHED}{func.attr}"})
-                    receiver = self._value(func.value)
-                    if not (call.args or call.keywords):
-                        out.append(Passing(next(iter(callees)), "", frozenset(), receiver))
-            if not callees or any(c.startswith("builtins.") for c in callees):
-                continue
-            slots: list[tuple[int | str, ast.AST]] = []
-            for index, argument in enumerate(call.args):
-                if isinstance(argument, ast.Starred):
-                    break
-                slots.append((index + preset, argument))
-            slots += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
-            for slot, value in slots:
-                refs = frozenset(r for r in self._value(value) if not isinstance(r, Factory))
-                if refs:
-                    out += [Passing(callee, slot, refs, receiver) for callee in callees]
-        return out
-
-    def sharded(self) -> frozenset[Ref]:
-        """What the modules this file's FSDP1 constructors wrap may hold (a constructor's
-        first argument, or a factory's call's): under FSDP2 these objects are sharded in
-        place."""
-        out: set[Ref] = set()
-        names = self.parsed.names
-        for call in names.by_type[ast.Call]:
-            assert isinstance(call, ast.Call)
-            if call in self.factories:
-                continue
-            built = call in self.constructors or any(
-                isinstance(r, Factory) for r in self._value(call.func)
-            )
-            if not built:
-                continue
-            module = call.args[0] if call.args else None
-            module = next((k.value for k in call.keywords if k.arg == "module"), module)
-            out |= self._value(module) if module is not None else {UNKNOWN}
-        return frozenset(r for r in out if not isinstance(r, Factory))
-
-    def calls(self) -> frozenset[str]:
-        """The qualified names this file calls (a function of another file, a library's)."""
-        out: set[str] = set()
-        for call in self.parsed.names.by_type[ast.Call]:
-            assert isinstance(call, ast.Call)
-            func = syntax.unsubscripted(call.func)
-            partial = self._partial_target(func)
-            func = partial[0] if partial is not None else func
-            out |= self.parsed.names.qualified(func)
-            out |= {name for f in self._local_callees(func) if (name := self._exported_name(f))}
-        return frozenset(q for q in out if not q.startswith("builtins."))
-
-    def _local_callees(self, func: ast.expr) -> list[ast.AST]:
-        """The functions of this file a call's ``func`` names: a def's name, a method called on
-        ``self``, a class's ``__init__`` by the class's name."""
-        names = self.parsed.names
-        if isinstance(func, ast.Name):
-            found: list[ast.AST] = []
-            for binding in names.bindings_of(func):
-                if binding.kind == "def":
-                    found.append(binding.node)
-                elif binding.kind == "class" and isinstance(binding.node, ast.ClassDef):
-                    found += [
-                        f
-                        for f in binding.node.body
-                        if isinstance(f, _FUNCTIONS) and f.name == "__init__"
-                    ]
-            return found
-        if isinstance(func, ast.Attribute) and self._is_self(func.value):
-            owner = names.class_of(func)
-            if owner is not None:
-                return [f for f in owner.body if isinstance(f, _FUNCTIONS) and f.name == func.attr]
-        return []
 
     def _partial_target(self, func: ast.AST) -> tuple[ast.expr, int] | None:
         """``(g, n)`` when ``func`` is a name every reaching binding of which is

@@ -177,7 +177,7 @@ def test_an_assignment_does_not_reach_its_own_value():
 
 
 def test_parameters_other_files_may_pass_wait_for_the_run():
-    from codemods.plan import Resolver
+    from codemods.semantic.resolve import Resolver
 
     helper = analysis(
         "class Trainer:\n    def __init__(self, model, opt):\n        self.model = model\n"
