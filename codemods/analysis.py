@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from codemods import fsdp1, imports, markers
@@ -18,7 +17,16 @@ from codemods.assumptions import BRIDGE, MODEL_WORDS, SETTINGS_WORDS
 from codemods.names import Binding
 from codemods.options import Options
 from codemods.parsed import ParsedFile, Source
-from codemods.plan import FilePlan, NeededImport, Requirement, Rewrite, Site
+from codemods.plan import (
+    FilePlan,
+    Marking,
+    NeededImport,
+    Position,
+    Requirement,
+    Rewrite,
+    Site,
+    made,
+)
 from codemods.semantic.file_links import FileLinks
 from codemods.semantic.type_tests import TypeTests
 from codemods.semantic.values import Ties
@@ -88,14 +96,13 @@ class FileAnalysis(ParsedFile):
         inside = [
             s
             for s in self.plan.sites
-            if s is not test and any(a <= s.start and s.end <= b for a, b in spans)
+            if s is not test and any(a <= s.at.start and s.at.end <= b for a, b in spans)
         ]
-        if not any(s.rewrite is None and not s.silent for s in inside):
+        if not any(s.forms.rewrite is None and s.marking is not Marking.SILENT for s in inside):
             return
         self.guards = [(span, g) for span, g in self.guards if g != group]
         together = f"one-armed:{group}"  # deleted together, or all kept with their markers
-        deleted = replace(
-            test,
+        deleted = test.but(
             rewrite=Rewrite(
                 removal,
                 "FSDP1 type test and the FSDP1 code behind it deleted (--drop-fsdp1-branches): "
@@ -108,13 +115,12 @@ class FileAnalysis(ParsedFile):
         self.plan.sites = [
             deleted
             if s is test
-            else replace(
-                s,
+            else s.but(
                 rewrite=Rewrite([], "deleted with the FSDP1 type test that guards it"),
                 fallback=None,
                 requirement=test.requirement,
-                ties=test.ties,
-                deferred=test.deferred,
+                ties=test.reach.ties,
+                deferred=test.reach.deferred,
                 groups=frozenset({together}),
                 holds=False,
             )
@@ -126,21 +132,21 @@ class FileAnalysis(ParsedFile):
     def _after_guards(self, site: Site) -> Site:
         if site.constructor is not None:
             return site
-        inside = [g for (start, end), g in self.guards if start <= site.start and site.end <= end]
+        at = site.at
+        inside = [g for (start, end), g in self.guards if start <= at.start and at.end <= end]
         if inside:
-            site = replace(site, groups=site.groups | set(inside))
+            site = site.but(groups=site.groups | set(inside))
         for (start, end), why, deleted in self.dead_branches:
-            if start <= site.start and site.end <= end:
-                site = replace(
-                    site,
+            if start <= at.start and at.end <= end:
+                site = site.but(
                     rewrite=None,
                     fallback=None,
                     requirement="NEVER",
                     ties=frozenset(),
                     deferred=frozenset(),
                     groups=frozenset(),
-                    keep_message=f"{site.keep_message}; {why}",
-                    silent=site.silent or deleted,
+                    message=f"{site.message}; {why}",
+                    silent=True if deleted else None,
                 )
         return site
 
@@ -172,23 +178,22 @@ class FileAnalysis(ParsedFile):
         requirement: Requirement = "NEVER",
         **details: Any,
     ) -> Site:
-        """A site about ``node``; ``details`` are ``Site``'s other fields (ties, groups,
-        constructor, quiet, holds, fallback...)."""
+        """A site about ``node``; ``details`` are its other parts in the rules' words
+        (``plan.made``: ties, groups, constructor, quiet, holds, fallback...)."""
         start, end = self.span(node)
         anchor, indent = self.marker_anchor(node)
-        site = Site(
-            code=code,
-            path=self.path,
-            line=self.lines.line_of(start),
-            column=self.lines.column(start),
-            start=start,
-            end=end,
-            anchor=anchor,
-            indent=indent,
-            keep_message=keep_message,
+        at = Position(
+            self.path,
+            self.lines.line_of(start),
+            self.lines.column(start),
+            start,
+            end,
+            anchor,
+            indent,
+        )
+        site = made(
+            Site(code, at, keep_message, requirement, index=len(self.plan.sites)),
             rewrite=rewrite,
-            requirement=requirement,
-            index=len(self.plan.sites),
             **details,
         )
         self.plan.sites.append(site)

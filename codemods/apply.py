@@ -11,7 +11,16 @@ from dataclasses import dataclass
 
 from codemods import imports, markers
 from codemods.findings import Action, Finding, Severity
-from codemods.plan import Decisions, FilePlan, NeededImport, Reason, Rewrite, Site
+from codemods.plan import (
+    Decisions,
+    FilePlan,
+    Marking,
+    NeededImport,
+    Reason,
+    Rewrite,
+    Scope,
+    Site,
+)
 from codemods.text import (
     Edit,
     LineIndex,
@@ -63,9 +72,9 @@ def apply_plan(text: str, plan: FilePlan, decisions: Decisions) -> Applied:
             edits += outcome.rewrite.edits
             needed += outcome.rewrite.imports
         if outcome.marked:
-            entries = marks.setdefault(site.anchor, [])
+            entries = marks.setdefault(site.at.anchor, [])
             if all(code != site.code for code, _, _ in entries):
-                entries.append((site.code, site.indent, outcome.message))
+                entries.append((site.code, site.at.indent, outcome.message))
 
     import_edits = imports.additions(needed, plan.imported, lines)
     marker_edits, marker_codes = _marker_edits(_dedented(marks, edits, lines), lines)
@@ -89,13 +98,13 @@ def apply_plan(text: str, plan: FilePlan, decisions: Decisions) -> Applied:
     findings: list[Finding] = []
     marker_offsets: dict[int, int] = {}
     for o in outcomes:
-        if o.marked and (o.site.anchor, o.site.code) in offsets:
-            marker_offsets[len(findings)] = offsets[(o.site.anchor, o.site.code)]
+        if o.marked and (o.site.at.anchor, o.site.code) in offsets:
+            marker_offsets[len(findings)] = offsets[(o.site.at.anchor, o.site.code)]
         findings.append(
             Finding(
-                o.site.path,
-                o.site.line,
-                o.site.column,
+                o.site.at.path,
+                o.site.at.line,
+                o.site.at.column,
                 o.site.code,
                 o.message,
                 o.severity,
@@ -108,24 +117,24 @@ def apply_plan(text: str, plan: FilePlan, decisions: Decisions) -> Applied:
 
 def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
     """What happens to a site: rewritten, rewritten the FSDP1 way, marked, or nothing."""
-    if site.silent or not decisions.about_fsdp1:
+    if site.marking is Marking.SILENT or not decisions.about_fsdp1:
         return None
-    if decisions.is_rewritten(site) and site.rewrite is not None:
-        review = site.rewrite.review
-        severity: Severity = "review" if review else "safe"
-        return _Outcome(site, severity, "rewritten", site.rewrite.message, review, site.rewrite)
-    if site.fallback is not None:
-        return _Outcome(site, "safe", "rewritten", site.fallback.message, False, site.fallback)
+    rewrite, fallback = site.forms.rewrite, site.forms.fallback
+    if decisions.is_rewritten(site) and rewrite is not None:
+        severity: Severity = "review" if rewrite.review else "safe"
+        return _Outcome(site, severity, "rewritten", rewrite.message, rewrite.review, rewrite)
+    if fallback is not None:
+        return _Outcome(site, "safe", "rewritten", fallback.message, False, fallback)
     reason = decisions.reasons.get(site.key, Reason(""))
-    if site.quiet and reason.model_stays:
+    if site.marking is Marking.QUIET and reason.model_stays:
         return None
     if site.requirement == "ANY":
         return None  # a form right on any model, not needed: no model of the run migrates
-    if site.fsdp1_only_marker and not decisions.migrating:
+    if site.marking is Marking.FSDP1_ONLY and not decisions.migrating:
         return None  # right while its models stay FSDP1, and every model of the run does
-    if site.behind_test and not site.ties:
+    if site.scope is Scope.BEHIND_TEST and not site.reach.ties:
         return None  # FSDP1 code behind an FSDP1 type test: no FSDP2 model gets there
-    message = site.keep_message + (f" ({reason.text})" if reason.text else "")
+    message = site.message + (f" ({reason.text})" if reason.text else "")
     return _Outcome(site, "review", "flagged", message, True)
 
 

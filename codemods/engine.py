@@ -6,7 +6,7 @@
    builds FSDP1 models, skipped files that call FSDP1's module APIs on anything (a base class,
    a helper library: a model may reach them unseen) are analysed too, and so are those whose
    functions the analysed ones pass models to, until no new one is reached.
-2. *Decide* (``plan.decide``): one plan for the run, whole models or nothing, with models
+2. *Decide* (``decide.decide``): one plan for the run, whole models or nothing, with models
    followed across files through the functions each file exports, and each entry script's
    lines held to the constructors its own program runs (``programs``).
 3. *Apply* (in parallel): every decided rewrite and marker, then the imports. Results come
@@ -32,9 +32,10 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from codemods import fsdp1, programs, reexports, sources, spreads, visibility, writes
+from codemods.decide import decide
 from codemods.findings import Finding
 from codemods.options import Options
-from codemods.plan import Decisions, FilePlan, Site, decide
+from codemods.plan import Decisions, FilePlan, Position, Scope, Site
 from codemods.rules.reader_values.across import Across
 from codemods.rules.reader_values.values import accepting
 from codemods.semantic import modules
@@ -415,7 +416,7 @@ def _unread(item: _Analysed) -> FilePlan | None:
     if not (fsdp1.might_need_migration(data) or fsdp1.might_act_on_a_model(data)):
         return None
     message = f"{item.path} cannot be read ({item.error}): it may call FSDP1 on any model"
-    site = Site("F2P099", item.path, 1, 1, 0, 0, 0, "", message, requirement="RUN")
+    site = Site("F2P099", Position(item.path, 1, 1, 0, 0, 0, ""), message, "RUN")
     return FilePlan(item.path, [site])
 
 
@@ -549,10 +550,10 @@ def _programs(
         for p in plans
         for s in p.sites
         if whole_program
-        and s.holds
+        and s.scope is Scope.MODELS
         and s.constructor is None
-        and not s.ties
-        and (s.requirement == "RUN" or s.deferred)
+        and not s.reach.ties
+        and (s.requirement == "RUN" or s.reach.deferred)
     ]
     if len(paths) < 2:  # one file: no programs to tell apart, only lines no one runs
         return programs.find(paths, [], [], entry, holding)

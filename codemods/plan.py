@@ -26,42 +26,18 @@ decided together.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from enum import Enum
+from typing import Any, Literal
 
-from codemods.programs import Programs
 from codemods.refs import (
-    UNKNOWN,
-    Built,
     Deferred,
     Optimizer,
     Passing,
     Ref,
 )
-from codemods.semantic.modules import RunModules
-from codemods.semantic.resolve import Resolver
 from codemods.text import Edit
-
-_MODEL_STAYS = "its model stays FSDP1"
-_NO_CONSTRUCTOR_HERE = (
-    "no FSDP1 constructor of this run runs in this script's program: "
-    "migrate it together with the code that builds the model"
-)
-_NO_CONSTRUCTOR = (
-    "no FSDP1 constructor in this run says where its model comes from: "
-    "migrate it together with the code that builds the model"
-)
-
-_NEVER_RUN = (
-    "in a function no line of this whole program calls (nor a config names): it holds no "
-    "model; port it before anything calls it"
-)
-_IMPORTED_NOWHERE = (
-    "in a module no program of this whole program imports once the run is written: it holds "
-    "no model; port it before anything imports it"
-)
 
 Requirement = Literal["ALWAYS", "MODELS", "ANY", "RUN", "NEVER"]
 
@@ -95,80 +71,185 @@ class Rewrite:
 
 
 @dataclass(frozen=True)
-class Site:
-    """One place in one file that a rule rewrites or marks (built by ``FileAnalysis.add`` and
-    ``add_tied``; later stages make changed copies, never edit one)."""
+class Position:
+    """Where a site is: its node's 1-based line and character column and offsets, and where
+    its marker goes (the start of the statement's first line, and its indentation)."""
 
-    code: str
     path: str
-    #: Input position of the node: 1-based line, 1-based character column, and offsets.
     line: int
     column: int
     start: int
     end: int
-    #: Where a marker goes: the start of the statement's first line, and its indentation.
     anchor: int
     indent: str
-    #: The marker's text when the site is not rewritten (the reason is appended).
-    keep_message: str
+
+
+@dataclass(frozen=True)
+class Forms:
+    """The forms a site may take, each under its condition: ``rewrite`` when its
+    ``requirement`` allows it; else ``fallback``, right under FSDP1; ``either``, right whatever
+    its receiver holds, when the run ties it to no model (``ANY``)."""
+
     rewrite: Rewrite | None = None
-    requirement: Requirement = "NEVER"
-    #: Ids of the constructors whose models reach this site (resolved across files).
+    fallback: Rewrite | None = None
+    either: Rewrite | None = None
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Which models may reach a site: the constructors tied to it (``ties``), links the run
+    settles (``deferred``: calls into other files, parameters they may pass, library objects),
+    the BF16 optimizers it is about; ``opaque``: some value its receiver may hold comes from
+    code the analysis does not follow; ``fresh``: its receiver is an object just built;
+    ``unknown``: its marker ("" none) when only calls into other files could make it a model
+    and the run ties it to none."""
+
     ties: frozenset[str] = frozenset()
-    #: Calls to functions of other files whose results reach this site, and parameters other
-    #: files may pass models to (``call:``/``param:`` refs, resolved by the run).
     deferred: frozenset[Deferred] = frozenset()
+    optimizers: frozenset[Optimizer] = frozenset()
+    opaque: bool = True
+    fresh: bool = False
+    unknown: str | None = None
+
+
+class Marking(Enum):
+    """How a site that stays is shown."""
+
+    #: With a marker saying why.
+    MARKED = "marked"
+    #: Right under FSDP1: no marker of its own when it stays only because its models stay
+    #: FSDP1 (the constructor's says why).
+    QUIET = "quiet"
+    #: Right while every model of the run stays FSDP1 (a type test, an annotation): no marker
+    #: in a run where no model migrates.
+    FSDP1_ONLY = "fsdp1-only"
+    #: Neither a finding nor a marker (``# fsdp2-port: ignore``, an object just built).
+    SILENT = "silent"
+
+
+class Scope(Enum):
+    """What a site holds when it stays."""
+
+    #: Its models (every model its program may build, while it is tied to none): FSDP1 code
+    #: that breaks on an FSDP2 model.
+    MODELS = "models"
+    #: Nothing: code still right on an FSDP2 model, or that only switches behaviour (a type
+    #: test, an annotation, compat's optimizer): marked instead.
+    NOTHING = "nothing"
+    #: Nothing, being reached only while an FSDP1 type test holds: no FSDP2 model gets there,
+    #: and the test carries the marker.
+    BEHIND_TEST = "behind-test"
+
+
+class Target(Enum):
+    """What a site is about."""
+
+    #: The model its receiver holds.
+    MODEL = "model"
+    #: The model, where the original means something of its own on FSDP2 (``m.state_dict()``:
+    #: FSDP2's sharded answer): FSDP2 models the program already has do not make an untied one
+    #: take ``Forms.either``.
+    MODEL_STATE = "model-state"
+    #: A BF16 master optimizer (F2P009): the optimizers that reach it (``Reach.optimizers``).
+    OPTIMIZER = "optimizer"
+
+
+@dataclass(frozen=True)
+class Site:
+    """One place in one file that a rule rewrites or marks: its forms, by condition; which
+    models reach it; what it holds when it stays; how it is shown (built by
+    ``FileAnalysis.add`` and ``add_tied``; later stages make changed copies, ``but``)."""
+
+    code: str
+    at: Position
+    #: The marker's text when the site stays (the reason is appended).
+    message: str
+    requirement: Requirement = "NEVER"
+    forms: Forms = Forms()
+    reach: Reach = Reach()
+    #: Sites rewritten together or not at all (a state-dict block and its calls, a type test
+    #: and the FSDP1 code it guards).
     groups: frozenset[str] = frozenset()
     #: For a constructor site: its id (``path:line:column``).
     constructor: str | None = None
-    #: Neither a finding nor a marker (a line under ``# fsdp2-port: ignore``).
-    silent: bool = False
-    #: Set when only calls into other files may make this site's receiver a model: if the run
-    #: ties it to none, the site is this marker instead ("": nothing at all).
-    unknown: str | None = None
-    #: Applied instead of ``rewrite`` when that is not allowed: a form right under FSDP1.
-    fallback: Rewrite | None = None
-    #: The original is right under FSDP1: when it stays only because its models stay FSDP1,
-    #: it needs no marker of its own (the constructor's says why).
-    quiet: bool = False
-    #: A form right whatever the receiver holds, taken (``ANY``) when the run ties the site
-    #: to no model.
-    either: Rewrite | None = None
-    #: FSDP1 code that breaks on an FSDP2 model: kept, it keeps its models on FSDP1 (every
-    #: constructor of the run while untied). False for code still right on an FSDP2 model or
-    #: that only switches behaviour (a type test, an annotation, code behind an FSDP1 type
-    #: test, compat's optimizer), which is marked instead.
-    holds: bool = True
-    #: Right while every model of the run stays FSDP1 (a type test, an annotation): no marker
-    #: in a run where no model migrates.
-    fsdp1_only_marker: bool = False
-    #: The original means something of its own on an FSDP2 model (``m.state_dict()``: FSDP2's
-    #: sharded answer): FSDP2 models the program already has do not make an untied one take
-    #: ``either`` (they cannot be told from those an earlier run migrated); only models that
-    #: migrate in this run do.
-    fsdp2_meaning: bool = False
-    #: Reached only while an FSDP1 type test holds: kept, no FSDP2 model gets there, and the
-    #: test (when it is one the rules see) carries the marker.
-    behind_test: bool = False
-
-    #: Its receiver is an object just built (``Ties.fresh``): no FSDP model unless the run
-    #: ties it to one; tied to none, the site is nothing.
-    fresh: bool = False
-    #: Some value its receiver may hold comes from code the analysis does not follow
-    #: (``refs.Unknown``); without that, a site the run ties to no model is nothing.
-    opaque: bool = True
-
-    #: A site about a BF16 master optimizer (F2P009), not a model: the optimizers that reach
-    #: it; none after the run resolved it, and it is nothing.
-    about_optimizer: bool = False
-    optimizers: frozenset[Optimizer] = frozenset()
-
+    marking: Marking = Marking.MARKED
+    scope: Scope = Scope.MODELS
+    target: Target = Target.MODEL
     #: Its position in its file's plan: ``(path, index)`` names it across processes.
     index: int = 0
 
     @property
+    def path(self) -> str:
+        return self.at.path
+
+    @property
+    def line(self) -> int:
+        return self.at.line
+
+    @property
     def key(self) -> tuple[str, int]:
-        return self.path, self.index
+        return self.at.path, self.index
+
+    def but(self, **facts: Any) -> Site:
+        """A copy with ``facts`` changed, in the rules' words (``made``)."""
+        return made(self, **facts)
+
+
+#: The rules' words for a site's parts (``FileAnalysis.add``'s details, ``Site.but``).
+_FORMS = ("rewrite", "fallback", "either")
+_REACH = ("ties", "deferred", "optimizers", "opaque", "fresh", "unknown")
+
+
+def made(site: Site, **facts: Any) -> Site:
+    """``site`` with ``facts`` set: its fields (``requirement``, ``groups``, ``constructor``,
+    ``index``, ``message``), its forms and reach by their parts' names, and ``silent``,
+    ``quiet``, ``fsdp1_only_marker`` (its marking), ``holds``, ``behind_test`` (its scope),
+    ``fsdp2_meaning``, ``about_optimizer`` (its target)."""
+    forms = {k: facts.pop(k) for k in _FORMS if k in facts}
+    reach = {k: facts.pop(k) for k in _REACH if k in facts}
+    changes: dict[str, Any] = {}
+    if forms:
+        changes["forms"] = replace(site.forms, **forms)
+    if reach:
+        changes["reach"] = replace(site.reach, **reach)
+    marking = _marking(site.marking, facts)
+    scope = _scope(site.scope, facts)
+    if facts.pop("about_optimizer", False):
+        changes["target"] = Target.OPTIMIZER
+    elif facts.pop("fsdp2_meaning", False):
+        changes["target"] = Target.MODEL_STATE
+    return replace(site, marking=marking, scope=scope, **changes, **facts)
+
+
+def _marking(marking: Marking, facts: dict[str, Any]) -> Marking:
+    silent = facts.pop("silent", None)
+    quiet = facts.pop("quiet", None)
+    fsdp1_only = facts.pop("fsdp1_only_marker", None)
+    if silent:
+        return Marking.SILENT
+    if silent is False and marking is Marking.SILENT:
+        marking = Marking.MARKED
+    if fsdp1_only:
+        return Marking.FSDP1_ONLY
+    if quiet:
+        return Marking.QUIET
+    if quiet is False and marking is Marking.QUIET:
+        return Marking.MARKED
+    return marking
+
+
+def _scope(scope: Scope, facts: dict[str, Any]) -> Scope:
+    holds = facts.pop("holds", None)
+    behind_test = facts.pop("behind_test", None)
+    if behind_test:
+        return Scope.BEHIND_TEST
+    if behind_test is False and scope is Scope.BEHIND_TEST:
+        scope = Scope.NOTHING
+    if holds is True:
+        return Scope.MODELS
+    if holds is False and scope is Scope.MODELS:
+        return Scope.NOTHING  # behind a test, it holds nothing already
+    return scope
 
 
 @dataclass
@@ -242,287 +323,3 @@ class Decisions:
 
     def is_rewritten(self, site: Site) -> bool:
         return site.key in self.rewritten
-
-
-def resolve(
-    plans: Sequence[FilePlan],
-    modules: RunModules | None = None,
-    programs: Programs | None = None,
-) -> list[FilePlan]:
-    """The plans with every site's links into other files settled (``Resolver``), and what
-    follows for a site the run ties to no model."""
-    resolver = Resolver(plans, modules, programs)
-    return [replace(plan, sites=[_resolved(s, resolver) for s in plan.sites]) for plan in plans]
-
-
-def _resolved(site: Site, resolver: Resolver) -> Site:
-    if site.deferred:
-        found = resolver.settle(site.deferred, site.path)
-        site = replace(
-            site,
-            ties=site.ties | {r.id for r in found if isinstance(r, Built)},
-            optimizers=site.optimizers | {r for r in found if isinstance(r, Optimizer)},
-            deferred=frozenset(),
-            opaque=site.opaque or UNKNOWN in found,
-        )
-        if (
-            not site.ties
-            and not site.opaque
-            and not site.about_optimizer
-            and not resolver.may_be_sharded(site.deferred, site.path)
-        ):
-            # every value it may hold is followed, none is a model of the run, and none is an
-            # object an FSDP1 constructor of the run wraps (sharded in place under FSDP2)
-            return replace(
-                site, rewrite=None, fallback=None, requirement="NEVER", silent=True, holds=False
-            )
-    if site.about_optimizer:
-        if not site.optimizers:  # no BF16 optimizer reaches it: not our business
-            return replace(site, rewrite=None, requirement="NEVER", silent=True)
-        return site
-    if site.ties:
-        return site
-    if site.fresh:
-        return replace(
-            site, rewrite=None, fallback=None, requirement="NEVER", silent=True, holds=False
-        )
-    if site.either is not None:
-        # ``ALWAYS`` was the requirement had it been tied (a form right on any model): untied,
-        # the form is taken with the run's models like any other ``either``
-        requirement = "ANY" if site.requirement in ("MODELS", "RUN", "ALWAYS") else site.requirement
-        rewrite = site.either if requirement == "ANY" else site.rewrite
-        return replace(
-            site,
-            rewrite=rewrite,
-            requirement=requirement,
-            keep_message=site.unknown or site.keep_message,
-        )
-    if site.unknown is not None:
-        return replace(
-            site,
-            rewrite=None,
-            fallback=None,
-            requirement="NEVER",
-            keep_message=site.unknown,
-            silent=not site.unknown,
-        )
-    if site.requirement == "MODELS":
-        return replace(site, requirement="RUN")  # nothing it depends on was found: any model
-    return site
-
-
-def decide(
-    plans: Sequence[FilePlan],
-    programs: Programs | None = None,
-    modules: RunModules | None = None,
-) -> Decisions:
-    """Settle the run: which constructors migrate and which sites are rewritten (``programs``:
-    which constructors each file's lines may meet, without it every one; ``modules``: the
-    run's modules, ``ModuleGraph.run_modules``)."""
-    plans = resolve(plans, modules, programs)
-    sites = [s for plan in plans for s in plan.sites]
-    constructors = [s for s in sites if s.constructor is not None]
-    reach = _Reach(constructors, [b for p in plans for b, _ in p.fsdp2_builds], programs)
-    migrating = {s.constructor for s in constructors if s.constructor and s.rewrite is not None}
-    about_fsdp1 = bool(constructors) or any(p.fsdp1_or_port for p in plans)
-    fsdp2_models = (
-        (bool(constructors) or not all(p.scaler_only for p in plans))
-        and about_fsdp1
-        and any(p.fsdp2_models for p in plans)
-    )
-    groups: dict[str, list[Site]] = {}
-    for site in sites:
-        if site.constructor is None:
-            for group in site.groups:
-                groups.setdefault(group, []).append(site)
-    while True:
-        ok = {
-            s.key
-            for s in sites
-            if s.constructor is None and _allowed(s, migrating, reach, fsdp2_models)
-        }
-        changed = True
-        while changed:
-            changed = False
-            for members in groups.values():
-                if any(m.key in ok for m in members) and not all(m.key in ok for m in members):
-                    ok -= {m.key for m in members}
-                    changed = True
-        kept = [s for s in sites if s.constructor is None and s.key not in ok and s.holds]
-        blocked = {c for s in kept for c in s.ties}
-        for site in kept:
-            if _holds_run(site, reach):
-                blocked |= reach(site)
-        still = migrating - blocked
-        if still == migrating:
-            break
-        migrating = still
-    rewritten = set(ok) | {s.key for s in constructors if s.constructor in migrating}
-    run = bool(constructors) and len(migrating) == len(constructors)
-    if not about_fsdp1:
-        # no FSDP1 in the run: sites found by names alone (``.module``, ``no_sync``, ``params``
-        # on a library's own wrappers) are not about FSDP1: nothing changes, nothing is marked
-        return Decisions({plan.path: plan for plan in plans}, set(), False, set(), {}, False)
-    reasons = {
-        s.key: _reason(s, migrating, reach, constructors, sites, ok)
-        for s in sites
-        if s.key not in rewritten
-    }
-    return Decisions(
-        {plan.path: plan for plan in plans},
-        migrating,
-        run,
-        rewritten,
-        {k: v for k, v in reasons.items() if v.text},
-    )
-
-
-def _camel(name: str) -> bool:
-    """A class's name by convention (``Accelerator``; not ``FSDP``, ``MAX_LEN`` or ``load``)."""
-    return name[:1].isupper() and not name.isupper()
-
-
-def _holds_run(site: Site, reach: _Reach) -> bool:
-    """A kept site that may act on any model of the run and breaks on an FSDP2 one (not in
-    code no program runs)."""
-    return _untied_hold(site) and not reach.never_runs(site)
-
-
-def _untied_hold(site: Site) -> bool:
-    return site.holds and site.requirement == "RUN" and not site.ties
-
-
-class _Reach:
-    """The constructors whose models an untied site may meet, and whether it may meet an FSDP2
-    model the run builds already: those its program may run (``programs``; none: every one)."""
-
-    def __init__(
-        self, constructors: Sequence[Site], fsdp2_builds: list[str], programs: Programs | None
-    ) -> None:
-        self._all = frozenset(c.constructor for c in constructors if c.constructor)
-        self._fsdp2 = fsdp2_builds
-        self._programs = programs or Programs()
-        self._by_path: dict[str, frozenset[str]] = {}
-
-    def __call__(self, site: Site) -> frozenset[str]:
-        meets = self._programs.may_meet
-        if (site.path, site.line) in self._programs.lines_run_in:  # asked about, line by line
-            return frozenset(c for c in self._all if meets(site.path, c, site.line))
-        if site.path not in self._by_path:
-            self._by_path[site.path] = frozenset(c for c in self._all if meets(site.path, c))
-        return self._by_path[site.path]
-
-    def fsdp2(self, site: Site) -> bool:
-        return any(self._programs.may_meet(site.path, b) for b in self._fsdp2)
-
-    def imported_nowhere(self, site: Site) -> bool:
-        return self._programs.runs_nowhere(site.path)
-
-    def never_runs(self, site: Site) -> bool:
-        """No program of a whole program runs the site's line (``Programs.never_run``), or
-        imports its module (``Programs.runs_nowhere``)."""
-        return (site.path, site.line) in self._programs.never_run or self._programs.runs_nowhere(
-            site.path
-        )
-
-
-def _allowed(site: Site, migrating: set[str], reach: _Reach, fsdp2_models: bool = False) -> bool:
-    if site.rewrite is None or site.requirement == "NEVER":
-        return False
-    if site.requirement == "ALWAYS":
-        return True
-    if site.requirement == "ANY":
-        return bool(migrating & reach(site)) or (
-            fsdp2_models and reach.fsdp2(site) and not site.fsdp2_meaning
-        )
-    if site.requirement == "RUN":
-        return bool(reach(site)) and reach(site) <= migrating
-    return bool(site.ties) and site.ties <= migrating
-
-
-def _reason(
-    site: Site,
-    migrating: set[str],
-    reach: _Reach,
-    constructors: Sequence[Site],
-    sites: Sequence[Site],
-    ok: set[tuple[str, int]],
-) -> Reason:
-    """Why a site is not rewritten (an empty text when it is, or when nothing needs saying)."""
-    by_id = {c.constructor: c for c in constructors}
-    if site.constructor is not None:
-        if site.constructor in migrating:
-            return Reason("")
-        if site.rewrite is None:
-            return Reason("")
-        with_it = migrating | {site.constructor}
-        blockers = [
-            s
-            for s in sites
-            if (
-                (site.constructor in s.ties and s.holds)
-                or (_holds_run(s, reach) and site.constructor in reach(s))
-            )
-            and s.key not in ok
-            and not _allowed(s, with_it, reach)
-        ]
-        because = _list(
-            f"{b.code} at {_at(site, b)}"
-            + (" (it may act on any model here)" if not b.ties else "")
-            for b in blockers
-        )
-        return Reason(f"{_MODEL_STAYS} because of {because}", model_stays=True)
-    if site.key in ok:
-        return Reason("")
-    reached = [c for c in constructors if c.constructor in reach(site)]
-    if _untied_hold(site) and reach.never_runs(site):
-        return Reason(_IMPORTED_NOWHERE if reach.imported_nowhere(site) else _NEVER_RUN)
-    if _holds_run(site, reach) and site.rewrite is None and any(c.rewrite for c in reached):
-        models = "of this run" if len(reached) == len(constructors) else "its program builds"
-        return Reason(f"it may act on any model {models}: they all stay FSDP1 until it is ported")
-    if site.rewrite is None or site.requirement == "NEVER":
-        return Reason("")
-    if _allowed(site, migrating, reach):
-        partners = [
-            s
-            for s in sites
-            if s.key != site.key
-            and s.key not in ok
-            and set(s.groups) & set(site.groups)
-            and not _allowed(s, migrating, reach)
-        ]
-        listed = _list(f"{p.code} at {_at(site, p)}" for p in partners)
-        return Reason(f"it goes with FSDP1 code that stays: {listed}")
-    staying = [by_id[c] for c in sorted(site.ties) if c not in migrating and c in by_id]
-    if site.requirement == "MODELS" and staying:
-        listed = _list(f"FSDP(...) at {_at(site, c)}" for c in staying)
-        return Reason(f"{_MODEL_STAYS}: {listed}", model_stays=True)
-    if site.requirement == "RUN":
-        if not constructors:
-            return Reason(_NO_CONSTRUCTOR)
-        if not reached:
-            return Reason(_NO_CONSTRUCTOR_HERE)
-        # Name what holds the run, not the constructors this site holds itself.
-        held = [c for c in reached if c.constructor not in migrating]
-        causes = [c for c in held if c.rewrite is None or _held_by_ties(c, sites, ok)]
-        listed = _list(f"FSDP(...) at {_at(site, c)}" for c in (causes or held))
-        return Reason(f"FSDP1 models remain in this run, and this one may be any of them: {listed}")
-    return Reason("rewritten only together with the rest of its block, which stays")
-
-
-def _held_by_ties(constructor: Site, sites: Sequence[Site], ok: set[tuple[str, int]]) -> bool:
-    return any(constructor.constructor in s.ties and s.key not in ok for s in sites)
-
-
-def _at(here: Site, there: Site) -> str:
-    """Where ``there`` is, as seen from ``here``'s file: a line, or a relative path and line."""
-    if here.path == there.path:
-        return f"line {there.line}"
-    relative = os.path.relpath(there.path, os.path.dirname(os.path.abspath(here.path)) or ".")
-    return f"{relative}:{there.line}"
-
-
-def _list(items: Iterable[str], limit: int = 3) -> str:
-    items = list(dict.fromkeys(items))
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

@@ -9,8 +9,9 @@ import pytest
 
 from codemods import text
 from codemods.analysis import FileAnalysis, Source
+from codemods.decide import decide
 from codemods.options import Options
-from codemods.plan import FilePlan, Rewrite, Site, decide
+from codemods.plan import FilePlan, Position, Rewrite, Site, made
 from codemods.refs import UNKNOWN, Built, Passed, Returned
 from codemods.semantic.modules import RunModules
 
@@ -207,22 +208,12 @@ def test_parameters_other_files_may_pass_wait_for_the_run():
 
 # -- the decision -------------------------------------------------------------------------------
 def site(index: int, *, constructor=None, ties=(), requirement="NEVER", rewrite=True, groups=()):
-    return Site(
-        code="F2P000",
-        path="p.py",
-        line=index,
-        column=1,
-        start=0,
-        end=0,
-        anchor=0,
-        indent="",
-        keep_message="",
+    return made(
+        Site("F2P000", Position("p.py", index, 1, 0, 0, 0, ""), "", requirement, index=index),
         rewrite=Rewrite([], "") if rewrite else None,
-        requirement=requirement,
         ties=frozenset(ties),
         groups=frozenset(groups),
         constructor=constructor,
-        index=index,
     )
 
 

@@ -367,8 +367,8 @@ def test_list_rules(capsys):
 def _add_edit(sites, edit):
     """A broken rule: the first site's rewrite gets one more edit."""
     first = sites[0]
-    rewrite = replace(first.rewrite, edits=(*first.rewrite.edits, edit))
-    sites[0] = replace(first, rewrite=rewrite)
+    rewrite = replace(first.forms.rewrite, edits=(*first.forms.rewrite.edits, edit))
+    sites[0] = first.but(rewrite=rewrite)
 
 
 def test_a_rewrite_that_would_not_parse_is_never_written(tmp_path, capsys, monkeypatch):
@@ -397,7 +397,7 @@ def test_colliding_rewrites_are_an_internal_error_not_a_guess(tmp_path, capsys, 
 
     def colliding(self, a):
         analyze(self, a)
-        first = a.plan.sites[0].rewrite.edits[0]
+        first = a.plan.sites[0].forms.rewrite.edits[0]
         _add_edit(a.plan.sites, Edit(first.start, first.end, "other"))
 
     monkeypatch.setattr(ConstructorRule, "analyze", colliding)

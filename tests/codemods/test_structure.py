@@ -40,6 +40,9 @@ STRUCTURAL = {
     "codemods/rules/reader_values/slots.py:_FSDP2_SLOTS": "FSDP2's slots, in F2P013's kinds",
     "codemods/rules/state_dict/options.py:OPTIONS_OF_SETTINGS": "DCP's options for FSDP1's "
     "settings (tests/test_fsdp1_api_options.py checks them against torch)",
+    "codemods/plan.py:_FORMS": "the rules' words for a site's forms",
+    "codemods/plan.py:_REACH": "the rules' words for what reaches a site",
+    "codemods/decide.py:_NOTHING": "a site that is nothing, in the rules' words",
 }
 
 

@@ -50,7 +50,7 @@ class LeftoversRule:
     EMITS: ClassVar[dict[str, str]] = {}
 
     def analyze(self, analysis: FileAnalysis) -> None:
-        covered = sorted((s.start, s.end) for s in analysis.plan.sites)
+        covered = sorted((s.at.start, s.at.end) for s in analysis.plan.sites)
         starts = [s for s, _ in covered]
         reach = list(itertools.accumulate((e for _, e in covered), max))
         for node in [*analysis.names.by_type[ast.Name], *analysis.names.by_type[ast.Attribute]]:
