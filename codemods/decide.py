@@ -185,11 +185,7 @@ class _Run:
             c.constructor for c in self.constructors if c.constructor and c.forms.rewrite
         }
         self.about_fsdp1 = bool(self.constructors) or any(p.fsdp1_or_port for p in plans)
-        self.fsdp2_models = (
-            (bool(self.constructors) or not all(p.scaler_only for p in plans))
-            and self.about_fsdp1
-            and any(p.fsdp2_models for p in plans)
-        )
+        self.fsdp2_models = self.about_fsdp1 and _has_fsdp2_models(plans, bool(self.constructors))
         self.groups: dict[str, list[Site]] = {}
         for site in self.others:
             for group in site.groups:
@@ -352,6 +348,15 @@ class _Run:
         return any(
             constructor.constructor in s.reach.ties and s.key not in self.ok for s in self.sites
         )
+
+
+def _has_fsdp2_models(plans: Sequence[FilePlan], constructors: bool) -> bool:
+    """The run builds FSDP2 models already (a run written half, by hand or killed), and they
+    are a migration's: there are FSDP1 constructors too, or files name more of FSDP1 and
+    fsdp2_port than the sharded grad scaler (FSDP2 code uses that as well)."""
+    return (constructors or not all(p.scaler_only for p in plans)) and any(
+        p.fsdp2_models for p in plans
+    )
 
 
 def _at(here: Site, there: Site) -> str:

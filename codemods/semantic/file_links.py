@@ -51,40 +51,51 @@ class FileLinks:
 
     def passes(self) -> list[Passing]:
         """``(callee, position or keyword, refs)`` for each model this file passes to a
-        function of another file (``save(model)``, ``Trainer(model=model)``)."""
+        function of another file (``save(model)``, ``Trainer(model=model)``), to a library
+        object's method, or to a method of an object of no known class (``receiver``)."""
         out: list[Passing] = []
         for call in self.ties.parsed.names.by_type[ast.Call]:
             assert isinstance(call, ast.Call)
-            if call in self.ties.constructors:
-                continue
-            func, preset = syntax.unsubscripted(call.func), 0
-            partial = self.ties._partial_target(func)
-            if partial is not None:
-                func, preset = partial
-            callees = self.ties.parsed.names.qualified(func)
-            receiver: frozenset[Ref] = frozenset()
-            if not callees and isinstance(func, ast.Attribute):
-                # a library object's method (``accelerator.prepare(model)``)
-                callees = frozenset(f"{GIVEN_TO}{i}" for i in self.ties._instances(func.value))
-                if not callees and not self.ties._is_self(func.value):
-                    # a method of an object of no known class: the run tells which
-                    callees = frozenset({f"{DISPATCHED}{func.attr}"})
-                    receiver = self.ties._value(func.value)
-                    if not (call.args or call.keywords):
-                        out.append(Passing(next(iter(callees)), "", frozenset(), receiver))
-            if not callees or any(c.startswith("builtins.") for c in callees):
-                continue
-            slots: list[tuple[int | str, ast.AST]] = []
-            for index, argument in enumerate(call.args):
-                if isinstance(argument, ast.Starred):
-                    break
-                slots.append((index + preset, argument))
-            slots += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
-            for slot, value in slots:
-                refs = frozenset(r for r in self.ties._value(value) if not isinstance(r, Factory))
-                if refs:
-                    out += [Passing(callee, slot, refs, receiver) for callee in callees]
+            if call not in self.ties.constructors:
+                out += self._passing(call)
         return out
+
+    def _passing(self, call: ast.Call) -> list[Passing]:
+        func, preset = syntax.unsubscripted(call.func), 0
+        partial = self.ties._partial_target(func)
+        if partial is not None:
+            func, preset = partial
+        callees, receiver = self._callees(func)
+        if not callees or any(c.startswith("builtins.") for c in callees):
+            return []
+        out = []
+        if receiver and not (call.args or call.keywords):  # called: its method is called
+            out.append(Passing(next(iter(callees)), "", frozenset(), receiver))
+        slots: list[tuple[int | str, ast.AST]] = []
+        for index, argument in enumerate(call.args):
+            if isinstance(argument, ast.Starred):
+                break
+            slots.append((index + preset, argument))
+        slots += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+        for slot, value in slots:
+            refs = frozenset(r for r in self.ties._value(value) if not isinstance(r, Factory))
+            if refs:
+                out += [Passing(callee, slot, refs, receiver) for callee in callees]
+        return out
+
+    def _callees(self, func: ast.expr) -> tuple[frozenset[str], frozenset[Ref]]:
+        """The names a call's ``func`` calls (a library object's method: ``GIVEN_TO`` its
+        instance; a method of an object of no known class: ``DISPATCHED`` its name, with what
+        the object may be)."""
+        callees = self.ties.parsed.names.qualified(func)
+        if callees or not isinstance(func, ast.Attribute):
+            return callees, frozenset()
+        instances = self.ties._instances(func.value)
+        if instances:
+            return frozenset(f"{GIVEN_TO}{i}" for i in instances), frozenset()
+        if self.ties._is_self(func.value):
+            return frozenset(), frozenset()
+        return frozenset({f"{DISPATCHED}{func.attr}"}), self.ties._value(func.value)
 
     def sharded(self) -> frozenset[Ref]:
         """What the modules this file's FSDP1 constructors wrap may hold (a constructor's

@@ -240,41 +240,45 @@ class ModuleGraph:
 
 def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> ModuleGraph:
     """The graph of the files ``paths`` (as the run spells them: every path in the graph is
-    one of these) whose sources are ``texts`` (None: unreadable, no edges from it)."""
+    one of these) whose sources are ``texts`` (None: unreadable, no edges from it), with
+    what its functions do with their arguments (``summaries``)."""
     spelled = {os.path.abspath(p): p for p in paths}
     index = _Index(list(spelled))
     modules = {a: index.module(a) for a in spelled}
     trees = {a: _parse(texts.get(p)) for a, p in spelled.items()}
-    extra = tuple(dict.fromkeys(r for a, t in trees.items() if t for r in _path_additions(a, t)))
+    parsed = {a: t for a, t in trees.items() if t is not None}
+    extra = tuple(dict.fromkeys(r for a, t in parsed.items() for r in _path_additions(a, t)))
     resolver = _Resolver(index, modules, extra)
-    loads_any = frozenset(spelled[a] for a, t in trees.items() if t and _loads_any(a, t))
-    acting = frozenset(spelled[a] for a, t in trees.items() if t is None or _acts_on_import(t))
-    handed_on = {
-        spelled[a]: found
-        for a, tree in trees.items()
-        if tree is not None
-        and (found := tuple((n, spelled[src], m) for n, src, m in resolver.handed_on(a, tree)))
-    }
-    imports = {
-        spelled[a]: tuple(_respelled(i, spelled) for i in resolver.imports(a, tree))
-        for a, tree in trees.items()
-        if tree is not None
-    }
     graph = ModuleGraph(
         {spelled[a]: _respelled_module(m, spelled[a]) for a, m in modules.items()},
-        imports,
+        {
+            spelled[a]: tuple(_respelled(i, spelled) for i in resolver.imports(a, tree))
+            for a, tree in parsed.items()
+        },
         extra_roots=extra,
-        loads_any=loads_any,
-        acts_on_import=acting,
-        handed_on=handed_on,
+        loads_any=frozenset(spelled[a] for a, t in parsed.items() if _loads_any(a, t)),
+        acts_on_import=frozenset(
+            spelled[a] for a, t in trees.items() if t is None or _acts_on_import(t)
+        ),
+        handed_on=_handed_on(parsed, resolver, spelled),
     )
-    parsed = {spelled[a]: t for a, t in trees.items() if t is not None}
-    bindings = {
-        spelled[a]: _bindings(a, t, resolver, graph, spelled) for a, t in trees.items() if t
-    }
-    names = {p: graph.canonical(p) for p in parsed}
-    graph.effects = summaries.find(parsed, names, bindings)
+    bindings = {spelled[a]: _bindings(a, t, resolver, graph, spelled) for a, t in parsed.items()}
+    names = {spelled[a]: graph.canonical(spelled[a]) for a in parsed}
+    graph.effects = summaries.find({spelled[a]: t for a, t in parsed.items()}, names, bindings)
     return graph
+
+
+def _handed_on(
+    parsed: Mapping[str, ast.Module], resolver: _Resolver, spelled: Mapping[str, str]
+) -> dict[str, tuple[tuple[str, str, str], ...]]:
+    """Each file's names handed on from another module of the run (``_Resolver.handed_on``),
+    by the run's spelling of its paths."""
+    out = {}
+    for path, tree in parsed.items():
+        found = tuple((n, spelled[src], m) for n, src, m in resolver.handed_on(path, tree))
+        if found:
+            out[spelled[path]] = found
+    return out
 
 
 def _bindings(

@@ -78,25 +78,40 @@ def find(
     roots = set(entry) | set(tests)
     if whole_program:  # run by ``python -m``, ``torchrun``, a launcher: if it does anything
         roots |= {p for p in paths if not graph.importers(p) and p in graph.acts_on_import}
-    everywhere = set(_configured(graph, list(configs)))
-    conftests = {
-        os.path.dirname(os.path.abspath(p)): p
-        for p in paths
-        if os.path.basename(p) == "conftest.py"
-    }
     runs: dict[str, set[str]] = {p: set() for p in paths}
+    reached = _Reached(graph, paths, configs)
     for root in roots:
-        reached = set(graph.closure(root))
-        for conftest in _conftests(root, conftests):
-            reached |= graph.closure(conftest)
-        if reached & graph.loads_any:
-            reached = set(paths)
-        for loaded in everywhere:
-            reached |= graph.closure(loaded)
-        for path in reached:
+        for path in reached(root):
             runs[path].add(root)
     opened = frozenset() if whole_program else frozenset(p for p in paths if p not in entry)
     return ProgramMap({p: frozenset(r) for p, r in runs.items()}, opened, entry)
+
+
+class _Reached:
+    """The files a program that starts at a root runs: what its imports execute, the
+    ``conftest.py`` files pytest loads with a test, modules a config names; every file when
+    one of them loads modules by a name computed at run time."""
+
+    def __init__(self, graph: ModuleGraph, paths: list[str], configs: Iterable[bytes]) -> None:
+        self.graph = graph
+        self.paths = paths
+        self.everywhere = list(_configured(graph, list(configs)))
+        self.conftests = {
+            os.path.dirname(os.path.abspath(p)): p
+            for p in paths
+            if os.path.basename(p) == "conftest.py"
+        }
+
+    def __call__(self, root: str) -> set[str]:
+        graph = self.graph
+        reached = set(graph.closure(root))
+        for conftest in _conftests(root, self.conftests):
+            reached |= graph.closure(conftest)
+        if reached & graph.loads_any:
+            return set(self.paths)
+        for loaded in self.everywhere:
+            reached |= graph.closure(loaded)
+        return reached
 
 
 def _conftests(path: str, conftests: Mapping[str, str]) -> list[str]:

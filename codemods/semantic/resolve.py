@@ -10,7 +10,7 @@ answer), in one of several modes: every answer, the models only, or where object
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from codemods.refs import (
@@ -153,54 +153,14 @@ class Resolver:
         run's models it was given: a value given to it that no file shows the origin of is
         taken for none of them."""
         settled = self._settled.setdefault((mode, within), {})
-        if start in settled:
-            return settled[start]
-        index: dict[Deferred, int] = {}
-        low: dict[Deferred, int] = {}
-        stack: list[Deferred] = []
-        on_stack: set[Deferred] = set()
-        direct: dict[Deferred, set[Ref]] = {}
-        links: dict[Deferred, list[Deferred]] = {}
-        work: list[tuple[Deferred, int]] = [(start, 0)]
-        while work:
-            node, position = work.pop()
-            if position == 0:
-                index[node] = low[node] = len(index)
-                stack.append(node)
-                on_stack.add(node)
+        if start not in settled:
+
+            def expand(node: Deferred) -> tuple[set[Ref], list[Deferred]]:
                 targets = self._step(node, mode, within)
-                direct[node] = {t for t in targets if not self._is_link(t, mode)}
-                links[node] = [t for t in targets if self._is_link(t, mode)]  # type: ignore[misc]
-            successors = links[node]
-            if position < len(successors):
-                work.append((node, position + 1))
-                successor = successors[position]
-                if successor in settled:
-                    direct[node] |= settled[successor]
-                elif successor not in index:
-                    work.append((successor, 0))
-                elif successor in on_stack:
-                    low[node] = min(low[node], index[successor])
-                continue
-            for successor in successors:
-                if successor in on_stack and successor is not node:
-                    low[node] = min(low[node], low[successor])
-                elif successor in settled:
-                    direct[node] |= settled[successor]
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                answer = frozenset().union(*(direct[m] for m in component))
-                for member in component:
-                    settled[member] = answer
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
+                direct = {t for t in targets if not self._is_link(t, mode)}
+                return direct, [t for t in targets if self._is_link(t, mode)]  # type: ignore[misc]
+
+            _Components(expand, settled).settle(start)
         return settled[start]
 
     def _is_link(self, ref: Ref, mode: str) -> bool:
@@ -249,6 +209,9 @@ class Resolver:
     def _targets(
         self, ref: Deferred, within: frozenset[str] | None = None, dispatch: bool = True
     ) -> Iterable[Ref]:
+        """What one link stands for: what the run gives a library object, what a function of
+        the run returns (a field: what its class assigns), what the run passes to a
+        parameter."""
         if isinstance(ref, Instance):
             return ()  # a library object is no model of the run
         if isinstance(ref, Given):
@@ -259,12 +222,20 @@ class Resolver:
                 for r in refs
             }
         if isinstance(ref, Returned):
-            spellings = self.spellings(ref.function)
-            if not any(f in self.exports for f in spellings):
-                if "#" in ref.function:
-                    return {UNKNOWN}  # a field no class of the run assigns
-                return ()  # a class of the run: a new instance of it
-            return {r for f in spellings for r in self.exports.get(f, ())}
+            return self._returned(ref)
+        return self._passed(ref, within, dispatch)
+
+    def _returned(self, ref: Returned) -> set[Ref]:
+        spellings = self.spellings(ref.function)
+        if not any(f in self.exports for f in spellings):
+            if "#" in ref.function:
+                return {UNKNOWN}  # a field no class of the run assigns
+            return set()  # a class of the run: a new instance of it
+        return {r for f in spellings for r in self.exports.get(f, ())}
+
+    def _passed(self, ref: Passed, within: frozenset[str] | None, dispatch: bool) -> set[Ref]:
+        """What the run passes to ``ref``'s parameter (in the programs ``within``), and
+        ``UNKNOWN`` when code the run does not show may call the function."""
         positional = self.signatures.get(ref.function, ())
         callees = [ref.function]
         if ref.function.endswith(".__init__"):
@@ -338,3 +309,77 @@ class Resolver:
                 if self.spellings(callee) != (callee,)
             }
         return self._ambiguous
+
+
+class _Components:
+    """Tarjan's algorithm, iteratively, over links (``expand``: a link's direct answers and
+    the links it leads to): every member of a strongly connected component gets the union of
+    the component's direct answers and of the answers of the components it leads to, into
+    ``settled``."""
+
+    def __init__(
+        self,
+        expand: Callable[[Deferred], tuple[set[Ref], list[Deferred]]],
+        settled: dict[Deferred, frozenset[Ref]],
+    ) -> None:
+        self.expand = expand
+        self.settled = settled
+        self.index: dict[Deferred, int] = {}
+        self.low: dict[Deferred, int] = {}
+        self.stack: list[Deferred] = []
+        self.on_stack: set[Deferred] = set()
+        self.direct: dict[Deferred, set[Ref]] = {}
+        self.links: dict[Deferred, list[Deferred]] = {}
+
+    def settle(self, start: Deferred) -> None:
+        work: list[tuple[Deferred, int]] = [(start, 0)]
+        while work:
+            node, position = work.pop()
+            if position == 0:
+                self._open(node)
+            successors = self.links[node]
+            if position < len(successors):
+                work.append((node, position + 1))
+                if self._visit(node, successors[position]):
+                    work.append((successors[position], 0))
+                continue
+            self._close(node)
+            if work:
+                parent = work[-1][0]
+                self.low[parent] = min(self.low[parent], self.low[node])
+
+    def _open(self, node: Deferred) -> None:
+        self.index[node] = self.low[node] = len(self.index)
+        self.stack.append(node)
+        self.on_stack.add(node)
+        self.direct[node], self.links[node] = self.expand(node)
+
+    def _visit(self, node: Deferred, successor: Deferred) -> bool:
+        """Whether ``successor`` is new (to be opened next)."""
+        if successor in self.settled:
+            self.direct[node] |= self.settled[successor]
+            return False
+        if successor not in self.index:
+            return True
+        if successor in self.on_stack:
+            self.low[node] = min(self.low[node], self.index[successor])
+        return False
+
+    def _close(self, node: Deferred) -> None:
+        for successor in self.links[node]:
+            if successor in self.on_stack and successor is not node:
+                self.low[node] = min(self.low[node], self.low[successor])
+            elif successor in self.settled:
+                self.direct[node] |= self.settled[successor]
+        if self.low[node] != self.index[node]:
+            return
+        component = []
+        while True:
+            member = self.stack.pop()
+            self.on_stack.discard(member)
+            component.append(member)
+            if member == node:
+                break
+        answer = frozenset().union(*(self.direct[m] for m in component))
+        for member in component:
+            self.settled[member] = answer

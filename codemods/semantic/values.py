@@ -89,13 +89,7 @@ class Ties:
         #: Constructor call -> id; factories are the ``partial(FSDP, ...)`` among them.
         self.constructors: dict[ast.Call, str] = {}
         self.factories: set[ast.Call] = set()
-        for call in names.by_type[ast.Call]:
-            assert isinstance(call, ast.Call)
-            if wraps(call.func):
-                self.constructors[call] = analysis.site_id(call)
-            elif call.args and analysis.resolves_to(call.func, _PARTIAL) and wraps(call.args[0]):
-                self.constructors[call] = analysis.site_id(call)
-                self.factories.add(call)
+        self._find_constructors(wraps)
         #: BF16 master optimizers built here (``BF16Optimizer(...)``): followed like models,
         #: as ``Optimizer`` refs, for the caller-side reductions of their norm.
         self.optimizers: dict[ast.Call, Optimizer] = {
@@ -103,17 +97,7 @@ class Ties:
             for call in names.by_type[ast.Call]
             if isinstance(call, ast.Call) and names.qualified(call.func) & BF16_OPTIMIZERS.members
         }
-        self._attributes: dict[tuple[ast.AST, str], list[ast.expr]] = defaultdict(list)
-        for kind in (ast.Assign, ast.AnnAssign):
-            for node in names.by_type[kind]:
-                assert isinstance(node, (ast.Assign, ast.AnnAssign))
-                if node.value is None:
-                    continue
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    key = self._attribute_key(target)
-                    if key is not None:
-                        self._attributes[key].append(node.value)
+        self._attributes = self._assigned_attributes()
         self._returns: dict[ast.AST, list[ast.expr]] = defaultdict(list)
         for node in names.by_type[ast.Return]:
             assert isinstance(node, ast.Return)
@@ -126,6 +110,31 @@ class Ties:
         )
         self._exported_memo: dict[str, ast.AST] | None = None
         self._generator_memo: frozenset[ast.AST | None] | None = None
+
+    def _find_constructors(self, wraps: Callable[[ast.AST], bool]) -> None:
+        analysis = self.parsed
+        for call in analysis.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if wraps(call.func):
+                self.constructors[call] = analysis.site_id(call)
+            elif call.args and analysis.resolves_to(call.func, _PARTIAL) and wraps(call.args[0]):
+                self.constructors[call] = analysis.site_id(call)
+                self.factories.add(call)
+
+    def _assigned_attributes(self) -> dict[tuple[ast.AST, str], list[ast.expr]]:
+        """Each attribute chain's key (``_attribute_key``) -> the values assigned to it."""
+        found: dict[tuple[ast.AST, str], list[ast.expr]] = defaultdict(list)
+        for kind in (ast.Assign, ast.AnnAssign):
+            for node in self.parsed.names.by_type[kind]:
+                assert isinstance(node, (ast.Assign, ast.AnnAssign))
+                if node.value is None:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    key = self._attribute_key(target)
+                    if key is not None:
+                        found[key].append(node.value)
+        return found
 
     # -- queries ---------------------------------------------------------------------------------
     def of(self, expr: ast.AST) -> tuple[frozenset[str], frozenset[Deferred]]:
@@ -372,26 +381,38 @@ class Ties:
             elif exported is None:
                 out.add(UNKNOWN)  # called from where this file cannot see
         for call in callers:
-            offset = 1 if method else 0
-            given = False
-            for index, argument in enumerate(call.args):
-                if isinstance(argument, ast.Starred):
-                    out.add(UNKNOWN)  # f(*xs): any parameter from here on
-                    given = True
-                    break
-                if index + offset < len(positional) and positional[index + offset] == parameter.arg:
-                    out |= self._value(argument)
-                    given = True
-            for keyword in call.keywords:
-                if keyword.arg == parameter.arg:
-                    out |= self._value(keyword.value)
-                    given = True
-                elif keyword.arg is None:
-                    out.add(UNKNOWN)  # f(**kwargs)
-                    given = True
-            if not given:
-                out |= self._default(function, parameter)
+            out |= self._argument(call, function, parameter, 1 if method else 0)
         return out
+
+    def _argument(
+        self,
+        call: ast.Call,
+        function: ast.FunctionDef | ast.AsyncFunctionDef,
+        parameter: ast.arg,
+        offset: int,
+    ) -> set[Ref]:
+        """What one call passes for ``parameter`` (``offset``: 1 past a method's ``self``):
+        its argument by position or keyword, anything after ``*xs`` or with ``**kwargs``, or
+        the parameter's default."""
+        positional = syntax.positional(function)
+        out: set[Ref] = set()
+        given = False
+        for index, argument in enumerate(call.args):
+            if isinstance(argument, ast.Starred):
+                out.add(UNKNOWN)  # f(*xs): any parameter from here on
+                given = True
+                break
+            if index + offset < len(positional) and positional[index + offset] == parameter.arg:
+                out |= self._value(argument)
+                given = True
+        for keyword in call.keywords:
+            if keyword.arg == parameter.arg:
+                out |= self._value(keyword.value)
+                given = True
+            elif keyword.arg is None:
+                out.add(UNKNOWN)  # f(**kwargs)
+                given = True
+        return out if given else out | self._default(function, parameter)
 
     def _handed_to(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
         """The library objects a function of this file is only handed to, as an argument of
@@ -509,46 +530,79 @@ class Ties:
         return out if values else {UNKNOWN}
 
     def _call(self, call: ast.Call) -> set[Ref]:
+        """What a call may return: a model its constructor builds, what a function of this
+        file returns, what a method of the receiver hands back, a library's answer."""
+        found = self._built(call)
+        if found is not None:
+            return found
+        func = call.func
+        partial = self._partial_target(func)
+        if partial is not None and (
+            isinstance(partial[0], ast.Name) or self.parsed.names.qualified(partial[0])
+        ):
+            func = partial[0]  # ``f = partial(g, ...)``; ``f(x)`` is a call of ``g``
+        for read in (self._on_receiver, self._of_this_file, self._unwrapped):
+            found = read(call, func)
+            if found is not None:
+                return found
+        return self._by_name(call, func)
+
+    def _built(self, call: ast.Call) -> set[Ref] | None:
+        """A BF16 optimizer, a constructor's model (a factory), a factory's call."""
         if call in self.optimizers:
             return {self.optimizers[call]}
         if call in self.constructors:
             ref = self.constructors[call]
             return {Factory(ref)} if call in self.factories else {Built(ref)}
-        func = call.func
-        made: set[Ref] = {Built(r.id) for r in self._value(func) if isinstance(r, Factory)}
-        if made:
-            return made
-        if isinstance(func, ast.Attribute) and func.attr in RETURNS_SELF:
+        made: set[Ref] = {Built(r.id) for r in self._value(call.func) if isinstance(r, Factory)}
+        return made or None
+
+    def _on_receiver(self, call: ast.Call, func: ast.expr) -> set[Ref] | None:
+        """``m.to(...)`` (the module itself), ``m.parameters()`` (a site on them is on it), a
+        method of ``self``'s class."""
+        if not isinstance(func, ast.Attribute):
+            return None
+        if func.attr in RETURNS_SELF or func.attr in PARAMETER_ITERATORS:
             return set(self._value(func.value))
-        if isinstance(func, ast.Attribute) and func.attr in PARAMETER_ITERATORS:
-            return set(self._value(func.value))  # its parameters: a site on them is on it
-        partial = self._partial_target(func)
-        if partial is not None:
-            target, _ = partial
-            if isinstance(target, ast.Name) or self.parsed.names.qualified(target):
-                func = target  # ``f = partial(g, ...)``; ``f(x)`` is a call of ``g``
-        if isinstance(func, ast.Name):
-            out: set[Ref] = set()
-            bindings = self.parsed.names.bindings_of(func)
-            for binding in bindings:
-                if binding.kind == "def" and isinstance(binding.node, _FUNCTIONS):
-                    out |= self._returned(binding.node)
-                elif binding.kind == "class" and binding.node in self.parsed.tree.body:
-                    # an instance of a class of this file: its fields are followed by name
-                    out.add(Returned(f"{self.parsed.module_name}.{func.id}"))
-            if out or (bindings and all(b.kind in ("def", "class") for b in bindings)):
-                return out  # a function of this file that returns no model
-        if isinstance(func, ast.Attribute) and self._is_self(func.value):
+        if self._is_self(func.value):
             owner = self.parsed.names.class_of(call)
             if owner is not None:
                 return self._method(owner, func.attr, set())
+        return None
+
+    def _of_this_file(self, call: ast.Call, func: ast.expr) -> set[Ref] | None:
+        """A function of this file (what it returns), a class of it (an instance, whose fields
+        are followed by name)."""
+        if not isinstance(func, ast.Name):
+            return None
+        out: set[Ref] = set()
+        bindings = self.parsed.names.bindings_of(func)
+        for binding in bindings:
+            if binding.kind == "def" and isinstance(binding.node, _FUNCTIONS):
+                out |= self._returned(binding.node)
+            elif binding.kind == "class" and binding.node in self.parsed.tree.body:
+                out.add(Returned(f"{self.parsed.module_name}.{func.id}"))
+        if out or (bindings and all(b.kind in ("def", "class") for b in bindings)):
+            return out  # a function of this file that returns no model
+        return None
+
+    def _unwrapped(self, call: ast.Call, func: ast.expr) -> set[Ref] | None:
+        """What the codemod wrote for ``x.module`` (``fsdp2_port.unwrapped(x)``): what
+        ``x.module`` was."""
         qualified = self.parsed.names.qualified(func)
-        for attribute, form in FSDP1_WRAPPED_ATTRIBUTES.items():  # what F2P010 writes
-            if f"fsdp2_port.{form}" in qualified and len(call.args) == 1 and not call.keywords:
-                # what the codemod wrote for ``x.module``: what ``x.module`` was
+        if len(call.args) != 1 or call.keywords:
+            return None
+        for attribute, form in FSDP1_WRAPPED_ATTRIBUTES.items():
+            if f"fsdp2_port.{form}" in qualified:
                 key = self._key(call.args[0], f"{self.parsed.source(call.args[0])}.{attribute}")
                 values = self._attributes.get(key, ()) if key is not None else ()
                 return {r for value in values for r in self._value(value)}
+        return None
+
+    def _by_name(self, call: ast.Call, func: ast.expr) -> set[Ref]:
+        """By what the callee's name resolves to: a builtin, a library object's method, a
+        library's class or function, a function of another file of the run."""
+        qualified = self.parsed.names.qualified(func)
         if qualified and qualified <= NO_MODEL_BUILTINS.members:
             return set()
         if not qualified and isinstance(func, ast.Attribute):

@@ -283,3 +283,27 @@ def test_the_registry_entries_say_what_they_are() -> None:
         if isinstance(entry, assumptions.NameList):
             assert len(set(entry.names)) == len(entry.names), f"{entry.name}: a name twice"
     assert {e.kind for e in entries} == assumptions.KINDS.keys(), "every kind is used"
+
+
+#: The decision and the semantic layer: no function over this complexity (radon's measure).
+MAX_COMPLEXITY = 20
+DECIDING = ("codemods/plan.py", "codemods/decide.py", "codemods/semantic")
+
+
+def test_no_function_of_the_decision_or_the_semantic_layer_is_over_the_complexity_limit() -> None:
+    from radon.complexity import cc_visit
+
+    root = Path(__file__).resolve().parents[2]
+    files = [
+        path
+        for part in DECIDING
+        for path in ([root / part] if part.endswith(".py") else sorted((root / part).glob("*.py")))
+    ]
+    assert len(files) > 5
+    over = {
+        f"{path.relative_to(root)}:{block.fullname}": block.complexity
+        for path in files
+        for block in cc_visit(path.read_text())
+        if block.complexity > MAX_COMPLEXITY
+    }
+    assert over == {}, over
