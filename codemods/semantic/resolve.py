@@ -172,9 +172,13 @@ class Resolver:
 
     def _step(self, ref: Deferred, mode: str, within: frozenset[str] | None) -> list[Ref]:
         """What one link stands for in ``mode``: its targets, terminals kept as ``_closure``
-        wants them (a library's answer in ``_ALL``: the models it was given)."""
+        wants them (what a library object hands back: what the run gave it, a value whose
+        origin no file shows taken for none of the run's)."""
         if mode in (_ORIGINS, _PLAIN_ORIGINS):
-            return list(self._targets(ref, within, dispatch=mode == _ORIGINS))
+            targets = list(self._targets(ref, within, dispatch=mode == _ORIGINS))
+            if isinstance(ref, Given):
+                return [t for t in targets if not isinstance(t, Unknown)]
+            return targets
         if isinstance(ref, Given) and mode == _ALL:
             given = [
                 r
