@@ -1,9 +1,13 @@
 """The text of the plain FSDP2 form: the call's new arguments and the lines before it.
 
-In FSDP1's order: the module moves to ``device_id``, its states are broadcast from rank 0
-(``sync_module_states``), floating buffers take ``buffer_dtype``, the policy's units are
-sharded children first (BatchNorm units in full precision where FSDP1 kept them so), then the
-root. Lines longer than 100 characters are split one argument a line, as a formatter would.
+In FSDP1's order: its states are broadcast from rank 0 (``sync_module_states``), floating
+buffers take ``buffer_dtype``, the policy's units are sharded children first (BatchNorm units
+in full precision where FSDP1 kept them so), then the root. ``device_id``: FSDP1 moved each
+unit's states to it as it sharded that unit, never the whole model at once, and ``fully_shard``
+moves each unit's states to its mesh's device in the same way; only a broadcast needs them
+there first, so with ``sync_module_states`` each unit's states not yet sharded move and are
+broadcast just before its ``fully_shard`` (the whole module, when it is the only unit). Lines
+longer than 100 characters are split one argument a line, as a formatter would.
 """
 
 from __future__ import annotations
@@ -88,15 +92,18 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
         if pure.device is not None:
             arguments.append(f"device={pure.device}")
         out += _call("fsdp2_port.materialize_like_fsdp1", arguments, indent, unit).splitlines()
-    if pure.device is not None:
-        out.append(f"{indent}{root}.to({pure.device})")
-    if pure.sync is not None:
-        out += _sync(pure, root, indent, unit, _free(analysis, statement, "group", "tensor"))
+    free = _free(analysis, statement, "group", "tensor")
+    if pure.sync is not None and not pure.moves_per_unit:
+        if pure.device is not None:
+            out.append(f"{indent}{root}.to({pure.device})")  # the module is FSDP1's only unit
+        out += _sync(pure, root, indent, unit, free)
     if pure.buffer_dtype is not None:
-        free = _free(analysis, statement, "owner", "buffer")
-        out += _buffer_casts(pure, root, indent, unit, free)
+        owners = _free(analysis, statement, "owner", "buffer")
+        out += _buffer_casts(pure, root, indent, unit, owners)
     if pure.selects is not None:
-        out += _units(analysis, statement, pure, root, indent, unit)
+        out += _units(analysis, statement, pure, root, indent, unit, free)
+    if pure.moves_per_unit:
+        out += _unit_states(pure, root, indent, unit, free)
     return "".join(line + newline for line in out)
 
 
@@ -134,6 +141,35 @@ def _sync(pure: Pure, root: str, indent: str, unit: str, free: tuple[str, ...]) 
     return out
 
 
+def _unit_states(
+    pure: Pure, target: str, indent: str, unit: str, free: tuple[str, ...]
+) -> list[str]:
+    """``device_id`` with ``sync_module_states`` and units, for one unit (or the root's rest):
+    its states that no unit sharded yet (a sharded one is a ``DTensor``) move to the device and
+    are broadcast from the first rank of their group, as FSDP1 did unit by unit: never more
+    than one unit's unsharded states on the device beyond what FSDP1 held."""
+    group, tensor = free
+    out = [f"{indent}if {pure.sync}:"] if pure.sync else []
+    inner = indent + (unit if pure.sync else "")
+    out.append(
+        f"{inner}for {tensor} in [*{target}.parameters(), *{target}.buffers()]:"
+        "  # device_id, sync_module_states"
+    )
+    out.append(f"{inner}{unit}if not isinstance({tensor}, DTensor):  # not sharded yet")
+    inner += unit + unit
+    out.append(f"{inner}{tensor}.data = {tensor}.to({pure.device})")
+    if pure.mesh_any_dims:
+        out.append(f"{inner}for {group} in {pure.group_mesh}.get_all_groups():")
+        source = f"group={group}, group_src=0"
+        inner += unit
+    elif pure.group_mesh is not None:
+        source = f"group={pure.group_mesh}.get_group(), group_src=0"
+    else:
+        source = "src=0"  # FSDP1 broadcast from its group's first rank
+    out.append(f"{inner}torch.distributed.broadcast({tensor}.detach(), {source})")
+    return out
+
+
 def _buffer_casts(
     pure: Pure, root: str, indent: str, unit: str, free: tuple[str, ...]
 ) -> list[str]:
@@ -164,10 +200,17 @@ def _buffer_casts(
 
 
 def _units(
-    analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: str, indent: str, unit: str
+    analysis: FileAnalysis,
+    statement: ast.stmt,
+    pure: Pure,
+    root: str,
+    indent: str,
+    unit: str,
+    free: tuple[str, ...],
 ) -> list[str]:
     (name,) = _free(analysis, statement, "submodule")
     inner = indent + unit + unit
+    states = _unit_states(pure, name, inner, unit, free) if pure.moves_per_unit else []
     out = [f"{indent}for {name} in reversed(list({root}.modules())):"]
     if pure.full_precision_norms is not None:
         norms = (
@@ -180,13 +223,13 @@ def _units(
         out.append(
             f"{indent}{unit}if {name} is not {root}{when} and isinstance({name}, {pure.norms}):"
         )
-        out += _shard(name, [*same, norms], inner, unit).splitlines()
+        out += states + _shard(name, [*same, norms], inner, unit).splitlines()
         keyword = "elif"
     else:
         keyword = "if"
     selects = pure.selects.replace(UNIT, name)  # type: ignore[union-attr]
     out.append(f"{indent}{unit}{keyword} {name} is not {root} and {selects}:")
-    out += _shard(name, pure.children, inner, unit).splitlines()
+    out += states + _shard(name, pure.children, inner, unit).splitlines()
     return out
 
 

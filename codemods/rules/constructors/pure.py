@@ -97,7 +97,10 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
         if value is not None and not (_without_calls(value) or is_fsdp1(analysis, value)):
             # FSDP2 has no use for it, but FSDP1 evaluated it: still evaluated, once, in order
             once(analysis, call, out, name, value)
-    out.hoisted = out.reads_module_before and not calls.is_simple(out.module)  # type: ignore[arg-type]
+    # the module is evaluated first, before the values bound first, as FSDP1 evaluated it
+    out.hoisted = out.writes_lines_before and not calls.is_simple(out.module)  # type: ignore[arg-type]
     if out.full_precision_norms is not None:
         out.names.add("MixedPrecisionPolicy")
+    if out.moves_per_unit:
+        out.names.add("DTensor")
     return out

@@ -60,7 +60,7 @@ class Pure:
     uses_torch: bool = False
     #: ``sync_module_states``: None (off), "" (on), or the run-time flag's text
     sync: str | None = None
-    #: ``device_id``'s text, when the module moves there first
+    #: ``device_id``'s text (``fully_shard`` moves each unit there; see ``moves_per_unit``)
     device: str | None = None
     #: the mesh's text when the rewrite binds or is given one (a process group's, a reader's,
     #: ``init_device_mesh``'s, the caller's ``device_mesh``): ``sync_module_states``
@@ -109,10 +109,15 @@ class Pure:
         return (
             self.init_fn is not None
             or self.selects is not None
-            or self.device is not None
             or self.buffer_dtype is not None
             or self.sync is not None
         )
+
+    @property
+    def moves_per_unit(self) -> bool:
+        """The emitted code moves states to ``device_id`` itself, unit by unit, to broadcast
+        them there (``fully_shard`` moves them otherwise, unit by unit too)."""
+        return self.device is not None and self.sync is not None and self.selects is not None
 
     @property
     def writes_lines_before(self) -> bool:

@@ -11,5 +11,4 @@ def _use_orig_params(config):
 
 def wrap(model, config):
     use_orig_params = _use_orig_params(config)
-    model.to(torch.cuda.current_device())
     return fully_shard(model)

@@ -44,7 +44,6 @@ def imported(device):
     auto_wrap_policy = fsdp1_kwargs["auto_wrap_policy"]
     buffer_dtype = fsdp2_port.buffer_dtype_like_fsdp1(mixed_precision)
     units = fsdp2_port.units_like_fsdp1(module, auto_wrap_policy, mixed_precision=mixed_precision)
-    module.to(device)
     if buffer_dtype is not None:
         for owner in module.modules():  # buffer_dtype
             if not isinstance(owner, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
@@ -66,7 +65,6 @@ def evaluated(device):
     model = Net()
     fsdp1_kwargs = fsdp2_port.kwargs_as_migrated(eval_kwargs, "cpu_offload")
     cpu_offload = fsdp1_kwargs["cpu_offload"]
-    model.to(device)
     model = fully_shard(model, offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload))
     return model
 
