@@ -81,8 +81,15 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
         first, *rest = value.replace(ROOT, root).split("\n")
         line = f"{indent}{name} = {first}"
         split = None if rest or len(line) <= _LINE_LENGTH else _arguments(first)
+        choice = None if rest or len(line) <= _LINE_LENGTH else _choice(first)
         if split is not None:
             out += _call(f"{name} = {split[0]}", split[1], indent, unit).splitlines()
+        elif choice is not None:  # one part a line, in parentheses, as a formatter would
+            parts = [
+                choice[0],
+                *(f"{word} {part}" for word, part in zip(("if", "else"), choice[1:])),
+            ]
+            out += [f"{indent}{name} = (", *(indent + unit + part for part in parts), f"{indent})"]
         else:
             out += [line, *(indent + line for line in rest)]
     if pure.init_fn is not None:
@@ -105,6 +112,24 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
     if pure.moves_per_unit:
         out += _unit_states(pure, root, indent, unit, free)
     return "".join(line + newline for line in out)
+
+
+def dropped_notes(analysis: FileAnalysis, statement: ast.stmt, pure: Pure) -> str:
+    """A comment line for each FSDP1 performance argument the call gives, which the plain form
+    drops (they change no numbers): what FSDP2 does instead (torch 2.13's ``fully_shard``)."""
+    indent = analysis.lines.indent_at(analysis.statement_start(statement))
+    notes = [_dropped(name) for name in pure.values]
+    return "".join(f"{indent}# {n}{analysis.lines.newline()}" for n in notes if n is not None)
+
+
+def _dropped(name: str) -> str | None:
+    if name == "forward_prefetch":  # FSDP2 overlaps the next unit's all-gather implicitly
+        return "forward_prefetch: dropped; FSDP2's is FSDPModule.set_modules_to_forward_prefetch"
+    if name == "backward_prefetch":
+        return "backward_prefetch: dropped; FSDP2 always prefetches the next unit (BACKWARD_PRE)"
+    if name == "limit_all_gathers":
+        return "limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight"
+    return None
 
 
 def _free(analysis: FileAnalysis, statement: ast.stmt, *bases: str) -> tuple[str, ...]:
@@ -182,10 +207,15 @@ def _buffer_casts(
     head = indent + unit if when else indent
     out = [f"{indent}if {' and '.join(when)}:"] if when else []
     owner, buffer = free
+    kept = [f"{owner} not in {pure.ignored_modules}"] if pure.ignored_modules else []
     if pure.full_precision_norms is not None:
+        norm = f"isinstance({owner}, {pure.norms})"
+        # FSDP1 keeps them in full precision only under a policy
+        kept.append(f"not ({pure.selects_when} and {norm})" if pure.selects_when else f"not {norm}")
+    if kept:
         out += [
             f"{head}for {owner} in {root}.modules():  # buffer_dtype",
-            f"{head}{unit}if not isinstance({owner}, {pure.norms}):",
+            f"{head}{unit}if {' and '.join(kept)}:",
             f"{head}{unit}{unit}for {buffer} in {owner}.buffers(recurse=False):",
             f"{head}{unit * 3}if {buffer}.is_floating_point():",
             f"{head}{unit * 4}{buffer}.data = {buffer}.to({dtype})",
@@ -208,10 +238,17 @@ def _units(
     unit: str,
     free: tuple[str, ...],
 ) -> list[str]:
+    """The loop that shards the policy's units, children first (under the test a grown dict
+    holds the policy under), none in an ignored subtree."""
     (name,) = _free(analysis, statement, "submodule")
+    out = [f"{indent}if {pure.selects_when}:"] if pure.selects_when else []
+    indent += unit if pure.selects_when else ""
     inner = indent + unit + unit
     states = _unit_states(pure, name, inner, unit, free) if pure.moves_per_unit else []
-    out = [f"{indent}for {name} in reversed(list({root}.modules())):"]
+    out.append(f"{indent}for {name} in reversed(list({root}.modules())):")
+    chosen = f"{name} is not {root}"
+    if pure.ignored_modules:
+        chosen += f" and {name} not in {pure.ignored_modules}"  # FSDP1 stops at them
     if pure.full_precision_norms is not None:
         norms = (
             "mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, "
@@ -220,15 +257,13 @@ def _units(
         # FSDP1 wrapped them with the root's arguments, mixed precision aside
         same = [k for k in pure.children if not k.startswith("mp_policy=")]
         when = f" and {pure.norms_when}" if pure.norms_when else ""
-        out.append(
-            f"{indent}{unit}if {name} is not {root}{when} and isinstance({name}, {pure.norms}):"
-        )
+        out.append(f"{indent}{unit}if {chosen}{when} and isinstance({name}, {pure.norms}):")
         out += states + _shard(name, [*same, norms], inner, unit).splitlines()
         keyword = "elif"
     else:
         keyword = "if"
     selects = pure.selects.replace(UNIT, name)  # type: ignore[union-attr]
-    out.append(f"{indent}{unit}{keyword} {name} is not {root} and {selects}:")
+    out.append(f"{indent}{unit}{keyword} {chosen} and {selects}:")
     out += states + _shard(name, pure.children, inner, unit).splitlines()
     return out
 
@@ -250,6 +285,21 @@ def _arguments(text: str) -> tuple[str, list[str]] | None:
     if function is None or None in arguments:
         return None
     return function, arguments  # type: ignore[return-value]
+
+
+def _choice(text: str) -> list[str] | None:
+    """A one-line ``a if b else c`` as the lines ``a``, ``if b``, ``else c``; None for anything
+    else."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(node, ast.IfExp):
+        return None
+    parts = [ast.get_source_segment(text, n) for n in (node.body, node.test, node.orelse)]
+    if None in parts:
+        return None
+    return [parts[0], f"if {parts[1]}", f"else {parts[2]}"]  # type: ignore[list-item]
 
 
 def _shard(target: str, keywords: list[str], indent: str, unit: str) -> str:

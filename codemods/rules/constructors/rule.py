@@ -38,7 +38,9 @@ class ConstructorRule:
             rewritten=(
                 "values followed to where they are written (the call, a name bound once in its "
                 "scope, a script's constant, a `dict(...)`/`{...}` spread with `**` by "
-                "constructors only; what FSDP1 evaluated once is bound once, first): "
+                "constructors only, or grown right before its constructor by `kw[key] = value` "
+                "and `kw.update(key=value)`, under an `if` or not; what FSDP1 evaluated once is "
+                "bound once, first): "
                 "`FSDP(m, ...)` → `fully_shard(m, ...)` (`sharding_strategy`, or a choice "
                 "between FULL_SHARD and SHARD_GRAD_OP by a key or a flag, → "
                 "`reshard_after_forward`; HYBRID + `device_mesh` → 2-D `mesh`; a process group "
@@ -51,7 +53,11 @@ class ConstructorRule:
                 "(with `sync_module_states`, each unit's states moved and broadcast before its "
                 "`fully_shard`); `sync_module_states` → a broadcast of every parameter and "
                 "buffer from the group's first rank (under `if <flag>:` when chosen at run "
-                "time); no-effect arguments dropped (one "
+                "time); `ignored_modules` → `ignored_params` (the parameters of their "
+                "subtrees, in no unit, their buffers not cast; `if <test>` where a grown dict "
+                "sets it there); "
+                "`forward_prefetch`, `backward_prefetch`, `limit_all_gathers` → a comment "
+                "saying what FSDP2 does instead; no-effect arguments dropped (one "
                 "computed by a call still evaluated, bound to its name); a module "
                 "given as an expression is bound to a name first); **a value only the run "
                 "knows** (a strategy, policy, `MixedPrecision`, `CPUOffload` or process group "
@@ -65,7 +71,8 @@ class ConstructorRule:
                 "`fsdp2_port.kwargs_as_migrated(kwargs, <keys>)` (which raises if the keys are "
                 "no longer those); **anything else** → "
                 "`fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)` (`**kwargs` whose "
-                "keys only the run knows, `ignored_modules`...); "
+                "keys only the run knows, `ignored_states`, `ignored_modules` with "
+                "`sync_module_states` or `param_init_fn`...); "
                 "`functools.partial(FSDP, ...)` → "
                 "`partial(fully_shard_like_fsdp1, ...)`"
             ),
@@ -226,6 +233,8 @@ class ConstructorRule:
         edits = [analysis.replace(call.func, callee), *found.edits]
         edits += emit.argument_edits(analysis, call, found, module, callee)
         before = emit.lines_before(analysis, statement, found, module)
+        if _stands_alone(analysis, statement):
+            before += emit.dropped_notes(analysis, statement, found)
         if before:
             start = analysis.statement_start(statement)
             edits.append(Edit(start, start, before))

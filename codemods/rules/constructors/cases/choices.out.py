@@ -42,6 +42,7 @@ def setup_fsdp_sync(model, args):
         if not isinstance(tensor, DTensor):  # not sharded yet
             tensor.data = tensor.to(torch.cuda.current_device())
             torch.distributed.broadcast(tensor.detach(), group=mesh.get_group(), group_src=0)
+    # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
     model = fully_shard(
         model,
         mesh=mesh,

@@ -30,6 +30,7 @@ def qlora(model, args):
             if not isinstance(tensor, DTensor):  # not sharded yet
                 tensor.data = tensor.to(torch.cuda.current_device())
                 torch.distributed.broadcast(tensor.detach(), src=0)
+    # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
     model = fully_shard(model)
     return model
 

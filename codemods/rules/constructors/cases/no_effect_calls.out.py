@@ -11,4 +11,5 @@ def _use_orig_params(config):
 
 def wrap(model, config):
     use_orig_params = _use_orig_params(config)
+    # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
     return fully_shard(model)

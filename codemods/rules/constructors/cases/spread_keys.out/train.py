@@ -23,6 +23,7 @@ class Trainer:
         sharding_strategy = fsdp1_kwargs["sharding_strategy"]
         mesh = fsdp2_port.mesh_like_fsdp1(sharding_strategy)
         reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
+        # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
         return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
 
 
@@ -147,4 +148,6 @@ def returned(model, layer, use_mp):
         for buffer in model.buffers():  # buffer_dtype
             if buffer.is_floating_point():
                 buffer.data = buffer.to(buffer_dtype)
+    # forward_prefetch: dropped; FSDP2's is FSDPModule.set_modules_to_forward_prefetch
+    # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
     return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision, root=True))
