@@ -85,11 +85,7 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
         if split is not None:
             out += _call(f"{name} = {split[0]}", split[1], indent, unit).splitlines()
         elif choice is not None:  # one part a line, in parentheses, as a formatter would
-            parts = [
-                choice[0],
-                *(f"{word} {part}" for word, part in zip(("if", "else"), choice[1:])),
-            ]
-            out += [f"{indent}{name} = (", *(indent + unit + part for part in parts), f"{indent})"]
+            out += [f"{indent}{name} = (", *(indent + unit + part for part in choice), f"{indent})"]
         else:
             out += [line, *(indent + line for line in rest)]
     if pure.init_fn is not None:

@@ -15,7 +15,7 @@ from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 from mymodel import frozen_of
 
 
-def dataflow(model, pc, frozen, block_classes):
+def dataflow(model, pc, ignored_frozen_modules, block_classes):
     sharding = getattr(ShardingStrategy, pc.sharding_strategy)
     fsdp_kwargs = dict(
         use_orig_params=True,
@@ -23,8 +23,8 @@ def dataflow(model, pc, frozen, block_classes):
         sharding_strategy=sharding,
         process_group=pc.fsdp_process_group,
     )
-    if frozen:
-        fsdp_kwargs["ignored_modules"] = frozen
+    if ignored_frozen_modules:
+        fsdp_kwargs["ignored_modules"] = ignored_frozen_modules
     if block_classes:
         fsdp_kwargs.update(
             auto_wrap_policy=functools.partial(

@@ -16,11 +16,15 @@ from mymodel import frozen_of
 import fsdp2_port
 
 
-def dataflow(model, pc, frozen, block_classes):
+def dataflow(model, pc, ignored_frozen_modules, block_classes):
     sharding = getattr(ShardingStrategy, pc.sharding_strategy)
     mesh = fsdp2_port.mesh_like_fsdp1(sharding, process_group=pc.fsdp_process_group)
     reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding)
-    ignored_modules = {sub for m in frozen for sub in m.modules()} if frozen else set()
+    ignored_modules = (
+        {sub for m in ignored_frozen_modules for sub in m.modules()}
+        if ignored_frozen_modules
+        else set()
+    )
     ignored_params = {p for m in ignored_modules for p in m.parameters()}
     for owner in model.modules():  # buffer_dtype
         if owner not in ignored_modules and not (block_classes and isinstance(owner, torch.nn.modules.batchnorm._BatchNorm)):
