@@ -1,9 +1,13 @@
 """The text of the plain FSDP2 form: the call's new arguments and the lines before it.
 
-In FSDP1's order: the module moves to ``device_id``, its states are broadcast from rank 0
-(``sync_module_states``), floating buffers take ``buffer_dtype``, the policy's units are
-sharded children first (BatchNorm units in full precision where FSDP1 kept them so), then the
-root. Lines longer than 100 characters are split one argument a line, as a formatter would.
+In FSDP1's order: its states are broadcast from rank 0 (``sync_module_states``), floating
+buffers take ``buffer_dtype``, the policy's units are sharded children first (BatchNorm units
+in full precision where FSDP1 kept them so), then the root. ``device_id``: FSDP1 moved each
+unit's states to it as it sharded that unit, never the whole model at once, and ``fully_shard``
+moves each unit's states to its mesh's device in the same way; only a broadcast needs them
+there first, so with ``sync_module_states`` each unit's states not yet sharded move and are
+broadcast just before its ``fully_shard`` (the whole module, when it is the only unit). Lines
+longer than 100 characters are split one argument a line, as a formatter would.
 """
 
 from __future__ import annotations
@@ -77,8 +81,11 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
         first, *rest = value.replace(ROOT, root).split("\n")
         line = f"{indent}{name} = {first}"
         split = None if rest or len(line) <= _LINE_LENGTH else _arguments(first)
+        choice = None if rest or len(line) <= _LINE_LENGTH else _choice(first)
         if split is not None:
             out += _call(f"{name} = {split[0]}", split[1], indent, unit).splitlines()
+        elif choice is not None:  # one part a line, in parentheses, as a formatter would
+            out += [f"{indent}{name} = (", *(indent + unit + part for part in choice), f"{indent})"]
         else:
             out += [line, *(indent + line for line in rest)]
     if pure.init_fn is not None:
@@ -88,16 +95,37 @@ def lines_before(analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: 
         if pure.device is not None:
             arguments.append(f"device={pure.device}")
         out += _call("fsdp2_port.materialize_like_fsdp1", arguments, indent, unit).splitlines()
-    if pure.device is not None:
-        out.append(f"{indent}{root}.to({pure.device})")
-    if pure.sync is not None:
-        out += _sync(pure, root, indent, unit, _free(analysis, statement, "group", "tensor"))
+    free = _free(analysis, statement, "group", "tensor")
+    if pure.sync is not None and not pure.moves_per_unit:
+        if pure.device is not None:
+            out.append(f"{indent}{root}.to({pure.device})")  # the module is FSDP1's only unit
+        out += _sync(pure, root, indent, unit, free)
     if pure.buffer_dtype is not None:
-        free = _free(analysis, statement, "owner", "buffer")
-        out += _buffer_casts(pure, root, indent, unit, free)
+        owners = _free(analysis, statement, "owner", "buffer")
+        out += _buffer_casts(pure, root, indent, unit, owners)
     if pure.selects is not None:
-        out += _units(analysis, statement, pure, root, indent, unit)
+        out += _units(analysis, statement, pure, root, indent, unit, free)
+    if pure.moves_per_unit:
+        out += _unit_states(pure, root, indent, unit, free)
     return "".join(line + newline for line in out)
+
+
+def dropped_notes(analysis: FileAnalysis, statement: ast.stmt, pure: Pure) -> str:
+    """A comment line for each FSDP1 performance argument the call gives, which the plain form
+    drops (they change no numbers): what FSDP2 does instead (torch 2.13's ``fully_shard``)."""
+    indent = analysis.lines.indent_at(analysis.statement_start(statement))
+    notes = [_dropped(name) for name in pure.values]
+    return "".join(f"{indent}# {n}{analysis.lines.newline()}" for n in notes if n is not None)
+
+
+def _dropped(name: str) -> str | None:
+    if name == "forward_prefetch":  # FSDP2 overlaps the next unit's all-gather implicitly
+        return "forward_prefetch: dropped; FSDP2's is FSDPModule.set_modules_to_forward_prefetch"
+    if name == "backward_prefetch":
+        return "backward_prefetch: dropped; FSDP2 always prefetches the next unit (BACKWARD_PRE)"
+    if name == "limit_all_gathers":
+        return "limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight"
+    return None
 
 
 def _free(analysis: FileAnalysis, statement: ast.stmt, *bases: str) -> tuple[str, ...]:
@@ -134,6 +162,35 @@ def _sync(pure: Pure, root: str, indent: str, unit: str, free: tuple[str, ...]) 
     return out
 
 
+def _unit_states(
+    pure: Pure, target: str, indent: str, unit: str, free: tuple[str, ...]
+) -> list[str]:
+    """``device_id`` with ``sync_module_states`` and units, for one unit (or the root's rest):
+    its states that no unit sharded yet (a sharded one is a ``DTensor``) move to the device and
+    are broadcast from the first rank of their group, as FSDP1 did unit by unit: never more
+    than one unit's unsharded states on the device beyond what FSDP1 held."""
+    group, tensor = free
+    out = [f"{indent}if {pure.sync}:"] if pure.sync else []
+    inner = indent + (unit if pure.sync else "")
+    out.append(
+        f"{inner}for {tensor} in [*{target}.parameters(), *{target}.buffers()]:"
+        "  # device_id, sync_module_states"
+    )
+    out.append(f"{inner}{unit}if not isinstance({tensor}, DTensor):  # not sharded yet")
+    inner += unit + unit
+    out.append(f"{inner}{tensor}.data = {tensor}.to({pure.device})")
+    if pure.mesh_any_dims:
+        out.append(f"{inner}for {group} in {pure.group_mesh}.get_all_groups():")
+        source = f"group={group}, group_src=0"
+        inner += unit
+    elif pure.group_mesh is not None:
+        source = f"group={pure.group_mesh}.get_group(), group_src=0"
+    else:
+        source = "src=0"  # FSDP1 broadcast from its group's first rank
+    out.append(f"{inner}torch.distributed.broadcast({tensor}.detach(), {source})")
+    return out
+
+
 def _buffer_casts(
     pure: Pure, root: str, indent: str, unit: str, free: tuple[str, ...]
 ) -> list[str]:
@@ -146,10 +203,15 @@ def _buffer_casts(
     head = indent + unit if when else indent
     out = [f"{indent}if {' and '.join(when)}:"] if when else []
     owner, buffer = free
+    kept = [f"{owner} not in {pure.ignored_modules}"] if pure.ignored_modules else []
     if pure.full_precision_norms is not None:
+        norm = f"isinstance({owner}, {pure.norms})"
+        # FSDP1 keeps them in full precision only under a policy
+        kept.append(f"not ({pure.selects_when} and {norm})" if pure.selects_when else f"not {norm}")
+    if kept:
         out += [
             f"{head}for {owner} in {root}.modules():  # buffer_dtype",
-            f"{head}{unit}if not isinstance({owner}, {pure.norms}):",
+            f"{head}{unit}if {' and '.join(kept)}:",
             f"{head}{unit}{unit}for {buffer} in {owner}.buffers(recurse=False):",
             f"{head}{unit * 3}if {buffer}.is_floating_point():",
             f"{head}{unit * 4}{buffer}.data = {buffer}.to({dtype})",
@@ -164,11 +226,25 @@ def _buffer_casts(
 
 
 def _units(
-    analysis: FileAnalysis, statement: ast.stmt, pure: Pure, root: str, indent: str, unit: str
+    analysis: FileAnalysis,
+    statement: ast.stmt,
+    pure: Pure,
+    root: str,
+    indent: str,
+    unit: str,
+    free: tuple[str, ...],
 ) -> list[str]:
+    """The loop that shards the policy's units, children first (under the test a grown dict
+    holds the policy under), none in an ignored subtree."""
     (name,) = _free(analysis, statement, "submodule")
+    out = [f"{indent}if {pure.selects_when}:"] if pure.selects_when else []
+    indent += unit if pure.selects_when else ""
     inner = indent + unit + unit
-    out = [f"{indent}for {name} in reversed(list({root}.modules())):"]
+    states = _unit_states(pure, name, inner, unit, free) if pure.moves_per_unit else []
+    out.append(f"{indent}for {name} in reversed(list({root}.modules())):")
+    chosen = f"{name} is not {root}"
+    if pure.ignored_modules:
+        chosen += f" and {name} not in {pure.ignored_modules}"  # FSDP1 stops at them
     if pure.full_precision_norms is not None:
         norms = (
             "mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, "
@@ -177,16 +253,14 @@ def _units(
         # FSDP1 wrapped them with the root's arguments, mixed precision aside
         same = [k for k in pure.children if not k.startswith("mp_policy=")]
         when = f" and {pure.norms_when}" if pure.norms_when else ""
-        out.append(
-            f"{indent}{unit}if {name} is not {root}{when} and isinstance({name}, {pure.norms}):"
-        )
-        out += _shard(name, [*same, norms], inner, unit).splitlines()
+        out.append(f"{indent}{unit}if {chosen}{when} and isinstance({name}, {pure.norms}):")
+        out += states + _shard(name, [*same, norms], inner, unit).splitlines()
         keyword = "elif"
     else:
         keyword = "if"
     selects = pure.selects.replace(UNIT, name)  # type: ignore[union-attr]
-    out.append(f"{indent}{unit}{keyword} {name} is not {root} and {selects}:")
-    out += _shard(name, pure.children, inner, unit).splitlines()
+    out.append(f"{indent}{unit}{keyword} {chosen} and {selects}:")
+    out += states + _shard(name, pure.children, inner, unit).splitlines()
     return out
 
 
@@ -207,6 +281,21 @@ def _arguments(text: str) -> tuple[str, list[str]] | None:
     if function is None or None in arguments:
         return None
     return function, arguments  # type: ignore[return-value]
+
+
+def _choice(text: str) -> list[str] | None:
+    """A one-line ``a if b else c`` as the lines ``a``, ``if b``, ``else c``; None for anything
+    else."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(node, ast.IfExp):
+        return None
+    parts = [ast.get_source_segment(text, n) for n in (node.body, node.test, node.orelse)]
+    if None in parts:
+        return None
+    return [parts[0], f"if {parts[1]}", f"else {parts[2]}"]  # type: ignore[list-item]
 
 
 def _shard(target: str, keywords: list[str], indent: str, unit: str) -> str:

@@ -1,8 +1,10 @@
 """The plain FSDP2 form of one FSDP1 constructor call, or what blocks it.
 
-The arguments are read (``values``), then each becomes its FSDP2 value (``strategy``,
-``precision``, ``policy``) in an order that matters: the mesh is settled before offload and
-``sync_module_states`` read it, mixed precision before the wrap policy reads it.
+The arguments are read (``values``; a grown dict key by key, ``grown``), then each becomes
+its FSDP2 value (``strategy``, ``precision``, ``policy``, ``ignored``) in an order that
+matters: the mesh is settled before offload and ``sync_module_states`` read it, mixed
+precision before the wrap policy reads it, and the policy, the broadcast and the
+initialisation before ``ignored_modules`` reads them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import ast
 from codemods import calls
 from codemods.analysis import FileAnalysis
 from codemods.assumptions import FSDP1_NO_EFFECT_ARGUMENTS
+from codemods.rules.constructors.ignored import ignored
 from codemods.rules.constructors.policy import wrap_policy
 from codemods.rules.constructors.precision import mixed_precision, offload
 from codemods.rules.constructors.strategy import (
@@ -26,7 +29,6 @@ from codemods.rules.constructors.values import (
     is_fsdp1,
     once,
     read_arguments,
-    resolved,
 )
 
 
@@ -38,21 +40,14 @@ def _without_calls(value: ast.expr) -> bool:
     )
 
 
-def _empty(analysis: FileAnalysis, value: ast.expr) -> bool:
-    """An empty container written out (``[]``, ``()``, ``set()``...): nothing to ignore."""
-    if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
-        return not value.elts
-    if isinstance(value, ast.Dict):
-        return not value.keys
-    return (
-        isinstance(value, ast.Call)
-        and not value.args
-        and not value.keywords
-        and bool(
-            analysis.names.qualified(value.func)
-            & {f"builtins.{t}" for t in ("list", "tuple", "set", "frozenset", "dict")}
-        )
-    )
+def _conditional_policy(out: Pure) -> None:
+    """A wrap policy a grown dict holds under a test: its units are sharded when it holds."""
+    test = out.when.get("auto_wrap_policy")
+    if test is None:
+        return
+    if "auto_wrap_policy" in out.read_at_run_time or out.init_fn is not None:
+        out.blockers.append("auto_wrap_policy under a condition, read at run time or materialized")
+    out.selects_when = test
 
 
 def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
@@ -75,13 +70,6 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
     mixed_precision(analysis, call, out)
     offload(analysis, call, out)
     wrap_policy(analysis, call, out)
-    for name in ("ignored_modules", "ignored_states"):
-        if name in values and not calls.is_none(values[name]):
-            value, removable, _ = resolved(analysis, out, name)
-            if value is None or not _empty(analysis, value):
-                out.blockers.append(f"{name} is set")
-            elif removable is not None:
-                out.removable.append(removable)  # ``ignored = []``: nothing ignored
     init = values.get("param_init_fn")
     if init is not None and not calls.is_none(init):
         if analysis.options.runtime_dependency:
@@ -92,12 +80,19 @@ def pure(analysis: FileAnalysis, call: ast.Call) -> Pure:
         else:
             out.blockers.append("param_init_fn is set (fsdp2_port.materialize_like_fsdp1 runs it)")
     sync(analysis, out)
+    ignored(analysis, call, out)
+    _conditional_policy(out)
     for name in FSDP1_NO_EFFECT_ARGUMENTS:
         value = values.get(name)
         if value is not None and not (_without_calls(value) or is_fsdp1(analysis, value)):
+            if name in out.when:
+                out.blockers.append(f"{name} is computed under a condition")
             # FSDP2 has no use for it, but FSDP1 evaluated it: still evaluated, once, in order
             once(analysis, call, out, name, value)
-    out.hoisted = out.reads_module_before and not calls.is_simple(out.module)  # type: ignore[arg-type]
+    # the module is evaluated first, before the values bound first, as FSDP1 evaluated it
+    out.hoisted = out.writes_lines_before and not calls.is_simple(out.module)  # type: ignore[arg-type]
     if out.full_precision_norms is not None:
         out.names.add("MixedPrecisionPolicy")
+    if out.moves_per_unit:
+        out.names.add("DTensor")
     return out

@@ -2,8 +2,8 @@
 
 Invariants: the plain form (``pure.py`` reads the values, ``emit.py`` writes the code) is
 exact: children get ``cast_forward_inputs=False``, as FSDP1 casts only the root's inputs;
-``device_id`` moves the module first, as FSDP1 does; BatchNorm units stay in full precision
-under a policy with mixed precision. A value only the run knows is read there by an
+``device_id``'s moves stay one unit at a time, as FSDP1 made them; BatchNorm units stay in
+full precision under a policy with mixed precision. A value only the run knows is read there by an
 ``fsdp2_port`` reader that gives FSDP1's meaning (and runs no FSDP1 code); the code around it
 is still written out. Anything else goes to ``fully_shard_like_fsdp1`` with the same
 arguments (or, without the runtime dependency, a marker naming what blocks it). A binding
@@ -38,7 +38,9 @@ class ConstructorRule:
             rewritten=(
                 "values followed to where they are written (the call, a name bound once in its "
                 "scope, a script's constant, a `dict(...)`/`{...}` spread with `**` by "
-                "constructors only; what FSDP1 evaluated once is bound once, first): "
+                "constructors only, or grown right before its constructor by `kw[key] = value` "
+                "and `kw.update(key=value)`, under an `if` or not; what FSDP1 evaluated once is "
+                "bound once, first): "
                 "`FSDP(m, ...)` → `fully_shard(m, ...)` (`sharding_strategy`, or a choice "
                 "between FULL_SHARD and SHARD_GRAD_OP by a key or a flag, → "
                 "`reshard_after_forward`; HYBRID + `device_mesh` → 2-D `mesh`; a process group "
@@ -47,9 +49,15 @@ class ConstructorRule:
                 "only the root's inputs); `buffer_dtype` → floating buffers cast first; "
                 "`CPUOffload` → `CPUOffloadPolicy` (also `CPUOffload(...) if flag else None`); "
                 "`param_init_fn` → `fsdp2_port.materialize_like_fsdp1(...)` first (FSDP1's "
-                "calls in FSDP1's order); `device_id` → `.to()` first; `sync_module_states` → "
-                "a broadcast of every parameter and buffer from the group's first rank (under "
-                "`if <flag>:` when chosen at run time); no-effect arguments dropped (one "
+                "calls in FSDP1's order); `device_id` → `fully_shard`'s own move, unit by unit "
+                "(with `sync_module_states`, each unit's states moved and broadcast before its "
+                "`fully_shard`); `sync_module_states` → a broadcast of every parameter and "
+                "buffer from the group's first rank (under `if <flag>:` when chosen at run "
+                "time); `ignored_modules` → `ignored_params` (the parameters of their "
+                "subtrees, in no unit, their buffers not cast; `if <test>` where a grown dict "
+                "sets it there); "
+                "`forward_prefetch`, `backward_prefetch`, `limit_all_gathers` → a comment "
+                "saying what FSDP2 does instead; no-effect arguments dropped (one "
                 "computed by a call still evaluated, bound to its name); a module "
                 "given as an expression is bound to a name first); **a value only the run "
                 "knows** (a strategy, policy, `MixedPrecision`, `CPUOffload` or process group "
@@ -63,7 +71,8 @@ class ConstructorRule:
                 "`fsdp2_port.kwargs_as_migrated(kwargs, <keys>)` (which raises if the keys are "
                 "no longer those); **anything else** → "
                 "`fsdp2_port.fully_shard_like_fsdp1(<the same arguments>)` (`**kwargs` whose "
-                "keys only the run knows, `ignored_modules`...); "
+                "keys only the run knows, `ignored_states`, `ignored_modules` with "
+                "`sync_module_states` or `param_init_fn`...); "
                 "`functools.partial(FSDP, ...)` → "
                 "`partial(fully_shard_like_fsdp1, ...)`"
             ),
@@ -224,17 +233,13 @@ class ConstructorRule:
         edits = [analysis.replace(call.func, callee), *found.edits]
         edits += emit.argument_edits(analysis, call, found, module, callee)
         before = emit.lines_before(analysis, statement, found, module)
+        if _stands_alone(analysis, statement):
+            before += emit.dropped_notes(analysis, statement, found)
         if before:
             start = analysis.statement_start(statement)
             edits.append(Edit(start, start, before))
         imports = [
-            analysis.import_for(
-                call.func,
-                "torch.distributed.device_mesh"
-                if n in ("DeviceMesh", "init_device_mesh")
-                else analysis.options.fsdp2_module,
-                n,
-            )
+            analysis.import_for(call.func, _home(n, analysis.options.fsdp2_module), n)
             for n in sorted(found.names)
         ]
         if found.sync is not None:
@@ -320,6 +325,13 @@ class ConstructorRule:
                     "fully_shard on each module the wrap() calls select, children first",
                     constructor=analysis.site_id(node.value),
                 )
+
+
+def _home(name: str, fsdp2_module: str) -> str:
+    """The module a name the plain form imports comes from."""
+    if name in ("DeviceMesh", "init_device_mesh"):
+        return "torch.distributed.device_mesh"
+    return "torch.distributed.tensor" if name == "DTensor" else fsdp2_module
 
 
 def _fsdp1_subclass_around(analysis: FileAnalysis, call: ast.Call) -> ast.ClassDef | None:

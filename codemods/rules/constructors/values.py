@@ -20,6 +20,7 @@ from codemods import calls, fsdp1, spreads
 from codemods.analysis import FileAnalysis
 from codemods.assumptions import DEVICE_FUNCTIONS, FSDP1_PARAMETERS
 from codemods.names import Binding
+from codemods.rules.constructors.grown import grown
 from codemods.text import Edit
 
 SPREAD = "FSDP1 keyword arguments"
@@ -46,12 +47,18 @@ class Pure:
     #: the module, and the values of the other arguments, wherever they are written
     module: ast.expr | None = None
     values: dict[str, ast.expr] = field(default_factory=dict)
+    #: the test's text for an argument a grown dict holds only under an ``if`` (``grown``)
+    when: dict[str, str] = field(default_factory=dict)
     #: keyword texts for fully_shard on the root and on the units the policy selects
     root: list[str] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
     #: the condition a unit meets, ``UNIT`` standing for it (``isinstance(UNIT, (Block,))``,
-    #: ``UNIT in list(model.layers)``): FSDP1's wrap policy as code
+    #: ``UNIT in list(model.layers)``): FSDP1's wrap policy as code; the test under which a
+    #: grown dict holds the policy (no units when it fails)
     selects: str | None = None
+    selects_when: str | None = None
+    #: the name of the set of modules in ignored subtrees, when units or buffer casts read it
+    ignored_modules: str | None = None
     removable: list[Removable] = field(default_factory=list)
     #: FSDP2 names the rewrite imports; modules the units' keywords read (``dataclasses``)
     names: set[str] = field(default_factory=set)
@@ -60,7 +67,7 @@ class Pure:
     uses_torch: bool = False
     #: ``sync_module_states``: None (off), "" (on), or the run-time flag's text
     sync: str | None = None
-    #: ``device_id``'s text, when the module moves there first
+    #: ``device_id``'s text (``fully_shard`` moves each unit there; see ``moves_per_unit``)
     device: str | None = None
     #: the mesh's text when the rewrite binds or is given one (a process group's, a reader's,
     #: ``init_device_mesh``'s, the caller's ``device_mesh``): ``sync_module_states``
@@ -109,10 +116,15 @@ class Pure:
         return (
             self.init_fn is not None
             or self.selects is not None
-            or self.device is not None
             or self.buffer_dtype is not None
             or self.sync is not None
         )
+
+    @property
+    def moves_per_unit(self) -> bool:
+        """The emitted code moves states to ``device_id`` itself, unit by unit, to broadcast
+        them there (``fully_shard`` moves them otherwise, unit by unit too)."""
+        return self.device is not None and self.sync is not None and self.selects is not None
 
     @property
     def writes_lines_before(self) -> bool:
@@ -160,20 +172,27 @@ def read_arguments(analysis: FileAnalysis, call: ast.Call, out: Pure) -> bool:
 
 def _spread(analysis: FileAnalysis, value: ast.expr, out: Pure) -> dict[str, ast.expr] | None:
     """The entries of ``**name``: when ``name`` is a ``dict(...)``/``{...}`` of literal keys
-    bound once and read only by constructors' ``**``, its values where they are written;
-    else, when its keys are known (``_known_keys``), each value read at run time."""
+    bound once and read only by constructors' ``**`` (or grown right before its one
+    constructor: ``grown``), its values where they are written; else, when its keys are known
+    (``_known_keys``), each value read at run time."""
     binding = _binding(analysis, value)
     entries_of = binding.value if binding is not None else None
     entries = spreads.dict_entries(analysis.names, entries_of) if entries_of is not None else None
     if binding is None or entries_of is None or entries is None:
         return _read_at_run_time(analysis, value, out, "not a dict of literal keys bound here")
     users = _spread_users(analysis, binding)
+    found = grown(analysis, binding) if users is None else None
+    if found is not None:
+        users, entries = found.users, found.entries
     if users is None:
         return _read_at_run_time(analysis, value, out, "read by other code than FSDP(...) calls")
     statement = analysis.names.statement(binding.node)
     if rebound_before_use(analysis, entries_of, statement, analysis.uses_of(binding)):
         return _read_at_run_time(analysis, value, out, "read a name bound again before the call")
     out.removable.append(Removable(SPREAD, statement, users))
+    if found is not None:
+        out.removable += [Removable(SPREAD, s, users) for s in found.statements]
+        out.when.update({key: analysis.source(test) for key, test in found.when.items()})
     return entries
 
 
@@ -384,7 +403,12 @@ def _dict_readers(analysis: FileAnalysis, literal: ast.expr) -> frozenset[ast.Ca
         (b for b in analysis.names.bindings_of(target) if b.node is target),
         None,
     )
-    return _spread_users(analysis, binding) if binding is not None else None
+    if binding is None:
+        return None
+    users = _spread_users(analysis, binding)
+    if users is None and (found := grown(analysis, binding)) is not None:
+        return found.users
+    return users
 
 
 def _private_constant(analysis: FileAnalysis, statement: ast.stmt, name: str) -> bool:

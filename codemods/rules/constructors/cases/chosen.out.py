@@ -12,7 +12,6 @@ def ml4m(model, dtype, policy_classes):
         mp_policy = MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)
     else:
         mp_policy = None  # defaults to fp32
-    model.to(torch.cuda.current_device())
     for submodule in reversed(list(model.modules())):
         if submodule is not model and mp_policy is not None and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
             fully_shard(

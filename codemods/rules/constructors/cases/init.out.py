@@ -1,6 +1,7 @@
 
 import torch
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 from mymodel import Block
 import fsdp2_port
@@ -16,13 +17,20 @@ def qlora(model, args):
         is_unit=lambda unit: isinstance(unit, (Block,)),
         device=torch.cuda.current_device(),
     )
-    model.to(torch.cuda.current_device())
-    if args["low_memory"]:
-        for tensor in [*model.parameters(), *model.buffers()]:  # sync_module_states
-            torch.distributed.broadcast(tensor.detach(), src=0)
     for submodule in reversed(list(model.modules())):
         if submodule is not model and isinstance(submodule, (Block,)):
+            if args["low_memory"]:
+                for tensor in [*submodule.parameters(), *submodule.buffers()]:  # device_id, sync_module_states
+                    if not isinstance(tensor, DTensor):  # not sharded yet
+                        tensor.data = tensor.to(torch.cuda.current_device())
+                        torch.distributed.broadcast(tensor.detach(), src=0)
             fully_shard(submodule)
+    if args["low_memory"]:
+        for tensor in [*model.parameters(), *model.buffers()]:  # device_id, sync_module_states
+            if not isinstance(tensor, DTensor):  # not sharded yet
+                tensor.data = tensor.to(torch.cuda.current_device())
+                torch.distributed.broadcast(tensor.detach(), src=0)
+    # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
     model = fully_shard(model)
     return model
 

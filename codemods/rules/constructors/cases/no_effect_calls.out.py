@@ -11,5 +11,5 @@ def _use_orig_params(config):
 
 def wrap(model, config):
     use_orig_params = _use_orig_params(config)
-    model.to(torch.cuda.current_device())
+    # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
     return fully_shard(model)

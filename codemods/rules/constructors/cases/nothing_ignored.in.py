@@ -1,6 +1,6 @@
 """``ignored_modules`` that ignores nothing (ExploreGraph's ``ignored_modules = []``, kept for
-a commented-out list): the plain form; a list with modules in it, or one only the run fills,
-keeps the bridge, which ignores them as FSDP1 does."""
+a commented-out list): nothing to pass; a list with modules in it, or one only the run fills:
+their parameters, FSDP2's ``ignored_params``."""
 
 import torch
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP

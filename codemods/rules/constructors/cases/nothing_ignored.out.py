@@ -1,14 +1,12 @@
 """``ignored_modules`` that ignores nothing (ExploreGraph's ``ignored_modules = []``, kept for
-a commented-out list): the plain form; a list with modules in it, or one only the run fills,
-keeps the bridge, which ignores them as FSDP1 does."""
+a commented-out list): nothing to pass; a list with modules in it, or one only the run fills:
+their parameters, FSDP2's ``ignored_params``."""
 
 import torch
-from fsdp2_port import fully_shard_like_fsdp1
 from torch.distributed.fsdp import fully_shard
 
 
 def nothing(model):
-    model.to(torch.cuda.current_device())
     return fully_shard(model)
 
 
@@ -18,10 +16,12 @@ def nothing_written_at_the_call(model):
 
 def something(model):
     ignored_modules = [model.head]
-    return fully_shard_like_fsdp1(model, ignored_modules=ignored_modules)
+    ignored_params = {p for m in ignored_modules for p in m.parameters()}
+    return fully_shard(model, ignored_params=ignored_params)
 
 
 def filled_later(model):
     ignored_modules = []
     ignored_modules.append(model.head)
-    return fully_shard_like_fsdp1(model, ignored_modules=ignored_modules)
+    ignored_params = {p for m in ignored_modules for p in m.parameters()}
+    return fully_shard(model, ignored_params=ignored_params)

@@ -9,6 +9,7 @@ from torch.distributed.fsdp import (
     OffloadPolicy,
     fully_shard,
 )
+from torch.distributed.tensor import DTensor
 from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
 
 from trainer.config import get_wrap_policy, precision_of
@@ -37,10 +38,6 @@ def worker(model, cfg, device_mesh):
         is_unit=lambda unit: unit in units,
         device=device_id,
     )
-    model.to(device_id)
-    for group in mesh.get_all_groups():  # sync_module_states
-        for tensor in [*model.parameters(), *model.buffers()]:
-            torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
     if buffer_dtype is not None:
         for owner in model.modules():  # buffer_dtype
             if not isinstance(owner, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
@@ -49,6 +46,11 @@ def worker(model, cfg, device_mesh):
                         buffer.data = buffer.to(buffer_dtype)
     for submodule in reversed(list(model.modules())):
         if submodule is not model and mixed_precision is not None and isinstance(submodule, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
+            for tensor in [*submodule.parameters(), *submodule.buffers()]:  # device_id, sync_module_states
+                if not isinstance(tensor, DTensor):  # not sharded yet
+                    tensor.data = tensor.to(device_id)
+                    for group in mesh.get_all_groups():
+                        torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
             fully_shard(
                 submodule,
                 mesh=mesh,
@@ -57,6 +59,11 @@ def worker(model, cfg, device_mesh):
                 mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=fsdp2_port.mp_policy_like_fsdp1(mixed_precision).param_dtype),
             )
         elif submodule is not model and submodule in units:
+            for tensor in [*submodule.parameters(), *submodule.buffers()]:  # device_id, sync_module_states
+                if not isinstance(tensor, DTensor):  # not sharded yet
+                    tensor.data = tensor.to(device_id)
+                    for group in mesh.get_all_groups():
+                        torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
             fully_shard(
                 submodule,
                 mesh=mesh,
@@ -64,6 +71,11 @@ def worker(model, cfg, device_mesh):
                 mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision),
                 offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload, mesh),
             )
+    for tensor in [*model.parameters(), *model.buffers()]:  # device_id, sync_module_states
+        if not isinstance(tensor, DTensor):  # not sharded yet
+            tensor.data = tensor.to(device_id)
+            for group in mesh.get_all_groups():
+                torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
     return fully_shard(
         model,
         mesh=mesh,
@@ -211,12 +223,10 @@ def no_shard_on_cuda(model):
         (torch.distributed.get_world_size(), 1),
         mesh_dim_names=("replicate", "shard"),
     )
-    model.to(torch.device("cuda"))
     return fully_shard(model, mesh=mesh, reshard_after_forward=False)
 
 
 def hybrid_on_cuda(model):
     """HYBRID_SHARD: its groups (a node's devices) only the run knows."""
     mesh = fsdp2_port.mesh_like_fsdp1(ShardingStrategy.HYBRID_SHARD, device_id=torch.device("cuda"))
-    model.to(torch.device("cuda"))
     return fully_shard(model, mesh=mesh, reshard_after_forward=True)

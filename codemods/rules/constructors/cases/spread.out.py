@@ -17,7 +17,6 @@ import torch
 
 def build(policy, reference, rank, cfg):
     wrap_class = get_block(policy)
-    policy.to(rank)
     if cfg.dtype is not None:
         for owner in policy.modules():  # buffer_dtype
             if not isinstance(owner, torch.nn.modules.batchnorm._BatchNorm):
@@ -37,11 +36,14 @@ def build(policy, reference, rank, cfg):
                 reshard_after_forward=True,
                 mp_policy=MixedPrecisionPolicy(param_dtype=cfg.dtype, reduce_dtype=cfg.dtype, cast_forward_inputs=False),
             )
+    # backward_prefetch: dropped; FSDP2 always prefetches the next unit (BACKWARD_PRE)
+    # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
     policy = fully_shard(policy, reshard_after_forward=True, mp_policy=MixedPrecisionPolicy(param_dtype=cfg.dtype, reduce_dtype=cfg.dtype))
-    reference.to(rank)
     for submodule in reversed(list(reference.modules())):
         if submodule is not reference and isinstance(submodule, (wrap_class,)):
             fully_shard(submodule, reshard_after_forward=True)
+    # backward_prefetch: dropped; FSDP2 always prefetches the next unit (BACKWARD_PRE)
+    # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
     reference = fully_shard(reference, reshard_after_forward=True)
     return policy, reference
 

@@ -4,7 +4,6 @@ that catches the error never shards). One given its argument is not marked."""
 
 import functools
 
-import torch
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy, transformer_auto_wrap_policy
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -16,7 +15,6 @@ def wrap(model):
         # TODO(fsdp2-port): F2P003 transformer_auto_wrap_policy without transformer_layer_cls: every call raises TypeError, FSDP1's as the migrated code's (code that catches it never shards): pass it
         auto_wrap = transformer_auto_wrap_policy
         units = fsdp2_port.units_like_fsdp1(model, auto_wrap)
-        model.to(torch.cuda.current_device())
         for submodule in reversed(list(model.modules())):
             if submodule is not model and submodule in units:
                 fully_shard(submodule)
@@ -29,7 +27,6 @@ def partial_without(model, classes):
     # TODO(fsdp2-port): F2P003 lambda_auto_wrap_policy without lambda_fn: every call raises TypeError, FSDP1's as the migrated code's (code that catches it never shards): pass it
     policy = functools.partial(lambda_auto_wrap_policy)
     units = fsdp2_port.units_like_fsdp1(model, policy)
-    model.to(torch.cuda.current_device())
     for submodule in reversed(list(model.modules())):
         if submodule is not model and submodule in units:
             fully_shard(submodule)
@@ -37,7 +34,6 @@ def partial_without(model, classes):
 
 
 def given(model, fn):
-    model.to(torch.cuda.current_device())
     for submodule in reversed(list(model.modules())):
         if submodule is not model and fn(submodule):
             fully_shard(submodule)

@@ -9,7 +9,6 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 def wrap(model):
     if not isinstance(model, FSDPModule):
         mesh = init_device_mesh("cpu", (torch.distributed.get_world_size(),))
-        model.to(torch.device("cpu"))
         model = fully_shard(model, mesh=mesh)
     return model
 

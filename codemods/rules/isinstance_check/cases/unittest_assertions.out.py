@@ -7,9 +7,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 class WrappingTest(unittest.TestCase):
     def test_wrapped(self):
-        module = torch.nn.Linear(2, 2)
-        module.to(0)
-        module = fully_shard(module)
+        module = fully_shard(torch.nn.Linear(2, 2))
         self.assertIsInstance(module, FSDPModule, "the strategy must hold the FSDP module")
 
     def test_plain(self):

@@ -23,6 +23,7 @@ class Trainer:
         sharding_strategy = fsdp1_kwargs["sharding_strategy"]
         mesh = fsdp2_port.mesh_like_fsdp1(sharding_strategy)
         reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
+        # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
         return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
 
 
@@ -44,7 +45,6 @@ def imported(device):
     auto_wrap_policy = fsdp1_kwargs["auto_wrap_policy"]
     buffer_dtype = fsdp2_port.buffer_dtype_like_fsdp1(mixed_precision)
     units = fsdp2_port.units_like_fsdp1(module, auto_wrap_policy, mixed_precision=mixed_precision)
-    module.to(device)
     if buffer_dtype is not None:
         for owner in module.modules():  # buffer_dtype
             if not isinstance(owner, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
@@ -66,7 +66,6 @@ def evaluated(device):
     model = Net()
     fsdp1_kwargs = fsdp2_port.kwargs_as_migrated(eval_kwargs, "cpu_offload")
     cpu_offload = fsdp1_kwargs["cpu_offload"]
-    model.to(device)
     model = fully_shard(model, offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload))
     return model
 
@@ -149,4 +148,6 @@ def returned(model, layer, use_mp):
         for buffer in model.buffers():  # buffer_dtype
             if buffer.is_floating_point():
                 buffer.data = buffer.to(buffer_dtype)
+    # forward_prefetch: dropped; FSDP2's is FSDPModule.set_modules_to_forward_prefetch
+    # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
     return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision, root=True))
