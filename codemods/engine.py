@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import ast
 import bisect
 import difflib
 import os
@@ -31,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from codemods import fsdp1, programs, reexports, sources, spreads, visibility, writes
+from codemods import fsdp1, programs, reexports, sources, spreads, trees, visibility, writes
 from codemods.decide import decide
 from codemods.findings import Finding
 from codemods.options import Options
@@ -265,16 +264,16 @@ def _accepting(item: _Analysed, decisions: Decisions) -> Across:
     """What the file's functions and attribute reads take without FSDP1 once its rewrites
     are made (none when they cannot be: ``_apply`` reports that)."""
     from codemods.apply import InternalError, apply_plan
-    from codemods.names import Names
+    from codemods.names import names_of
     from codemods.text import LineIndex
 
     assert item.plan is not None
     try:
         text = apply_plan(item.text, decisions.plans[item.path], decisions).text
-        tree = ast.parse(text)
+        tree = trees.parse(text)
     except (InternalError, SyntaxError):
         return Across()
-    names = Names(
+    names = names_of(
         tree,
         item.module_name,
         item.package_init,
@@ -343,46 +342,8 @@ def migrate_files(
     workers = min(jobs, len(paths), _cpus())
     pool: Executor | None = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
-        graph, texts, configs = _semantic(paths)
-        program_map = semantic_programs.find(
-            graph, texts, configs, whole_program=options.whole_program
-        )
-        entry = program_map.entry
-        naming = {path: graph.naming(path) for path in paths}
-        run_modules = graph.run_modules(options.whole_program)
-        files = sources.fsdp_files(paths, lambda path: (naming[path].name, naming[path].package))
-        seen = visibility.find(paths, entry, whole_program=options.whole_program)
-        run = _Run(
-            reexports.find(files), seen, spreads.find(files), naming, run_modules, graph.effects
-        )
-        arguments = [(p, list(codes), options, False, run) for p in paths]
-        analysed = _map(pool, _analyse, arguments, progress, "analysing")
-        _analyse_receivers(analysed, pool, codes, options, progress, run, run_modules, graph)
-        plans = [a.plan for a in analysed if a.plan is not None]
-        unread = [p for p in map(_unread, analysed) if p is not None]
-        leaving = [(plan.path, line, module) for plan in plans for line, module in plan.leaves]
-        if leaving:  # the programs as they will be once the run is written
-            program_map = semantic_programs.find(
-                graph.without(leaving), texts, configs, whole_program=options.whole_program
-            )
-        run_programs = _programs(
-            paths, [*plans, *unread], entry, options.whole_program, program_map
-        )
-        decisions = decide([*plans, *unread], run_programs, run_modules)
-        work = [a for a in analysed if a.plan is not None and a.error is None]
-        accepts = Across()
-        if "F2P013" in codes and len(work) > 1:
-            for found in _map(
-                pool, _accepting, [(a, _for(decisions, a.path)) for a in work], None, ""
-            ):
-                accepts |= found
-        outcomes = _map(
-            pool,
-            _apply,
-            [(a, _for(decisions, a.path), list(codes), accepts) for a in work],
-            progress,
-            "applying",
-        )
+        with trees.shared():  # each text parsed once for the whole run
+            analysed, work, outcomes = _analysed_and_applied(paths, codes, options, pool, progress)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -394,6 +355,49 @@ def migrate_files(
             yield FileResult(item.path, parsed=item.plan is not None, error=item.error)
         else:
             yield by_path[item.path][0]
+
+
+def _analysed_and_applied(
+    paths: Sequence[str],
+    codes: Sequence[str],
+    options: Options,
+    pool: Executor | None,
+    progress: Progress | None,
+) -> tuple[list[_Analysed], list[_Analysed], list[tuple[FileResult, str | None]]]:
+    """Every file analysed, the run decided, and the new text of each file that has a plan."""
+    graph, texts, configs = _semantic(paths)
+    program_map = semantic_programs.find(graph, texts, configs, whole_program=options.whole_program)
+    entry = program_map.entry
+    naming = {path: graph.naming(path) for path in paths}
+    run_modules = graph.run_modules(options.whole_program)
+    files = sources.fsdp_files(paths, lambda path: (naming[path].name, naming[path].package))
+    seen = visibility.find(paths, entry, whole_program=options.whole_program)
+    run = _Run(reexports.find(files), seen, spreads.find(files), naming, run_modules, graph.effects)
+    arguments = [(p, list(codes), options, False, run) for p in paths]
+    analysed = _map(pool, _analyse, arguments, progress, "analysing")
+    _analyse_receivers(analysed, pool, codes, options, progress, run, run_modules, graph)
+    plans = [a.plan for a in analysed if a.plan is not None]
+    unread = [p for p in map(_unread, analysed) if p is not None]
+    leaving = [(plan.path, line, module) for plan in plans for line, module in plan.leaves]
+    if leaving:  # the programs as they will be once the run is written
+        program_map = semantic_programs.find(
+            graph.without(leaving), texts, configs, whole_program=options.whole_program
+        )
+    run_programs = _programs(paths, [*plans, *unread], entry, options.whole_program, program_map)
+    decisions = decide([*plans, *unread], run_programs, run_modules)
+    work = [a for a in analysed if a.plan is not None and a.error is None]
+    accepts = Across()
+    if "F2P013" in codes and len(work) > 1:
+        for found in _map(pool, _accepting, [(a, _for(decisions, a.path)) for a in work], None, ""):
+            accepts |= found
+    outcomes = _map(
+        pool,
+        _apply,
+        [(a, _for(decisions, a.path), list(codes), accepts) for a in work],
+        progress,
+        "applying",
+    )
+    return analysed, work, outcomes
 
 
 def _cpus() -> int:

@@ -9,6 +9,9 @@ in another function (a closure, a global) always may reach.
 from __future__ import annotations
 
 import ast
+import bisect
+import itertools
+import weakref
 
 from codemods.names import Names
 from codemods.text import LineIndex
@@ -56,13 +59,14 @@ def _in_reach(names: Names, lines: LineIndex, target: ast.AST, use: ast.AST) -> 
     use (nor in the statement that reads it: ``x = f(x)``) unless a loop around both can bring
     it back."""
     target_path = [target, *names.ancestors(target)]
-    use_path = {id(n): i for i, n in enumerate([use, *names.ancestors(use)])}
+    use_list = [use, *names.ancestors(use)]
+    use_path = {id(n): i for i, n in enumerate(use_list)}
     for depth, ancestor in enumerate(target_path):
         if id(ancestor) not in use_path:
             continue
         if isinstance(ancestor, (ast.If, ast.IfExp, ast.Try)) and depth > 0:
             mine = _branch(ancestor, target_path[depth - 1])
-            theirs = _branch(ancestor, [use, *names.ancestors(use)][use_path[id(ancestor)] - 1])
+            theirs = _branch(ancestor, use_list[use_path[id(ancestor)] - 1])
             if mine and theirs and mine != theirs and not isinstance(ancestor, ast.Try):
                 return False
         break
@@ -85,25 +89,78 @@ def _bound_again(names: Names, target: ast.AST, use: ast.AST) -> bool:
     name = target.id if isinstance(target, ast.Name) else getattr(target, "arg", None)
     if not isinstance(use, ast.Name) or name != use.id:
         return False
+    blocks = _blocks(names)
     scope = names.function_of(use)
-    around_target = {id(n) for n in [target, *names.ancestors(target)]}
+    target_at = blocks.places([target, *names.ancestors(target)])
     child: ast.AST = use
     for owner in names.ancestors(use):
-        block = _block_of(owner, child)
-        if block is not None:
-            at = next(i for i, s in enumerate(block) if s is child)
-            mine = next((i for i, s in enumerate(block) if id(s) in around_target), None)
+        place = blocks.place(owner, child)
+        if place is not None:
+            block, at = place
+            mine = target_at.get(id(block))
             if mine == at:
                 return False  # both in one statement: the paths between them stay inside it
-            for index in range(at - 1, -1, -1):
-                if mine is not None and index <= mine < at:
-                    break  # the target's statement, or one after it, holds its value here
-                if _binds_on_every_way(block[index], name):
-                    return True
+            last = blocks.last_binding(block, name, at)
+            # the target's statement, or one after it, holds its value after ``mine``
+            if last is not None and (mine is None or not last <= mine < at):
+                return True
         if owner is scope:
             return False
         child = owner
     return False
+
+
+class _Blocks:
+    """Where each statement of a module sits in its block, and which statements of a block
+    bind a name on every way, each worked out once (``_blocks``)."""
+
+    def __init__(self) -> None:
+        self._places: dict[int, dict[int, tuple[list[ast.stmt], int]]] = {}
+        self._binding: dict[tuple[int, str], list[int]] = {}
+
+    def place(self, owner: ast.AST, child: ast.AST) -> tuple[list[ast.stmt], int] | None:
+        """The block of ``owner`` that holds ``child`` directly, and its index there."""
+        found = self._places.get(id(owner))
+        if found is None:
+            found = self._places[id(owner)] = {}
+            for field in _BLOCKS:
+                part = getattr(owner, field, None)
+                if isinstance(part, list):
+                    for index, statement in enumerate(part):
+                        found.setdefault(id(statement), (part, index))
+        return found.get(id(child))
+
+    def places(self, path: list[ast.AST]) -> dict[int, int]:
+        """id(block) -> the index there of the statement on ``path`` (a node and its
+        ancestors) that the block holds."""
+        out: dict[int, int] = {}
+        for child, owner in itertools.pairwise(path):
+            place = self.place(owner, child)
+            if place is not None:
+                out.setdefault(id(place[0]), place[1])
+        return out
+
+    def last_binding(self, block: list[ast.stmt], name: str, before: int) -> int | None:
+        """The last index before ``before`` of a statement of ``block`` that binds ``name`` on
+        every way it completes."""
+        key = (id(block), name)
+        found = self._binding.get(key)
+        if found is None:
+            found = self._binding[key] = [
+                i for i, s in enumerate(block) if _binds_on_every_way(s, name)
+            ]
+        at = bisect.bisect_left(found, before) - 1
+        return found[at] if at >= 0 else None
+
+
+_BLOCKS_OF: weakref.WeakKeyDictionary[Names, _Blocks] = weakref.WeakKeyDictionary()
+
+
+def _blocks(names: Names) -> _Blocks:
+    found = _BLOCKS_OF.get(names)
+    if found is None:
+        found = _BLOCKS_OF[names] = _Blocks()
+    return found
 
 
 def _binds_on_every_way(statement: ast.stmt, name: str) -> bool:

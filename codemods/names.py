@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from codemods import trees
 from codemods.visibility import Visibility
 
 _BUILTINS = frozenset(dir(builtins))
@@ -303,6 +304,24 @@ class Names:
             return None
         base = parts[: len(parts) - (level - 1)]
         return ".".join([*base, *([module] if module else [])]) or None
+
+
+def names_of(
+    tree: ast.Module,
+    module_name: str = "",
+    is_package: bool = False,
+    reexports: Mapping[str, str] | None = None,
+    seen: Visibility | None = None,
+    renames: Mapping[str, str] | None = None,
+) -> Names:
+    """``Names(...)``: built once per tree and settings in a run (``trees.derived``)."""
+    settings = (module_name, is_package, dict(reexports or {}), seen, dict(renames or {}))
+    return trees.derived(
+        tree,
+        "names",
+        settings,
+        lambda: Names(tree, module_name, is_package, reexports, seen, renames),
+    )
 
 
 def _evaluated_inside(scope_node: ast.AST, child: ast.AST) -> bool:

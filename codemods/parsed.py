@@ -7,8 +7,8 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from codemods import fsdp1
-from codemods.names import Names
+from codemods import fsdp1, trees
+from codemods.names import names_of
 from codemods.semantic.modules import RunModules
 from codemods.spreads import Keys
 from codemods.text import LineIndex
@@ -42,14 +42,14 @@ class ParsedFile:
         self.path = source.path
         self.text = source.text
         self.module_name = source.module_name
-        self.tree = ast.parse(source.text, filename=source.path)
+        self.tree = trees.parse(source.text, source.path)
         self.lines = LineIndex(source.text)
         self.spreads = source.spreads
         self.run_modules = source.run_modules
         self.effects = source.effects
         #: The text of nodes the analysis made, not read from the file (``written``).
         self.made: dict[ast.AST, str] = {}
-        self.names = Names(
+        self.names = names_of(
             self.tree,
             source.module_name,
             source.is_package,

@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from codemods import sources
+from codemods import sources, trees
 from codemods.assumptions import CONFIG_SUFFIXES, PACKAGING_FILES
 from codemods.semantic.programs import ProgramMap
 
@@ -173,10 +173,7 @@ class _Run:
 
     def tree(self, path: str) -> ast.Module | None:
         if path not in self._trees:
-            try:
-                self._trees[path] = ast.parse(self.data(path))
-            except (SyntaxError, ValueError, RecursionError):
-                self._trees[path] = None
+            self._trees[path] = sources.tree_of(self.data(path))
         return self._trees[path]
 
     def holding(self, word: str) -> list[str]:
@@ -389,7 +386,11 @@ def _module_function(tree: ast.Module, line: int) -> ast.FunctionDef | ast.Async
 
 def _readers_of(tree: ast.Module, name: str) -> list[str | None]:
     """The holders (``_holder``) of each line of ``tree`` that reads ``name``."""
-    return [_holder(tree, line) for line in _reads_of(tree, name)]
+    known: dict[int, str | None] = trees.derived(tree, "holders", None, dict)
+    for line in _reads_of(tree, name):
+        if line not in known:
+            known[line] = _holder(tree, line)
+    return [known[line] for line in _reads_of(tree, name)]
 
 
 def _reads_of(tree: ast.Module, name: str) -> list[int]:
@@ -409,7 +410,7 @@ def _read_index(tree: ast.Module) -> dict[str, set[int]]:
     found = _READ_INDEXES.get(tree)
     if found is None:
         found = defaultdict(set)
-        for node in ast.walk(tree):
+        for node in trees.nodes(tree, ast.Name, ast.Attribute, ast.Constant, ast.alias):
             if isinstance(node, ast.Name):
                 found[node.id].add(node.lineno)
             elif isinstance(node, ast.Attribute):

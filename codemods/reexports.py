@@ -14,7 +14,7 @@ import ast
 from collections.abc import Iterable, Iterator
 
 from codemods import fsdp1, sources
-from codemods.names import Names
+from codemods.names import Names, names_of
 
 #: Statements whose blocks run as part of the module's own body.
 _NESTED = (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.ExceptHandler)
@@ -70,8 +70,7 @@ def imported(data: bytes, module: str, package: bool, found: dict[str, str]) -> 
         for name in found
     ):
         return False
-    try:
-        tree = ast.parse(sources.decode(data).text)
-    except (sources.UnreadableSource, SyntaxError, ValueError, RecursionError):
+    tree = sources.tree_of(data)
+    if tree is None:
         return True  # the analysis reports it
-    return any(b.qualified in found for b in Names(tree, module, package).imports())
+    return any(b.qualified in found for b in names_of(tree, module, package).imports())

@@ -21,6 +21,7 @@ import tokenize
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from codemods import trees
 from codemods.assumptions import SKIPPED_DIRS
 
 
@@ -112,6 +113,15 @@ def decode(data: bytes) -> Decoded:
         raise UnreadableSource(f"cannot decode: {error}") from error
 
 
+def tree_of(data: bytes) -> ast.Module | None:
+    """The tree of a file's bytes (``trees.parse`` of its decoded text), None when they do not
+    decode or parse."""
+    try:
+        return trees.parse(decode(data).text)
+    except (UnreadableSource, SyntaxError, ValueError, RecursionError):
+        return None
+
+
 def read_bytes(path: str) -> bytes:
     """The bytes of the regular file ``path`` (anything else is never read: a FIFO would
     block, a device never end)."""
@@ -138,10 +148,7 @@ class FsdpFile:
 
     @functools.cached_property
     def tree(self) -> ast.Module | None:
-        try:
-            return ast.parse(decode(self.data).text)
-        except (UnreadableSource, SyntaxError, ValueError, RecursionError):
-            return None
+        return tree_of(self.data)
 
 
 def fsdp_files(

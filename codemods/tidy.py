@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
-from codemods import imports, registry
+from codemods import imports, registry, trees
 from codemods.apply import Applied, InternalError
 from codemods.findings import Finding
-from codemods.names import Names
+from codemods.names import names_of
 from codemods.plan import NeededImport
 from codemods.rules.base import Tidying
 from codemods.rules.reader_values.across import Across
@@ -53,9 +53,10 @@ def tidy(
     """
     chosen = registry.select() if codes is None else codes
     lines = LineIndex(applied.text)
-    names = Names(
+    names = names_of(
         _parsed(applied.text, "the rewrite would not parse"),
         module_name,
+        is_package_init,
         reexports=reexports,
         seen=seen,
         renames=renames,
@@ -94,7 +95,9 @@ def tidy(
         tree = _parsed(text, f"{work} would not parse")
         lines = LineIndex(text)
         if any(later for _, later in stages[number + 1 :]):
-            names = Names(tree, module_name, reexports=reexports, seen=seen, renames=renames)
+            names = names_of(
+                tree, module_name, is_package_init, reexports=reexports, seen=seen, renames=renames
+            )
     findings = [
         replace(f, marker_line=lines.line_of(_forward(applied.marker_offsets[i], rounds)))
         if i in applied.marker_offsets
@@ -112,7 +115,7 @@ def tidy(
 def _parsed(text: str, failure: str) -> ast.Module:
     """``text`` parsed, or an internal error saying ``failure`` (the file stays as it was)."""
     try:
-        return ast.parse(text)
+        return trees.parse(text)
     except SyntaxError as error:
         raise InternalError(f"{failure} ({error.msg}, line {error.lineno})") from error
 

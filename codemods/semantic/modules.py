@@ -25,12 +25,22 @@ from __future__ import annotations
 
 import ast
 import os
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-from codemods.assumptions import FILE_RUNNERS, MODULE_LOADERS, PACKAGING_FILES
+from codemods import sources, trees
+from codemods.assumptions import PACKAGING_FILES
 from codemods.semantic import summaries
+from codemods.semantic.loaders import (
+    computed_loads,
+    dotted,
+    is_loader_call,
+    loads_any,
+    mentions,
+    mentions_loaders,
+    path_additions,
+)
 
 
 @dataclass(frozen=True)
@@ -245,10 +255,12 @@ def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> Modu
     spelled = {os.path.abspath(p): p for p in paths}
     index = _Index(list(spelled))
     modules = {a: index.module(a) for a in spelled}
-    trees = {a: _parse(texts.get(p)) for a, p in spelled.items()}
-    parsed = {a: t for a, t in trees.items() if t is not None}
-    extra = tuple(dict.fromkeys(r for a, t in parsed.items() for r in _path_additions(a, t)))
-    resolver = _Resolver(index, modules, extra)
+    text = {a: texts.get(p) for a, p in spelled.items()}
+    files = {a: _parse(t) for a, t in text.items()}
+    parsed = {a: t for a, t in files.items() if t is not None}
+    loading = frozenset(a for a in parsed if mentions_loaders(text[a]))
+    extra = _path_roots(parsed, text)
+    resolver = _Resolver(index, modules, extra, loading)
     graph = ModuleGraph(
         {spelled[a]: _respelled_module(m, spelled[a]) for a, m in modules.items()},
         {
@@ -256,16 +268,38 @@ def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> Modu
             for a, tree in parsed.items()
         },
         extra_roots=extra,
-        loads_any=frozenset(spelled[a] for a, t in parsed.items() if _loads_any(a, t)),
+        loads_any=frozenset(spelled[a] for a in loading if loads_any(a, parsed[a])),
         acts_on_import=frozenset(
-            spelled[a] for a, t in trees.items() if t is None or _acts_on_import(t)
+            spelled[a] for a, t in files.items() if t is None or _acts_on_import(t)
         ),
         handed_on=_handed_on(parsed, resolver, spelled),
     )
+    graph.effects = _effects(parsed, resolver, graph, spelled)
+    return graph
+
+
+def _effects(
+    parsed: Mapping[str, ast.Module],
+    resolver: _Resolver,
+    graph: ModuleGraph,
+    spelled: Mapping[str, str],
+) -> dict[str, dict[int, frozenset[str]]]:
+    """What the functions of the files do with their arguments (``summaries.find``)."""
     bindings = {spelled[a]: _bindings(a, t, resolver, graph, spelled) for a, t in parsed.items()}
     names = {spelled[a]: graph.canonical(spelled[a]) for a in parsed}
-    graph.effects = summaries.find({spelled[a]: t for a, t in parsed.items()}, names, bindings)
-    return graph
+    return summaries.find({spelled[a]: t for a, t in parsed.items()}, names, bindings)
+
+
+def _path_roots(
+    parsed: Mapping[str, ast.Module], texts: Mapping[str, str | bytes | None]
+) -> tuple[str, ...]:
+    """The folders the files put on ``sys.path`` (``path_additions``), in order, once each."""
+    found = (
+        path_additions(path, tree)
+        for path, tree in parsed.items()
+        if mentions(texts.get(path), "sys.path")
+    )
+    return tuple(dict.fromkeys(r for roots in found for r in roots))
 
 
 def _handed_on(
@@ -298,7 +332,7 @@ def _bindings(
         return dotted if not level else None
 
     out: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node, _ in _statements(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -327,8 +361,10 @@ def _respelled_module(module: Module, path: str) -> Module:
 def _parse(text: str | bytes | None) -> ast.Module | None:
     if text is None:
         return None
+    if isinstance(text, bytes):
+        return sources.tree_of(text)
     try:
-        return ast.parse(text)
+        return trees.parse(text)
     except (SyntaxError, ValueError, RecursionError):
         return None
 
@@ -345,6 +381,7 @@ class _Index:
                 self.folders.add(folder)
                 folder = os.path.dirname(folder)
         self._packaging: dict[str, tuple[str, ...]] = {}
+        self._found: dict[tuple[str, str], tuple[str, ...] | None] = {}
 
     def is_package_folder(self, folder: str) -> bool:
         return os.path.join(folder, "__init__.py") in self.files
@@ -376,6 +413,12 @@ class _Index:
         """The files ``import <dotted>`` executes when found on ``root`` (the package
         ``__init__``s on the way, then the module), or None when ``root`` does not hold it.
         A folder without ``__init__.py`` is a namespace package: it executes nothing."""
+        key = (root, dotted)
+        if key not in self._found:
+            self._found[key] = self._find(root, dotted)
+        return self._found[key]
+
+    def _find(self, root: str, dotted: str) -> tuple[str, ...] | None:
         parts = dotted.split(".")
         folder = root
         executed: list[str] = []
@@ -396,14 +439,23 @@ class _Index:
 
 
 class _Resolver:
-    def __init__(self, index: _Index, modules: dict[str, Module], extra: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        index: _Index,
+        modules: dict[str, Module],
+        extra: tuple[str, ...],
+        loading: frozenset[str] = frozenset(),
+    ) -> None:
         self.index = index
         self.modules = modules
         self.extra = extra
+        #: The files whose text names a loader (``mentions_loaders``): only they may call one.
+        self.loading = loading
         self.roots = tuple(dict.fromkeys(m.root for m in modules.values()))
 
     def imports(self, path: str, tree: ast.Module) -> Iterator[Import]:
-        for node, lazy in _import_nodes(tree):
+        loads = path in self.loading
+        for node, lazy in _import_nodes(tree, loads):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     root, targets = self.resolve(path, alias.name)
@@ -425,7 +477,12 @@ class _Resolver:
                 name = node.args[0].value  # type: ignore[attr-defined]
                 root, targets = self.resolve(path, name)
                 yield Import(name, 0, node.lineno, targets, True, True, root)  # type: ignore[attr-defined]
-        for call, load in _computed_loads(path, tree):
+        if loads:
+            yield from self._loaded(path, tree)
+
+    def _loaded(self, path: str, tree: ast.Module) -> Iterator[Import]:
+        """What the file's loader calls by a computed name or path may load."""
+        for call, load in computed_loads(path, tree):
             if load is None:
                 continue
             kind, value = load
@@ -493,18 +550,50 @@ class _Resolver:
         return None, tuple(dict.fromkeys(t for _, found in held for t in found))
 
 
-def _import_nodes(tree: ast.Module) -> Iterator[tuple[ast.AST, bool]]:
-    """Import statements and loader calls by literal, with whether they are in a function."""
-    todo: list[tuple[ast.AST, bool]] = [(tree, False)]
-    while todo:
-        node, lazy = todo.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node, lazy
-            continue
-        if _is_loader_call(node):
-            yield node, True
-        inside = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-        todo.extend((child, inside) for child in ast.iter_child_nodes(node))
+def _import_nodes(tree: ast.Module, loads: bool) -> Iterator[tuple[ast.AST, bool]]:
+    """Import statements and, when the file may call a loader (``loads``), loader calls by
+    literal, in source order, with whether they run only when a function runs (a loader call
+    always counts as such)."""
+    found: list[tuple[ast.AST, bool]] = [
+        (s, lazy) for s, lazy in _statements(tree) if isinstance(s, (ast.Import, ast.ImportFrom))
+    ]
+    if loads:
+        found += [(c, True) for c in trees.nodes(tree, ast.Call) if is_loader_call(c)]
+    return iter(sorted(found, key=lambda pair: _start(pair[0])))
+
+
+def _statements(tree: ast.Module) -> list[tuple[ast.stmt, bool]]:
+    """Every statement of ``tree``, outer blocks first, with whether it is in a function (once
+    per tree)."""
+
+    def walk() -> list[tuple[ast.stmt, bool]]:
+        out: list[tuple[ast.stmt, bool]] = []
+        todo: deque[tuple[list[ast.stmt], bool]] = deque([(tree.body, False)])
+        while todo:  # breadth first, as ``ast.walk``
+            block, inside = todo.popleft()
+            for statement in block:
+                out.append((statement, inside))
+                nested = inside or isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef))
+                todo += [(b, nested) for b in _blocks_of(statement)]
+        return out
+
+    return trees.derived(tree, "statements", None, walk)
+
+
+def _blocks_of(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
+    """The statement lists a statement holds (bodies, branches, handlers, cases)."""
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(statement, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            yield block
+    for handler in getattr(statement, "handlers", ()):
+        yield handler.body
+    for case in getattr(statement, "cases", ()):
+        yield case.body
+
+
+def _start(node: ast.AST) -> tuple[int, int]:
+    return node.lineno, node.col_offset  # type: ignore[attr-defined]
 
 
 def _acts_on_import(tree: ast.Module) -> bool:
@@ -525,7 +614,7 @@ def _acts_on_import(tree: ast.Module) -> bool:
             return True
         if isinstance(statement, ast.If):
             if (
-                _dotted(statement.test.left) == "__name__"
+                dotted(statement.test.left) == "__name__"
                 if isinstance(statement.test, ast.Compare)
                 else False
             ):
@@ -542,194 +631,3 @@ def _acts_on_import(tree: ast.Module) -> bool:
                     if node.func.id in local:
                         return True
     return False
-
-
-def _loads_any(path: str, tree: ast.Module) -> bool:
-    """A loader call whose module or file is computed at run time, with neither a package
-    prefix nor a folder written out (``_computed_loads``)."""
-    return any(load is None for _, load in _computed_loads(path, tree))
-
-
-#: What a loader call by a computed name loads: ``("prefix", "models.")`` (any module under
-#: that package), ``("file", path)``, ``("folder", path)`` (any file under it).
-Load = tuple[str, str]
-
-
-def _computed_loads(path: str, tree: ast.Module) -> Iterator[tuple[ast.Call, Load | None]]:
-    """Loader calls by a computed name or path (``import_module(f"models.{name}")``,
-    ``spec_from_file_location(name, ROOT / "scripts" / "train.py")``), each with what it
-    loads as far as the code spells it, None when it may be anything."""
-    reader = _PathReader(path, tree)
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or not node.args or _is_loader_call(node):
-            continue
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        if name in MODULE_LOADERS or name == "run_module":
-            prefix = _prefix(node.args[0], reader.bound)
-            yield node, ("prefix", prefix) if prefix is not None else None
-        elif name in FILE_RUNNERS:
-            where = next((k.value for k in node.keywords if k.arg == "location"), None)
-            if where is None:
-                where = node.args[1] if name == "spec_from_file_location" else node.args[0]
-                if name == "spec_from_file_location" and len(node.args) < 2:
-                    yield node, None
-                    continue
-            file = reader.value(where)
-            folder = None if file is not None else reader.folder_of_pattern(where)
-            if file is not None:
-                yield node, ("file", file)
-            elif folder is not None:
-                yield node, ("folder", folder)
-            else:
-                yield node, None
-
-
-def _prefix(node: ast.expr, bound: Mapping[str, list[ast.expr]]) -> str | None:
-    """The absolute package prefix (``a.b.``) a module name expression starts with."""
-    if isinstance(node, ast.Name) and len(bound.get(node.id, ())) == 1:
-        node = bound[node.id][0]
-    first: ast.expr | None = None
-    if isinstance(node, ast.JoinedStr) and node.values:
-        first = node.values[0]
-    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        first = node.left
-    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
-        return None
-    text = first.value
-    if not text.endswith(".") or text.startswith("."):
-        return None
-    parts = text[:-1].split(".")
-    return text if all(p.isidentifier() for p in parts) else None
-
-
-def _is_loader_call(node: ast.AST) -> bool:
-    """``importlib.import_module("a.b")`` / ``__import__("a")``: an absolute name, literally."""
-    if not isinstance(node, ast.Call) or not node.args:
-        return False
-    func = node.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    first = node.args[0]
-    return (
-        name in MODULE_LOADERS
-        and isinstance(first, ast.Constant)
-        and isinstance(first.value, str)
-        and not first.value.startswith(".")
-    )
-
-
-def _path_additions(path: str, tree: ast.Module) -> Iterator[str]:
-    """Folders ``sys.path.insert(i, X)`` / ``sys.path.append(X)`` in ``path`` adds, for the
-    ``X`` that read without running (``_PathReader``)."""
-    reader = _PathReader(path, tree)
-    for node in ast.walk(tree):
-        if not (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("insert", "append")
-            and _dotted(node.func.value) == "sys.path"
-            and node.args
-        ):
-            continue
-        value = reader.value(node.args[-1])
-        if value is not None:
-            yield os.path.normpath(value)
-
-
-def _dotted(node: ast.AST) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return f"{head}.{node.attr}" if head else ""
-    return ""
-
-
-class _PathReader:
-    """The value of a path expression read without running it: a literal absolute path, or
-    one made from ``__file__`` with ``os.path``'s ``dirname``/``abspath``/``realpath``/
-    ``normpath``/``join``, ``pathlib``'s ``Path(...)``, ``.parent``, ``.parents[i]``,
-    ``.resolve()``, ``/``, ``str()``, through names bound once in the file."""
-
-    def __init__(self, path: str, tree: ast.Module) -> None:
-        self.path = path
-        self.bound: dict[str, list[ast.expr]] = defaultdict(list)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                if isinstance(node.targets[0], ast.Name):
-                    self.bound[node.targets[0].id].append(node.value)
-
-    def value(self, node: ast.AST, depth: int = 8) -> str | None:
-        if depth < 0:
-            return None
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return node.value if os.path.isabs(node.value) else None
-        if isinstance(node, ast.Name):
-            if node.id == "__file__":
-                return self.path
-            values = self.bound.get(node.id, ())
-            return self.value(values[0], depth - 1) if len(values) == 1 else None
-        if isinstance(node, ast.Subscript):
-            return self._parents(node, depth)
-        if isinstance(node, ast.Attribute) and node.attr == "parent":
-            inner = self.value(node.value, depth - 1)
-            return os.path.dirname(inner) if inner is not None else None
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
-            return self._joined([node.left, node.right], depth)
-        if isinstance(node, ast.Call):
-            return self._called(node, depth)
-        return None
-
-    def folder_of_pattern(self, node: ast.AST) -> str | None:
-        """The folder of a path whose last part is computed (``join(root, "data",
-        f"{name}.py")``, ``ROOT / "gates" / name``): every file under it may be the one
-        meant."""
-        parts: list[ast.expr] = []
-        if isinstance(node, ast.Name) and len(self.bound.get(node.id, ())) == 1:
-            node = self.bound[node.id][0]
-        if isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] == "join":
-            parts = list(node.args)
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
-            parts = [node.left, node.right]
-        if len(parts) < 2 or isinstance(parts[-1], ast.Constant):
-            return None
-        return self._joined(parts[:-1], 8)
-
-    def _parents(self, node: ast.Subscript, depth: int) -> str | None:
-        base, index = node.value, node.slice
-        if not (
-            isinstance(base, ast.Attribute)
-            and base.attr == "parents"
-            and isinstance(index, ast.Constant)
-            and isinstance(index.value, int)
-        ):
-            return None
-        inner = self.value(base.value, depth - 1)
-        if inner is None:
-            return None
-        for _ in range(index.value + 1):
-            inner = os.path.dirname(inner)
-        return inner
-
-    def _called(self, node: ast.Call, depth: int) -> str | None:
-        last = _dotted(node.func).rsplit(".", 1)[-1]
-        if isinstance(node.func, ast.Attribute) and node.func.attr in ("resolve", "absolute"):
-            return self.value(node.func.value, depth - 1) if not node.args else None
-        if last in ("Path", "PurePath", "str", "abspath", "realpath", "normpath", "fspath"):
-            return self.value(node.args[0], depth - 1) if len(node.args) == 1 else None
-        if last == "dirname" and len(node.args) == 1:
-            inner = self.value(node.args[0], depth - 1)
-            return os.path.dirname(inner) if inner is not None else None
-        if last == "join" and node.args:
-            return self._joined(list(node.args), depth)
-        return None
-
-    def _joined(self, parts: list[ast.expr], depth: int) -> str | None:
-        head = self.value(parts[0], depth - 1)
-        rest = [
-            p.value if isinstance(p, ast.Constant) and isinstance(p.value, str) else None
-            for p in parts[1:]
-        ]
-        if head is None or any(r is None for r in rest):
-            return None
-        return os.path.normpath(os.path.join(head, *rest))  # type: ignore[arg-type]

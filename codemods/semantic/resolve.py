@@ -59,6 +59,7 @@ class Resolver:
         self.modules = modules or RunModules()
         self.programs = programs
         self.aliases = self.modules.aliases
+        self._spellings: dict[str, tuple[str, ...]] = {}
         self.exports: dict[str, frozenset[Ref]] = {}
         self.signatures: dict[str, tuple[str, ...]] = {}
         self.passed: dict[str, list[Passing]] = {}
@@ -201,6 +202,12 @@ class Resolver:
         module may be (``aliases``)."""
         if not self.aliases:
             return (name,)
+        found = self._spellings.get(name)
+        if found is None:
+            found = self._spellings[name] = self._spelled(name)
+        return found
+
+    def _spelled(self, name: str) -> tuple[str, ...]:
         head = name
         while True:
             found = self.aliases.get(head)

@@ -51,8 +51,9 @@ def find(
         module = module_names.get(path, "")
         if not module:
             continue
+        local = {n.name for n in tree.body if isinstance(n, (*_FUNCTIONS, ast.ClassDef))}
         for name, function, owner in _functions(tree, module):
-            reader = _Reader(function, owner, module, bindings.get(path, {}), tree)
+            reader = _Reader(function, owner, module, bindings.get(path, {}), local)
             for position, own, hands in reader.arguments():
                 direct[(name, position)] |= own
                 handed[(name, position)] |= hands
@@ -95,13 +96,14 @@ class _Reader:
         owner: str | None,
         module: str,
         bindings: Mapping[str, str],
-        tree: ast.Module,
+        local: set[str],
     ) -> None:
         self.function = function
         self.owner = owner
         self.module = module
         self.bindings = bindings
-        self.local = {s.name for s in tree.body if isinstance(s, (*_FUNCTIONS, ast.ClassDef))}
+        #: The names the module's own functions and classes have.
+        self.local = local
         #: (names read, names read without calling into them, names bound) of each
         #: assignment, loop and walrus (``_names``).
         self.flows: list[tuple[frozenset[str], frozenset[str], frozenset[str]]] = []

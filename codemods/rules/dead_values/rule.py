@@ -27,14 +27,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from codemods import fsdp1, markers
+from codemods import fsdp1, markers, trees
 from codemods.assumptions import (
     FSDP1_POLICY_HELPERS,
     FSDP1_VALUE_CLASSES,
     FSDP1_WRAP_POLICY_FUNCTIONS,
 )
 from codemods.local_names import opaque_scopes, visible_only_here
-from codemods.names import Binding, Names, Scope
+from codemods.names import Binding, Names, Scope, names_of
 from codemods.rules.base import Code, Fixes, Tidying
 from codemods.text import Edit, LineIndex, back
 
@@ -237,7 +237,7 @@ def _read_in_input(
     module_name: str,
 ) -> list[Dead]:
     """Those of ``found`` whose statement the input had, text for text, with reads of its name."""
-    before = Names(ast.parse(original), module_name)
+    before = names_of(trees.parse(original), module_name)
     before_lines = LineIndex(original)
     uses = before.uses()
     stores = {

@@ -75,6 +75,7 @@ def unused(
     often, so a rewrite removed what read it (``partial`` of a wrap policy). An import unused in
     the input stays."""
     uses = names.uses()
+    changed = text != original
     fsdp1_names, left = [], []
     for binding in names.imports():
         qualified = binding.qualified or ""
@@ -88,7 +89,7 @@ def unused(
         full = alias.name if isinstance(statement, ast.Import) else names.through(qualified)
         if fsdp1.canonical(full) is not None or full in _FSDP1_MODULES:
             fsdp1_names.append((statement, alias))
-        elif _count(binding.name, original) > _count(binding.name, text):
+        elif changed and _count(binding.name, original) > _count(binding.name, text):
             left.append((statement, alias))
     return fsdp1_names, left
 
