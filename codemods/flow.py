@@ -58,9 +58,10 @@ def _in_reach(names: Names, lines: LineIndex, target: ast.AST, use: ast.AST) -> 
     """By position: not in the other branch of an ``if`` that holds both, and not after the
     use (nor in the statement that reads it: ``x = f(x)``) unless a loop around both can bring
     it back."""
-    target_path = [target, *names.ancestors(target)]
-    use_list = [use, *names.ancestors(use)]
-    use_path = {id(n): i for i, n in enumerate(use_list)}
+    blocks = _blocks(names)
+    target_path = blocks.path(target)
+    use_list = blocks.path(use)
+    use_path = blocks.depths(use)
     for depth, ancestor in enumerate(target_path):
         if id(ancestor) not in use_path:
             continue
@@ -91,7 +92,7 @@ def _bound_again(names: Names, target: ast.AST, use: ast.AST) -> bool:
         return False
     blocks = _blocks(names)
     scope = names.function_of(use)
-    target_at = blocks.places([target, *names.ancestors(target)])
+    target_at = blocks.places(target)
     child: ast.AST = use
     for owner in names.ancestors(use):
         place = blocks.place(owner, child)
@@ -114,7 +115,11 @@ class _Blocks:
     """Where each statement of a module sits in its block, and which statements of a block
     bind a name on every way, each worked out once (``_blocks``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Names) -> None:
+        self.parent = names.parent  # not ``names``: the table is kept as long as it lives
+        self._paths: dict[int, tuple[ast.AST, ...]] = {}
+        self._depths: dict[int, dict[int, int]] = {}
+        self._targets: dict[int, dict[int, int]] = {}
         self._places: dict[int, dict[int, tuple[list[ast.stmt], int]]] = {}
         self._binding: dict[tuple[int, str], list[int]] = {}
 
@@ -130,15 +135,34 @@ class _Blocks:
                         found.setdefault(id(statement), (part, index))
         return found.get(id(child))
 
-    def places(self, path: list[ast.AST]) -> dict[int, int]:
-        """id(block) -> the index there of the statement on ``path`` (a node and its
-        ancestors) that the block holds."""
-        out: dict[int, int] = {}
-        for child, owner in itertools.pairwise(path):
-            place = self.place(owner, child)
-            if place is not None:
-                out.setdefault(id(place[0]), place[1])
-        return out
+    def path(self, node: ast.AST) -> tuple[ast.AST, ...]:
+        """``node`` and its ancestors, innermost first."""
+        found = self._paths.get(id(node))
+        if found is None:
+            path = [node]
+            while path[-1] in self.parent:
+                path.append(self.parent[path[-1]])
+            found = self._paths[id(node)] = tuple(path)
+        return found
+
+    def depths(self, node: ast.AST) -> dict[int, int]:
+        """id(n) -> its place on ``path(node)``."""
+        found = self._depths.get(id(node))
+        if found is None:
+            found = self._depths[id(node)] = {id(n): i for i, n in enumerate(self.path(node))}
+        return found
+
+    def places(self, node: ast.AST) -> dict[int, int]:
+        """id(block) -> the index there of the statement on ``path(node)`` that the block
+        holds."""
+        found = self._targets.get(id(node))
+        if found is None:
+            found = self._targets[id(node)] = {}
+            for child, owner in itertools.pairwise(self.path(node)):
+                place = self.place(owner, child)
+                if place is not None:
+                    found.setdefault(id(place[0]), place[1])
+        return found
 
     def last_binding(self, block: list[ast.stmt], name: str, before: int) -> int | None:
         """The last index before ``before`` of a statement of ``block`` that binds ``name`` on
@@ -159,7 +183,7 @@ _BLOCKS_OF: weakref.WeakKeyDictionary[Names, _Blocks] = weakref.WeakKeyDictionar
 def _blocks(names: Names) -> _Blocks:
     found = _BLOCKS_OF.get(names)
     if found is None:
-        found = _BLOCKS_OF[names] = _Blocks()
+        found = _BLOCKS_OF[names] = _Blocks(names)
     return found
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import heapq
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -83,3 +83,33 @@ def derived(tree: ast.AST, kind: str, settings: object, make: Callable[[], T]) -
     value = make()
     kept[1].append((settings, value))
     return value
+
+
+def statements(tree: ast.Module) -> list[tuple[ast.stmt, bool]]:
+    """Every statement of ``tree``, outer blocks first, with whether it is in a function (once
+    per tree)."""
+
+    def walk() -> list[tuple[ast.stmt, bool]]:
+        out: list[tuple[ast.stmt, bool]] = []
+        todo: deque[tuple[list[ast.stmt], bool]] = deque([(tree.body, False)])
+        while todo:  # breadth first, as ``ast.walk``
+            block, inside = todo.popleft()
+            for statement in block:
+                out.append((statement, inside))
+                nested = inside or isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef))
+                todo += [(b, nested) for b in _blocks_of(statement)]
+        return out
+
+    return derived(tree, "statements", None, walk)
+
+
+def _blocks_of(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
+    """The statement lists a statement holds (bodies, branches, handlers, cases)."""
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(statement, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            yield block
+    for handler in getattr(statement, "handlers", ()):
+        yield handler.body
+    for case in getattr(statement, "cases", ()):
+        yield case.body

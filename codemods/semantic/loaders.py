@@ -100,10 +100,11 @@ def is_loader_call(node: ast.AST) -> bool:
 
 
 def path_additions(path: str, tree: ast.Module) -> Iterator[str]:
-    """Folders ``sys.path.insert(i, X)`` / ``sys.path.append(X)`` in ``path`` adds, for the
-    ``X`` that read without running (``_PathReader``)."""
+    """Folders the statements ``sys.path.insert(i, X)`` / ``sys.path.append(X)`` in ``path``
+    add, for the ``X`` that read without running (``_PathReader``)."""
     reader = _PathReader(path, tree)
-    for node in trees.nodes(tree, ast.Call):
+    for statement, _ in trees.statements(tree):
+        node = statement.value if isinstance(statement, ast.Expr) else None
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -135,7 +136,7 @@ class _PathReader:
     def __init__(self, path: str, tree: ast.Module) -> None:
         self.path = path
         self.bound: dict[str, list[ast.expr]] = defaultdict(list)
-        for node in trees.nodes(tree, ast.Assign):
+        for node, _ in trees.statements(tree):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 if isinstance(node.targets[0], ast.Name):
                     self.bound[node.targets[0].id].append(node.value)

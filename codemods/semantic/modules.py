@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -332,7 +332,7 @@ def _bindings(
         return dotted if not level else None
 
     out: dict[str, str] = {}
-    for node, _ in _statements(tree):
+    for node, _ in trees.statements(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -555,41 +555,13 @@ def _import_nodes(tree: ast.Module, loads: bool) -> Iterator[tuple[ast.AST, bool
     literal, in source order, with whether they run only when a function runs (a loader call
     always counts as such)."""
     found: list[tuple[ast.AST, bool]] = [
-        (s, lazy) for s, lazy in _statements(tree) if isinstance(s, (ast.Import, ast.ImportFrom))
+        (statement, lazy)
+        for statement, lazy in trees.statements(tree)
+        if isinstance(statement, (ast.Import, ast.ImportFrom))
     ]
     if loads:
         found += [(c, True) for c in trees.nodes(tree, ast.Call) if is_loader_call(c)]
     return iter(sorted(found, key=lambda pair: _start(pair[0])))
-
-
-def _statements(tree: ast.Module) -> list[tuple[ast.stmt, bool]]:
-    """Every statement of ``tree``, outer blocks first, with whether it is in a function (once
-    per tree)."""
-
-    def walk() -> list[tuple[ast.stmt, bool]]:
-        out: list[tuple[ast.stmt, bool]] = []
-        todo: deque[tuple[list[ast.stmt], bool]] = deque([(tree.body, False)])
-        while todo:  # breadth first, as ``ast.walk``
-            block, inside = todo.popleft()
-            for statement in block:
-                out.append((statement, inside))
-                nested = inside or isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef))
-                todo += [(b, nested) for b in _blocks_of(statement)]
-        return out
-
-    return trees.derived(tree, "statements", None, walk)
-
-
-def _blocks_of(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
-    """The statement lists a statement holds (bodies, branches, handlers, cases)."""
-    for name in ("body", "orelse", "finalbody"):
-        block = getattr(statement, name, None)
-        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-            yield block
-    for handler in getattr(statement, "handlers", ()):
-        yield handler.body
-    for case in getattr(statement, "cases", ()):
-        yield case.body
 
 
 def _start(node: ast.AST) -> tuple[int, int]:

@@ -44,11 +44,14 @@ class ParamShapesRule:
     EMITS: ClassVar[dict[str, str]] = {}
 
     def analyze(self, analysis: FileAnalysis) -> None:
-        for node in ast.walk(analysis.tree):
-            if isinstance(node, (ast.For, ast.comprehension)):
-                self._loop(analysis, node.iter, node.target, node)
-            elif isinstance(node, ast.Call) and not analysis.is_ignored(node):
-                self._through_call(analysis, node)
+        by_type = analysis.names.by_type
+        for loop in (*by_type[ast.For], *by_type[ast.comprehension]):
+            assert isinstance(loop, (ast.For, ast.comprehension))
+            self._loop(analysis, loop.iter, loop.target, loop)
+        for call in by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if not analysis.is_ignored(call):
+                self._through_call(analysis, call)
 
     def _through_call(self, analysis: FileAnalysis, call: ast.Call) -> None:
         """``param_groups(model)``: a function of the run that reads the shapes (or the
