@@ -24,7 +24,7 @@ import ast
 from collections import defaultdict
 from collections.abc import Callable
 
-from codemods import flow, syntax
+from codemods import flow, fsdp1, syntax
 from codemods.assumptions import (
     BF16_OPTIMIZERS,
     BUILDERS,
@@ -269,9 +269,13 @@ class Ties:
         return bool(qualified) and all(self._camel(q, call) for q in qualified)
 
     def _camel(self, qualified: str, call: ast.Call) -> bool:
-        """The callee ``qualified`` is a class, by its spelling (``CAMEL_CASE``)."""
+        """The callee ``qualified`` is a class, by its spelling: for torch's FSDP and DDP names
+        a fact (their CamelCase names are classes), for any other a guess (``CAMEL_CASE``)."""
         last = qualified.rpartition(".")[2]
-        return self.parsed.assumed.takes(CAMEL_CASE, last, call, member=syntax.camel(last))
+        spelled = syntax.camel(last)
+        if fsdp1.canonical(qualified) or fsdp1.fsdp2(qualified) or qualified in NOT_FSDP_WRAPPERS:
+            return spelled
+        return self.parsed.assumed.takes(CAMEL_CASE, last, call, member=spelled)
 
     def _class_of_cls(self, name: ast.Name) -> ast.ClassDef | None:
         """The class a classmethod's first parameter (``cls``) is bound to, read there."""
