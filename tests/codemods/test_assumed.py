@@ -275,3 +275,20 @@ def test_strict_changes_only_cases_that_take_assumptions(case: Path, tmp_path: P
     assert counts[1] == 0
     if counts[0] == 0:
         assert outputs[1] == outputs[0]
+
+
+def test_the_libcst_command_takes_strict_too(tmp_path: Path) -> None:
+    import libcst as cst
+    from libcst.codemod import CodemodContext
+
+    from codemods.commands.migrate import MigrateCommand
+
+    path = str(tmp_path / "train.py")
+    written = [
+        MigrateCommand(CodemodContext(filename=path), strict=strict)
+        .transform_module(cst.parse_module(SCRIPT))
+        .code
+        for strict in (False, True)
+    ]
+    either = "fsdp2_port.module_state_dict(train_state)"
+    assert either not in written[0] and either in written[1]
