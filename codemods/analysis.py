@@ -37,7 +37,7 @@ class FileAnalysis(ParsedFile):
     """The parsed file, its plan in the making, and everything rules ask about it."""
 
     def __init__(self, source: Source, options: Options) -> None:
-        super().__init__(source)
+        super().__init__(source, options.strict)
         self.options = options
         self.ignored = markers.ignored_lines(source.text)
         self.plan = FilePlan(source.path)
@@ -85,6 +85,7 @@ class FileAnalysis(ParsedFile):
         self.plan.calls = links.calls()
         self.plan.sharded = links.sharded()
         self.plan.imported = imports.importing_scopes(self.names, self.lines)
+        self.plan.assumptions = self.assumed.recorded()
         return self.plan
 
     def _one_armed(self, test: Site, group: str, removal: list[Edit]) -> None:
@@ -305,16 +306,22 @@ class FileAnalysis(ParsedFile):
         """A receiver the run cannot tie, named like a model (``model``, ``self.policy``,
         ``actor_module``) and not like settings (``fsdp_config``): where names other objects
         share are read (``m.mixed_precision``, ``m.state_dict()``), only such a receiver is
-        taken for a model. Never ``self`` itself, nor an imported name."""
+        taken for a model. Never ``self`` itself, nor an imported name. Both words are
+        assumptions: strict, any other receiver may be a model."""
         if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
             return False
         if self.names.qualified(receiver):
             return False
         last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
-        last = str(last).lower()
-        if any(word in last for word in SETTINGS_WORDS):
+        last = str(last)
+        lower = last.lower()
+        if self.assumed.takes(
+            SETTINGS_WORDS, last, receiver, member=any(w in lower for w in SETTINGS_WORDS)
+        ):
             return False
-        return any(word in last for word in MODEL_WORDS)
+        return self.assumed.takes(
+            MODEL_WORDS, last, receiver, otherwise=True, member=any(w in lower for w in MODEL_WORDS)
+        )
 
     # -- edits -------------------------------------------------------------------------------
     def replace(self, node: ast.AST, text: str) -> Edit:

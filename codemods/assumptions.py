@@ -4,7 +4,8 @@ Each entry has a ``name``, a ``kind`` and a one-line ``why``. A kind in ``FACTS`
 API is called (torch's FSDP1 and FSDP2, other torch, Python, ``fsdp2_port``, a library, Python
 packaging): a name there is matched where the program's imports resolve to that API. Any other
 kind is an assumption: a decision taken on a name (a method name on a receiver of unknown type,
-a word in an identifier) instead of on what the program does.
+a word in an identifier, a CamelCase spelling: ``GUESSES``) instead of on what the program
+does; each use of one goes through ``assumed`` (recorded, refused by ``--strict``).
 
 The audit keeps its own lists (``AUDIT_*``, written out from torch's modules and checked against
 them by ``tests/codemods/test_audit_torch.py``), so that a wrong list of the codemod's does not
@@ -15,9 +16,19 @@ A leaf: it imports nothing of ``codemods``.
 
 from __future__ import annotations
 
-from codemods.name_lists import NameList, NameTable, words
+from codemods.name_lists import NameGuess, NameList, NameTable, words
 
-__all__ = ["ASSUMPTIONS", "ENTRIES", "FACTS", "KINDS", "NameList", "NameTable", "words"]
+__all__ = [
+    "ASSUMPTIONS",
+    "ENTRIES",
+    "FACTS",
+    "GUESSES",
+    "KINDS",
+    "NameGuess",
+    "NameList",
+    "NameTable",
+    "words",
+]
 
 #: The kinds of facts: names an API has.
 FACTS = {
@@ -36,6 +47,7 @@ ASSUMPTIONS = {
     "returns-self": "a method that returns the object it is called on",
     "unsharding-method": "a module method that never shards the module",
     "builder-name": "a class method that builds a new model",
+    "class-name": "a CamelCase name that is a class: calling it builds a new object",
     "safe-module": "calls into a module that never take a state dict from a model",
     "safe-method": "a method that never takes a state dict from a model",
     "logger-method": "a method that only shows its arguments",
@@ -667,6 +679,13 @@ SKIPPED_DIRS = NameList(
     ),
 )
 
+#: Guesses on how a name is spelled, with no list of names.
+CAMEL_CASE = NameGuess(
+    "camel-case",
+    "class-name",
+    "a CamelCase callee (syntax.camel) is a class: its call builds a new object, no model",
+)
+
 # -- the audit's own ------------------------------------------------------------------------------
 
 AUDIT_FSDP1_MODULES = NameList(
@@ -756,4 +775,8 @@ AUDIT_RETURNS_SELF = NameList(
 #: Every entry, in the order above.
 ENTRIES: tuple[NameList | NameTable, ...] = tuple(
     value for value in list(globals().values()) if isinstance(value, (NameList, NameTable))
+)
+#: Every guess, in the order above.
+GUESSES: tuple[NameGuess, ...] = tuple(
+    value for value in list(globals().values()) if isinstance(value, NameGuess)
 )

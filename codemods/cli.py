@@ -17,7 +17,12 @@ import json
 import os
 import stat
 import sys
+from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .assumed import Assumption
 
 EPILOG = """\
 exit codes: 0 nothing to change (or changes written); 1 with --check when files would change
@@ -115,6 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
         "removed as a private one is, and FSDP1 code in a function nothing in the run calls "
         "holds no model (an application, not a library others import)",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="take no assumption: where a decision would rest on a name (a method name on a "
+        "value of unknown type, a word in an identifier), take the conservative branch (hold "
+        "or mark rather than rewrite, an unknown value may be a model)",
+    )
+    parser.add_argument(
+        "--show-assumptions",
+        action="store_true",
+        help="list on stderr each assumption the run took (path:line, kind, list, name)",
+    )
     parser.add_argument("--list-rules", action="store_true", help="print the rule codes and exit")
     return parser
 
@@ -142,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             runtime_dependency=not args.no_runtime_dependency,
             drop_fsdp1_branches=args.drop_fsdp1_branches,
             whole_program=args.whole_program,
+            strict=args.strict,
         )
     except ValueError as error:
         parser.print_usage(sys.stderr)
@@ -182,6 +200,7 @@ def _run(args, files: list[str], problems: list[str], codes, options) -> int:
         _error_record(args.format, path, message, everything)
     progress = _Progress() if sys.stderr.isatty() and len(files) > 20 else None
     changed = errors = parsed = review = total = 0
+    taken: list[Assumption] = []
     for result in migrate_files(
         files,
         codes,
@@ -200,16 +219,19 @@ def _run(args, files: list[str], problems: list[str], codes, options) -> int:
             _error_record(args.format, result.path, result.error, everything)
         changed += result.changed and not result.error
         total += len(result.findings)
+        taken += result.assumptions
         review += sum(f.severity == "review" for f in result.findings)
         if args.format == "text":
             sys.stdout.write(result.diff)
             for finding in result.findings:
                 print(finding.as_text(), file=sys.stderr)
         elif args.format == "jsonl":
-            for finding in result.findings:
-                sys.stdout.write(json.dumps(finding.as_dict()) + "\n")
+            records = [f.as_dict() for f in result.findings]
+            for record in records + [a.as_dict() for a in result.assumptions]:
+                sys.stdout.write(json.dumps(record) + "\n")
         elif args.format == "json":
             everything += [f.as_dict() for f in result.findings]
+            everything += [a.as_dict() for a in result.assumptions]
         else:
             for finding in result.findings:
                 print(_annotation(finding))
@@ -222,9 +244,26 @@ def _run(args, files: list[str], problems: list[str], codes, options) -> int:
         f"{_count(errors + len(problems), 'error')}",
         file=sys.stderr,
     )
+    _assumptions(taken, args.show_assumptions)
     if errors or problems:
         return 2
     return 1 if (args.check and changed) or (args.fail_on_review and review) else 0
+
+
+def _assumptions(taken: list[Assumption], listed: bool) -> None:
+    """On stderr: each assumption (``--show-assumptions``), then how many of each kind."""
+    if listed:
+        for assumption in taken:
+            print(assumption.as_text(), file=sys.stderr)
+    if taken:
+        kinds = Counter(a.kind for a in taken)
+        each = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+        more = "" if listed else "--show-assumptions lists them, "
+        print(
+            f"fsdp2-port migrate: {_count(len(taken), 'assumption')} taken ({each}); "
+            f"{more}--strict takes none",
+            file=sys.stderr,
+        )
 
 
 def _count(n: int, noun: str) -> str:

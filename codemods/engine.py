@@ -46,6 +46,8 @@ from codemods.spreads import Keys
 from codemods.text import split_lines
 from codemods.visibility import Visibility
 
+from .assumed import Assumption
+
 Progress = Callable[[str, int, int, str], None]
 
 
@@ -57,6 +59,8 @@ class FileResult:
     changed: bool = False
     parsed: bool = False
     error: str | None = None
+    #: The assumptions its analysis took (``assumed``).
+    assumptions: tuple[Assumption, ...] = ()
 
 
 @dataclass
@@ -296,7 +300,7 @@ def _apply(
     from codemods.tidy import tidy
 
     assert item.plan is not None
-    result = FileResult(item.path, parsed=True)
+    result = FileResult(item.path, parsed=True, assumptions=item.plan.assumptions)
     try:
         applied = apply_plan(item.text, decisions.plans[item.path], decisions)
         text, result.findings = tidy(

@@ -1,5 +1,6 @@
-"""The shape of the registry's entries (``assumptions``): named lists of names, and tables of
-names with what each comes with. A leaf: it imports nothing of ``codemods``."""
+"""The shape of the registry's entries (``assumptions``): named lists of names, tables of
+names with what each comes with, and guesses on how a name is spelled. A leaf: it imports
+nothing of ``codemods``."""
 
 from __future__ import annotations
 
@@ -62,3 +63,13 @@ class NameTable(Generic[V]):
 
     def items(self) -> ItemsView[str, V]:
         return self.table.items()
+
+
+@dataclass(frozen=True)
+class NameGuess:
+    """A guess on how a name is spelled (``syntax.camel``: a class's), with no list of names:
+    each use says whether a name fits (``Assumed.takes``'s ``member``)."""
+
+    name: str
+    kind: str
+    why: str

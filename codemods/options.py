@@ -35,6 +35,8 @@ class Options:
     #: True: the files given are the whole program, no code outside them imports their
     #: module-level names (``visibility``).
     whole_program: bool = False
+    #: True: no decision rests on a name (``assumed``): each takes its conservative answer.
+    strict: bool = False
 
     @classmethod
     def for_torch(
@@ -44,8 +46,13 @@ class Options:
         runtime_dependency: bool = True,
         drop_fsdp1_branches: bool = False,
         whole_program: bool = False,
+        strict: bool = False,
     ) -> Options:
         """Options for a target torch release; raises ValueError below 2.4."""
         return cls(
-            fully_shard_module(target_torch), runtime_dependency, drop_fsdp1_branches, whole_program
+            fully_shard_module(target_torch),
+            runtime_dependency,
+            drop_fsdp1_branches,
+            whole_program,
+            strict,
         )

@@ -14,6 +14,8 @@ from codemods.spreads import Keys
 from codemods.text import LineIndex
 from codemods.visibility import Visibility
 
+from .assumed import Assumed
+
 
 @dataclass
 class Source:
@@ -38,8 +40,11 @@ class Source:
 
 
 class ParsedFile:
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, strict: bool = False) -> None:
+        """``strict``: the analysis takes no assumption (``assumed``)."""
         self.path = source.path
+        #: Where every test of a name against an assumption's entry goes (``assumed``).
+        self.assumed = Assumed(source.path, strict)
         self.text = source.text
         self.module_name = source.module_name
         self.tree = trees.parse(source.text, source.path)

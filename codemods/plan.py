@@ -39,6 +39,8 @@ from codemods.refs import (
 )
 from codemods.text import Edit
 
+from .assumed import Assumption
+
 Requirement = Literal["ALWAYS", "MODELS", "ANY", "RUN", "NEVER"]
 
 
@@ -285,6 +287,8 @@ class FilePlan:
     #: ``fsdp2_port.GradScaler``): FSDP2 code uses it too (ROLL), so its FSDP2 models are no
     #: sign of a migration half done.
     scaler_only: bool = True
+    #: The assumptions its analysis took (``assumed``), in order of line.
+    assumptions: tuple[Assumption, ...] = ()
 
     @property
     def constructors(self) -> list[Site]:

@@ -36,6 +36,8 @@ from codemods import sources, trees
 from codemods.assumptions import CONFIG_SUFFIXES, PACKAGING_FILES
 from codemods.semantic.programs import ProgramMap
 
+from .assumed import either_way
+
 #: Functions reached through their class rather than by name.
 _THROUGH_CLASS = re.compile(r"__\w+__|forward")
 #: Import statements (parenthesized or continued ones whole) and calls that load a module by
@@ -447,7 +449,11 @@ def config_texts(paths: list[str]) -> Iterable[bytes]:
         except OSError:
             continue
         for entry in entries:
-            if entry.name.endswith(CONFIG_SUFFIXES.names) and entry.is_file():
+            name = entry.name
+            if (
+                either_way(CONFIG_SUFFIXES, name, member=name.endswith(CONFIG_SUFFIXES.names))
+                and entry.is_file()
+            ):
                 try:
                     yield sources.read_bytes(entry.path)
                 except sources.UnreadableSource:

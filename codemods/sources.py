@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from codemods import trees
 from codemods.assumptions import SKIPPED_DIRS
 
+from .assumed import either_way
+
 
 @dataclass(frozen=True)
 class Decoded:
@@ -87,7 +89,7 @@ def _walk(root: str, problems: list[str]) -> Iterator[str]:
         dirs[:] = sorted(
             d
             for d in dirs
-            if d not in SKIPPED_DIRS
+            if not either_way(SKIPPED_DIRS, d)
             and not os.path.islink(os.path.join(directory, d))
             and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
         )

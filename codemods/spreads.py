@@ -21,6 +21,8 @@ from codemods import sources
 from codemods.assumptions import DICT_GROWING_METHODS
 from codemods.names import Binding, Names, Scope
 
+from .assumed import either_way
+
 #: A class attribute's entry: ``.NAME``.
 ATTRIBUTE = "."
 
@@ -130,7 +132,7 @@ def written_keys(names: Names, scope: Scope, name: str, bindings: list[Binding])
             if stored.value not in (*required, *optional):
                 optional.append(stored.value)
     for node in names.by_type[ast.Attribute]:
-        if _named(names, scope, node.value, name) and node.attr in DICT_GROWING_METHODS:  # type: ignore[attr-defined]
+        if _named(names, scope, node.value, name) and either_way(DICT_GROWING_METHODS, node.attr):  # type: ignore[attr-defined]
             return None
     return Keys(required, tuple(optional))
 

@@ -465,6 +465,17 @@ def test_plain_modules():
         fsdp2_port.no_sync(plain)
 
 
+def test_module_state_dict_of_an_object_that_is_no_module():
+    """What the codemod writes for ``x.state_dict()`` where it cannot tell what ``x`` is (an
+    optimizer here) answers as ``x`` itself does."""
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.5, momentum=0.9)
+    assert fsdp2_port.module_state_dict(optimizer) == optimizer.state_dict()
+    changed = optimizer.state_dict()
+    changed["param_groups"][0]["lr"] = 0.25
+    fsdp2_port.load_module_state_dict(optimizer, changed)
+    assert optimizer.param_groups[0]["lr"] == 0.25
+
+
 def test_reshard_is_the_handles_on_fsdp1_and_reshard_on_fsdp2(one_rank):
     """``fsdp2_port.reshard(m, flag)``, what ``m._handle.reshard(flag)`` becomes: FSDP1's handle
     call on FSDP1, ``FSDPModule.reshard()`` on FSDP2 (whose root keeps its parameters

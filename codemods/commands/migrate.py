@@ -40,6 +40,9 @@ class MigrateCommand(CodemodCommand):
             action="store_true",
             help="delete the FSDP1 branch of an FSDP1/FSDP2 type dispatch",
         )
+        arg_parser.add_argument(
+            "--strict", action="store_true", help="take no assumption (a decision on a name)"
+        )
 
     def __init__(
         self,
@@ -49,6 +52,7 @@ class MigrateCommand(CodemodCommand):
         target_torch: str = "2.6",
         no_runtime_dependency: bool = False,
         drop_fsdp1_branches: bool = False,
+        strict: bool = False,
     ) -> None:
         super().__init__(context)
 
@@ -60,6 +64,7 @@ class MigrateCommand(CodemodCommand):
             target_torch,
             runtime_dependency=not no_runtime_dependency,
             drop_fsdp1_branches=drop_fsdp1_branches,
+            strict=strict,
         )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:

@@ -32,6 +32,8 @@ from codemods.assumptions import (
     STORAGE_METHODS,
 )
 
+from ..assumed import either_way
+
 #: Per function, per argument position: what may be done to it.
 Effects = dict[str, dict[int, frozenset[str]]]
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -124,7 +126,7 @@ class _Reader:
         elif isinstance(node, ast.NamedExpr):
             self._flow([node.value], [node.target])
         elif isinstance(node, ast.Attribute):
-            if node.attr in SHAPE_ATTRIBUTES:
+            if either_way(SHAPE_ATTRIBUTES, node.attr):
                 self.uses.append(("shape", _names(node.value, structural=True)))
             elif node.attr in STORAGE_METHODS:
                 self.uses.append(("storage", _names(node.value, structural=True)))
@@ -238,7 +240,7 @@ def _names(node: ast.AST, structural: bool = False) -> frozenset[str]:
             if not structural or (isinstance(func, ast.Name) and func.id in CONTAINER_BUILTINS):
                 todo += [*current.args, *(k.value for k in current.keywords)]
             if isinstance(func, ast.Attribute) and (
-                not structural or func.attr in PARAMETER_ITERATORS
+                not structural or either_way(PARAMETER_ITERATORS, func.attr)
             ):
                 todo.append(func.value)  # a method's receiver, not a callee's name
             continue

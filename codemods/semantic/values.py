@@ -24,10 +24,11 @@ import ast
 from collections import defaultdict
 from collections.abc import Callable
 
-from codemods import flow, syntax
+from codemods import flow, fsdp1, syntax
 from codemods.assumptions import (
     BF16_OPTIMIZERS,
     BUILDERS,
+    CAMEL_CASE,
     FSDP1_WRAPPED_ATTRIBUTES,
     NO_MODEL_BUILTINS,
     NOT_FSDP_WRAPPERS,
@@ -191,8 +192,12 @@ class Ties:
         seen = seen | {expr}
         if isinstance(expr, ast.Call):
             func = expr.func
-            if isinstance(func, ast.Attribute) and func.attr in RETURNS_SELF:
-                return self.never_fsdp(func.value, seen)
+            if (
+                isinstance(func, ast.Attribute)
+                and self.never_fsdp(func.value, seen)
+                and self.parsed.assumed.takes(RETURNS_SELF, func.attr, expr)
+            ):
+                return True
             qualified = self.parsed.names.qualified(func)
             return bool(qualified) and qualified <= NOT_FSDP_WRAPPERS.members
         if isinstance(expr, ast.IfExp):
@@ -240,8 +245,11 @@ class Ties:
         if not isinstance(attribute, ast.Attribute):
             return False
         call = names.parent.get(attribute)
-        return not (isinstance(call, ast.Call) and call.func is attribute) or (
-            attribute.attr in RETURNS_SELF.members | UNSHARDING_METHODS.members
+        if not (isinstance(call, ast.Call) and call.func is attribute):
+            return True
+        assumed = self.parsed.assumed
+        return assumed.takes(RETURNS_SELF, attribute.attr, call) or assumed.takes(
+            UNSHARDING_METHODS, attribute.attr, call
         )
 
     def _builds_anew(self, call: ast.Call) -> bool:
@@ -251,14 +259,23 @@ class Ties:
         func = call.func
         if call in self.constructors:
             return False
-        if isinstance(func, ast.Attribute) and func.attr in BUILDERS:
+        if isinstance(func, ast.Attribute) and self.parsed.assumed.takes(BUILDERS, func.attr, call):
             return True
         if isinstance(func, ast.Name):
             local = self._local_class(func) or self._class_of_cls(func)
             if local is not None:
                 return not any(self.parsed.is_fsdp_class(b) for b in local.bases)
         qualified = self.parsed.names.qualified(func)
-        return bool(qualified) and all(syntax.camel(q.rsplit(".", 1)[-1]) for q in qualified)
+        return bool(qualified) and all(self._camel(q, call) for q in qualified)
+
+    def _camel(self, qualified: str, call: ast.Call) -> bool:
+        """The callee ``qualified`` is a class, by its spelling: for torch's FSDP and DDP names
+        a fact (their CamelCase names are classes), for any other a guess (``CAMEL_CASE``)."""
+        last = qualified.rpartition(".")[2]
+        spelled = syntax.camel(last)
+        if fsdp1.canonical(qualified) or fsdp1.fsdp2(qualified) or qualified in NOT_FSDP_WRAPPERS:
+            return spelled
+        return self.parsed.assumed.takes(CAMEL_CASE, last, call, member=spelled)
 
     def _class_of_cls(self, name: ast.Name) -> ast.ClassDef | None:
         """The class a classmethod's first parameter (``cls``) is bound to, read there."""
@@ -562,7 +579,10 @@ class Ties:
         method of ``self``'s class."""
         if not isinstance(func, ast.Attribute):
             return None
-        if func.attr in RETURNS_SELF or func.attr in PARAMETER_ITERATORS:
+        assumed = self.parsed.assumed
+        if assumed.takes(RETURNS_SELF, func.attr, call) or assumed.takes(
+            PARAMETER_ITERATORS, func.attr, call
+        ):
             return set(self._value(func.value))
         if self._is_self(func.value):
             owner = self.parsed.names.class_of(call)
@@ -612,7 +632,7 @@ class Ties:
         if not qualified or any(q.startswith("builtins.") for q in qualified):
             return {UNKNOWN}  # a method of an object it cannot tie, or a builtin
         if all(self._modules.library(q) is not None for q in qualified):
-            if all(syntax.camel(q.rpartition(".")[2]) for q in qualified):
+            if all(self._camel(q, call) for q in qualified):
                 return {Instance(self.parsed.site_id(call))}  # a new object of a library class
             return self._passed_through(call)  # a library function: it may hand one back
         return {Returned(q) for q in qualified}

@@ -540,7 +540,8 @@ def module_state_dict(module: nn.Module, *args: Any, **kwargs: Any) -> dict[str,
     A model with FSDP2 modules and no state-dict type set gets FSDP1's default, the full state
     dict (FSDP2's own is sharded DTensors). Any other model answers itself: FSDP1 under its
     type, FSDP2 under the type ``set_state_dict_type`` gave it, DDP and plain modules as always
-    (DDP's keys keep their ``module.`` prefix).
+    (DDP's keys keep their ``module.`` prefix); so does any other object with a ``state_dict``
+    (an optimizer, a scheduler: the codemod writes this call where it cannot tell).
     """
     if module in _ROUTES or not _has_fsdp2(module):
         return module.state_dict(*args, **kwargs)
@@ -552,7 +553,11 @@ def load_module_state_dict(
     module: nn.Module, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
 ) -> Any:
     """FSDP1's plain ``module.load_state_dict(...)``, on any model: on FSDP2 with no type set,
-    the full state dict FSDP1 loads by default; any other model as in ``module_state_dict``."""
+    the full state dict FSDP1 loads by default; any other model as in ``module_state_dict``.
+    An object that is no module is given only the arguments that differ from the defaults."""
+    if not isinstance(module, nn.Module):
+        given = {"strict": strict} if not strict else {}
+        return module.load_state_dict(state_dict, **given, **({"assign": True} if assign else {}))
     if module in _ROUTES or not _has_fsdp2(module):
         return module.load_state_dict(state_dict, strict=strict, assign=assign)
     with _fsdp2_state_dict_type(module, _fsdp1_default()):
@@ -560,7 +565,12 @@ def load_module_state_dict(
 
 
 def _has_fsdp2(module: nn.Module) -> bool:
-    """Whether ``fully_shard`` was applied to ``module`` or inside it (FSDP1 mixed in: refused)."""
+    """Whether ``fully_shard`` was applied to ``module`` or inside it (FSDP1 mixed in: refused);
+    never for an object that is no module."""
     from torch.distributed.fsdp import FSDPModule
 
-    return not is_fsdp1(module) and any(isinstance(m, FSDPModule) for m in module.modules())
+    return (
+        isinstance(module, nn.Module)
+        and not is_fsdp1(module)
+        and any(isinstance(m, FSDPModule) for m in module.modules())
+    )

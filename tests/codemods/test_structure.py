@@ -282,7 +282,11 @@ def test_the_registry_entries_say_what_they_are() -> None:
         assert listed and all(isinstance(n, str) and n and " " not in n for n in listed)
         if isinstance(entry, assumptions.NameList):
             assert len(set(entry.names)) == len(entry.names), f"{entry.name}: a name twice"
-    assert {e.kind for e in entries} == assumptions.KINDS.keys(), "every kind is used"
+    guesses = assumptions.GUESSES
+    assert guesses and all(g.kind in assumptions.ASSUMPTIONS and g.why for g in guesses)
+    assert len({e.name for e in (*entries, *guesses)}) == len(entries) + len(guesses)
+    used = {e.kind for e in (*entries, *guesses)}
+    assert used == assumptions.KINDS.keys(), "every kind is used"
 
 
 #: The decision and the semantic layer: no function over this complexity (radon's measure).

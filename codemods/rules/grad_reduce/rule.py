@@ -20,8 +20,9 @@ from typing import ClassVar
 
 from codemods.analysis import FileAnalysis
 from codemods.assumptions import DTENSOR_METHODS, NORM_CALLS, PARAMETER_ITERATORS, PARAMETER_WORDS
-from codemods.names import Names
 from codemods.rules.base import Code
+
+from ...assumed import Assumed, either_way
 
 _ALL_REDUCE = "torch.distributed.all_reduce"
 _MESSAGE = (
@@ -112,15 +113,15 @@ class _Gradients:
         if expr in self._seen or depth < 0:
             return
         self._seen.add(expr)
-        names = self.analysis.names
+        names, assumed = self.analysis.names, self.analysis.assumed
         for node in ast.walk(expr):
             if isinstance(node, ast.Attribute):
-                if node.attr == "grad" and not _activation(names, node.value):
+                if node.attr == "grad" and not _activation(self.analysis, node.value):
                     self.read = True
                     self._module_of(node.value, depth)
-                elif node.attr in DTENSOR_METHODS:
+                elif assumed.takes(DTENSOR_METHODS, node.attr, node):
                     self.dtensor_aware = True
-                elif node.attr in PARAMETER_ITERATORS:
+                elif assumed.takes(PARAMETER_ITERATORS, node.attr, node):
                     self.modules.append(node.value)
             elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
                 self.norm = True
@@ -131,7 +132,7 @@ class _Gradients:
                     value = binding.value or _bound_from(names.parent.get(binding.node))
                     if value is not None:
                         self.follow(value, depth - 1)
-            if isinstance(node, ast.Call) and _called(node) in NORM_CALLS:
+            if isinstance(node, ast.Call) and either_way(NORM_CALLS, _called(node)):
                 self.norm = True
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 helper = next(
@@ -158,24 +159,36 @@ class _Gradients:
                         self.modules.append(loop.iter)  # parameters a caller passes: theirs
 
 
-def _activation(names: Names, tensor: ast.expr) -> bool:
+def _activation(analysis: FileAnalysis, tensor: ast.expr) -> bool:
     """``x`` of ``x.grad`` is no parameter: a local only ever assigned what a call computes
     without naming parameters (an input embedding made to require grad: ``x =
     embed(ids).detach().requires_grad_()``); its gradient is a plain tensor under FSDP1 and
-    FSDP2 alike. A name or attribute chain (``w = model.head.weight``) may be a parameter."""
+    FSDP2 alike. A name or attribute chain (``w = model.head.weight``) may be a parameter.
+    That a call naming none of ``PARAMETER_WORDS`` computes no parameter is an assumption."""
     if not isinstance(tensor, ast.Name):
         return False
-    bindings = names.bindings_of(tensor)
+    bindings = analysis.names.bindings_of(tensor)
     return bool(bindings) and all(
         b.kind == "assign"
         and isinstance(b.value, ast.Call)
-        and not any(
+        and not _names_parameters(analysis.assumed, tensor, b.value)
+        for b in bindings
+    )
+
+
+def _names_parameters(assumed: Assumed, tensor: ast.Name, value: ast.Call) -> bool:
+    """``value`` (bound to ``tensor``) names a way to a model's parameters, or may."""
+    return assumed.takes(
+        PARAMETER_WORDS,
+        tensor.id,
+        value,
+        otherwise=True,
+        member=any(
             getattr(n, "attr", None) in PARAMETER_WORDS
             or getattr(n, "id", None) in PARAMETER_WORDS
             or (isinstance(n, ast.Constant) and n.value == "params")
-            for n in ast.walk(b.value)
-        )
-        for b in bindings
+            for n in ast.walk(value)
+        ),
     )
 
 

@@ -489,9 +489,9 @@ def _probed(analysis: FileAnalysis, node: ast.Constant) -> bool:
     if (
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Attribute)
-        and call.func.attr in STRING_EDIT_METHODS
         and call.args
         and call.args[0] is node
+        and analysis.assumed.takes(STRING_EDIT_METHODS, call.func.attr, call)
     ):
         return True  # name.replace("_fsdp_wrapped_module.", ""): a no-op on FSDP2 names
     if not (isinstance(call, ast.Call) and len(call.args) >= 2 and call.args[1] is node):

@@ -343,8 +343,8 @@ def _removal(analysis: FileAnalysis, statement: ast.If) -> list[Edit]:
             and not loop.orelse
             and isinstance(loop.iter, ast.Call)
             and isinstance(loop.iter.func, ast.Attribute)
-            and loop.iter.func.attr in MODULE_WALKS
             and not lines.text[lines.line_start(lines.start(loop)) : lines.start(loop)].strip()
+            and analysis.assumed.takes(MODULE_WALKS, loop.iter.func.attr, loop.iter)
         ):
             break
         removed = loop

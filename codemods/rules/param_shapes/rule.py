@@ -21,6 +21,8 @@ from codemods.assumptions import PARAMETER_ITERATORS, SHAPE_ATTRIBUTES
 from codemods.plan import Rewrite
 from codemods.rules.base import Code
 
+from ...assumed import either_way
+
 
 class ParamShapesRule:
     STAGE: ClassVar[str] = "analysis"
@@ -92,7 +94,7 @@ class ParamShapesRule:
         if not (
             isinstance(iterator, ast.Call)
             and isinstance(iterator.func, ast.Attribute)
-            and iterator.func.attr in PARAMETER_ITERATORS
+            and either_way(PARAMETER_ITERATORS, iterator.func.attr)
         ):
             return
         model = iterator.func.value
@@ -107,7 +109,7 @@ class ParamShapesRule:
                 n
                 for n in ast.walk(owner)  # type: ignore[arg-type]
                 if isinstance(n, ast.Attribute)
-                and n.attr in SHAPE_ATTRIBUTES
+                and either_way(SHAPE_ATTRIBUTES, n.attr)
                 and isinstance(n.value, ast.Name)
                 and n.value.id == parameter
             ),

@@ -29,6 +29,8 @@ from codemods.rules.reader_values.tree import (
 )
 from codemods.text import LineIndex
 
+from ...assumed import either_way
+
 
 class _Paths:
     """Where values go, memoised (a cycle counts as reaching nothing)."""
@@ -227,7 +229,7 @@ class _Paths:
             return False
         func = parent.func
         return self.names.qualified(func) == {"builtins.print"} or (
-            isinstance(func, ast.Attribute) and func.attr in LOG_METHODS
+            isinstance(func, ast.Attribute) and either_way(LOG_METHODS, func.attr)
         )
 
     # -- dicts: a lookup table of values, or the keyword arguments of a call ---------------------

@@ -204,12 +204,15 @@ def _safe(walk: Walk, call: ast.Call) -> bool:
     names = walk.analysis.names.qualified(call.func)
     if names & FSDP1_CHECKPOINT_FUNCTIONS.members:
         return False
-    if names and all(n.startswith(SAFE_MODULES.names) for n in names):
+    assumed = walk.analysis.assumed
+    if names and all(
+        assumed.takes(SAFE_MODULES, n, call, member=n.startswith(SAFE_MODULES.names)) for n in names
+    ):
         return True
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in ("state_dict", "load_state_dict"):
         return not walk.analysis.ties.of(func.value)[0]  # another module's: not this model's
-    return isinstance(func, ast.Attribute) and func.attr in SAFE_METHODS
+    return isinstance(func, ast.Attribute) and assumed.takes(SAFE_METHODS, func.attr, call)
 
 
 def _needs(walk: Walk, call: ast.Call, model: str) -> str | None:
