@@ -188,10 +188,14 @@ def _fsdp1_imports(source: str) -> list[str]:
 
 
 def test_weight_decay_by_ndim_is_marked_and_trains_differently(tmp_path):
-    """FSDP1's flat 1-D views decayed nothing; FSDP2 decays every matrix. One marker says so."""
+    """FSDP1's flat 1-D views decayed nothing; FSDP2 decays every matrix. A marker says so
+    where the shape is read, and one where the model is handed to the helper that reads it."""
     original, migrated, findings = _migrate("ndim_decay", tmp_path)
     review = [f for f in findings if f["severity"] == "review"]
-    assert [(Path(f["path"]).name, f["code"]) for f in review] == [("optim.py", "F2P011")]
+    assert [(Path(f["path"]).name, f["code"]) for f in review] == [
+        ("optim.py", "F2P011"),
+        ("train.py", "F2P011"),
+    ]
     markers = {
         module.relative_to(migrated).as_posix(): [
             n
@@ -201,8 +205,11 @@ def test_weight_decay_by_ndim_is_marked_and_trains_differently(tmp_path):
         for module in migrated.rglob("*.py")
     }
     assert {k: v for k, v in markers.items() if v} == {
-        "recipe/optim.py": [review[0]["marker_line"]]
+        "recipe/optim.py": [review[0]["marker_line"]],
+        "train.py": [review[1]["marker_line"]],
     }
+    handed = (migrated / "train.py").read_text().splitlines()[review[1]["marker_line"]]
+    assert "build_optimizer(model" in handed
     lines = (migrated / "recipe" / "optim.py").read_text().splitlines()
     marker = review[0]["marker_line"]
     assert "F2P011" in lines[marker - 1] and lines[marker].strip() == "if p.ndim > 1:"
