@@ -650,6 +650,19 @@ PARAMETER_WORDS = NameList(
     "what a tensor computed from them may be a parameter of a model through",
     ("parameters", "named_parameters", "param_groups", "Parameter", "get_parameter", "getattr"),
 )
+NORM_SOURCES = NameList(
+    "norm-sources",
+    "torch-api",
+    "torch's functions that return the norm of the gradients they are given: on FSDP1's flat "
+    "shards a rank's own piece of it, on FSDP2's DTensors the whole (a caller's all-reduce of "
+    "it changes meaning)",
+    (
+        "torch.nn.utils.clip_grad_norm_",
+        "torch.nn.utils.clip_grad.clip_grad_norm_",
+        "torch.nn.utils.get_total_norm",
+        "torch.nn.utils.clip_grad.get_total_norm",
+    ),
+)
 NORM_CALLS = NameList(
     "norm-calls",
     "norm-method",

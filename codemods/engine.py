@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import functools
 import os
 import re
 import sys
@@ -31,6 +32,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from codemods import fsdp1, programs, reexports, sources, spreads, trees, visibility, writes
+from codemods.assumptions import NORM_SOURCES
 from codemods.decide import decide
 from codemods.findings import Finding
 from codemods.options import Options
@@ -42,6 +44,7 @@ from codemods.semantic import programs as semantic_programs
 from codemods.semantic.modules import ModuleGraph, Naming, RunModules
 from codemods.semantic.programs import ProgramMap
 from codemods.semantic.resolve import Resolver
+from codemods.semantic.summaries import RETURNED
 from codemods.spreads import Keys
 from codemods.text import split_lines
 from codemods.visibility import Visibility
@@ -100,6 +103,23 @@ class _Run:
     modules: RunModules = field(default_factory=RunModules)
     #: What the run's functions do with their arguments (``ModuleGraph.effects``).
     effects: dict[str, dict[int, frozenset[str]]] = field(default_factory=dict)
+
+    @functools.cached_property
+    def norm_words(self) -> tuple[bytes, ...]:
+        """The names under which a file can get a gradient norm a clip returns: torch's
+        functions (``NORM_SOURCES``) and the run's that return one (``summaries``)."""
+        found = {name.rpartition(".")[2] for name in NORM_SOURCES}
+        found |= {
+            name.rpartition(".")[2]
+            for name, effects in self.effects.items()
+            if "norm" in effects.get(RETURNED, ())
+        }
+        return tuple(sorted(w.encode() for w in found))
+
+    def reduces_a_norm(self, data: bytes) -> bool:
+        """Whether a file may all-reduce a norm a clip returned (F2P014): its text spells
+        ``all_reduce`` and a name under which it can get one."""
+        return b"all_reduce" in data and any(word in data for word in self.norm_words)
 
 
 def module_name(path: str) -> tuple[str, bool]:
@@ -202,6 +222,7 @@ def _analyse(
         if not (
             every
             or fsdp1.might_need_migration(data)
+            or (run is not None and run.reduces_a_norm(data))
             or reexports.imported(data, result.module_name, result.package_init, result.reexports)
         ):
             result.acts_on_a_model = fsdp1.might_act_on_a_model(data)

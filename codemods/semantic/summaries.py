@@ -10,6 +10,10 @@ passed there, or on a value computed from it:
   ``.size()``, ``.numel()``: of it, of its ``parameters()``, of its elements);
 - ``"storage"``: its storage is read (``untyped_storage()``, ``storage()``, ``data_ptr()``).
 
+A function's return value has the effect ``"norm"`` (at position ``RETURNED``) when it may be
+the norm one of torch's clipping functions returns (``NORM_SOURCES``), directly or through names
+and functions of the run that return one.
+
 A function has an effect on an argument when its own code has it, or when it hands the value
 (or one computed from it) to a function of the run whose argument has it: a fixpoint over the
 run's calls, through direct calls, calls of ``self``'s methods and of imported names (by the
@@ -20,6 +24,7 @@ only ever claimed along calls the layer can name.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -27,6 +32,7 @@ from codemods.assumptions import (
     COLLECTIVE_TENSOR_KEYWORDS,
     COLLECTIVES,
     CONTAINER_BUILTINS,
+    NORM_SOURCES,
     PARAMETER_ITERATORS,
     SHAPE_ATTRIBUTES,
     STORAGE_METHODS,
@@ -36,6 +42,8 @@ from ..assumed import either_way
 
 #: Per function, per argument position: what may be done to it.
 Effects = dict[str, dict[int, frozenset[str]]]
+#: The position of a function's return value in its ``Effects``.
+RETURNED = -1
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -49,6 +57,7 @@ def find(
     names they stand for). Only functions with an effect are listed."""
     direct: dict[tuple[str, int], set[str]] = defaultdict(set)
     handed: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)
+    returning: dict[str, _Reader] = {}
     for path, tree in trees.items():
         module = module_names.get(path, "")
         if not module:
@@ -59,6 +68,10 @@ def find(
             for position, own, hands in reader.arguments():
                 direct[(name, position)] |= own
                 handed[(name, position)] |= hands
+            if reader.returns:
+                returning[name] = reader
+    for name in _returning_norms(returning):
+        direct[(name, RETURNED)].add("norm")
     out: dict[tuple[str, int], set[str]] = {k: set(v) for k, v in direct.items()}
     changed = True
     while changed:  # a fixpoint: effects flow back along the hand-overs
@@ -73,6 +86,21 @@ def find(
         if found:
             effects.setdefault(name, {})[position] = frozenset(found)
     return effects
+
+
+def _returning_norms(readers: Mapping[str, _Reader]) -> set[str]:
+    """The functions whose return value may be a gradient norm: a fixpoint from torch's
+    (``NORM_SOURCES``) through the run's functions that return what they call."""
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        sources = NORM_SOURCES.members | found
+        for name, reader in readers.items():
+            if name not in found and reader.returns_one_of(sources):
+                found.add(name)
+                changed = True
+    return found
 
 
 def _functions(
@@ -113,10 +141,16 @@ class _Reader:
         self.uses: list[tuple[str, frozenset[str]]] = []
         #: (callee, position, names the argument reads).
         self.calls: list[tuple[str, int, frozenset[str]]] = []
+        #: (an assignment's values, names it binds).
+        self.assigned: list[tuple[Sequence[ast.AST], frozenset[str]]] = []
+        #: (a returned value, names it reads).
+        self.returns: list[tuple[ast.AST, frozenset[str]]] = []
         for node in _own_nodes(function):
             self._read(node)
 
     def _read(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Return) and node.value is not None:
+            self.returns.append((node.value, _names(node.value)))
         if isinstance(node, ast.Assign):
             self._flow([node.value], node.targets)
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
@@ -146,6 +180,32 @@ class _Reader:
         bound = frozenset().union(*(_names(t) for t in targets))
         if read and bound:
             self.flows.append((read, structural, bound))
+        if bound:
+            self.assigned.append((sources, bound))
+
+    def _callees(self, exprs: Sequence[ast.AST]) -> frozenset[str]:
+        """The qualified names of the calls in ``exprs`` that ``_callee`` names."""
+        found = {
+            self._callee(n.func) for e in exprs for n in ast.walk(e) if isinstance(n, ast.Call)
+        }
+        return frozenset(found - {""})
+
+    @functools.cached_property
+    def _called(self) -> list[tuple[frozenset[str], frozenset[str]]]:
+        """(callees of an assignment's values, names it binds), for those that call."""
+        found = [(self._callees(values), bound) for values, bound in self.assigned]
+        return [(callees, bound) for callees, bound in found if callees]
+
+    @functools.cached_property
+    def _returned(self) -> list[tuple[frozenset[str], frozenset[str]]]:
+        return [(self._callees([value]), names) for value, names in self.returns]
+
+    def returns_one_of(self, functions: frozenset[str] | set[str]) -> bool:
+        """Whether a value the function returns may be what one of ``functions`` returned
+        (through its names: ``norm = clip(...)``, ``return norm.detach()``)."""
+        seeds = {n for callees, bound in self._called if callees & functions for n in bound}
+        derived = self._derived(seeds, structural=False) if seeds else set()
+        return any(callees & functions or names & derived for callees, names in self._returned)
 
     def arguments(self) -> Iterator[tuple[int, set[str], set[tuple[str, int]]]]:
         arguments = [*self.function.args.posonlyargs, *self.function.args.args]
@@ -154,8 +214,8 @@ class _Reader:
         if not (self.uses or self.calls):
             return
         for position, argument in enumerate(arguments):
-            computed = self._derived(argument.arg, structural=False)
-            parts = self._derived(argument.arg, structural=True)
+            computed = self._derived({argument.arg}, structural=False)
+            parts = self._derived({argument.arg}, structural=True)
             effects = {
                 kind
                 for kind, names in self.uses
@@ -164,11 +224,11 @@ class _Reader:
             hands = {(c, p) for c, p, names in self.calls if not names.isdisjoint(computed)}
             yield position, effects, hands
 
-    def _derived(self, name: str, structural: bool) -> set[str]:
-        """The names bound, anywhere in the function, to values computed from ``name``
-        (``structural``: only to its parts: its parameters, elements, attributes, not what
-        calling it computes)."""
-        derived = {name}
+    def _derived(self, names: set[str], structural: bool) -> set[str]:
+        """The names bound, anywhere in the function, to values computed from ``names``
+        (``structural``: only to their parts: parameters, elements, attributes, not what
+        calling them computes)."""
+        derived = set(names)
         changed = True
         while changed:
             changed = False

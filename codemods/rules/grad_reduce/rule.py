@@ -10,7 +10,7 @@ DTensor (``c10d.allreduce_`` has no sharding strategy; seen on torch 2.13). No r
 every shape of such code, so the line is marked and holds its model on FSDP1 (a model the run
 cannot tie: every model of its program). Code that already reads DTensors (``to_local()``,
 ``full_tensor()``) is left alone; ``fsdp2_port.global_grad_norm(m.parameters())`` is the norm
-on any mesh.
+on any mesh. The norm a clip returns, all-reduced by its caller, is ``returned``'s.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from codemods.assumptions import DTENSOR_METHODS, NORM_CALLS, PARAMETER_ITERATOR
 from codemods.rules.base import Code
 
 from ...assumed import Assumed, either_way
+from . import returned
 
 _ALL_REDUCE = "torch.distributed.all_reduce"
 _MESSAGE = (
@@ -43,14 +44,20 @@ class GradReduceRule:
     CODE: ClassVar[str] = "F2P014"
     CODES: ClassVar[dict[str, Code]] = {
         "F2P014": Code(
-            summary="gradient norms all-reduced by hand (marked: FSDP2 gradients are DTensors)",
+            summary="gradient norms all-reduced by hand (FSDP2 gradients are DTensors, their "
+            "norms global)",
             topic="`dist.all_reduce` of a gradient norm",
-            rewritten="—",
+            rewritten=(
+                "the all-reduce, a statement of its own, of the square of the norm a clip "
+                "returns (`torch.nn.utils.clip_grad_norm_`, a function of the run returning it): "
+                "removed, and marked for review"
+            ),
             marked=(
                 "an all-reduce of a norm computed from gradients (a norm, a power, a sum; "
                 "through names, loops over `m.parameters()` and helpers of the file), unless the "
                 "code reads DTensors (`to_local()`, `full_tensor()`): it holds its model on FSDP1 "
-                "(an all-reduce of the gradients themselves is left alone)"
+                "(an all-reduce of the gradients themselves is left alone); any other all-reduce "
+                "of a norm a clip returns (another op, not squared, a method tied by its name)"
             ),
         ),
     }
@@ -67,6 +74,10 @@ class GradReduceRule:
                 found.follow(call.args[0], _DEPTH)
                 if found.read and found.norm and not found.dtensor_aware:
                     self._site(analysis, call, found, _MESSAGE)
+                elif not found.dtensor_aware:
+                    norm = returned.find(analysis, call.args[0], _DEPTH)
+                    if norm.source is not None:
+                        returned.site(analysis, self.CODE, call, norm)
                 continue
             self._through_call(analysis, call)
 
