@@ -34,8 +34,9 @@ _NO_CONSTRUCTOR = (
     "migrate it together with the code that builds the model"
 )
 _NEVER_RUN = (
-    "in a function no line of this whole program calls (nor a config names): it holds no "
-    "model; port it before anything calls it"
+    "in code this whole program never runs (a function no line calls, or a method of a class no "
+    "line names once the run is written; no config names either): it holds no model; port it "
+    "before anything uses it"
 )
 _IMPORTED_NOWHERE = (
     "in a module no program of this whole program imports once the run is written: it holds "

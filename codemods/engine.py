@@ -408,7 +408,9 @@ def _analysed_and_applied(
         program_map = semantic_programs.find(
             graph.without(leaving), texts, configs, whole_program=options.whole_program
         )
-    run_programs = _programs(paths, [*plans, *unread], entry, options.whole_program, program_map)
+    run_programs = _programs(
+        paths, [*plans, *unread], entry, options.whole_program, program_map, leaving
+    )
     decisions = decide([*plans, *unread], run_programs, run_modules)
     work = [a for a in analysed if a.plan is not None and a.error is None]
     accepts = Across()
@@ -567,6 +569,7 @@ def _programs(
     entry: frozenset[str],
     whole_program: bool,
     program_map: ProgramMap | None = None,
+    leaving: Sequence[tuple[str, int, str]] = (),
 ) -> programs.Programs | None:
     """Which constructors each file's lines may meet, in a run of several files that has any;
     in a whole program, also which lines that would hold the run no program runs."""
@@ -585,9 +588,9 @@ def _programs(
         and (s.requirement == "RUN" or s.reach.deferred)
     ]
     if len(paths) < 2:  # one file: no programs to tell apart, only lines no one runs
-        return programs.find(paths, [], [], entry, holding)
+        return programs.find(paths, [], [], entry, holding, leaving=leaving)
     lines = [p.path for p in plans]
-    return programs.find(paths, builds, lines, entry, holding, program_map)
+    return programs.find(paths, builds, lines, entry, holding, program_map, leaving)
 
 
 def _owners(callee: str) -> tuple[str, str]:

@@ -131,12 +131,14 @@ def find(
     entry_scripts: frozenset[str] | None = None,
     unread: Iterable[tuple[str, int]] = (),
     program_map: ProgramMap | None = None,
+    leaving: Iterable[tuple[str, int, str]] = (),
 ) -> Programs:
     """The run's programs, for constructors given as ``(id, path, line)`` and the files whose
     lines may meet models (``lines``); ``entry_scripts``: the run's, when already known;
     ``unread``: lines to test with ``unreached`` (a whole program's: nothing outside the run
-    calls its functions)."""
-    run = _Run(list(paths))
+    calls its functions); ``leaving``: the imports ``(path, line, module)`` the run rewrites to
+    import another module."""
+    run = _Run(list(paths), leaving)
     if entry_scripts is not None:
         run.seed(entry_scripts)
     entry = run.entry(lines)
@@ -154,8 +156,10 @@ def find(
 
 
 class _Run:
-    def __init__(self, paths: list[str]) -> None:
+    def __init__(self, paths: list[str], leaving: Iterable[tuple[str, int, str]] = ()) -> None:
         self.paths = paths
+        #: The lines of imports the run rewrites away from a module.
+        self.leaving = {(path, line) for path, line, _ in leaving}
         self._data: dict[str, bytes] = {}
         self._trees: dict[str, ast.Module | None] = {}
         self._configs: list[bytes] | None = None
@@ -259,17 +263,63 @@ class _Run:
     def unreached(self, path: str, line: int) -> bool:
         """In a whole program, whether no program runs ``line``: it lies in a module-level
         function (no decorator) that no line of the run reads, or that only such functions
-        read, and no config or packaging file (a console script) names. Anything else may
-        run (a method: a framework may call it by a name the run never spells; a class;
-        code at module level)."""
+        read, and no config or packaging file (a console script) names; or in a method of a
+        module-level class (no decorator) no line of the run names once the run is written
+        (``_unbuilt``). Anything else may run (a framework may call a method by a name the
+        run never spells; code at module level)."""
         tree = self.tree(path)
-        function = _module_function(tree, line) if tree is not None else None
-        if function is None:
+        if tree is None:
             return False
-        key = (path, function.name)
+        function = _module_function(tree, line)
+        if function is not None:
+            key = (path, function.name)
+            if key not in self._unreached:
+                self._unreached[key] = self._unread(path, function)
+            return self._unreached[key]
+        owner = _module_class(tree, line)
+        if owner is None:
+            return False
+        key = (path, owner.name)
         if key not in self._unreached:
-            self._unreached[key] = self._unread(path, function)
+            self._unreached[key] = self._unbuilt(path, owner)
         return self._unreached[key]
+
+    def _unbuilt(self, path: str, owner: ast.ClassDef) -> bool:
+        """No line of the run names the class ``owner`` of ``path`` once the run is written:
+        only its own body and imports the run rewrites to another module spell it, and no
+        config or packaging file does. A class with a base, a metaclass or a decorator may be
+        registered where it is defined, and built by a framework from there: it may run."""
+        registered = owner.decorator_list or owner.keywords or _based(owner)
+        if registered or self._configured(owner.name) or self._packaged(owner.name):
+            return False
+        for reader in self.holding(owner.name):
+            tree = self.tree(reader)
+            if tree is None:
+                return False
+            if reader == path:
+                lines = _reads_of(tree, owner.name)
+                if not all(_within(owner, line) for line in lines):
+                    return False
+            elif not self._imports_elsewhere(reader, tree, owner.name):
+                return False
+        return True
+
+    def _imports_elsewhere(self, path: str, tree: ast.Module, name: str) -> bool:
+        """Whether ``path`` reads ``name`` only as the name ``from ... import name`` binds,
+        each of those imports one the run rewrites to import another module."""
+        imports = [
+            s
+            for s, _ in trees.statements(tree)
+            if isinstance(s, ast.ImportFrom) and any(a.name == name for a in s.names)
+        ]
+        if not imports or any((path, s.lineno) not in self.leaving for s in imports):
+            return False
+        return not any(
+            (isinstance(n, ast.Attribute) and n.attr == name)
+            or (isinstance(n, ast.Constant) and n.value == name)
+            or (isinstance(n, ast.alias) and n.asname is not None and n.name == name)
+            for n in trees.nodes(tree, ast.Attribute, ast.Constant, ast.alias)
+        )
 
     def _unread(self, path: str, first: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         todo: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef | None]] = [(path, first)]
@@ -373,6 +423,20 @@ def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
     for case in getattr(statement, "cases", ()):
         found.append(case.body)
     return found
+
+
+def _based(owner: ast.ClassDef) -> bool:
+    """A base other than ``object``."""
+    return any(not (isinstance(b, ast.Name) and b.id == "object") for b in owner.bases)
+
+
+def _module_class(tree: ast.Module, line: int) -> ast.ClassDef | None:
+    """The module-level class whose body holds ``line`` (None elsewhere, and in its bases,
+    keywords and decorators: those run when the module is imported)."""
+    for statement in tree.body:
+        if isinstance(statement, ast.ClassDef) and any(_within(s, line) for s in statement.body):
+            return statement
+    return None
 
 
 def _module_function(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:

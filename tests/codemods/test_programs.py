@@ -196,7 +196,7 @@ def test_a_line_no_program_runs(tmp_path, script, line, unreached):
     )
 
 
-def test_decorated_configured_packaged_or_method_code_runs(tmp_path):
+def test_decorated_configured_or_packaged_code_runs(tmp_path):
     decorated = HELPERS.replace("def unused", "@register\ndef unused")
     assert not _unreached(tmp_path / "a", {"helpers.py": decorated}, ("helpers.py", 7))
     named = {"helpers.py": HELPERS, "conf.yaml": "save: unused\n"}
@@ -206,5 +206,25 @@ def test_decorated_configured_packaged_or_method_code_runs(tmp_path):
         "pyproject.toml": '[project.scripts]\nx = "pkg.helpers:unused"\n',
     }
     assert not _unreached(tmp_path / "d", scripts, ("pkg/helpers.py", 6))  # a console script
-    method = "class Saver:\n    def save(self, model):\n        return model.state_dict()\n"
-    assert not _unreached(tmp_path / "c", {"helpers.py": method}, ("helpers.py", 3))
+
+
+SAVER = "class Saver{}:\n    def save(self, model):\n        return model.state_dict()\n"
+
+
+@pytest.mark.parametrize(
+    "saver,script,unreached",
+    [
+        pytest.param(SAVER.format(""), "print(1)\n", True, id="a-class-nothing-names"),
+        pytest.param(SAVER.format(""), "from helpers import Saver\n", False, id="imported"),
+        pytest.param(SAVER.format("(Base)"), "print(1)\n", False, id="a-base-may-register"),
+        pytest.param("@register\n" + SAVER.format(""), "print(1)\n", False, id="decorated"),
+        pytest.param(SAVER.format("(metaclass=Registry)"), "print(1)\n", False, id="metaclass"),
+    ],
+)
+def test_methods_run_unless_their_class_is_named_nowhere(tmp_path, saver, script, unreached):
+    """A method runs when any line names its class; a class with a base, a keyword or a
+    decorator may be reached by registration (a subclass hook, a registry), so it always
+    runs."""
+    line = saver.splitlines().index("        return model.state_dict()") + 1
+    files = {"helpers.py": saver, "train.py": script}
+    assert _unreached(tmp_path, files, ("helpers.py", line)) is unreached

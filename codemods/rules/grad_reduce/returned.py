@@ -52,7 +52,11 @@ def find(analysis: FileAnalysis, tensor: ast.expr, depth: int) -> Returned:
 
 
 def site(analysis: FileAnalysis, code: str, call: ast.Call, found: Returned) -> None:
-    """Remove the all-reduce ``call`` or mark it, when the run migrates."""
+    """Remove the all-reduce ``call`` or mark it, when the run migrates; nothing where F2P009
+    already decides it (the norm of a ``BF16Optimizer.step()`` it replaces)."""
+    start = analysis.span(call)[0]
+    if any(s.code == "F2P009" and s.at.start == start for s in analysis.plan.sites):
+        return
     statement = analysis.names.parent.get(call)
     exact = found.named and found.squared and _sums(call) and isinstance(statement, ast.Expr)
     if exact:
