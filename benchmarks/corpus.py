@@ -5,7 +5,8 @@
 ``CORPUS_DIR`` holds one folder per repository (``owner+name/<path in repo>``), such as the
 files listed in ``benchmarks/corpus_manifest.json``: public code under its own licenses, not
 part of this project (fetch it from the commits named there). Each repository is one run of
-``fsdp2-port migrate --write`` over a copy, then a second run; ``codemods.audit`` then reads
+``fsdp2-port migrate --write`` over a copy, then a second run; ``fsdp2_port.codemods.audit`` then
+reads
 the output again, without the codemod's plan: FSDP1 constructors before and after,
 half-migrated sites, FSDP1 uses left without a marker. Every output must parse and the second
 run must change nothing. Exit 0 when at least 80% of the constructors migrate and nothing is
@@ -29,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import live_fsdp1
-from codemods import audit, audit_names, engine, registry, sources
-from codemods.options import Options
+from fsdp2_port.codemods import audit, audit_names, engine, registry, sources
+from fsdp2_port.codemods.options import Options
 
 
 def _parsed(files: list[str]) -> tuple[dict[str, str], dict[str, ast.Module], dict[str, str]]:
@@ -61,7 +62,7 @@ _NAMES_FSDP = re.compile(rb"fsdp|FullyShardedDataParallel|fully_shard", re.IGNOR
 def programs_of_their_own(files: list[str]) -> frozenset[str]:
     """Scripts no file of the run imports (a main guard, and no import names their module):
     what another script builds cannot reach them. Read with plain ``ast``, apart from the
-    codemod's own account (``codemods/programs.py``)."""
+    codemod's own account (``fsdp2_port/codemods/programs.py``)."""
     _, trees, _ = _parsed(files)
     imported: set[str] = set()
     for tree in trees.values():

@@ -63,7 +63,7 @@ USER_EDIT = "# the user's edit, saved meanwhile\n"
 # is staged; PAUSE: a pause of 1.5 s after the first copy is staged, PAUSE touched then.
 WRAPPED = """\
 import errno, os, signal, sys, time
-from codemods import engine, writes
+from fsdp2_port.codemods import engine, writes
 env, me = os.environ.get, os.getpid()
 real_stage, real_replace, real_open, real_os_open = writes._stage, os.replace, open, os.open
 if env("MARK"):
@@ -147,7 +147,7 @@ if env("PAUSE"):
             time.sleep(1.5)
         return staged
     writes._stage = paused
-from codemods.cli import main
+from fsdp2_port.codemods.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 # Its migration is longer than itself (markers): an in-place write of it needs more room.
@@ -1044,7 +1044,6 @@ class Runtime:
         import torch
         from torch import nn
 
-        import compat
         import fsdp2_port
 
         torch.manual_seed(seed)
@@ -1052,7 +1051,7 @@ class Runtime:
         if wider:
             layers.append(nn.Linear(2, 2))
         model = nn.Sequential(*layers).to(torch.bfloat16)
-        kind = compat.BF16Optimizer if cls == "compat" else fsdp2_port.BF16Optimizer
+        kind = fsdp2_port.compat.BF16Optimizer if cls == "compat" else fsdp2_port.BF16Optimizer
         kw = dict(max_grad_norm=1.0, total_steps=20, warmup_ratio=0.1)
         return model, kind(model, 1e-2, **{**kw, **kwargs})
 

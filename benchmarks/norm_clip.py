@@ -7,7 +7,7 @@ N gradients of 4096 elements each. fsdp: DTensors Shard(0) on a 1-D mesh of 2 ra
 (Replicate, Shard(0)) on a 2x2 mesh of 4 ranks; both time ``fsdp2_port.clip_grad_norm_``
 against ``torch.nn.utils.clip_grad_norm_``. fsdp1: one FSDP1 FULL_SHARD unit on 2 ranks
 (``use_orig_params=True``, so N gradient views), grads from one backward; times
-``compat.clip_grad_norm_`` against ``FullyShardedDataParallel.clip_grad_norm_``.
+``fsdp2_port.compat.clip_grad_norm_`` against ``FullyShardedDataParallel.clip_grad_norm_``.
 
 For each N, each side gets its own fresh gradients and is timed on its first call (the one
 that pays for caches: torch's DTensor sharding propagation grows quadratically in N there,
@@ -146,11 +146,9 @@ def _fsdp1_model(n):
 def _fsdp1_rows(args) -> list[dict]:
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    import compat
-
     rows = []
     for n in args.tensors:
-        ours = (compat.clip_grad_norm_, _fsdp1_model(n), _fsdp1_model(n))
+        ours = (fsdp2_port.compat.clip_grad_norm_, _fsdp1_model(n), _fsdp1_model(n))
         theirs = (FSDP.clip_grad_norm_, _fsdp1_model(n), _fsdp1_model(n))
         row = _compare(ours, theirs, args.rounds, _CountAllReduce, lambda: None)
         rows.append({"tensors": n, **row})

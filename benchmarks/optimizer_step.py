@@ -12,7 +12,8 @@ own copy of the model:
 - ``fsdp2_port``: ``fsdp2_port.BF16Optimizer.step()`` as constructed by default (fused AdamW
   where torch has the kernel); ``fsdp2_port-single``: the same with
   ``optimizer_kwargs={"foreach": False}`` (torch's default AdamW on the CPU, bit for bit: the
-  default before issue 14); ``compat``: ``compat.BF16Optimizer.step()`` (one process, plain
+  default before issue 14); ``compat``: ``fsdp2_port.compat.BF16Optimizer.step()`` (one process,
+  plain
   model; SpecForge's bits);
 - ``specforge``: the SpecForge loop, written here: grads cast one by one into fp32 masters,
   ``torch.nn.utils.clip_grad_norm_``, AdamW, masters copied back one by one;
@@ -50,9 +51,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-import compat
 import fsdp2_port
-from codemods.options import fully_shard_module
+from fsdp2_port import compat
+from fsdp2_port.codemods.options import fully_shard_module
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.train.lr_schedules import build_scheduler
 from fsdp2_port.versions import installed_torch

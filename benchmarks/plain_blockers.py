@@ -3,9 +3,9 @@
     python benchmarks/plain_blockers.py CORPUS_DIR [CORPUS_DIR ...]
 
 Each repository (a folder of ``CORPUS_DIR``) is one run (the keys of its keyword-argument
-dicts read across its files, ``codemods.spreads``). Each constructor of the corpus
+dicts read across its files, ``fsdp2_port.codemods.spreads``). Each constructor of the corpus
 (``functools.partial`` factories aside) is read as the constructors rule reads it
-(``codemods.rules.constructors.pure``), file by file; the script
+(``fsdp2_port.codemods.rules.constructors.pure``), file by file; the script
 counts the constructors each blocker stops (one constructor often has several), and those a
 single blocker stops alone: what to build next for issue 20. A ``**kwargs`` that cannot be
 read stops the reading of its call, so that call's other blockers are not counted.
@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codemods import engine, fsdp1, sources, spreads
-from codemods.analysis import FileAnalysis, Source
-from codemods.options import Options
-from codemods.rules.constructors.pure import pure
+from fsdp2_port.codemods import engine, fsdp1, sources, spreads
+from fsdp2_port.codemods.analysis import FileAnalysis, Source
+from fsdp2_port.codemods.options import Options
+from fsdp2_port.codemods.rules.constructors.pure import pure
 
 
 def main() -> int:

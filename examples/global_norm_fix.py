@@ -3,7 +3,8 @@
     python examples/global_norm_fix.py
 
 Each rank trains the same FSDP1 model on its half of a global batch. The old SpecForge step
-clips each rank's shard by that shard's norm; compat.BF16Optimizer clips by the norm of the
+clips each rank's shard by that shard's norm; fsdp2_port.compat.BF16Optimizer clips by the norm of
+the
 whole gradient. A single-process replica on the global batch says which one is right.
 """
 
@@ -16,7 +17,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-import compat
+from fsdp2_port import compat
 from fsdp2_port.prove.launch import exit_now
 
 LR, MAX_NORM, STEPS = 1e-2, 1.0, 3

@@ -31,7 +31,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
-from compat import BF16Optimizer
+from fsdp2_port.compat import BF16Optimizer
 from fsdp2_port.prove.launch import exit_now
 
 VOCAB, DIM, HEADS, LAYERS, SEQ = 128, 64, 4, 3, 32

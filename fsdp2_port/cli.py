@@ -117,7 +117,7 @@ def _no_torch() -> str | None:
 
 
 def _migrate(argv: list[str]) -> int:
-    from codemods.cli import main as migrate_main
+    from fsdp2_port.codemods.cli import main as migrate_main
 
     return migrate_main(argv)
 
@@ -212,7 +212,8 @@ def _verify_parser() -> _Parser:
     parser = _Parser(
         prog="fsdp2-port verify",
         description="Train one model from one seed in four arms (single-process reference, "
-        "FSDP1 + compat.BF16Optimizer, FSDP2 + fsdp2_port.BF16Optimizer, FSDP1 with the old "
+        "FSDP1 + fsdp2_port.compat.BF16Optimizer, FSDP2 + fsdp2_port.BF16Optimizer, FSDP1 with "
+        "the old "
         "rank-local clip) and check the sharded arms match the reference. Started by "
         "torchrun, it runs on the job's ranks (any number of nodes); otherwise it spawns "
         "its own. Exit 0: equivalent; 1: not; 2: bad request or a rank failed.",

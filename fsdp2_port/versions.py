@@ -3,7 +3,7 @@
 Every switch of the runtime on the installed torch release lives here: release comparisons,
 and probes where the release a feature came with is not pinned. Imports no torch (a probe
 imports it when called). Where a *target* release keeps FSDP2 is the codemod's own table
-(``codemods.options``: the codemods import nothing from here).
+(``fsdp2_port.codemods.options``: the codemods import nothing from here).
 """
 
 from __future__ import annotations

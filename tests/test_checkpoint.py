@@ -12,8 +12,8 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-import compat
 import fsdp2_port
+from fsdp2_port import compat
 from fsdp2_port.prove.launch import run_ranks
 from tests.models import Block, TinyNet, cpu_mesh, global_batch, local_rows, loss_fn, make_model
 

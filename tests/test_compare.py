@@ -1,6 +1,7 @@
 """`fsdp2-port compare`: reading logs, judging, exit codes, and real runs of tests/scripts/.
 
-The scripts: train_fsdp1.py (FSDP1 + compat.BF16Optimizer), train_fsdp2.py (its migration by
+The scripts: train_fsdp1.py (FSDP1 + fsdp2_port.compat.BF16Optimizer), train_fsdp2.py (its
+migration by
 hand) and train_fsdp2_local_clip.py (the migration with the rank-local clip brought back).
 """
 

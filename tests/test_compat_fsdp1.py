@@ -22,7 +22,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import compat
+from fsdp2_port import compat
 from fsdp2_port.prove.launch import run_ranks
 from tests.models import Block, global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop
@@ -300,7 +300,7 @@ def test_the_old_rank_local_clip_gives_a_different_update():
     run_ranks(_old_local_clip_differs, 2)
 
 
-# -- compat.clip_grad_norm_ against FSDP1's own ------------------------------------------------
+# -- fsdp2_port.compat.clip_grad_norm_ against FSDP1's own -----------------------------------------
 
 
 def _clip_like_fsdp1(rank, world, strategy, dtype_name):

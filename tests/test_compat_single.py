@@ -1,11 +1,11 @@
-"""compat.BF16Optimizer in one process: the step, the masters, the state dict."""
+"""fsdp2_port.compat.BF16Optimizer in one process: the step, the masters, the state dict."""
 
 import io
 
 import pytest
 import torch
 
-from compat import BF16Optimizer
+from fsdp2_port.compat import BF16Optimizer
 from tests.models import global_batch, loss_fn, make_model
 
 

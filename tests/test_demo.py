@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods import fsdp1
+from fsdp2_port.codemods import fsdp1
 
 pytestmark = pytest.mark.slow  # migrates, then trains both scripts on 2 ranks
 

@@ -28,8 +28,8 @@ import torch.distributed.fsdp as fsdp
 from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-from codemods import engine, registry
-from codemods.options import Options
+from fsdp2_port.codemods import engine, registry
+from fsdp2_port.codemods.options import Options
 from tests.models import GainBlock, NormNet
 
 pytestmark = pytest.mark.usefixtures("one_rank")

@@ -17,8 +17,8 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-import compat
 import fsdp2_port
+from fsdp2_port import compat
 from fsdp2_port.prove.launch import run_ranks
 from tests.models import cpu_mesh, global_batch, local_rows, loss_fn, make_model
 from tests.reference import SpecForgeLoop

@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from codemods import engine, registry
-from codemods.options import Options
+from fsdp2_port.codemods import engine, registry
+from fsdp2_port.codemods.options import Options
 from fsdp2_port.prove.launch import run_ranks
 
 pytestmark = pytest.mark.slow  # gloo ranks

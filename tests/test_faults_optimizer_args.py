@@ -5,11 +5,10 @@ import math
 import pytest
 import torch
 
-import compat
 import fsdp2_port
 from tests.models import global_batch, loss_fn, make_model
 
-OPTIMIZERS = [compat.BF16Optimizer, fsdp2_port.BF16Optimizer]
+OPTIMIZERS = [fsdp2_port.compat.BF16Optimizer, fsdp2_port.BF16Optimizer]
 LR = 1e-2
 
 BAD = [

@@ -32,7 +32,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.tensor import DTensor
 
 import fsdp2_port
-from codemods.rules.state_dict.options import FSDP1_DEFAULTS, OPTIONS_OF_SETTINGS
+from fsdp2_port.codemods.rules.state_dict.options import FSDP1_DEFAULTS, OPTIONS_OF_SETTINGS
 from fsdp2_port.fsdp1 import state_dict_api
 from fsdp2_port.prove.launch import run_ranks
 from tests.test_fsdp1_api import (

@@ -27,8 +27,8 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.tensor import DTensor
 
-from codemods import engine, registry
-from codemods.options import Options
+from fsdp2_port.codemods import engine, registry
+from fsdp2_port.codemods.options import Options
 from fsdp2_port.prove.launch import run_ranks
 from tests.models import GainBlock, global_batch, local_rows, loss_fn
 from tests.test_plain_rewrite import _net

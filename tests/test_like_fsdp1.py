@@ -9,7 +9,7 @@ as real training code does), and checks:
   after forward, param and reduce dtypes, input casting, CPU offload. These move no numbers
   (a 2x2 mesh with its dims swapped trains the same), so only this catches a wrong mapping;
 - buffers: their dtypes after the first step (FSDP1 casts them to ``buffer_dtype`` then);
-- training: 3 steps of a global-norm clip (``compat.clip_grad_norm_`` on FSDP1,
+- training: 3 steps of a global-norm clip (``fsdp2_port.compat.clip_grad_norm_`` on FSDP1,
   ``fsdp2_port.clip_grad_norm_`` on FSDP2; clipping fires) and AdamW, elementwise, so FSDP1's
   flat parameters and FSDP2's DTensors step alike: per-step losses and pre-clip norms, then
   the full parameters;
@@ -65,8 +65,8 @@ from torch.distributed.fsdp.wrap import (
 )
 from torch.distributed.tensor import DTensor
 
-import compat
 import fsdp2_port
+from fsdp2_port import compat
 from fsdp2_port.fsdp1.like_fsdp1 import fully_shard_like_fsdp1
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.prove.no_fsdp1 import forbid_fsdp1_calls

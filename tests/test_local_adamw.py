@@ -14,8 +14,8 @@ import torch
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-import compat
 import fsdp2_port
+from fsdp2_port import compat
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.train import local_adamw
 from tests.models import cpu_mesh, global_batch, local_rows, loss_fn, make_model

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods.assumptions import FSDP2_NAMES
+from fsdp2_port.codemods.assumptions import FSDP2_NAMES
 from tests.processes import fsdp2_port_cli
 
 pytestmark = pytest.mark.slow  # fsdp2-port compare: torchrun, 2 ranks

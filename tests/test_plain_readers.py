@@ -27,8 +27,8 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import ShardingStrategy
 
-from codemods import engine, registry
-from codemods.options import Options
+from fsdp2_port.codemods import engine, registry
+from fsdp2_port.codemods.options import Options
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.prove.no_fsdp1 import forbid_fsdp1_calls
 from tests.models import GainBlock

@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from codemods import engine, registry
-from codemods.options import Options
+from fsdp2_port.codemods import engine, registry
+from fsdp2_port.codemods.options import Options
 from fsdp2_port.prove.launch import run_ranks
 from tests.models import GainBlock, global_batch, local_rows, loss_fn
 from tests.models import NormNet as Net

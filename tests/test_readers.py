@@ -53,8 +53,8 @@ from torch.distributed.fsdp.wrap import (
 )
 
 import fsdp2_port
-from codemods.assumptions import FSDP1_REQUIRED_POLICY_ARGUMENT
-from codemods.rules.reader_values import policies
+from fsdp2_port.codemods.assumptions import FSDP1_REQUIRED_POLICY_ARGUMENT
+from fsdp2_port.codemods.rules.reader_values import policies
 from fsdp2_port.fsdp1 import readers
 from fsdp2_port.fsdp1.like_fsdp1 import HYBRID_SHARD_ZERO2
 from fsdp2_port.fsdp1.readers import (

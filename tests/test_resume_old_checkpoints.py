@@ -1,7 +1,8 @@
 """Checkpoints written before the migration resume after it, nothing lost.
 
 One FSDP1 job on 2 gloo ranks trains three runs for TOTAL steps and saves at SAVE_AT: the
-SpecForge optimizer (compat.BF16Optimizer, use_orig_params=True, every rank's state_dict()),
+SpecForge optimizer (fsdp2_port.compat.BF16Optimizer, use_orig_params=True, every rank's
+state_dict()),
 and plain AdamW with a schedule in FULL_STATE_DICT, SHARDED_STATE_DICT through DCP and
 torch.save (the legacy form), and LOCAL_STATE_DICT (use_orig_params False and True). Each
 checkpoint is converted offline (no process group), then resumed by FSDP2 code on 2 and on 4
@@ -31,10 +32,9 @@ from torch.distributed.fsdp import (
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-import compat
 import fsdp2_port
-from compat.transition import fsdp2_state_dict
-from fsdp2_port import cli
+from fsdp2_port import cli, compat
+from fsdp2_port.compat.transition import fsdp2_state_dict
 from fsdp2_port.fsdp1.convert import ConversionError, convert_checkpoint
 from fsdp2_port.prove.launch import run_ranks
 from fsdp2_port.train.lr_schedules import build_scheduler

@@ -13,9 +13,9 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-import compat
 import fsdp2_port
-from compat.transition import fsdp2_state_dict
+from fsdp2_port import compat
+from fsdp2_port.compat.transition import fsdp2_state_dict
 from fsdp2_port.prove.launch import run_ranks
 from tests.models import Block, cpu_mesh, global_batch, local_rows, loss_fn, make_model
 

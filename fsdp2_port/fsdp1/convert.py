@@ -6,13 +6,13 @@ fully-qualified parameter name. No process group and no FSDP1 job are needed.
 
 Formats (``fmt``) and what the output holds:
 
-- ``specforge``: ``compat.BF16Optimizer.state_dict()`` / SpecForge's (``fp32_params`` by
+- ``specforge``: ``fsdp2_port.compat.BF16Optimizer.state_dict()`` / SpecForge's (``fp32_params`` by
   position). One file of full tensors, or one file per rank (``SRC`` holds ``{rank}``) of
   FSDP1 shards: ``use_orig_params=True`` views (1-D pieces, concatenated in rank order) or,
   with ``units``, flat parameters. Positions are the trainable parameters of the module the
   old optimizer was given, in its ``named_parameters()`` order (``model`` builds that module).
   Output: the name-keyed form ``fsdp2_port.BF16Optimizer.load_state_dict`` takes
-  (``compat.fsdp2_state_dict``'s), other top-level keys kept, SpecForge's scheduler state
+  (``fsdp2_port.compat.fsdp2_state_dict``'s), other top-level keys kept, SpecForge's scheduler state
   (``after_scheduler_dict``, ``warmup_epochs``) in ``fsdp2_port``'s form. Files that hold some
   ranks' pieces only (SpecForge's ``training_state.pt``: rank 0's) are refused, naming what is
   missing, unless ``rebuild_missing`` names the model weights to rebuild it from

@@ -1,4 +1,5 @@
-"""SpecForge's checkpoint (``compat.BF16Optimizer`` / SpecForge's ``fp32_params`` by position)
+"""SpecForge's checkpoint (``fsdp2_port.compat.BF16Optimizer`` / SpecForge's ``fp32_params`` by
+position)
 named for ``fsdp2_port.BF16Optimizer``, what some ranks never saved rebuilt on request
 (``--rebuild-missing``), and its scheduler state in ``fsdp2_port``'s form (``convert``'s
 docstring says what the output holds)."""
@@ -33,7 +34,7 @@ def read_specforge(
     per_rank = [load_offline(f) for f in files]
     first = per_rank[0]
     if isinstance(first.get("fp32_params"), dict):
-        return dict(first)  # already by name (compat.fsdp2_state_dict)
+        return dict(first)  # already by name (fsdp2_port.compat.fsdp2_state_dict)
     if layout is None:
         raise ConversionError(
             "a SpecForge checkpoint keeps masters by position: give the model (--model "

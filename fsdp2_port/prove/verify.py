@@ -3,7 +3,7 @@
 Four arms train one model from one seed on the same global batches:
 
 - ``reference``: one process, the whole global batch, ``fsdp2_port.BF16Optimizer``;
-- ``fsdp1``: FSDP1 + ``compat.BF16Optimizer`` on N ranks;
+- ``fsdp1``: FSDP1 + ``fsdp2_port.compat.BF16Optimizer`` on N ranks;
 - ``fsdp2``: FSDP2 (``fully_shard``) + ``fsdp2_port.BF16Optimizer`` on N ranks;
 - ``old_clip``: FSDP1 with each rank clipping its shard by its own norm (the seed's bug).
 
@@ -350,8 +350,8 @@ def _full_params(model: nn.Module, arm: str) -> dict[str, torch.Tensor]:
 
 
 def _train(arm: str, config: Config, factory: Callable, device: torch.device) -> dict[str, Any]:
-    import compat
     import fsdp2_port
+    from fsdp2_port import compat
 
     model, batch_fn, loss_fn = build(factory)
     model.to(torch.bfloat16 if config.dtype == "bf16" else torch.float32)

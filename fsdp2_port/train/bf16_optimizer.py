@@ -1,4 +1,4 @@
-"""The DTensor-native BF16 master optimizer: compat.BF16Optimizer's API for FSDP2 models.
+"""The DTensor-native BF16 master optimizer: fsdp2_port.compat.BF16Optimizer's API for FSDP2 models.
 
 Masters are fp32 DTensors with each parameter's mesh, placements, global shape and stride,
 so the gradient norm reduces across any mesh by itself (``grad_norm.copies_of``) and
@@ -37,9 +37,10 @@ class BF16Optimizer(MasterWeightOptimizer):
     """fp32 DTensor masters, one global norm, AdamW (or ``optimizer_cls``), bf16 write-back.
 
     ``model``: a module (names from ``named_parameters``), parameters, or ``(name, parameter)``
-    pairs. Same constructor, attributes and methods as ``compat.BF16Optimizer``: migrating is
+    pairs. Same constructor, attributes and methods as ``fsdp2_port.compat.BF16Optimizer``:
+    migrating is
     an import change. Parameters of an FSDP1 model are refused (TypeError naming
-    ``compat.BF16Optimizer``). AdamW is fused by default where torch has the kernel
+    ``fsdp2_port.compat.BF16Optimizer``). AdamW is fused by default where torch has the kernel
     (``FUSED_BY_DEFAULT``; torchtitan's default): last-bit differences from torch's default
     AdamW; ``optimizer_kwargs={"foreach": False}`` restores those bits on the CPU.
     """
@@ -49,7 +50,7 @@ class BF16Optimizer(MasterWeightOptimizer):
     def _trainable(self, model: Any, offload_master: bool) -> list[tuple[str, nn.Parameter]]:
         named = _named_trainable(model)
         refuse_fsdp1_tensors(
-            (p for _, p in named), "fsdp2_port.BF16Optimizer", "compat.BF16Optimizer"
+            (p for _, p in named), "fsdp2_port.BF16Optimizer", "fsdp2_port.compat.BF16Optimizer"
         )
         if offload_master and any(
             isinstance(p, DTensor) and p.device.type != "cpu" for _, p in named
@@ -199,7 +200,8 @@ def _staging(state: Any) -> Any:
 def _placed_like(value: Any, master: Tensor) -> Any:
     """A full (unsharded) tensor of a DTensor master's global shape, as that master's shard.
 
-    Full tensors come from an FSDP1 run in flight (``compat.transition``): every rank holds
+    Full tensors come from an FSDP1 run in flight (``fsdp2_port.compat.transition``): every rank
+    holds
     all of it, so each keeps its own piece without communication. Anything else is as is.
     """
     if (

@@ -43,7 +43,9 @@ def global_grad_norm(
     parameters (or their views) are refused: they are shards, not replicas.
     """
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
-    refuse_fsdp1_tensors(tensors, "fsdp2_port.global_grad_norm", "compat.clip_grad_norm_")
+    refuse_fsdp1_tensors(
+        tensors, "fsdp2_port.global_grad_norm", "fsdp2_port.compat.clip_grad_norm_"
+    )
     pieces, copies, group = _pieces(tensors, process_group)
     return grad_norm.total_norm(pieces, copies, norm_type, group=group, foreach=foreach)
 
@@ -64,10 +66,10 @@ def clip_grad_norm_(
     ``nonfinite`` defaults to ``"raise"`` if ``error_if_nonfinite`` else ``"ignore"``;
     ``"skip"`` leaves the gradients untouched (and warns) when the norm is not finite.
     Returns the pre-clip norm: a plain fp32 tensor, equal on every rank. Parameters of an
-    FSDP1 model are refused (``compat.clip_grad_norm_`` is for them).
+    FSDP1 model are refused (``fsdp2_port.compat.clip_grad_norm_`` is for them).
     """
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
-    refuse_fsdp1_tensors(params, "fsdp2_port.clip_grad_norm_", "compat.clip_grad_norm_")
+    refuse_fsdp1_tensors(params, "fsdp2_port.clip_grad_norm_", "fsdp2_port.compat.clip_grad_norm_")
     policy = nonfinite or ("raise" if error_if_nonfinite else "ignore")
     grads = [g for p in params if (g := p.grad) is not None]
     pieces, copies, group = _pieces(grads, process_group)

@@ -17,15 +17,15 @@ import os
 import shutil
 from pathlib import Path
 
-import codemods.rules
-from codemods import engine, registry
-from codemods.findings import Finding
-from codemods.options import Options
-from codemods.rules.base import Fixer, Rule
-from codemods.rules.imports import ImportsRule
+import fsdp2_port.codemods.rules as rules_package
+from fsdp2_port.codemods import engine, registry
+from fsdp2_port.codemods.findings import Finding
+from fsdp2_port.codemods.options import Options
+from fsdp2_port.codemods.rules.base import Fixer, Rule
+from fsdp2_port.codemods.rules.imports import ImportsRule
 
 FIXTURES = Path(__file__).parent / "fixtures"
-RULES = Path(codemods.rules.__file__).parent
+RULES = Path(rules_package.__file__).parent
 REGENERATE = os.environ.get("FSDP2_PORT_REGENERATE") == "1"
 
 
@@ -45,7 +45,7 @@ def rule_of(case: Path) -> type[Rule] | type[Fixer] | None:
     """The rule whose folder holds ``case`` (None for a run-wide case)."""
     if case.parent.name != "cases":
         return None
-    module = f"codemods.rules.{case.parent.parent.name}.rule"
+    module = f"fsdp2_port.codemods.rules.{case.parent.parent.name}.rule"
     return next(rule for rule in registry.RULES if rule.__module__ == module)
 
 

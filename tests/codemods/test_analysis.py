@@ -7,13 +7,13 @@ import textwrap
 
 import pytest
 
-from codemods import text
-from codemods.analysis import FileAnalysis, Source
-from codemods.decide import decide
-from codemods.options import Options
-from codemods.plan import FilePlan, Position, Rewrite, Site, made
-from codemods.refs import UNKNOWN, Built, Passed, Returned
-from codemods.semantic.modules import RunModules
+from fsdp2_port.codemods import text
+from fsdp2_port.codemods.analysis import FileAnalysis, Source
+from fsdp2_port.codemods.decide import decide
+from fsdp2_port.codemods.options import Options
+from fsdp2_port.codemods.plan import FilePlan, Position, Rewrite, Site, made
+from fsdp2_port.codemods.refs import UNKNOWN, Built, Passed, Returned
+from fsdp2_port.codemods.semantic.modules import RunModules
 
 FSDP = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
 
@@ -178,7 +178,7 @@ def test_an_assignment_does_not_reach_its_own_value():
 
 
 def test_parameters_other_files_may_pass_wait_for_the_run():
-    from codemods.semantic.resolve import Resolver
+    from fsdp2_port.codemods.semantic.resolve import Resolver
 
     helper = analysis(
         "class Trainer:\n    def __init__(self, model, opt):\n        self.model = model\n"
@@ -264,7 +264,7 @@ def test_ties_follow_what_this_file_passes_to_a_helper():
 def test_a_receiver_from_another_files_call_waits_for_the_run():
     """Only the run knows whether ``build`` builds a model: if no file of it does, the
     receiver is not one, and an FSDP1-looking attribute on it is nobody's business."""
-    from codemods import engine, registry
+    from fsdp2_port.codemods import engine, registry
 
     source = (
         "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"

@@ -1,4 +1,4 @@
-"""Assumptions: every decision on a name goes through ``codemods.assumed`` (read from the
+"""Assumptions: every decision on a name goes through ``fsdp2_port.codemods.assumed`` (read from the
 codemod's sources), is counted and listed by the report, and ``--strict`` takes none, holding or
 marking instead."""
 
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from fixtures_support import case_id, cases, codes_for, options_for
 
-from codemods import assumptions, cli, engine
-from codemods.assumed import Assumed, Assumption
+from fsdp2_port.codemods import assumptions, cli, engine
+from fsdp2_port.codemods.assumed import Assumed, Assumption
 
 ROOT = Path(__file__).resolve().parents[2]
-CODEMODS = ROOT / "codemods"
+CODEMODS = ROOT / "fsdp2_port" / "codemods"
 DOC = ROOT / "docs" / "migrate.md"
 #: Modules that may name an assumption's entry outside ``assumed``'s two calls: the registry
 #: defines them; the audit is an independent reading of outputs, in tests, that decides nothing
@@ -97,8 +97,8 @@ def test_the_reading_finds_a_test_that_bypasses_assumed(tmp_path: Path) -> None:
     (package / "m.py").write_text(
         textwrap.dedent(
             """
-            from codemods import assumptions, syntax
-            from codemods.assumptions import CAMEL_CASE, RETURNS_SELF, SHAPE_ATTRIBUTES
+            from fsdp2_port.codemods import assumptions, syntax
+            from fsdp2_port.codemods.assumptions import CAMEL_CASE, RETURNS_SELF, SHAPE_ATTRIBUTES
 
             def recorded(assumed, node):
                 return assumed.takes(RETURNS_SELF, node.attr, node)
@@ -281,7 +281,7 @@ def test_the_libcst_command_takes_strict_too(tmp_path: Path) -> None:
     import libcst as cst
     from libcst.codemod import CodemodContext
 
-    from codemods.commands.migrate import MigrateCommand
+    from fsdp2_port.codemods.commands.migrate import MigrateCommand
 
     path = str(tmp_path / "train.py")
     written = [

@@ -1,4 +1,5 @@
-"""The registry's facts about FSDP1 (``codemods.assumptions``) against the installed torch.
+"""The registry's facts about FSDP1 (``fsdp2_port.codemods.assumptions``) against the installed
+torch.
 
 Like ``test_emitted_api``, it imports torch (the codemods never do) and is skipped without it.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.assumptions import FSDP1_ONLY_ATTRIBUTES
+from fsdp2_port.codemods.assumptions import FSDP1_ONLY_ATTRIBUTES
 
 torch = pytest.importorskip("torch")
 

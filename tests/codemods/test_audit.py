@@ -1,4 +1,5 @@
-"""The audit (``codemods.audit``): each verdict on small sources, read by its own resolver.
+"""The audit (``fsdp2_port.codemods.audit``): each verdict on small sources, read by its own
+resolver.
 
 Every case pairs a source that must give the verdict with a near one that must not, so that a
 reading which says the same thing of everything fails.
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from codemods import assumptions, audit_models
-from codemods import audit as audit_module
-from codemods.assumptions import FSDP1_ONLY_ATTRIBUTES
-from codemods.audit import Audit, audit, run_problems, run_unmarked
+from fsdp2_port.codemods import assumptions, audit_models
+from fsdp2_port.codemods import audit as audit_module
+from fsdp2_port.codemods.assumptions import FSDP1_ONLY_ATTRIBUTES
+from fsdp2_port.codemods.audit import Audit, audit, run_problems, run_unmarked
 
 IMPORTS = """\
 import functools
@@ -65,7 +66,7 @@ def test_a_name_another_module_of_the_run_hands_on_is_torchs():
     """RLinf's shape: the package imports FSDP per torch release and other modules import it
     from the package. Read with what the run's modules hand on, it is torch's constructor;
     a package that binds its own ``FSDP`` hands on nothing."""
-    from codemods import audit_names
+    from fsdp2_port.codemods import audit_names
 
     package = ast.parse(
         "import torch\n"
@@ -481,11 +482,12 @@ def test_each_fsdp1_only_attribute_on_an_fsdp2_model_is_one_unmarked_use(name):
 def test_the_audit_imports_nothing_of_the_codemods_analysis():
     """Independent: only the marker format and its own name tables from ``codemods``."""
     allowed = {
-        "codemods",
-        "codemods.assumptions",  # data: the audit's own name lists, and FSDP1's attributes
-        "codemods.audit_names",
-        "codemods.audit_models",
-        "codemods.markers",
+        "fsdp2_port.codemods",
+        # data: the audit's own name lists, and FSDP1's attributes
+        "fsdp2_port.codemods.assumptions",
+        "fsdp2_port.codemods.audit_names",
+        "fsdp2_port.codemods.audit_models",
+        "fsdp2_port.codemods.markers",
     }
     for module in (audit_module, audit_module.n, audit_models):
         tree = ast.parse(Path(module.__file__).read_text())  # type: ignore[arg-type]
@@ -496,10 +498,13 @@ def test_the_audit_imports_nothing_of_the_codemods_analysis():
                 imported |= {f"{node.module}.{a.name}" for a in node.names}
             elif isinstance(node, ast.Import):
                 imported |= {a.name for a in node.names}
-        ours = {name for name in imported if name.split(".")[0] == "codemods"}
-        ours -= {f"codemods.audit_models.{name}" for name in vars(audit_models)}
-        ours -= {f"codemods.assumptions.{name}" for name in vars(assumptions)}
-        assert ours <= allowed | {"codemods.markers.PREFIX", "codemods.markers.ignored_lines"}, (
+        ours = {name for name in imported if name.startswith("fsdp2_port.codemods")}
+        ours -= {f"fsdp2_port.codemods.audit_models.{name}" for name in vars(audit_models)}
+        ours -= {f"fsdp2_port.codemods.assumptions.{name}" for name in vars(assumptions)}
+        assert ours <= allowed | {
+            "fsdp2_port.codemods.markers.PREFIX",
+            "fsdp2_port.codemods.markers.ignored_lines",
+        }, (
             module.__name__,
             ours,
         )

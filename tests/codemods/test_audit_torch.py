@@ -1,4 +1,4 @@
-"""The audit's name tables (``codemods.audit_names``) against the installed torch.
+"""The audit's name tables (``fsdp2_port.codemods.audit_names``) against the installed torch.
 
 The audit writes out what FSDP1 and FSDP2 are called instead of sharing the codemod's tables;
 this checks its list against torch's own modules. Like ``test_emitted_api``, it imports torch
@@ -12,8 +12,8 @@ import types
 
 import pytest
 
-from codemods import audit_names
-from codemods.assumptions import AUDIT_CONFIGURATION, AUDIT_FSDP2_POLICIES
+from fsdp2_port.codemods import audit_names
+from fsdp2_port.codemods.assumptions import AUDIT_CONFIGURATION, AUDIT_FSDP2_POLICIES
 
 torch = pytest.importorskip("torch")
 fsdp = importlib.import_module("torch.distributed.fsdp")

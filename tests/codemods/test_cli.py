@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE
 
-from codemods import sources, writes
-from codemods.cli import main
+from fsdp2_port.codemods import sources, writes
+from fsdp2_port.codemods.cli import main
 
 
 def write(path: Path, text: str) -> Path:
@@ -210,7 +210,7 @@ def test_write_is_all_or_nothing(tmp_path, monkeypatch):
 
 
 def test_an_internal_error_in_one_file_writes_no_file_of_the_run(tmp_path, capsys, monkeypatch):
-    from codemods import apply
+    from fsdp2_port.codemods import apply
 
     first = write(tmp_path / "a.py", FSDP1_SOURCE)
     second = write(tmp_path / "b.py", FSDP1_SOURCE)
@@ -372,8 +372,8 @@ def _add_edit(sites, edit):
 
 
 def test_a_rewrite_that_would_not_parse_is_never_written(tmp_path, capsys, monkeypatch):
-    from codemods.rules.constructors import ConstructorRule
-    from codemods.text import Edit
+    from fsdp2_port.codemods.rules.constructors import ConstructorRule
+    from fsdp2_port.codemods.text import Edit
 
     target = write(tmp_path / "train.py", FSDP1_SOURCE)
     analyze = ConstructorRule.analyze
@@ -389,8 +389,8 @@ def test_a_rewrite_that_would_not_parse_is_never_written(tmp_path, capsys, monke
 
 
 def test_colliding_rewrites_are_an_internal_error_not_a_guess(tmp_path, capsys, monkeypatch):
-    from codemods.rules.constructors import ConstructorRule
-    from codemods.text import Edit
+    from fsdp2_port.codemods.rules.constructors import ConstructorRule
+    from fsdp2_port.codemods.text import Edit
 
     target = write(tmp_path / "train.py", FSDP1_SOURCE)
     analyze = ConstructorRule.analyze
@@ -409,8 +409,8 @@ def test_colliding_clean_ups_are_an_internal_error_of_their_file(tmp_path, capsy
     """A clean-up (the second round: dead values, values only readers read) that collides
     is reported as its file's internal error, not a crash of the run; as for any error, the
     run writes nothing (its files migrate together)."""
-    from codemods.rules.reader_values import written
-    from codemods.text import Edit
+    from fsdp2_port.codemods.rules.reader_values import written
+    from fsdp2_port.codemods.text import Edit
 
     first = write(tmp_path / "a.py", FSDP1_SOURCE)
     second = write(tmp_path / "b.py", FSDP1_SOURCE)

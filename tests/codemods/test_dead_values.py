@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from codemods.apply import Applied
-from codemods.rules.dead_values import DeadValuesRule
-from codemods.text import Edit, LineIndex, apply_tracked
-from codemods.tidy import tidy
-from codemods.visibility import Visibility
+from fsdp2_port.codemods.apply import Applied
+from fsdp2_port.codemods.rules.dead_values import DeadValuesRule
+from fsdp2_port.codemods.text import Edit, LineIndex, apply_tracked
+from fsdp2_port.codemods.tidy import tidy
+from fsdp2_port.codemods.visibility import Visibility
 
 HEAD = "import torch\nfrom torch.distributed.fsdp import CPUOffload, ShardingStrategy\n"
 #: A local read only by a line a rewrite deletes.

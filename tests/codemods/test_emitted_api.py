@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods import registry
+from fsdp2_port.codemods import registry
 
 ROOTS = (Path(__file__).parent / "fixtures", Path(registry.__file__).parent / "rules")
 OUTPUTS = sorted(p for root in ROOTS for p in root.rglob("*.out*"))

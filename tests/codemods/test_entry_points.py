@@ -21,7 +21,8 @@ def test_fsdp2_port_migrate_end_to_end_without_torch(tmp_path, run_module):
     assert check.returncode == 1, check.stderr
     assert "+    return fully_shard(model)" in check.stdout
     probe = (
-        f"import sys; sys.path.insert(0, {str(blocker)!r}); from codemods.cli import main; "
+        f"import sys; sys.path.insert(0, {str(blocker)!r}); from fsdp2_port.codemods.cli import "
+        f"main; "
         f"code = main(['--write', {str(target)!r}]); assert 'torch' not in sys.modules; "
         "sys.exit(code)"
     )

@@ -24,8 +24,8 @@ from typing import ClassVar
 import pytest
 from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE, ROOT
 
-from codemods import engine, writes
-from codemods.cli import main
+from fsdp2_port.codemods import engine, writes
+from fsdp2_port.codemods.cli import main
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -39,7 +39,7 @@ USER_EDIT = "# the user's edit, saved meanwhile\n"
 # the $KILL_AT-th source file by rename; $PID_AS: the pid the run believes it has.
 KILLED_CLI = """\
 import os, signal, sys
-from codemods.cli import main
+from fsdp2_port.codemods.cli import main
 count, real_replace, me = [0], os.replace, os.getpid()
 def replace(source, target, *args, **kwargs):
     if str(target).endswith(".py"):
@@ -56,7 +56,7 @@ sys.exit(main(sys.argv[1:]))
 # The real CLI with a pause after it staged its first copy; it touches $MARK then.
 PAUSED_CLI = """\
 import os, sys, time
-from codemods import writes
+from fsdp2_port.codemods import writes
 real_stage, paused = writes._stage, []
 def stage(*args, **kwargs):
     staged = real_stage(*args, **kwargs)
@@ -66,7 +66,7 @@ def stage(*args, **kwargs):
         time.sleep(0.6)
     return staged
 writes._stage = stage
-from codemods.cli import main
+from fsdp2_port.codemods.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from codemod_samples import FSDP1_SOURCE, FSDP2_SOURCE, ROOT
 
-from codemods import writes
-from codemods.cli import main
+from fsdp2_port.codemods import writes
+from fsdp2_port.codemods.cli import main
 
 PACKAGE = ROOT / "tests" / "codemods" / "fixtures" / "whole_models" / "untied.in"
 
@@ -33,7 +33,7 @@ PACKAGE = ROOT / "tests" / "codemods" / "fixtures" / "whole_models" / "untied.in
 # replaces its first file.
 SLOWED_CLI = """\
 import os, sys, time
-from codemods import writes
+from fsdp2_port.codemods import writes
 mark, replacing = os.environ["MARK"], os.environ.get("REPLACING")
 real_stage, real_replace, real_in_place = writes._stage, os.replace, writes._write_in_place
 def stage(*args):
@@ -49,7 +49,7 @@ def in_place(f):  # hard-linked files
     time.sleep(0.02)
     return real_in_place(f)
 writes._stage, os.replace, writes._write_in_place = stage, replace, in_place
-from codemods.cli import main
+from fsdp2_port.codemods.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -156,7 +156,7 @@ def test_sigint_during_the_replace_finishes_the_run(tmp_path, package_states):
 # replace its $KILL_AT-th file by rename.
 KILLED_CLI = """\
 import os, signal, sys
-from codemods import writes
+from fsdp2_port.codemods import writes
 real_stage, real_replace, count = writes._stage, os.replace, [0]
 def stage(*args):
     real_stage(*args)
@@ -169,7 +169,7 @@ def replace(source, target):
             os.kill(os.getpid(), signal.SIGKILL)
     return real_replace(source, target)
 writes._stage, os.replace = stage, replace
-from codemods.cli import main
+from fsdp2_port.codemods.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -301,9 +301,9 @@ def test_a_failed_write_is_not_counted_as_changed(tmp_path, capsys, monkeypatch)
         raise OSError(28, "No space left on device", target)
 
     monkeypatch.setattr(writes, "_stage", full)
-    from codemods.engine import migrate_files
-    from codemods.options import Options
-    from codemods.registry import select
+    from fsdp2_port.codemods.engine import migrate_files
+    from fsdp2_port.codemods.options import Options
+    from fsdp2_port.codemods.registry import select
 
     (result,) = migrate_files([str(tmp_path / "a.py")], select([], []), Options(), write=True)
     assert result.error and "No space left" in result.error and not result.changed

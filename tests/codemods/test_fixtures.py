@@ -17,7 +17,7 @@ from fixtures_support import (
     run_case,
 )
 
-from codemods import registry
+from fsdp2_port.codemods import registry
 
 
 @pytest.mark.parametrize("case", cases(), ids=case_id)

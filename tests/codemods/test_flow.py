@@ -12,9 +12,9 @@ import textwrap
 
 import pytest
 
-from codemods import flow
-from codemods.names import Names
-from codemods.text import LineIndex
+from fsdp2_port.codemods import flow
+from fsdp2_port.codemods.names import Names
+from fsdp2_port.codemods.text import LineIndex
 
 CASES = {
     "overwritten in both branches": (

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fixtures_support import case_id, cases, run_case
 
-from codemods import audit, engine, markers
-from codemods.text import split_lines
+from fsdp2_port.codemods import audit, engine, markers
+from fsdp2_port.codemods.text import split_lines
 
 #: Comments that go with the code they annotate when that code is removed.
 DROPPED_WITH_THEIR_NODE = {
@@ -94,8 +94,8 @@ def test_a_line_marked_ignore_is_left_alone():
         "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
         "m = FSDP(x)  # fsdp2-port: ignore\n"
     )
-    from codemods import registry
-    from codemods.options import Options
+    from fsdp2_port.codemods import registry
+    from fsdp2_port.codemods.options import Options
 
     output, findings = engine.migrate_text(source, "x.py", registry.select(), Options())
     assert output == source and findings == []

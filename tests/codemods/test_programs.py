@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from codemods import programs
+from fsdp2_port.codemods import programs
 
 WRAP = """\
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP

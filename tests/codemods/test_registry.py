@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from codemods import registry
-from codemods.cli import main
+from fsdp2_port.codemods import registry
+from fsdp2_port.codemods.cli import main
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "migrate.md"
 BEGIN = "<!-- generated from the rules' CODES"

@@ -1,12 +1,13 @@
-"""The import graph as Python resolves it (``codemods.semantic.modules``) and the programs built
-on it (``codemods.semantic.programs``), on small trees written for each case."""
+"""The import graph as Python resolves it (``fsdp2_port.codemods.semantic.modules``) and the
+programs built
+on it (``fsdp2_port.codemods.semantic.programs``), on small trees written for each case."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
-from codemods.semantic import modules, programs
+from fsdp2_port.codemods.semantic import modules, programs
 
 
 def _tree(root: Path, files: dict[str, str]) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codemods import visibility
+from fsdp2_port.codemods import visibility
 
 
 def _run(tmp_path: Path, files: dict[str, str], whole_program: bool):

@@ -16,7 +16,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from fsdp2_port.prove.launch import exit_now
 
 from common import Block, Net, batch, report
-from compat import BF16Optimizer
+from fsdp2_port.compat import BF16Optimizer
 
 
 def main():

@@ -1,4 +1,4 @@
-"""FSDP1 + compat.BF16Optimizer: the "before" of a migration (see _tiny.py)."""
+"""FSDP1 + fsdp2_port.compat.BF16Optimizer: the "before" of a migration (see _tiny.py)."""
 
 import argparse
 
@@ -7,7 +7,7 @@ import torch
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-from compat import BF16Optimizer
+from fsdp2_port.compat import BF16Optimizer
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-from compat import BF16Optimizer
+from fsdp2_port.compat import BF16Optimizer
 from fsdp2_port.prove.launch import exit_now
 
 from eagle.modeling import Block, DraftWithTarget, build_models

@@ -1,3 +1,0 @@
-from codemods.rules.clip_grad.rule import ClipGradRule
-
-__all__ = ["ClipGradRule"]

@@ -1,3 +1,0 @@
-from codemods.rules.constructors.rule import ConstructorRule
-
-__all__ = ["ConstructorRule"]

@@ -1,3 +1,0 @@
-from codemods.rules.dead_values.rule import DeadValuesRule
-
-__all__ = ["DeadValuesRule"]

@@ -1,3 +1,0 @@
-from codemods.rules.grad_reduce.rule import GradReduceRule
-
-__all__ = ["GradReduceRule"]

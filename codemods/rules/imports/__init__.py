@@ -1,3 +1,0 @@
-from codemods.rules.imports.rule import ImportsRule
-
-__all__ = ["ImportsRule"]

@@ -1,3 +1,0 @@
-from codemods.rules.internals.rule import InternalsRule
-
-__all__ = ["InternalsRule"]

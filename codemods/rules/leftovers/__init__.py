@@ -1,3 +1,0 @@
-from codemods.rules.leftovers.rule import CONFIGURATION, LeftoversRule
-
-__all__ = ["CONFIGURATION", "LeftoversRule"]

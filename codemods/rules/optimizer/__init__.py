@@ -1,3 +1,0 @@
-from codemods.rules.optimizer.rule import OptimizerRule
-
-__all__ = ["OptimizerRule"]

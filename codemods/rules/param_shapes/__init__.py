@@ -1,3 +1,0 @@
-from codemods.rules.param_shapes.rule import ParamShapesRule
-
-__all__ = ["ParamShapesRule"]

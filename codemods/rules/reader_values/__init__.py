@@ -1,3 +1,0 @@
-from codemods.rules.reader_values.rule import ReaderValuesRule
-
-__all__ = ["ReaderValuesRule"]

@@ -1,3 +1,0 @@
-from codemods.rules.state_dict.rule import StateDictRule
-
-__all__ = ["StateDictRule"]

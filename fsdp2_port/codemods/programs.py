@@ -1,0 +1,524 @@
+"""Which programs of the run a constructor's models can live in.
+
+A model exists only in a process that ran its constructor. An *entry script* has a
+module-level ``if __name__ == "__main__":`` and no file of the run imports it (``import``,
+``from``, ``importlib.import_module``, ``runpy``, by a literal): it runs as its own program.
+Its lines can meet a constructor's models only if the script reaches the constructor
+itself, through the functions that hold it:
+
+- the holder of a constructor is its innermost function (its class for ``__init__``, other
+  dunders and ``forward``, which are reached through the class); a constructor in a class
+  body or at module level is held by its module;
+- a function or class is reached where its name is read (a name, an attribute, a string
+  naming it); a read inside another function or class is followed by that one's name, one
+  at module level reaches its module; a function of an entry script is read only there
+  (one read nowhere, ``_mp_fn`` for a launcher, runs in that script's program, unless a
+  config names it).
+
+A constructor whose modules are all entry scripts runs only in their programs. Any doubt
+answers "any program": a holder never read in the run (called from outside it, or by a
+config: a config file of the run's folders that names it counts as a read too), a module
+that reaches it and is not an entry script, a file that does not parse, too many names.
+Lines outside entry scripts can always meet every model of the run.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import weakref
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from fsdp2_port.codemods import sources, trees
+from fsdp2_port.codemods.assumptions import CONFIG_SUFFIXES, PACKAGING_FILES
+from fsdp2_port.codemods.semantic.programs import ProgramMap
+
+from .assumed import either_way
+
+#: Functions reached through their class rather than by name.
+_THROUGH_CLASS = re.compile(r"__\w+__|forward")
+#: Import statements (parenthesized or continued ones whole) and calls that load a module by
+#: a name or path given as a string; a docstring that shows one counts too.
+_IMPORTS = re.compile(
+    rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*(?:\([^)]*\)|[^\n]*(?:\\\n[^\n]*)*)"
+    rb"|import[ \t]+[^\n]*(?:\\\n[^\n]*)*)"
+    rb"|\b(?:import_module|__import__|run_path|run_module|spec_from_file_location)[ \t]*\([^)]*\)",
+    re.MULTILINE,
+)
+#: A module-level ``if __name__ == "__main__":``.
+_MAIN_GUARD = re.compile(
+    rb"^if[ \t(]+(?:__name__[ \t]*==[ \t]*([\"'])__main__\1"
+    rb"|([\"'])__main__\2[ \t]*==[ \t]*__name__)",
+    re.MULTILINE,
+)
+#: Past this many names followed for one constructor, it may run in any program.
+_MAX_NAMES = 64
+
+
+@dataclass(frozen=True)
+class Programs:
+    """``entry``: the run's entry scripts; ``runs_in``: constructor id -> the entry scripts
+    whose programs may run it (``None``: any program); ``never_run``: of the lines asked
+    about, ``(path, line)`` of those no program of a whole program runs (``unreached``);
+    ``map``: which programs each file runs in, by the run's imports (None: any)."""
+
+    entry: frozenset[str] = frozenset()
+    runs_in: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    never_run: frozenset[tuple[str, int]] = frozenset()
+    map: ProgramMap | None = None
+    #: Of the lines asked about, ``(path, line)`` -> the entry scripts whose programs may run
+    #: it (``runs_in``; None: any program), as for constructors.
+    lines_run_in: Mapping[tuple[str, int], frozenset[str] | None] = field(default_factory=dict)
+
+    def runs_nowhere(self, path: str) -> bool:
+        """In a whole program, no program runs ``path`` (``ProgramMap``: no root imports it)."""
+        return (
+            self.map is not None
+            and not self.map.open
+            and path in self.map.member_of
+            and not self.map.member_of[path]
+        )
+
+    def may_meet(self, path: str, constructor: str, line: int | None = None) -> bool:
+        """Whether the models of ``constructor`` may reach a line of ``path`` (``line``: that
+        line, when it was asked about): one process runs both (``ProgramMap``), and the
+        constructor's holder, and the line's, are reached there."""
+        only = self.lines_run_in.get((path, line)) if line is not None else None
+        if only is not None:
+            where = self.runs_in.get(constructor)
+            home = _home(constructor)
+            roots = self.map.member_of.get(home) if self.map is not None else None
+            if where is not None:
+                return not only.isdisjoint(where)
+            return roots is None or not only.isdisjoint(roots)
+        where = self.runs_in.get(constructor)
+        if self.map is None or path not in self.map.member_of:
+            return path not in self.entry or where is None or path in where
+        home = _home(constructor)
+        if home not in self.map.member_of:
+            return True
+        if where is None:
+            return self.map.meet(path, home)
+        return not (self.map.member_of[home] & where).isdisjoint(self.map.member_of[path])
+
+
+def _home(constructor: str) -> str:
+    """The file of a constructor id (``path:line:column``, ``fsdp2 path:line``)."""
+    if constructor.startswith("fsdp2 "):
+        return constructor[len("fsdp2 ") :].rsplit(":", 1)[0]
+    return constructor.rsplit(":", 2)[0]
+
+
+def entry_scripts(paths: Iterable[str]) -> frozenset[str]:
+    """The run's entry scripts: their module-level names are their own (no module of the run
+    imports them)."""
+    paths = list(paths)
+    return frozenset(_Run(paths).entry(paths))
+
+
+def has_main_guard(data: bytes) -> bool:
+    """A module-level ``if __name__ == "__main__":`` (an entry script, in a run of its own)."""
+    return bool(_MAIN_GUARD.search(data))
+
+
+def find(
+    paths: Iterable[str],
+    constructors: Iterable[tuple[str, str, int]],
+    lines: Iterable[str],
+    entry_scripts: frozenset[str] | None = None,
+    unread: Iterable[tuple[str, int]] = (),
+    program_map: ProgramMap | None = None,
+    leaving: Iterable[tuple[str, int, str]] = (),
+) -> Programs:
+    """The run's programs, for constructors given as ``(id, path, line)`` and the files whose
+    lines may meet models (``lines``); ``entry_scripts``: the run's, when already known;
+    ``unread``: lines to test with ``unreached`` (a whole program's: nothing outside the run
+    calls its functions); ``leaving``: the imports ``(path, line, module)`` the run rewrites to
+    import another module."""
+    run = _Run(list(paths), leaving)
+    if entry_scripts is not None:
+        run.seed(entry_scripts)
+    entry = run.entry(lines)
+    unread = list(unread)
+    never_run = frozenset(at for at in unread if run.unreached(*at))
+    if not entry:
+        return Programs(never_run=never_run, map=program_map)
+    return Programs(
+        frozenset(entry),
+        {cid: run.runs_in(path, line) for cid, path, line in constructors},
+        never_run,
+        program_map,
+        {at: run.runs_in(*at) for at in unread if at not in never_run},
+    )
+
+
+class _Run:
+    def __init__(self, paths: list[str], leaving: Iterable[tuple[str, int, str]] = ()) -> None:
+        self.paths = paths
+        #: The lines of imports the run rewrites away from a module.
+        self.leaving = {(path, line) for path, line, _ in leaving}
+        self._data: dict[str, bytes] = {}
+        self._trees: dict[str, ast.Module | None] = {}
+        self._configs: list[bytes] | None = None
+        self._entry: dict[str, bool] = {}
+        self._loaded: dict[str, set[str]] | None = None
+        self._unreached: dict[tuple[str, str], bool] = {}
+        self._packaging: list[bytes] | None = None
+        self._words: dict[bytes, list[str]] | None = None
+
+    def data(self, path: str) -> bytes:
+        if path not in self._data:
+            try:
+                self._data[path] = sources.read_bytes(path)
+            except sources.UnreadableSource:
+                self._data[path] = b""
+        return self._data[path]
+
+    def tree(self, path: str) -> ast.Module | None:
+        if path not in self._trees:
+            self._trees[path] = sources.tree_of(self.data(path))
+        return self._trees[path]
+
+    def holding(self, word: str) -> list[str]:
+        """The files whose text has ``word`` as a word (from an index of every file's words,
+        built once)."""
+        if self._words is None:
+            self._words = defaultdict(list)
+            for path in self.paths:
+                for found in set(_WORDS.findall(self.data(path))):
+                    self._words[found].append(path)
+        return self._words.get(word.encode(), [])
+
+    def seed(self, entry: frozenset[str]) -> None:
+        """Every path's status as an entry script, known already (``entry_scripts``)."""
+        self._entry = {path: path in entry for path in self.paths}
+
+    def entry(self, paths: Iterable[str]) -> set[str]:
+        """Of ``paths``, the entry scripts (their statuses are kept: ``is_entry``)."""
+        found = set()
+        for path in paths:
+            if path not in self._entry:
+                stem = os.path.splitext(os.path.basename(path))[0]
+                self._entry[path] = has_main_guard(self.data(path)) and not (
+                    self.loaded().get(stem, set()) - {path}
+                )
+            if self._entry[path]:
+                found.add(path)
+        return found
+
+    def loaded(self) -> dict[str, set[str]]:
+        """Each word of the run's import statements and loader calls -> the files it is in."""
+        if self._loaded is None:
+            self._loaded = {}
+            for path in self.paths:
+                for statement in _IMPORTS.findall(self.data(path)):
+                    for word in re.findall(rb"\w+", statement):
+                        self._loaded.setdefault(word.decode(), set()).add(path)
+        return self._loaded
+
+    def is_entry(self, path: str) -> bool:
+        if path not in self._entry:
+            self.entry([path])
+        return self._entry[path]
+
+    def runs_in(self, path: str, line: int) -> frozenset[str] | None:
+        """The entry scripts whose programs may run the constructor at ``path:line``."""
+        tree = self.tree(path)
+        if tree is None:
+            return None
+        modules: set[str] = set()
+        todo: list[tuple[str | None, str]] = [(_holder(tree, line), path)]
+        seen: set[tuple[str | None, str | None]] = set()
+        while todo:
+            name, home = todo.pop()
+            if name is None:
+                modules.add(home)
+                if not self.is_entry(home):
+                    return None
+                continue
+            scope = home if self.is_entry(home) else None
+            if (name, scope) in seen:
+                continue
+            seen.add((name, scope))
+            if len(seen) > _MAX_NAMES or (scope is None and self._configured(name)):
+                return None
+            readers = [home] if scope else self.holding(name)
+            found = False
+            for reader in readers:
+                tree = self.tree(reader)
+                if tree is None:
+                    return None
+                for holder in _readers_of(tree, name):
+                    found = True
+                    todo.append((holder, reader))
+            if not found:
+                if scope is None or self._configured(name):
+                    return None  # read by no line of the run: called from outside it
+                modules.add(home)  # an entry script's own, read nowhere: run in its program
+        return frozenset(modules)
+
+    def unreached(self, path: str, line: int) -> bool:
+        """In a whole program, whether no program runs ``line``: it lies in a module-level
+        function (no decorator) that no line of the run reads, or that only such functions
+        read, and no config or packaging file (a console script) names; or in a method of a
+        module-level class (no decorator) no line of the run names once the run is written
+        (``_unbuilt``). Anything else may run (a framework may call a method by a name the
+        run never spells; code at module level)."""
+        tree = self.tree(path)
+        if tree is None:
+            return False
+        function = _module_function(tree, line)
+        if function is not None:
+            key = (path, function.name)
+            if key not in self._unreached:
+                self._unreached[key] = self._unread(path, function)
+            return self._unreached[key]
+        owner = _module_class(tree, line)
+        if owner is None:
+            return False
+        key = (path, owner.name)
+        if key not in self._unreached:
+            self._unreached[key] = self._unbuilt(path, owner)
+        return self._unreached[key]
+
+    def _unbuilt(self, path: str, owner: ast.ClassDef) -> bool:
+        """No line of the run names the class ``owner`` of ``path`` once the run is written:
+        only its own body and imports the run rewrites to another module spell it, and no
+        config or packaging file does. A class with a base, a metaclass or a decorator may be
+        registered where it is defined, and built by a framework from there: it may run."""
+        registered = owner.decorator_list or owner.keywords or _based(owner)
+        if registered or self._configured(owner.name) or self._packaged(owner.name):
+            return False
+        for reader in self.holding(owner.name):
+            tree = self.tree(reader)
+            if tree is None:
+                return False
+            if reader == path:
+                lines = _reads_of(tree, owner.name)
+                if not all(_within(owner, line) for line in lines):
+                    return False
+            elif not self._imports_elsewhere(reader, tree, owner.name):
+                return False
+        return True
+
+    def _imports_elsewhere(self, path: str, tree: ast.Module, name: str) -> bool:
+        """Whether ``path`` reads ``name`` only as the name ``from ... import name`` binds,
+        each of those imports one the run rewrites to import another module."""
+        imports = [
+            s
+            for s, _ in trees.statements(tree)
+            if isinstance(s, ast.ImportFrom) and any(a.name == name for a in s.names)
+        ]
+        if not imports or any((path, s.lineno) not in self.leaving for s in imports):
+            return False
+        return not any(
+            (isinstance(n, ast.Attribute) and n.attr == name)
+            or (isinstance(n, ast.Constant) and n.value == name)
+            or (isinstance(n, ast.alias) and n.asname is not None and n.name == name)
+            for n in trees.nodes(tree, ast.Attribute, ast.Constant, ast.alias)
+        )
+
+    def _unread(self, path: str, first: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        todo: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef | None]] = [(path, first)]
+        seen: set[tuple[str, str]] = set()
+        while todo:
+            home, function = todo.pop()
+            if function is None or function.decorator_list:
+                return False
+            if (home, function.name) in seen:
+                continue
+            if self._configured(function.name) or self._packaged(function.name):
+                return False
+            seen.add((home, function.name))
+            if len(seen) > _MAX_NAMES:
+                return False
+            for reader in self.holding(function.name):
+                tree = self.tree(reader)
+                if tree is None:
+                    return False
+                todo += [
+                    (reader, _module_function(tree, r)) for r in _reads_of(tree, function.name)
+                ]
+        return True
+
+    def _packaged(self, name: str) -> bool:
+        """Whether a packaging file above the run (``pyproject.toml``, ``setup.cfg``,
+        ``setup.py``) names ``name``: a console script calls it from outside the run."""
+        if self._packaging is None:
+            self._packaging = list(_packaging_texts(self.paths))
+        return _spelled(self._packaging, name)
+
+    def _configured(self, name: str) -> bool:
+        if self._configs is None:
+            self._configs = list(config_texts(self.paths))
+        return _spelled(self._configs, name)
+
+
+_WORDS = re.compile(rb"\w+")
+
+
+def _word(word: str) -> re.Pattern[bytes]:
+    return re.compile(rb"\b" + re.escape(word.encode()) + rb"\b")
+
+
+def _spelled(texts: Iterable[bytes], word: str) -> bool:
+    """Whether any of ``texts`` has ``word`` as a word."""
+    pattern = _word(word)
+    return any(pattern.search(text) for text in texts)
+
+
+def _holder(tree: ast.Module, line: int) -> str | None:
+    """The name that reaches the code at ``line``: its innermost function's (its class's for
+    a dunder or ``forward``); ``None`` for a class body or module level."""
+    holder: str | None = None
+    body: list[ast.stmt] = tree.body
+    classes: list[str] = []
+    while True:
+        inner = next(
+            (
+                s
+                for s in body
+                if s.lineno <= line <= (s.end_lineno or s.lineno)
+                and isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            ),
+            None,
+        )
+        if inner is None:
+            blocks = [
+                s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno) and _blocks(s)
+            ]
+            if not blocks:
+                return holder
+            body = [b for block in _blocks(blocks[0]) for b in block]
+            continue
+        if isinstance(inner, ast.ClassDef):
+            if any(_within(b, line) for b in inner.bases + inner.keywords):
+                return inner.name  # a base class: reached when the class is instantiated
+            classes.append(inner.name)
+            body = inner.body
+            continue
+        if not any(_within(s, line) for s in inner.body):
+            return holder  # decorators, defaults: evaluated where the function is defined
+        holder = classes[-1] if _THROUGH_CLASS.fullmatch(inner.name) and classes else inner.name
+        classes = []
+        body = inner.body
+
+
+def _within(node: ast.AST, line: int) -> bool:
+    start = getattr(node, "lineno", None)
+    return start is not None and start <= line <= (getattr(node, "end_lineno", None) or start)
+
+
+def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+    found = []
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(statement, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            found.append(block)
+    for handler in getattr(statement, "handlers", ()):
+        found.append(handler.body)
+    for case in getattr(statement, "cases", ()):
+        found.append(case.body)
+    return found
+
+
+def _based(owner: ast.ClassDef) -> bool:
+    """A base other than ``object``."""
+    return any(not (isinstance(b, ast.Name) and b.id == "object") for b in owner.bases)
+
+
+def _module_class(tree: ast.Module, line: int) -> ast.ClassDef | None:
+    """The module-level class whose body holds ``line`` (None elsewhere, and in its bases,
+    keywords and decorators: those run when the module is imported)."""
+    for statement in tree.body:
+        if isinstance(statement, ast.ClassDef) and any(_within(s, line) for s in statement.body):
+            return statement
+    return None
+
+
+def _module_function(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The module-level function whose body holds ``line`` (None at module level, in a class,
+    in a decorator or a default: those run when the module is imported)."""
+    for statement in tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            _within(s, line) for s in statement.body
+        ):
+            return statement
+    return None
+
+
+def _readers_of(tree: ast.Module, name: str) -> list[str | None]:
+    """The holders (``_holder``) of each line of ``tree`` that reads ``name``."""
+    known: dict[int, str | None] = trees.derived(tree, "holders", None, dict)
+    for line in _reads_of(tree, name):
+        if line not in known:
+            known[line] = _holder(tree, line)
+    return [known[line] for line in _reads_of(tree, name)]
+
+
+def _reads_of(tree: ast.Module, name: str) -> list[int]:
+    """The lines of ``tree`` that read ``name`` (a name, an attribute, a string naming it, an
+    import under another name)."""
+    return sorted(_read_index(tree).get(name, ()))
+
+
+_READ_INDEXES: weakref.WeakKeyDictionary[ast.Module, dict[str, set[int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _read_index(tree: ast.Module) -> dict[str, set[int]]:
+    """Each name ``tree`` reads -> its lines (``_reads_of``), found in one walk per tree: a
+    string reads the name after its last ``.`` or ``:`` (``"pkg.mod:main"``)."""
+    found = _READ_INDEXES.get(tree)
+    if found is None:
+        found = defaultdict(set)
+        for node in trees.nodes(tree, ast.Name, ast.Attribute, ast.Constant, ast.alias):
+            if isinstance(node, ast.Name):
+                found[node.id].add(node.lineno)
+            elif isinstance(node, ast.Attribute):
+                found[node.attr].add(node.lineno)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found[re.split(r"[.:]", node.value)[-1]].add(node.lineno)
+            elif isinstance(node, ast.alias) and node.asname:
+                found[node.name].add(node.lineno)
+        _READ_INDEXES[tree] = found
+    return found
+
+
+def _packaging_texts(paths: list[str]) -> Iterable[bytes]:
+    """The packaging files of the folders above the run's files, up to the file system's
+    root (where console scripts name the functions they call)."""
+    folders: set[str] = set()
+    for directory in {os.path.dirname(os.path.abspath(p)) for p in paths}:
+        while directory not in folders:
+            folders.add(directory)
+            directory = os.path.dirname(directory)
+    for folder in sorted(folders):
+        for name in PACKAGING_FILES:
+            try:
+                yield sources.read_bytes(os.path.join(folder, name))
+            except sources.UnreadableSource:
+                continue
+
+
+def config_texts(paths: list[str]) -> Iterable[bytes]:
+    """The config files of the folders the run's files are in."""
+    for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if (
+                either_way(CONFIG_SUFFIXES, name, member=name.endswith(CONFIG_SUFFIXES.names))
+                and entry.is_file()
+            ):
+                try:
+                    yield sources.read_bytes(entry.path)
+                except sources.UnreadableSource:
+                    continue

@@ -1,0 +1,3 @@
+from fsdp2_port.codemods.rules.imports.rule import ImportsRule
+
+__all__ = ["ImportsRule"]

@@ -1,0 +1,3 @@
+from fsdp2_port.codemods.rules.internals.rule import InternalsRule
+
+__all__ = ["InternalsRule"]

@@ -1,0 +1,154 @@
+"""What one file tells the run: what its functions return and its classes' fields hold
+(``exports``), how they are called (``signatures``), what it passes to other files' functions
+and to library objects (``passes``), what it calls (``calls``) and what its FSDP1 constructors
+wrap (``sharded``); read from the file's value flow (``values.Ties``) and settled by the run
+(``resolve.Resolver``)."""
+
+from __future__ import annotations
+
+import ast
+
+from fsdp2_port.codemods import syntax
+from fsdp2_port.codemods.refs import DISPATCHED, GIVEN_TO, UNKNOWN, Factory, Passing, Ref
+from fsdp2_port.codemods.semantic.values import Ties
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+class FileLinks:
+    def __init__(self, ties: Ties) -> None:
+        self.ties = ties
+
+    def exports(self) -> dict[str, frozenset[Ref]]:
+        """Qualified names of this file's functions and methods -> what their calls return."""
+        out = {
+            name: self.ties._returned(function) for name, function in self.ties._exported().items()
+        }
+        out.update(self._fields())
+        return {k: frozenset(r for r in v if not isinstance(r, Factory)) for k, v in out.items()}
+
+    def _fields(self) -> dict[str, set[Ref]]:
+        """``module.Class#attr`` -> what the methods of this file's module-level classes
+        assign to ``self.attr`` (what an instance's ``x.attr`` holds elsewhere)."""
+        module = self.ties.parsed.module_name
+        out: dict[str, set[Ref]] = {}
+        if not module:
+            return out
+        classes = {c: c.name for c in self.ties.parsed.tree.body if isinstance(c, ast.ClassDef)}
+        for (owner, text), values in self.ties._attributes.items():
+            if owner in classes and text.count(".") == 1 and text.startswith("self."):
+                name = f"{module}.{classes[owner]}#{text[len('self.') :]}"
+                out[name] = {r for value in values for r in self.ties._value(value)}
+        return out
+
+    def signatures(self) -> dict[str, tuple[str, ...]]:
+        """Qualified names of this file's functions and methods -> the names their positional
+        arguments bind to, as other files call them (``self`` left out)."""
+        return {
+            name: tuple(syntax.positional(function)[1 if self.ties._takes_self(function) else 0 :])
+            for name, function in self.ties._exported().items()
+        }
+
+    def passes(self) -> list[Passing]:
+        """``(callee, position or keyword, refs)`` for each model this file passes to a
+        function of another file (``save(model)``, ``Trainer(model=model)``), to a library
+        object's method, or to a method of an object of no known class (``receiver``)."""
+        out: list[Passing] = []
+        for call in self.ties.parsed.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if call not in self.ties.constructors:
+                out += self._passing(call)
+        return out
+
+    def _passing(self, call: ast.Call) -> list[Passing]:
+        func, preset = syntax.unsubscripted(call.func), 0
+        partial = self.ties._partial_target(func)
+        if partial is not None:
+            func, preset = partial
+        callees, receiver = self._callees(func)
+        if not callees or any(c.startswith("builtins.") for c in callees):
+            return []
+        out = []
+        if receiver and not (call.args or call.keywords):  # called: its method is called
+            out.append(Passing(next(iter(callees)), "", frozenset(), receiver))
+        slots: list[tuple[int | str, ast.AST]] = []
+        for index, argument in enumerate(call.args):
+            if isinstance(argument, ast.Starred):
+                break
+            slots.append((index + preset, argument))
+        slots += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+        for slot, value in slots:
+            refs = frozenset(r for r in self.ties._value(value) if not isinstance(r, Factory))
+            if refs:
+                out += [Passing(callee, slot, refs, receiver) for callee in callees]
+        return out
+
+    def _callees(self, func: ast.expr) -> tuple[frozenset[str], frozenset[Ref]]:
+        """The names a call's ``func`` calls (a library object's method: ``GIVEN_TO`` its
+        instance; a method of an object of no known class: ``DISPATCHED`` its name, with what
+        the object may be)."""
+        callees = self.ties.parsed.names.qualified(func)
+        if callees or not isinstance(func, ast.Attribute):
+            return callees, frozenset()
+        instances = self.ties._instances(func.value)
+        if instances:
+            return frozenset(f"{GIVEN_TO}{i}" for i in instances), frozenset()
+        if self.ties._is_self(func.value):
+            return frozenset(), frozenset()
+        return frozenset({f"{DISPATCHED}{func.attr}"}), self.ties._value(func.value)
+
+    def sharded(self) -> frozenset[Ref]:
+        """What the modules this file's FSDP1 constructors wrap may hold (a constructor's
+        first argument, or a factory's call's): under FSDP2 these objects are sharded in
+        place."""
+        out: set[Ref] = set()
+        names = self.ties.parsed.names
+        for call in names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            if call in self.ties.factories:
+                continue
+            built = call in self.ties.constructors or any(
+                isinstance(r, Factory) for r in self.ties._value(call.func)
+            )
+            if not built:
+                continue
+            module = call.args[0] if call.args else None
+            module = next((k.value for k in call.keywords if k.arg == "module"), module)
+            out |= self.ties._value(module) if module is not None else {UNKNOWN}
+        return frozenset(r for r in out if not isinstance(r, Factory))
+
+    def calls(self) -> frozenset[str]:
+        """The qualified names this file calls (a function of another file, a library's)."""
+        out: set[str] = set()
+        for call in self.ties.parsed.names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            func = syntax.unsubscripted(call.func)
+            partial = self.ties._partial_target(func)
+            func = partial[0] if partial is not None else func
+            out |= self.ties.parsed.names.qualified(func)
+            out |= {
+                name for f in self._local_callees(func) if (name := self.ties._exported_name(f))
+            }
+        return frozenset(q for q in out if not q.startswith("builtins."))
+
+    def _local_callees(self, func: ast.expr) -> list[ast.AST]:
+        """The functions of this file a call's ``func`` names: a def's name, a method called on
+        ``self``, a class's ``__init__`` by the class's name."""
+        names = self.ties.parsed.names
+        if isinstance(func, ast.Name):
+            found: list[ast.AST] = []
+            for binding in names.bindings_of(func):
+                if binding.kind == "def":
+                    found.append(binding.node)
+                elif binding.kind == "class" and isinstance(binding.node, ast.ClassDef):
+                    found += [
+                        f
+                        for f in binding.node.body
+                        if isinstance(f, _FUNCTIONS) and f.name == "__init__"
+                    ]
+            return found
+        if isinstance(func, ast.Attribute) and self.ties._is_self(func.value):
+            owner = names.class_of(func)
+            if owner is not None:
+                return [f for f in owner.body if isinstance(f, _FUNCTIONS) and f.name == func.attr]
+        return []

@@ -1,0 +1,308 @@
+"""What each function of the run does with its arguments, followed through the run's calls.
+
+For every module-level function and method of a module-level class (by canonical qualified
+name: ``pkg.comm.reduce``, ``pkg.opt.Adapter.step``) and each argument position (a method's
+first is the one after ``self``), the effects the code reached from it may have on the value
+passed there, or on a value computed from it:
+
+- ``"reduce"``: it goes into a collective of ``torch.distributed`` (``all_reduce``...);
+- ``"shape"``: a tensor's shape is read from it (``.ndim``, ``.shape``, ``.dim()``,
+  ``.size()``, ``.numel()``: of it, of its ``parameters()``, of its elements);
+- ``"storage"``: its storage is read (``untyped_storage()``, ``storage()``, ``data_ptr()``).
+
+A function's return value has the effect ``"norm"`` (at position ``RETURNED``) when it may be
+the norm one of torch's clipping functions returns (``NORM_SOURCES``), directly or through names
+and functions of the run that return one.
+
+A function has an effect on an argument when its own code has it, or when it hands the value
+(or one computed from it) to a function of the run whose argument has it: a fixpoint over the
+run's calls, through direct calls, calls of ``self``'s methods and of imported names (by the
+module the import finds). Calls on objects of no known class are not followed: an effect is
+only ever claimed along calls the layer can name.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+
+from fsdp2_port.codemods.assumptions import (
+    COLLECTIVE_TENSOR_KEYWORDS,
+    COLLECTIVES,
+    CONTAINER_BUILTINS,
+    NORM_SOURCES,
+    PARAMETER_ITERATORS,
+    SHAPE_ATTRIBUTES,
+    STORAGE_METHODS,
+)
+
+from ..assumed import either_way
+
+#: Per function, per argument position: what may be done to it.
+Effects = dict[str, dict[int, frozenset[str]]]
+#: The position of a function's return value in its ``Effects``.
+RETURNED = -1
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def find(
+    trees: Mapping[str, ast.Module],
+    module_names: Mapping[str, str],
+    bindings: Mapping[str, Mapping[str, str]],
+) -> Effects:
+    """The effects of the run's functions (``trees``: each file's; ``module_names``: each
+    file's canonical module name; ``bindings``: each file's imported names -> the qualified
+    names they stand for). Only functions with an effect are listed."""
+    direct: dict[tuple[str, int], set[str]] = defaultdict(set)
+    handed: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)
+    returning: dict[str, _Reader] = {}
+    for path, tree in trees.items():
+        module = module_names.get(path, "")
+        if not module:
+            continue
+        local = {n.name for n in tree.body if isinstance(n, (*_FUNCTIONS, ast.ClassDef))}
+        for name, function, owner in _functions(tree, module):
+            reader = _Reader(function, owner, module, bindings.get(path, {}), local)
+            for position, own, hands in reader.arguments():
+                direct[(name, position)] |= own
+                handed[(name, position)] |= hands
+            if reader.returns:
+                returning[name] = reader
+    for name in _returning_norms(returning):
+        direct[(name, RETURNED)].add("norm")
+    out: dict[tuple[str, int], set[str]] = {k: set(v) for k, v in direct.items()}
+    changed = True
+    while changed:  # a fixpoint: effects flow back along the hand-overs
+        changed = False
+        for key, targets in handed.items():
+            gained = set().union(*(out.get(t, set()) for t in targets)) - out.get(key, set())
+            if gained:
+                out.setdefault(key, set()).update(gained)
+                changed = True
+    effects: Effects = {}
+    for (name, position), found in out.items():
+        if found:
+            effects.setdefault(name, {})[position] = frozenset(found)
+    return effects
+
+
+def _returning_norms(readers: Mapping[str, _Reader]) -> set[str]:
+    """The functions whose return value may be a gradient norm: a fixpoint from torch's
+    (``NORM_SOURCES``) through the run's functions that return what they call."""
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        sources = NORM_SOURCES.members | found
+        for name, reader in readers.items():
+            if name not in found and reader.returns_one_of(sources):
+                found.add(name)
+                changed = True
+    return found
+
+
+def _functions(
+    tree: ast.Module, module: str
+) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef, str | None]]:
+    """``(qualified name, def, class or None)`` of the module's functions and methods."""
+    for statement in tree.body:
+        if isinstance(statement, _FUNCTIONS):
+            yield f"{module}.{statement.name}", statement, None
+        elif isinstance(statement, ast.ClassDef):
+            for item in statement.body:
+                if isinstance(item, _FUNCTIONS):
+                    yield f"{module}.{statement.name}.{item.name}", item, statement.name
+
+
+class _Reader:
+    """One function's own code, read once: the flows between its names, what it does to
+    which names, and which names it hands to which of the run's functions."""
+
+    def __init__(
+        self,
+        function: ast.FunctionDef | ast.AsyncFunctionDef,
+        owner: str | None,
+        module: str,
+        bindings: Mapping[str, str],
+        local: set[str],
+    ) -> None:
+        self.function = function
+        self.owner = owner
+        self.module = module
+        self.bindings = bindings
+        #: The names the module's own functions and classes have.
+        self.local = local
+        #: (names read, names read without calling into them, names bound) of each
+        #: assignment, loop and walrus (``_names``).
+        self.flows: list[tuple[frozenset[str], frozenset[str], frozenset[str]]] = []
+        #: (effect, names its subject reads).
+        self.uses: list[tuple[str, frozenset[str]]] = []
+        #: (callee, position, names the argument reads).
+        self.calls: list[tuple[str, int, frozenset[str]]] = []
+        #: (an assignment's values, names it binds).
+        self.assigned: list[tuple[Sequence[ast.AST], frozenset[str]]] = []
+        #: (a returned value, names it reads).
+        self.returns: list[tuple[ast.AST, frozenset[str]]] = []
+        for node in _own_nodes(function):
+            self._read(node)
+
+    def _read(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Return) and node.value is not None:
+            self.returns.append((node.value, _names(node.value)))
+        if isinstance(node, ast.Assign):
+            self._flow([node.value], node.targets)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            self._flow([node.value], [node.target])
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            self._flow([node.iter], [node.target])
+        elif isinstance(node, ast.NamedExpr):
+            self._flow([node.value], [node.target])
+        elif isinstance(node, ast.Attribute):
+            if either_way(SHAPE_ATTRIBUTES, node.attr):
+                self.uses.append(("shape", _names(node.value, structural=True)))
+            elif node.attr in STORAGE_METHODS:
+                self.uses.append(("storage", _names(node.value, structural=True)))
+        elif isinstance(node, ast.Call):
+            callee = self._callee(node.func)
+            if callee in COLLECTIVES:
+                self.uses += [("reduce", _names(a)) for a in _tensors(node)]
+            elif callee:
+                for position, argument in enumerate(node.args):
+                    if isinstance(argument, ast.Starred):
+                        break
+                    self.calls.append((callee, position, _names(argument)))
+
+    def _flow(self, sources: Sequence[ast.AST], targets: Sequence[ast.AST]) -> None:
+        read = frozenset().union(*(_names(s) for s in sources))
+        structural = frozenset().union(*(_names(s, structural=True) for s in sources))
+        bound = frozenset().union(*(_names(t) for t in targets))
+        if read and bound:
+            self.flows.append((read, structural, bound))
+        if bound:
+            self.assigned.append((sources, bound))
+
+    def _callees(self, exprs: Sequence[ast.AST]) -> frozenset[str]:
+        """The qualified names of the calls in ``exprs`` that ``_callee`` names."""
+        found = {
+            self._callee(n.func) for e in exprs for n in ast.walk(e) if isinstance(n, ast.Call)
+        }
+        return frozenset(found - {""})
+
+    @functools.cached_property
+    def _called(self) -> list[tuple[frozenset[str], frozenset[str]]]:
+        """(callees of an assignment's values, names it binds), for those that call."""
+        found = [(self._callees(values), bound) for values, bound in self.assigned]
+        return [(callees, bound) for callees, bound in found if callees]
+
+    @functools.cached_property
+    def _returned(self) -> list[tuple[frozenset[str], frozenset[str]]]:
+        return [(self._callees([value]), names) for value, names in self.returns]
+
+    def returns_one_of(self, functions: frozenset[str] | set[str]) -> bool:
+        """Whether a value the function returns may be what one of ``functions`` returned
+        (through its names: ``norm = clip(...)``, ``return norm.detach()``)."""
+        seeds = {n for callees, bound in self._called if callees & functions for n in bound}
+        derived = self._derived(seeds, structural=False) if seeds else set()
+        return any(callees & functions or names & derived for callees, names in self._returned)
+
+    def arguments(self) -> Iterator[tuple[int, set[str], set[tuple[str, int]]]]:
+        arguments = [*self.function.args.posonlyargs, *self.function.args.args]
+        if self.owner is not None and arguments and not _static(self.function):
+            arguments = arguments[1:]  # self, cls
+        if not (self.uses or self.calls):
+            return
+        for position, argument in enumerate(arguments):
+            computed = self._derived({argument.arg}, structural=False)
+            parts = self._derived({argument.arg}, structural=True)
+            effects = {
+                kind
+                for kind, names in self.uses
+                if not names.isdisjoint(computed if kind == "reduce" else parts)
+            }
+            hands = {(c, p) for c, p, names in self.calls if not names.isdisjoint(computed)}
+            yield position, effects, hands
+
+    def _derived(self, names: set[str], structural: bool) -> set[str]:
+        """The names bound, anywhere in the function, to values computed from ``names``
+        (``structural``: only to their parts: parameters, elements, attributes, not what
+        calling them computes)."""
+        derived = set(names)
+        changed = True
+        while changed:
+            changed = False
+            for read, parts, bound in self.flows:
+                source = parts if structural else read
+                if not bound <= derived and not source.isdisjoint(derived):
+                    derived |= bound
+                    changed = True
+        return derived
+
+    def _callee(self, func: ast.AST) -> str:
+        """The qualified name a call's ``func`` names: a function of the file, an imported
+        name (and attributes of it: ``dist.all_reduce``), a method of ``self``'s class."""
+        parts: list[str] = []
+        while isinstance(func, ast.Attribute):
+            parts.insert(0, func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name):
+            return ""
+        head = func.id
+        if head in ("self", "cls") and self.owner is not None and len(parts) == 1:
+            return f"{self.module}.{self.owner}.{parts[0]}"
+        if head in self.bindings:
+            return ".".join([self.bindings[head], *parts])
+        if head in self.local and not parts:
+            return f"{self.module}.{head}"
+        return ""
+
+
+def _own_nodes(function: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function's body, not those of functions or classes defined in it."""
+    todo: list[ast.AST] = list(getattr(function, "body", []))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _static(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in function.decorator_list)
+
+
+def _tensors(call: ast.Call) -> list[ast.expr]:
+    """The tensor arguments of a collective: its first positional (``all_reduce(tensor, op,
+    group)``), its first two for those with an output and an input (``all_gather(out, t)``)."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else ""
+    count = 2 if "gather" in name or "scatter" in name else 1
+    return [
+        *call.args[:count],
+        *(k.value for k in call.keywords if k.arg in COLLECTIVE_TENSOR_KEYWORDS),
+    ]
+
+
+def _names(node: ast.AST, structural: bool = False) -> frozenset[str]:
+    """The names an expression reads (or a target binds), never one it only calls
+    (``model(x)``: ``x``); ``structural``: only those it reads parts of (attributes, elements,
+    ``m.parameters()``, containers of them), not what a call computes (``model.encode(x)``,
+    ``f(x)``)."""
+    found: set[str] = set()
+    todo: list[ast.AST] = [node]
+    while todo:
+        current = todo.pop()
+        if isinstance(current, ast.Name):
+            found.add(current.id)
+            continue
+        if isinstance(current, ast.Call):
+            func = current.func
+            if not structural or (isinstance(func, ast.Name) and func.id in CONTAINER_BUILTINS):
+                todo += [*current.args, *(k.value for k in current.keywords)]
+            if isinstance(func, ast.Attribute) and (
+                not structural or either_way(PARAMETER_ITERATORS, func.attr)
+            ):
+                todo.append(func.value)  # a method's receiver, not a callee's name
+            continue
+        todo.extend(ast.iter_child_nodes(current))
+    return frozenset(found)
