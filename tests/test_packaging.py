@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PIP_WHEEL = (sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q")
 
 
 @pytest.mark.timeout(300)
@@ -27,8 +28,7 @@ def test_the_wheel_installs_fsdp2_port_alone(tmp_path):
         ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
     )
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + [str(source), "-w", str(tmp_path / "dist")],
+        [*PIP_WHEEL, str(source), "-w", str(tmp_path / "dist")],
         capture_output=True,
         text=True,
         timeout=280,

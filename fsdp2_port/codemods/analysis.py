@@ -217,7 +217,8 @@ class FileAnalysis(ParsedFile):
     ) -> Site | None:
         """A site about the model ``receiver`` holds.
 
-        - Known to hold only DDP models (``Ties.never_fsdp``) or an object just built
+        - Known to hold only DDP models (``Ties.never_fsdp``, or a DDP type test guards
+          it: ``TypeTests.guarded_other_wrapper``) or an object just built
           (``Ties.fresh``), with ``known``: a silent site (the latter once the run ties it to
           nothing, when it depends on calls into other files).
         - Tied to constructors (or to calls and parameters the run resolves): ``MODELS``.
@@ -240,6 +241,7 @@ class FileAnalysis(ParsedFile):
         fresh = known and self.ties.fresh(receiver)
         if known and (
             self.ties.never_fsdp(receiver)
+            or self.type_tests.guarded_other_wrapper(receiver)
             or (not ties and not deferred and (fresh or self.ties.none_of(receiver)))
         ):
             # a DDP model, an object just built, or a value no model of the run reaches:
@@ -417,7 +419,7 @@ class FileAnalysis(ParsedFile):
         return imports.after(self.lines, statement, module, name, asname)
 
     def module_level_import(self, module: str, name: str) -> NeededImport:
-        """``from module import name`` after the module's leading imports."""
+        """``from module import name`` among the module's leading imports."""
         return self._after_leading_imports(module, name)
 
     def module_import(self, module: str, used_at: ast.AST | None = None) -> NeededImport:
@@ -430,17 +432,19 @@ class FileAnalysis(ParsedFile):
         return self._after_leading_imports(module, None)
 
     def _after_leading_imports(self, module: str, name: str | None) -> NeededImport:
-        """After the module's last top-level import that comes before its first definition
-        (so after any set-up code between imports, such as ``os.environ[...] = ...``)."""
-        last = None
+        """After the module's top-level imports that come before its first definition (so
+        after any set-up code between imports, such as ``os.environ[...] = ...``), in the
+        file's own order (``imports.place``): a library's import goes with the libraries,
+        before the run's own modules, at its sorted place where that block is sorted."""
+        leading = []
         for statement in self.tree.body:
             if isinstance(statement, (ast.Import, ast.ImportFrom)):
-                last = statement
+                leading.append(statement)
             elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 break
-        if last is None:
+        if not leading:
             return NeededImport(module, name, 0, "")
-        return NeededImport(module, name, self.lines.line_end(self.lines.end(last) - 1), "")
+        return imports.place(self.lines, leading, self.run_modules.tops, module, name)
 
     # -- bindings ------------------------------------------------------------------------------
     def sole_binding(self, node: ast.Name) -> Binding | None:

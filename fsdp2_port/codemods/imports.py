@@ -3,8 +3,9 @@
 A new import goes on a line of its own right after the statement that imported the FSDP1
 name it replaces, at that statement's indentation (a lazy import stays lazy; set-up code above
 the imports stays above them); several names for one place share one line, and at module
-level all of a module's names share the first of their places. A name the scope already
-imports from the same module is not imported again. Which imports go: F2P001
+level all of a module's names share the first of their places. An import no FSDP1 import
+stands for goes among the file's leading imports in isort's order (``place``). A name the
+scope already imports from the same module is not imported again. Which imports go: F2P001
 (``fsdp2_port.codemods.rules.imports``).
 """
 
@@ -31,6 +32,56 @@ def after(
     whenever) the name it replaces was bound."""
     end = lines.line_end(lines.end(statement) - 1)
     return NeededImport(module, name, end, lines.indent_at(lines.start(statement)), asname)
+
+
+def place(
+    lines: LineIndex,
+    leading: Sequence[ast.Import | ast.ImportFrom],
+    own: frozenset[str],
+    module: str,
+    name: str | None,
+) -> NeededImport:
+    """A module-level import of a library (``module`` not among ``own``, the first parts of
+    the run's modules) among ``leading``, the file's top-level imports, as isort orders them:
+    after the last library import that the run's own imports follow (first-party stays
+    last), at its sorted place (``import`` lines, then ``from`` lines, by module) when that
+    block is sorted; after the last import otherwise."""
+    last = leading[-1]
+    if module.partition(".")[0] not in own:
+        libraries = [i for i, s in enumerate(leading) if not _first_party(s, own)]
+        if libraries and libraries[-1] < len(leading) - 1:
+            end = libraries[-1]
+            start = end
+            while (
+                start > 0
+                and not _first_party(leading[start - 1], own)
+                and (
+                    leading[start].lineno - leading[start - 1].end_lineno == 1  # type: ignore[operator]
+                )
+            ):
+                start -= 1
+            block = leading[start : end + 1]
+            keys = [_sort_key(s) for s in block]
+            key = (name is not None, module.lower())
+            if keys == sorted(keys) and key < keys[-1]:
+                before = next(s for s, k in zip(block, keys) if key < k)
+                anchor = lines.line_start(lines.start(before))
+                return NeededImport(module, name, anchor, "")
+            last = leading[end]
+    return NeededImport(module, name, lines.line_end(lines.end(last) - 1), "")
+
+
+def _first_party(statement: ast.Import | ast.ImportFrom, own: frozenset[str]) -> bool:
+    if isinstance(statement, ast.ImportFrom):
+        return bool(statement.level) or (statement.module or "").partition(".")[0] in own
+    return any(alias.name.partition(".")[0] in own for alias in statement.names)
+
+
+def _sort_key(statement: ast.Import | ast.ImportFrom) -> tuple[bool, str]:
+    """isort's order within a section: ``import x`` lines first, then ``from x import``."""
+    if isinstance(statement, ast.ImportFrom):
+        return True, (statement.module or "").lower()
+    return False, statement.names[0].name.lower()
 
 
 def importing_scopes(names: Names, lines: LineIndex) -> dict[str, tuple[tuple[int, int], ...]]:
@@ -127,7 +178,8 @@ def removals(
 
 def remove_statement(lines: LineIndex, names: Names, statement: ast.stmt) -> Edit:
     """Delete a statement: its lines when it has them to itself (and a blank line after the
-    first statement of a block), ``pass`` when alone in a block."""
+    first statement of a block, or the blank line before a module-level statement that blank
+    lines set apart), ``pass`` when alone in a block."""
     text = lines.text
     start, end = lines.span(statement)
     block = names.parent.get(statement)
@@ -150,6 +202,16 @@ def remove_statement(lines: LineIndex, names: Names, statement: ast.stmt) -> Edi
             blank = text[line_end : lines.line_end(line_end)]
             if line_end < len(text) and not blank.strip():
                 line_end += len(blank)
+        elif isinstance(block, ast.Module) and line_start > 0:
+            # a block of its own between blank lines (a section of imports): one blank goes too
+            previous = lines.line_start(line_start - 1)
+            following = text[line_end : lines.line_end(line_end)]
+            if (
+                not text[previous:line_start].strip()
+                and line_end < len(text)
+                and not (following.strip())
+            ):
+                line_start = previous
         return Edit(line_start, line_end, "")
     if after.lstrip(" \t").startswith(";"):
         position = end + len(after) - len(after.lstrip(" \t")) + 1

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fsdp2_port.codemods import syntax
-from fsdp2_port.codemods.assumptions import FSDP1_ONLY_ATTRIBUTES
+from fsdp2_port.codemods.assumptions import FSDP1_ONLY_ATTRIBUTES, NOT_FSDP_WRAPPERS
 from fsdp2_port.codemods.parsed import ParsedFile
 
 #: The comparisons a version helper's answer is read with.
@@ -55,6 +55,12 @@ class TypeTests:
         ``if not isinstance(expr, FSDP): return`` (any jump) in the same block. An FSDP2 model
         never gets there while the test names FSDP1."""
         return self._guarded(expr, self._tests_fsdp1)
+
+    def guarded_other_wrapper(self, expr: ast.AST) -> bool:
+        """Reached only where ``isinstance(expr, DDP)`` (DataParallel, any of the wrappers
+        that are never FSDP) holds, at the places of ``guarded_fsdp1``: no FSDP model gets
+        there, whichever the run builds."""
+        return self._guarded(expr, self._tests_other_wrapper)
 
     def unreached_by_fsdp2(self, expr: ast.AST) -> bool:
         """Reached only where a test rules FSDP2 out for ``expr`` (the places of
@@ -120,6 +126,24 @@ class TypeTests:
             second = test.args[1]
             return isinstance(second, ast.Constant) and second.value in FSDP1_ONLY_ATTRIBUTES
         return test.func.id == "isinstance" and self._mentions_fsdp1(test.args[1])
+
+    def _tests_other_wrapper(self, test: ast.AST, text: str, holds: bool) -> bool:
+        """Whether ``test`` being ``holds`` implies ``isinstance(<text>, DDP)``: through ``not``
+        and ``and`` (``or`` for False)."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self._tests_other_wrapper(test.operand, text, not holds)
+        if isinstance(test, ast.BoolOp):
+            wanted = ast.And if holds else ast.Or
+            return isinstance(test.op, wanted) and any(
+                self._tests_other_wrapper(v, text, holds) for v in test.values
+            )
+        tested = syntax.isinstance_arguments(test)
+        if not holds or tested is None or self.parsed.source(tested[0]) != text:
+            return False
+        kinds = tested[1]
+        parts = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+        qualified = [self.parsed.names.qualified(p) for p in parts]
+        return bool(parts) and all(q and q <= NOT_FSDP_WRAPPERS.members for q in qualified)
 
     def _excludes_fsdp2(self, test: ast.AST, text: str, holds: bool) -> bool:
         """Whether ``test`` being ``holds`` implies that ``<text>`` is no FSDP2 module: an

@@ -226,7 +226,23 @@ def _from(
     analysis: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias, module: str, message: str
 ) -> Rewrite:
     """``BF16Optimizer`` imported from ``module``: the statement's module when it imports only
-    that name, else the name moves to an import of its own."""
+    that name, else the name moves to an import of its own; at module level, out of the run's
+    own imports into the libraries' (isort's sections: first-party stays last)."""
+    own = analysis.run_modules.tops
+    if (
+        statement in analysis.tree.body
+        and (statement.module or "").partition(".")[0] in own
+        and module.partition(".")[0] not in own
+    ):
+        if len(statement.names) == 1:
+            edits = [imports.remove_statement(analysis.lines, analysis.names, statement)]
+        else:
+            edits = imports.remove_aliases(analysis.lines, statement, {alias})
+        # written here, not as a needed import: the name is the one the removed line binds
+        at = analysis.module_level_import(module, "BF16Optimizer").anchor
+        spelled = "BF16Optimizer" + (f" as {alias.asname}" if alias.asname else "")
+        line = f"from {module} import {spelled}{analysis.lines.newline()}"
+        return Rewrite([*edits, Edit(at, at, line)], message)
     if len(statement.names) == 1:
         start = analysis.lines.start(statement) + len("from ")
         while analysis.text[start] in " \t\\\r\n":

@@ -5,7 +5,6 @@ FSDP1's performance arguments are dropped with a note. Where the order of the st
 (a key stored twice, a call, other code between them and the constructor) the keys are read
 at run time; ignored modules with ``sync_module_states`` keep the bridge."""
 
-
 import torch
 from torch.distributed.fsdp import ShardingStrategy
 from fsdp2_port import fully_shard_like_fsdp1

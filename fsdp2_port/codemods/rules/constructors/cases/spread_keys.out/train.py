@@ -1,5 +1,6 @@
 """Spread keyword arguments whose keys are written out: read at run time, the keys checked."""
 
+import fsdp2_port
 import torch
 from fsdp2_port import fully_shard_like_fsdp1
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -7,7 +8,6 @@ from torch.distributed.fsdp import CPUOffload, ShardingStrategy
 
 from fsdp_config import eval_kwargs, fsdp_kwargs
 from model import Net
-import fsdp2_port
 
 
 class Trainer:
