@@ -3,7 +3,8 @@ it was); then the fixer rules run by their stage (``rules.base.STAGES``, in the 
 order): those of ``"after_apply"`` on the applied text (FSDP1 values the migration left unread
 go, F2P012, and FSDP1 values only the readers read are written without FSDP1, F2P013), then,
 read again, those of ``"after_fixes"`` (FSDP1 imports nothing reads any more go, F2P001); the
-markers' lines are settled."""
+lines written longer than the file's line length are wrapped (``wrap``); the markers' lines
+are settled."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
-from fsdp2_port.codemods import imports, registry, trees
+from fsdp2_port.codemods import imports, registry, trees, wrap
 from fsdp2_port.codemods.apply import Applied, InternalError
 from fsdp2_port.codemods.findings import Finding
 from fsdp2_port.codemods.names import names_of
@@ -98,6 +99,12 @@ def tidy(
             names = names_of(
                 tree, module_name, is_package_init, reexports=reexports, seen=seen, renames=renames
             )
+    if rounds or applied.text != original:  # what the migration wrote, at the line length
+        wrapped = wrap.edits(original, lines.text, wrap.line_length(path, original))
+        if wrapped:
+            text, starts = apply_tracked(lines.text, wrapped)
+            rounds.append((wrapped, starts))
+            lines = LineIndex(text)
     findings = [
         replace(f, marker_line=lines.line_of(_forward(applied.marker_offsets[i], rounds)))
         if i in applied.marker_offsets

@@ -12,7 +12,11 @@ class Trainer:
     def step(self, optimizer, metrics):
         if self.cfg.clip:
             metrics["grad_norm"] = fsdp2_port.clip_grad_norm_(self.model.parameters(), self.cfg.max_norm).item()
-        total = fsdp2_port.clip_grad_norm_(self.model.parameters(), max_norm=1.0, norm_type=2.0)
+        total = fsdp2_port.clip_grad_norm_(
+            self.model.parameters(),
+            max_norm=1.0,
+            norm_type=2.0,
+        )
         optimizer.step()
         return total
 

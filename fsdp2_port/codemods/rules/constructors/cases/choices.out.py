@@ -20,23 +20,38 @@ def setup_fsdp_sync(model, args):
             for tensor in [*submodule.parameters(), *submodule.buffers()]:  # device_id, sync_module_states
                 if not isinstance(tensor, DTensor):  # not sharded yet
                     tensor.data = tensor.to(torch.cuda.current_device())
-                    torch.distributed.broadcast(tensor.detach(), group=mesh.get_group(), group_src=0)
+                    torch.distributed.broadcast(
+                        tensor.detach(),
+                        group=mesh.get_group(),
+                        group_src=0,
+                    )
             fully_shard(
                 submodule,
                 mesh=mesh,
                 reshard_after_forward={"fsdp": True, "sdp": False}[args.data_parallel],
-                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=param_dtype),
+                mp_policy=MixedPrecisionPolicy(
+                    param_dtype=torch.float32,
+                    output_dtype=param_dtype,
+                ),
             )
         elif submodule is not model and (submodule in model.get_fsdp_wrap_module_list()):
             for tensor in [*submodule.parameters(), *submodule.buffers()]:  # device_id, sync_module_states
                 if not isinstance(tensor, DTensor):  # not sharded yet
                     tensor.data = tensor.to(torch.cuda.current_device())
-                    torch.distributed.broadcast(tensor.detach(), group=mesh.get_group(), group_src=0)
+                    torch.distributed.broadcast(
+                        tensor.detach(),
+                        group=mesh.get_group(),
+                        group_src=0,
+                    )
             fully_shard(
                 submodule,
                 mesh=mesh,
                 reshard_after_forward={"fsdp": True, "sdp": False}[args.data_parallel],
-                mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32, cast_forward_inputs=False),
+                mp_policy=MixedPrecisionPolicy(
+                    param_dtype=param_dtype,
+                    reduce_dtype=torch.float32,
+                    cast_forward_inputs=False,
+                ),
             )
     for tensor in [*model.parameters(), *model.buffers()]:  # device_id, sync_module_states
         if not isinstance(tensor, DTensor):  # not sharded yet
@@ -60,7 +75,10 @@ def by_function(model, is_block, shard):
             fully_shard(
                 submodule,
                 reshard_after_forward=True if shard else False,
-                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=param_dtype),
+                mp_policy=MixedPrecisionPolicy(
+                    param_dtype=torch.float32,
+                    output_dtype=param_dtype,
+                ),
             )
         elif submodule is not model and is_block(submodule):
             fully_shard(

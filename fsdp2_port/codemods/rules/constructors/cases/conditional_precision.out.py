@@ -22,10 +22,17 @@ def full(model, cfg):
 
 def layers(model, cfg, Block):
     for submodule in reversed(list(model.modules())):
-        if submodule is not model and cfg.mixed and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+        if (
+            submodule is not model
+            and cfg.mixed
+            and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm)
+        ):
             fully_shard(
                 submodule,
-                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=cfg.dtype),
+                mp_policy=MixedPrecisionPolicy(
+                    param_dtype=torch.float32,
+                    output_dtype=cfg.dtype,
+                ),
             )
         elif submodule is not model and isinstance(submodule, (Block,)):
             fully_shard(

@@ -26,32 +26,55 @@ def dataflow(model, pc, ignored_frozen_modules, block_classes):
     )
     ignored_params = {p for m in ignored_modules for p in m.parameters()}
     for owner in model.modules():  # buffer_dtype
-        if owner not in ignored_modules and not (block_classes and isinstance(owner, torch.nn.modules.batchnorm._BatchNorm)):
+        if (
+            owner not in ignored_modules
+            and not (block_classes and isinstance(owner, torch.nn.modules.batchnorm._BatchNorm))
+        ):
             for buffer in owner.buffers(recurse=False):
                 if buffer.is_floating_point():
                     buffer.data = buffer.to(torch.float32)
     if block_classes:
         for submodule in reversed(list(model.modules())):
-            if submodule is not model and submodule not in ignored_modules and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+            if (
+                submodule is not model
+                and submodule not in ignored_modules
+                and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm)
+            ):
                 fully_shard(
                     submodule,
                     mesh=mesh,
                     reshard_after_forward=reshard_after_forward,
                     ignored_params=ignored_params,
-                    mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=pc.param_dtype),
+                    mp_policy=MixedPrecisionPolicy(
+                        param_dtype=torch.float32,
+                        output_dtype=pc.param_dtype,
+                    ),
                 )
-            elif submodule is not model and submodule not in ignored_modules and isinstance(submodule, tuple(block_classes)):
+            elif (
+                submodule is not model
+                and submodule not in ignored_modules
+                and isinstance(submodule, tuple(block_classes))
+            ):
                 fully_shard(
                     submodule,
                     mesh=mesh,
                     reshard_after_forward=reshard_after_forward,
-                    mp_policy=MixedPrecisionPolicy(param_dtype=pc.param_dtype, cast_forward_inputs=False),
+                    mp_policy=MixedPrecisionPolicy(
+                        param_dtype=pc.param_dtype,
+                        cast_forward_inputs=False,
+                    ),
                     ignored_params=ignored_params,
                 )
     # forward_prefetch: dropped; FSDP2's is FSDPModule.set_modules_to_forward_prefetch
     # backward_prefetch: dropped; FSDP2 always prefetches the next unit (BACKWARD_PRE)
     # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
-    model = fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=MixedPrecisionPolicy(param_dtype=pc.param_dtype), ignored_params=ignored_params)
+    model = fully_shard(
+        model,
+        mesh=mesh,
+        reshard_after_forward=reshard_after_forward,
+        mp_policy=MixedPrecisionPolicy(param_dtype=pc.param_dtype),
+        ignored_params=ignored_params,
+    )
     return model
 
 
@@ -61,7 +84,11 @@ def stored(model, frozen, classes):
     ignored_modules = {sub for m in ignored for sub in m.modules()}
     ignored_params = {p for m in ignored_modules for p in m.parameters()}
     for submodule in reversed(list(model.modules())):
-        if submodule is not model and submodule not in ignored_modules and isinstance(submodule, tuple(classes)):
+        if (
+            submodule is not model
+            and submodule not in ignored_modules
+            and isinstance(submodule, tuple(classes))
+        ):
             fully_shard(
                 submodule,
                 mesh=mesh,

@@ -45,7 +45,11 @@ def worker(model, cfg, device_mesh):
                     if buffer.is_floating_point():
                         buffer.data = buffer.to(buffer_dtype)
     for submodule in reversed(list(model.modules())):
-        if submodule is not model and mixed_precision is not None and isinstance(submodule, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
+        if (
+            submodule is not model
+            and mixed_precision is not None
+            and isinstance(submodule, fsdp2_port.full_precision_like_fsdp1(mixed_precision))
+        ):
             for tensor in [*submodule.parameters(), *submodule.buffers()]:  # device_id, sync_module_states
                 if not isinstance(tensor, DTensor):  # not sharded yet
                     tensor.data = tensor.to(device_id)
@@ -56,7 +60,10 @@ def worker(model, cfg, device_mesh):
                 mesh=mesh,
                 reshard_after_forward=reshard_after_forward,
                 offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload, mesh),
-                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=fsdp2_port.mp_policy_like_fsdp1(mixed_precision).param_dtype),
+                mp_policy=MixedPrecisionPolicy(
+                    param_dtype=torch.float32,
+                    output_dtype=fsdp2_port.mp_policy_like_fsdp1(mixed_precision).param_dtype,
+                ),
             )
         elif submodule is not model and submodule in units:
             for tensor in [*submodule.parameters(), *submodule.buffers()]:  # device_id, sync_module_states
@@ -98,7 +105,10 @@ def offload_flag(model, offload):
 
 def offload_by_config(model, config):
     """CPUOffload(offload_params=<a run-time flag>) is plain: the flag chooses the policy."""
-    return fully_shard(model, offload_policy=CPUOffloadPolicy() if config.fsdp.param_offload else OffloadPolicy())
+    return fully_shard(
+        model,
+        offload_policy=CPUOffloadPolicy() if config.fsdp.param_offload else OffloadPolicy(),
+    )
 
 
 def offload_by_call(model, config):
@@ -175,10 +185,17 @@ def verl_actor(actor_module, fsdp_config, is_ref, get_fsdp_wrap_policy):
                     if buffer.is_floating_point():
                         buffer.data = buffer.to(buffer_dtype)
     for submodule in reversed(list(actor_module.modules())):
-        if submodule is not actor_module and mixed_precision is not None and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+        if (
+            submodule is not actor_module
+            and mixed_precision is not None
+            and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm)
+        ):
             fully_shard(
                 submodule,
-                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=mixed_precision.param_dtype),
+                mp_policy=MixedPrecisionPolicy(
+                    param_dtype=torch.float32,
+                    output_dtype=mixed_precision.param_dtype,
+                ),
             )
         elif submodule is not actor_module and submodule in units:
             fully_shard(
@@ -196,11 +213,21 @@ def chain(model, args):
     """fsdp_qlora's chain, without the hybrids, on CUDA: each branch binds the pair it
     means, its mesh built as FSDP1 built its group."""
     if args["sharding_strategy"] == "full_shard":
-        reshard_after_forward, mesh = True, init_device_mesh("cuda", (torch.distributed.get_world_size(),))
+        reshard_after_forward, mesh = True, init_device_mesh(
+            "cuda",
+            (torch.distributed.get_world_size(),),
+        )
     elif args["sharding_strategy"] == "shard_grad_op":
-        reshard_after_forward, mesh = False, init_device_mesh("cuda", (torch.distributed.get_world_size(),))
+        reshard_after_forward, mesh = False, init_device_mesh(
+            "cuda",
+            (torch.distributed.get_world_size(),),
+        )
     elif args["sharding_strategy"] == "ddp":
-        reshard_after_forward, mesh = False, init_device_mesh("cuda", (torch.distributed.get_world_size(), 1), mesh_dim_names=("replicate", "shard"))
+        reshard_after_forward, mesh = False, init_device_mesh(
+            "cuda",
+            (torch.distributed.get_world_size(), 1),
+            mesh_dim_names=("replicate", "shard"),
+        )
     else:
         raise ValueError("Invalid FSDP sharding strategy")
     model.to(torch.cuda.current_device())

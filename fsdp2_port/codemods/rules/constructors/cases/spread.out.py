@@ -70,7 +70,10 @@ def strategy_by_name(model, classes):
 
 
 def conditional(model, classes, wrap):
-    model = fully_shard_like_fsdp1(model, auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes)) if wrap else model
+    model = fully_shard_like_fsdp1(
+        model,
+        auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes),
+    ) if wrap else model
     return model
 
 

@@ -9,7 +9,10 @@ from mylib.fsdp_utils import CPUOffloadPolicy  # FSDP2's, re-exported
 
 def build(model, cfg):
     if cfg.strategy == "fsdp":
-        model = fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+        model = fully_shard(
+            model,
+            mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16),
+        )
     elif cfg.strategy == "fsdp2":
         for layer in model.layers:
             fully_shard(layer, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))

@@ -7,8 +7,18 @@ import fsdp2_port
 def make_scaler(fp16: bool, group):
     # ShardedGradScaler's positional order: device, init_scale, backoff_factor, growth_factor
     if fp16:
-        return fsdp2_port.GradScaler("cuda", 2.0**10, 0.25, 4.0, 100, enabled=True, process_group=group)
-    return fsdp2_port.GradScaler(enabled=False) if group is None else fsdp2_port.GradScaler(**{"enabled": fp16})
+        return fsdp2_port.GradScaler(
+            "cuda",
+            2.0**10,
+            0.25,
+            4.0,
+            100,
+            enabled=True,
+            process_group=group,
+        )
+    return fsdp2_port.GradScaler(enabled=False) if group is None else fsdp2_port.GradScaler(
+        **{"enabled": fp16}
+    )
 
 
 def other_spellings():

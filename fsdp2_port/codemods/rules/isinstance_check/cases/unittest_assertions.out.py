@@ -8,7 +8,11 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 class WrappingTest(unittest.TestCase):
     def test_wrapped(self):
         module = fully_shard(torch.nn.Linear(2, 2))
-        self.assertIsInstance(module, FSDPModule, "the strategy must hold the FSDP module")
+        self.assertIsInstance(
+            module,
+            FSDPModule,
+            "the strategy must hold the FSDP module",
+        )
 
     def test_plain(self):
         module = torch.nn.Linear(2, 2)

@@ -25,12 +25,20 @@ def save_default_written(model, optimizer):
 
 def save_on_device(model, optimizer):
     """offload_to_cpu=False said: on the device of every rank, DCP's full_state_dict."""
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)), get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)), get_optimizer_state_dict(
+        model,
+        optimizer,
+        options=StateDictOptions(full_state_dict=True),
+    )
 
 
 def each_call_its_own(model, optimizer):
     """The model on every rank's device, the optimizer offloaded to rank 0: one options each."""
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)), get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)), get_optimizer_state_dict(
+        model,
+        optimizer,
+        options=StateDictOptions(full_state_dict=True, cpu_offload=True),
+    )
 
 
 def model_only(model):

@@ -20,4 +20,9 @@ def save(module, optimizer):
 
 
 def load(model, optimizer, osd):
-    set_optimizer_state_dict(model, optimizer, osd, options=StateDictOptions(full_state_dict=True))
+    set_optimizer_state_dict(
+        model,
+        optimizer,
+        osd,
+        options=StateDictOptions(full_state_dict=True),
+    )

@@ -44,7 +44,11 @@ def imported(device):
     mixed_precision = fsdp1_kwargs["mixed_precision"]
     auto_wrap_policy = fsdp1_kwargs["auto_wrap_policy"]
     buffer_dtype = fsdp2_port.buffer_dtype_like_fsdp1(mixed_precision)
-    units = fsdp2_port.units_like_fsdp1(module, auto_wrap_policy, mixed_precision=mixed_precision)
+    units = fsdp2_port.units_like_fsdp1(
+        module,
+        auto_wrap_policy,
+        mixed_precision=mixed_precision,
+    )
     if buffer_dtype is not None:
         for owner in module.modules():  # buffer_dtype
             if not isinstance(owner, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
@@ -52,28 +56,48 @@ def imported(device):
                     if buffer.is_floating_point():
                         buffer.data = buffer.to(buffer_dtype)
     for submodule in reversed(list(module.modules())):
-        if submodule is not module and mixed_precision is not None and isinstance(submodule, fsdp2_port.full_precision_like_fsdp1(mixed_precision)):
+        if (
+            submodule is not module
+            and mixed_precision is not None
+            and isinstance(submodule, fsdp2_port.full_precision_like_fsdp1(mixed_precision))
+        ):
             fully_shard(
                 submodule,
-                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, output_dtype=fsdp2_port.mp_policy_like_fsdp1(mixed_precision).param_dtype),
+                mp_policy=MixedPrecisionPolicy(
+                    param_dtype=torch.float32,
+                    output_dtype=fsdp2_port.mp_policy_like_fsdp1(mixed_precision).param_dtype,
+                ),
             )
         elif submodule is not module and submodule in units:
             fully_shard(submodule, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision))
-    return Wrapped(fully_shard(module, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision, root=True)), "policy")
+    return Wrapped(
+        fully_shard(
+            module,
+            mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision, root=True),
+        ),
+        "policy",
+    )
 
 
 def evaluated(device):
     model = Net()
     fsdp1_kwargs = fsdp2_port.kwargs_as_migrated(eval_kwargs, "cpu_offload")
     cpu_offload = fsdp1_kwargs["cpu_offload"]
-    model = fully_shard(model, offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload))
+    model = fully_shard(
+        model,
+        offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload),
+    )
     return model
 
 
 def logged(model):
     options = dict(sharding_strategy=ShardingStrategy.FULL_SHARD, use_orig_params=True)
     print(options)  # read by other code than the constructor
-    fsdp1_kwargs = fsdp2_port.kwargs_as_migrated(options, "sharding_strategy", "use_orig_params")
+    fsdp1_kwargs = fsdp2_port.kwargs_as_migrated(
+        options,
+        "sharding_strategy",
+        "use_orig_params",
+    )
     sharding_strategy = fsdp1_kwargs["sharding_strategy"]
     mesh = fsdp2_port.mesh_like_fsdp1(sharding_strategy)
     reshard_after_forward = fsdp2_port.reshard_after_forward_like_fsdp1(sharding_strategy)
@@ -100,7 +124,12 @@ def grown(model, offload, sync):
         for group in mesh.get_all_groups():  # sync_module_states
             for tensor in [*model.parameters(), *model.buffers()]:
                 torch.distributed.broadcast(tensor.detach(), group=group, group_src=0)
-    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload, mesh))
+    return fully_shard(
+        model,
+        mesh=mesh,
+        reshard_after_forward=reshard_after_forward,
+        offload_policy=fsdp2_port.offload_policy_like_fsdp1(cpu_offload, mesh),
+    )
 
 
 def updated(model, extra):
@@ -111,7 +140,10 @@ def updated(model, extra):
 
 def late(device):
     # evaluated after a call with effects: the statement cannot be split
-    return Wrapped(torch.manual_seed(0), fully_shard_like_fsdp1(Net(), **fsdp_kwargs, device_id=device))
+    return Wrapped(
+        torch.manual_seed(0),
+        fully_shard_like_fsdp1(Net(), **fsdp_kwargs, device_id=device),
+    )
 
 
 def fsdp_config(layer, use_mp):
@@ -150,4 +182,9 @@ def returned(model, layer, use_mp):
                 buffer.data = buffer.to(buffer_dtype)
     # forward_prefetch: dropped; FSDP2's is FSDPModule.set_modules_to_forward_prefetch
     # limit_all_gathers: dropped; FSDP2 always keeps at most two all-gathers in flight
-    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision, root=True))
+    return fully_shard(
+        model,
+        mesh=mesh,
+        reshard_after_forward=reshard_after_forward,
+        mp_policy=fsdp2_port.mp_policy_like_fsdp1(mixed_precision, root=True),
+    )
