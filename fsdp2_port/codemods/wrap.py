@@ -204,13 +204,36 @@ def _right_hand(code: str, indent: str, limit: int) -> list[str]:
         return [indent + code]
     inner = indent + "    "
     items = _items(body)
-    if len(items) == 1 and len(inner) + len(body) <= limit:
+    if len(items) == 1 and _takes_comma(head, body):
+        middle = _right_hand(body + ",", inner, limit)
+    elif len(items) == 1 and len(inner) + len(body) <= limit:
         middle = [inner + body]
     elif len(items) == 1:
         middle = _right_hand(body, inner, limit)
     else:
         middle = [line for item in items for line in _right_hand(item + ",", inner, limit)]
     return [indent + head, *middle, indent + tail]
+
+
+def _takes_comma(head: str, body: str) -> bool:
+    """Whether one item alone on its lines takes black's trailing comma without changing what
+    it means: in a call or a dict or set display, unless it is a bare generator."""
+    calls = (head.endswith("(") and head[:-1].rstrip()[-1:].isidentifier()) or head.endswith(")(")
+    bare_generator = any(t.type == tokenize.NAME and t.string == "for" for t in _top(body))
+    return (calls or head.endswith("{")) and not bare_generator
+
+
+def _top(code: str) -> list[tokenize.TokenInfo]:
+    """The tokens of ``code`` outside its brackets."""
+    depth, out = 0, []
+    for token in _tokens(code):
+        if token.type == tokenize.OP and token.string in _OPEN:
+            depth += 1
+        elif token.type == tokenize.OP and token.string in _CLOSE:
+            depth -= 1
+        elif depth == 0:
+            out.append(token)
+    return out
 
 
 def _last_pair(code: str) -> tuple[int, int] | None:

@@ -20,6 +20,7 @@ from fsdp2_port.codemods.rules.base import Code
 from fsdp2_port.codemods.rules.state_dict.contexts import _block_calls, _context
 from fsdp2_port.codemods.rules.state_dict.emit import MODULE, _runtime_call
 from fsdp2_port.codemods.rules.state_dict.module_calls import _call
+from fsdp2_port.codemods.rules.state_dict.saves import one_rank_gathers, saves
 from fsdp2_port.codemods.rules.state_dict.walk import _FSDP, CODE, Walk
 
 
@@ -51,7 +52,13 @@ class StateDictRule:
                 "the file → `fsdp2_port.module_state_dict(m)`/`load_module_state_dict(m, sd)` "
                 "(FSDP1's answer on FSDP2, each module's own on DDP and plain modules)"
             ),
-            marked="`LOCAL_STATE_DICT` (no FSDP2 form: its model stays FSDP1)",
+            marked=(
+                "`LOCAL_STATE_DICT` (no FSDP2 form: its model stays FSDP1); for review, holding "
+                "nothing: a gathering rewrite inside a branch only some ranks enter (`if rank "
+                "== 0:`: the gather goes before it), `optimizer.state_dict()` of an optimizer "
+                "over a migrated model's parameters (this rank's DTensor shards: saved from one "
+                "rank it resumes no other), `model.save_pretrained(...)` of a migrated model"
+            ),
         ),
     }
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)
@@ -76,6 +83,7 @@ class StateDictRule:
             for node in analysis.names.by_type[ast.Attribute]
         )
         walk = Walk(analysis, set(), persistent)
+        first = len(analysis.plan.sites)
         for node in analysis.names.by_type[ast.Call]:
             assert isinstance(node, ast.Call)
             if node in walk.handled or analysis.is_ignored(node):
@@ -96,3 +104,5 @@ class StateDictRule:
             assert isinstance(node, ast.Call)
             if node not in walk.handled and not analysis.is_ignored(node):
                 _call(walk, node, None, frozenset())
+        one_rank_gathers(analysis, first)
+        saves(analysis)

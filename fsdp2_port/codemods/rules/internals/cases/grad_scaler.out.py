@@ -17,7 +17,7 @@ def make_scaler(fp16: bool, group):
             process_group=group,
         )
     return fsdp2_port.GradScaler(enabled=False) if group is None else fsdp2_port.GradScaler(
-        **{"enabled": fp16}
+        **{"enabled": fp16},
     )
 
 

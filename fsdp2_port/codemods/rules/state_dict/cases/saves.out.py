@@ -1,0 +1,39 @@
+"""What a migrated program saves: a gathering state dict inside a rank-0 branch (the gather
+goes before it), an optimizer's own state dict (this rank's shards), save_pretrained (this
+rank's shards), a state dict per rank (right as it is)."""
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+
+def save_all(states, path):
+    torch.save(states, path)
+
+
+def main(model, path):
+    mesh = init_device_mesh("cpu", (torch.distributed.get_world_size(),))
+    model = fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if dist.get_rank() == 0:
+        # TODO(fsdp2-port): F2P008 state_dict() -> get_model_state_dict(...); only the ranks that pass `dist.get_rank() == 0` call it here, and FSDP2 gathers the full state with a collective every rank must join: take it before the branch, on every rank, and save it inside
+        torch.save(
+            get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)),
+            path,
+        )
+        # TODO(fsdp2-port): F2P008 optimizer.state_dict() of an optimizer over a model FSDP2 shards: this rank's DTensor shards (FSDP1's was this rank's flat shard). Saved by every rank, each resumes its own; saved from one rank it cannot resume the others: save get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)), taken on every rank, or use DCP
+        torch.save(optimizer.state_dict(), path + ".optim")
+    torch.save(optimizer.state_dict(), f"{path}.{dist.get_rank()}")
+    # TODO(fsdp2-port): F2P008 model.save_pretrained saves state_dict(), this rank's DTensor shards under FSDP2: pass state_dict=get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)), taken on every rank, and save on rank 0
+    model.save_pretrained(path)
+    save_all(
+        {
+            "model": get_model_state_dict(
+                model,
+                options=StateDictOptions(full_state_dict=True),
+            ),
+        },
+        path,
+    )

@@ -1,0 +1,157 @@
+"""What a migrated program saves, read where it is saved: the state it takes may be right on
+FSDP1 and FSDP2 and still not resume.
+
+- A state dict FSDP2 gathers (a full model or optimizer state: a collective) taken inside a
+  branch only some ranks enter (``if rank == 0:``): the rewrite stays, for review; the
+  gather goes before the branch, on every rank.
+- ``optimizer.state_dict()`` of an optimizer over a migrated model's parameters: this rank's
+  DTensor shards, as FSDP1's was this rank's flat shard. Saved per rank (a path naming the
+  rank), it resumes as it did; anywhere else it may be saved from one rank, which cannot
+  resume the others: marked, for review, holding nothing.
+- ``model.save_pretrained(...)`` of a migrated model: it saves ``state_dict()``, this rank's
+  DTensor shards: marked, for review, with the full state to pass instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from fsdp2_port.codemods import flow
+from fsdp2_port.codemods.analysis import FileAnalysis
+from fsdp2_port.codemods.plan import Rewrite
+from fsdp2_port.codemods.rules.state_dict.walk import CODE
+
+#: The FSDP2 calls that gather: every rank must make them.
+_GATHERS = re.compile(
+    r"\b(get_model_state_dict|get_optimizer_state_dict|get_state_dict|module_state_dict|"
+    r"optim_state_dict)\("
+)
+#: Tests that only some ranks pass (``if rank == 0``, ``if dist.get_rank() == 0``,
+#: ``if accelerator.is_main_process``).
+_ONE_RANK = re.compile(
+    r"\b(get_rank|rank|local_rank|global_rank|is_main_process|is_local_main_process|"
+    r"is_master|main_process|is_rank_zero|rank_zero)\b"
+)
+_ONE_RANK_MESSAGE = (
+    "; only the ranks that pass `{}` call it here, and FSDP2 gathers the full state with a "
+    "collective every rank must join: take it before the branch, on every rank, and save it "
+    "inside"
+)
+_OPTIMIZER = (
+    "{} of an optimizer over a model FSDP2 shards: this rank's DTensor shards (FSDP1's was this "
+    "rank's flat shard). Saved by every rank, each resumes its own; saved from one rank it "
+    "cannot resume the others: save get_optimizer_state_dict(model, optimizer, "
+    "options=StateDictOptions(full_state_dict=True, cpu_offload=True)), taken on every rank, "
+    "or use DCP"
+)
+_PRETRAINED = (
+    "{}.save_pretrained saves state_dict(), this rank's DTensor shards under FSDP2: pass "
+    "state_dict=get_model_state_dict({}, options=StateDictOptions(full_state_dict=True, "
+    "cpu_offload=True)), taken on every rank, and save on rank 0"
+)
+
+
+def one_rank_gathers(analysis: FileAnalysis, first: int) -> None:
+    """The rule's sites from ``first`` on whose rewrite gathers, inside a one-rank branch:
+    rewritten for review, the message saying where the gather goes."""
+    for index in range(first, len(analysis.plan.sites)):
+        site = analysis.plan.sites[index]
+        rewrite = site.forms.rewrite
+        if site.code != CODE or rewrite is None or rewrite.review:
+            continue
+        if not any(_GATHERS.search(edit.replacement) for edit in rewrite.edits):
+            continue
+        test = _one_rank_test(analysis, site.at.start)
+        if test is None:
+            continue
+        message = rewrite.message + _ONE_RANK_MESSAGE.format(test)
+        reviewed = Rewrite(rewrite.edits, message, rewrite.imports, review=True)
+        analysis.plan.sites[index] = site.but(rewrite=reviewed, silent=False)
+
+
+def saves(analysis: FileAnalysis) -> None:
+    """``o.state_dict()`` of an optimizer over a model's parameters, ``m.save_pretrained``."""
+    for call in analysis.names.by_type[ast.Call]:
+        assert isinstance(call, ast.Call)
+        func = call.func
+        if not isinstance(func, ast.Attribute) or analysis.is_ignored(call):
+            continue
+        if func.attr == "state_dict" and not call.args and not call.keywords:
+            model = _built_over(analysis, func.value)
+            if model is not None and not _saved_per_rank(analysis, call):
+                text = _OPTIMIZER.format(analysis.source(call))
+                _marker(analysis, call, model, text)
+        elif func.attr == "save_pretrained":
+            text = analysis.source(func.value)
+            _marker(analysis, call, func.value, _PRETRAINED.format(text, text))
+
+
+def _saved_per_rank(analysis: FileAnalysis, call: ast.Call) -> bool:
+    """``torch.save(o.state_dict(), f"{path}.{rank}")``: handed to a call whose other
+    arguments name the rank (a file per rank, each resuming its own)."""
+    outer = analysis.names.parent.get(call)
+    if not isinstance(outer, ast.Call):
+        return False
+    others = [a for a in (*outer.args, *(k.value for k in outer.keywords)) if a is not call]
+    return any(_ONE_RANK.search(analysis.source(a)) for a in others)
+
+
+def _marker(analysis: FileAnalysis, call: ast.Call, model: ast.expr, message: str) -> None:
+    """A review marker where ``model`` migrates; nothing where it stays FSDP1."""
+    analysis.add_tied(
+        CODE, call, model, "", Rewrite([], message, review=True), quiet=True, holds=False
+    )
+
+
+def _built_over(analysis: FileAnalysis, optimizer: ast.expr) -> ast.expr | None:
+    """The model whose ``parameters()`` (or ``named_parameters()``) the optimizer bound to
+    ``optimizer`` was built over, when the one binding that reaches this read says so."""
+    values: list[ast.expr] = []
+    if isinstance(optimizer, ast.Name):
+        reaching = [
+            b
+            for b in analysis.names.bindings_of(optimizer)
+            if flow.may_reach(analysis.names, analysis.lines, b.node, optimizer)
+        ]
+        values = [b.value for b in reaching if b.kind == "assign" and b.value is not None]
+        if len(values) != len(reaching):
+            return None
+    elif isinstance(optimizer, ast.Attribute):
+        values = analysis.ties.assigned(optimizer)
+    if len(values) != 1 or not isinstance(values[0], ast.Call):
+        return None
+    built = values[0]
+    first = (
+        built.args[0]
+        if built.args
+        else next((k.value for k in built.keywords if k.arg == "params"), None)
+    )
+    if (
+        isinstance(first, ast.Call)
+        and isinstance(first.func, ast.Attribute)
+        and first.func.attr in ("parameters", "named_parameters")
+    ):
+        return first.func.value
+    return None
+
+
+def _one_rank_test(analysis: FileAnalysis, offset: int) -> str | None:
+    """The test of the innermost ``if`` around ``offset`` (in its function) that only some
+    ranks pass, as written."""
+    for statement in _enclosing_ifs(analysis, offset):
+        text = analysis.source(statement.test)
+        if _ONE_RANK.search(text):
+            return text
+    return None
+
+
+def _enclosing_ifs(analysis: FileAnalysis, offset: int) -> list[ast.If]:
+    """The ``if`` statements whose branches hold ``offset``, innermost first."""
+    found = []
+    for statement in analysis.names.by_type[ast.If]:
+        assert isinstance(statement, ast.If)
+        start, end = analysis.lines.span(statement.body[0])[0], analysis.lines.span(statement)[1]
+        if start <= offset < end:
+            found.append(statement)
+    return sorted(found, key=lambda s: -s.lineno)
