@@ -106,14 +106,24 @@ def _same_file(output: Any, inputs: list[str]) -> bool:
 
 
 def _no_torch() -> str | None:
-    """Why the runtime cannot run here (no torch, or one too old); None when it can."""
+    """Why the runtime cannot run here (no torch, one too old, or one that fails to import);
+    None when it can. Imports torch."""
     from fsdp2_port.versions import require_torch
 
     try:
         require_torch()
     except ImportError as e:
         return str(e)
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        return f"fsdp2-port's runtime cannot import torch: {e}"
     return None
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _migrate(argv: list[str]) -> int:
@@ -274,12 +284,13 @@ def _verify(argv: list[str]) -> int:
     try:
         config = verify.resolved(_config(verify.Config, args))
         if speaks:
-            ranks = (
-                f"torchrun's {config.world_size}" if verify.under_torchrun() else config.world_size
-            )
+            assert config.world_size is not None  # resolved() sets it
+            ranks = _count(config.world_size, f"{backend(args.device)} rank")
+            if verify.under_torchrun():
+                ranks = f"torchrun's {ranks}"
             print(
-                f"fsdp2-port verify: training 4 arms for {args.steps} steps on {ranks} "
-                f"{backend(args.device)} ranks...",
+                f"fsdp2-port verify: training 4 arms for {_count(args.steps, 'step')} on "
+                f"{ranks}...",
                 file=sys.stderr,
             )
         report = verify.verify(config)
@@ -434,6 +445,8 @@ def _compare(argv: list[str]) -> int:
     if args.html is not None and _same_file(args.html, scripts):
         return out.error(f"error: --html {args.html} is a script being compared")
     problem = _html_problem(args.html)
+    if problem is None and args.launcher == "torchrun":
+        problem = _no_torch()  # torchrun is torch's
     if problem:
         return out.error(f"error: {problem}")
     out.html = args.html
@@ -568,6 +581,9 @@ def _main(argv: list[str]) -> int:
 
         print(f"fsdp2-port {__version__}")
         return 0
+    if argv[0].startswith("-"):
+        print(f"fsdp2-port: error: unknown option {argv[0]!r} (try --help)", file=sys.stderr)
+        return 2
     command = _COMMANDS.get(argv[0])
     if command is None:
         close = [c for c in _COMMANDS if argv[0].isalpha() and c.startswith(argv[0])]

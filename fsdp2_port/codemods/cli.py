@@ -1,12 +1,13 @@
 """``fsdp2-port migrate``: rewrite FSDP1 call sites into FSDP2 and mark what needs review.
 
 stdout carries only what machines read: unified diffs (``--format text``), one JSON array of
-findings (``json``), one JSON object per line (``jsonl``), or GitHub workflow annotations
-(``github``). Findings in text form, errors, progress and the summary go to stderr. Exit
-codes: 0 nothing to change (or written), 1 with ``--check`` when something would change (or,
-with ``--fail-on-review``, while findings to review remain), 2 on errors (bad arguments;
-unreadable, undecodable or unparseable files, which are left untouched), 141 when standard
-output is closed early (``fsdp2_port.cli``).
+findings, assumptions and errors with the run's summary record last (``json``), the same
+records one JSON object per line (``jsonl``), or GitHub workflow annotations (``github``).
+Findings in text form, errors, progress and the summary go to stderr. Exit codes: 0 nothing to
+change (or written), 1 with ``--check`` when something would change (or, with
+``--fail-on-review``, while findings to review remain), 2 on errors (bad arguments; unreadable,
+undecodable or unparseable files, which are left untouched), 141 when standard output is
+closed early (``fsdp2_port.cli``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .assumed import Assumption
+    from .engine import FileResult
 
 EPILOG = """\
 exit codes: 0 nothing to change (or changes written); 1 with --check when files would change
@@ -193,13 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args, files: list[str], problems: list[str], codes, options) -> int:
     """Migrate ``files`` as one run and report; the exit code."""
     from fsdp2_port.codemods.engine import migrate_files
+    from fsdp2_port.codemods.summary import Summary
 
     everything: list[dict] = []
     for problem in problems:
         path, _, message = problem.partition(": ")
         _error_record(args.format, path, message, everything)
     progress = _Progress() if sys.stderr.isatty() and len(files) > 20 else None
-    changed = errors = parsed = review = total = 0
+    summary = Summary(args.write, files=len(files), errors=len(problems))
     taken: list[Assumption] = []
     for result in migrate_files(
         files,
@@ -212,46 +215,54 @@ def _run(args, files: list[str], problems: list[str], codes, options) -> int:
     ):
         if progress:
             progress.clear()
-        parsed += result.parsed
         if result.error:
-            errors += 1
+            summary.errors += 1
             print(f"{result.path}: error: {result.error}", file=sys.stderr)
             _error_record(args.format, result.path, result.error, everything)
-        changed += result.changed and not result.error
-        total += len(result.findings)
+        summary.add(
+            result.findings,
+            parsed=result.parsed,
+            changed=result.changed and not result.error,
+            path=result.path,
+            runtime=result.runtime,
+        )
         taken += result.assumptions
-        review += sum(f.severity == "review" for f in result.findings)
-        if args.format == "text":
-            sys.stdout.write(result.diff)
-            for finding in result.findings:
-                print(finding.as_text(), file=sys.stderr)
-        elif args.format == "jsonl":
-            records = [f.as_dict() for f in result.findings]
-            for record in records + [a.as_dict() for a in result.assumptions]:
-                sys.stdout.write(json.dumps(record) + "\n")
-        elif args.format == "json":
-            everything += [f.as_dict() for f in result.findings]
-            everything += [a.as_dict() for a in result.assumptions]
-        else:
-            for finding in result.findings:
-                print(_annotation(finding))
-    if args.format == "json":
-        print(json.dumps(everything, indent=1))
-    verb = "changed" if args.write else "would change"
-    print(
-        f"fsdp2-port migrate: {_count(len(files), 'file')} scanned, {parsed} parsed, "
-        f"{changed} {verb}, {_count(total, 'finding')} ({review} to review), "
-        f"{_count(errors + len(problems), 'error')}",
-        file=sys.stderr,
-    )
+        _report(args.format, result, everything)
+    if args.format == "jsonl":
+        sys.stdout.write(json.dumps(summary.as_dict()) + "\n")
+    elif args.format == "json":
+        print(json.dumps([*everything, summary.as_dict()], indent=1))
+    for line in summary.lines():
+        print(f"fsdp2-port migrate: {line}", file=sys.stderr)
     _assumptions(taken, args.show_assumptions)
-    if errors or problems:
+    if summary.errors:
         return 2
-    return 1 if (args.check and changed) or (args.fail_on_review and review) else 0
+    failed = (args.check and summary.changed) or (args.fail_on_review and summary.review)
+    return 1 if failed else 0
+
+
+def _report(fmt: str, result: FileResult, everything: list[dict]) -> None:
+    """One file's diff, findings and assumptions, in ``fmt`` (``json``: into ``everything``)."""
+    if fmt == "text":
+        sys.stdout.write(result.diff)
+        for finding in result.findings:
+            print(finding.as_text(), file=sys.stderr)
+    elif fmt == "jsonl":
+        records = [f.as_dict() for f in result.findings]
+        for record in records + [a.as_dict() for a in result.assumptions]:
+            sys.stdout.write(json.dumps(record) + "\n")
+    elif fmt == "json":
+        everything += [f.as_dict() for f in result.findings]
+        everything += [a.as_dict() for a in result.assumptions]
+    else:
+        for finding in result.findings:
+            print(_annotation(finding))
 
 
 def _assumptions(taken: list[Assumption], listed: bool) -> None:
     """On stderr: each assumption (``--show-assumptions``), then how many of each kind."""
+    from fsdp2_port.codemods.summary import count
+
     if listed:
         for assumption in taken:
             print(assumption.as_text(), file=sys.stderr)
@@ -260,15 +271,10 @@ def _assumptions(taken: list[Assumption], listed: bool) -> None:
         each = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
         more = "" if listed else "--show-assumptions lists them, "
         print(
-            f"fsdp2-port migrate: {_count(len(taken), 'assumption')} taken ({each}); "
+            f"fsdp2-port migrate: {count(len(taken), 'assumption')} taken ({each}); "
             f"{more}--strict takes none",
             file=sys.stderr,
         )
-
-
-def _count(n: int, noun: str) -> str:
-    """``1 file``, ``2 files``."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _output_onto_input(files: list[str]) -> str | None:

@@ -73,6 +73,8 @@ class FileResult:
     error: str | None = None
     #: The assumptions its analysis took (``assumed``).
     assumptions: tuple[Assumption, ...] = ()
+    #: Where ``changed``: the fsdp2_port names its new text imports at run time (``summary``).
+    runtime: tuple[str, ...] = ()
 
 
 @dataclass
@@ -327,6 +329,7 @@ def _apply(
     """The file's result and its new text (None when unchanged or on an internal error);
     ``accepts``: what other files' functions take without FSDP1."""
     from fsdp2_port.codemods.apply import InternalError, apply_plan
+    from fsdp2_port.codemods.summary import runtime_names
     from fsdp2_port.codemods.tidy import tidy
 
     assert item.plan is not None
@@ -352,6 +355,7 @@ def _apply(
     if not result.changed:
         return result, None
     result.diff = unified_diff(item.text, text, item.path)
+    result.runtime = runtime_names(text)
     return result, text
 
 

@@ -277,7 +277,7 @@ def test_the_same_file_given_twice_is_read_once(tmp_path, capsys, monkeypatch):
     assert main(["--format", "json", "train.py", str(target), str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert "1 file scanned" in err
-    assert len(json.loads(out)) == 2  # the two findings of one file
+    assert len(json.loads(out)) == 2 + 1  # the two findings of one file, the summary
 
 
 def test_json_and_jsonl_carry_errors(tmp_path, capsys):
@@ -286,11 +286,12 @@ def test_json_and_jsonl_carry_errors(tmp_path, capsys):
     )
     missing = str(tmp_path / "missing.py")
     assert main(["--format", "json", str(broken), missing]) == 2
-    records = json.loads(capsys.readouterr().out)
+    *records, summary = json.loads(capsys.readouterr().out)
+    assert summary["summary"]["errors"] == 2
     assert {r["path"] for r in records} == {str(broken), missing}
     assert all(set(r) == {"path", "error"} for r in records)
     assert main(["--format", "jsonl", str(broken)]) == 2
-    (line,) = capsys.readouterr().out.splitlines()
+    line, _ = capsys.readouterr().out.splitlines()  # the error, the summary
     assert json.loads(line)["error"].startswith("cannot parse")
 
 
