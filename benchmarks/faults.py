@@ -1325,9 +1325,10 @@ def results_block(outcomes: list[tuple[str, bool, str]], seconds: float, args) -
         mine = [ok for owner, ok, _ in outcomes if owner == side]
         rows.append([side, len(mine), sum(mine)])
     rows.append(["all", len(outcomes), sum(ok for _, ok, _ in outcomes)])
+    handled = sum(ok for _, ok, _ in outcomes)
     intro = (
         f"{results_md.machine()} `python benchmarks/faults.py --seed {args.seed} --kills "
-        f"{args.kills}`, {seconds:.0f} s."
+        f"{args.kills}`, {seconds:.0f} s: {handled} of {len(outcomes)} handled."
     )
     failed = [f"- FAIL {name}" for _, ok, name in outcomes if not ok]
     body = results_md.table(["against", "tried", "handled"], rows)
