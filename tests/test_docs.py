@@ -201,3 +201,14 @@ def test_the_contributing_walkthrough_adds_a_rule_that_works(tmp_path):
     expected |= {("snapshots.py", n) for n in _lines_with(snapshots, "(model.parameters())")}
     assert len(expected) == 2 and found == expected
     assert _lines_with(snapshots, "(encoder.parameters())")  # the line left alone is there
+
+
+def test_the_tests_the_docs_cite_exist():
+    cited = 0
+    for path in DOCS:
+        for file, name in re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", path.read_text()):
+            assert (ROOT / file).exists(), f"{path.name} cites {file}"
+            if name:
+                assert f"def {name}(" in (ROOT / file).read_text(), f"{path.name}: {file}::{name}"
+            cited += 1
+    assert cited > 20
