@@ -11,7 +11,8 @@ and imports included), median of ``--rounds``:
 - ``libcst.parse_module`` over every ``.py`` file of the tree, in one process;
 - the same parse spread over N processes (the ratio at equal parallelism).
 
-Writes ``benchmarks/results/codemod_speed.json``.
+Writes ``benchmarks/results/codemod_speed.json`` and the ``codemod-speed`` block of
+``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ import statistics
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import results_md
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,11 +70,41 @@ def timed(command: list[str]) -> float:
     return seconds
 
 
+def results_block(trees: list[Path], files: int, jobs: int, times: dict[str, list[float]]) -> str:
+    """The ``codemod-speed`` block: each command's median and spread, and its ratio."""
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    labels = {"migrate": f"`fsdp2-port migrate --check --jobs {jobs}`"}
+    rows = [
+        [
+            labels.get(name, name.replace("parse", "`libcst.parse_module`")),
+            f"{seconds:.2f} ({min(times[name]):.2f}-{max(times[name]):.2f})",
+            f"{seconds / medians['migrate']:.1f}x",
+        ]
+        for name, seconds in medians.items()
+    ]
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = None
+    where = ", ".join(f"`{t.parent.name}/{t.name}`" for t in trees)
+    return "\n\n".join(
+        [
+            f"{results_md.machine(torch)} {files} files under {where}; "
+            f"median of {len(times['migrate'])} interleaved rounds, each command a fresh "
+            "process (interpreter start and imports included).",
+            results_md.table(["command", "seconds (min-max)", "x the migrate time"], rows),
+        ]
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", type=Path)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--no-results-md", action="store_true", help="leave benchmarks/RESULTS.md as it is"
+    )
     args = parser.parse_args()
     trees = args.paths or torch_tree()
     files = sorted(str(p) for tree in trees for p in Path(tree).rglob("*.py"))
@@ -94,6 +130,9 @@ def main() -> int:
     (results / "codemod_speed.json").write_text(
         json.dumps({"files": len(files), "jobs": args.jobs, "seconds": times}, indent=1)
     )
+    if not args.no_results_md:
+        block = results_block([Path(t) for t in trees], len(files), args.jobs, times)
+        results_md.write_block("codemod-speed", block)
     return 0
 
 

@@ -10,7 +10,8 @@ reads
 the output again, without the codemod's plan: FSDP1 constructors before and after,
 half-migrated sites, FSDP1 uses left without a marker. Every output must parse and the second
 run must change nothing. Exit 0 when at least 80% of the constructors migrate and nothing is
-half-migrated, unmarked, unparseable or unstable.
+half-migrated, unmarked, unparseable or unstable. ``--results NAME`` also writes the figures
+into block ``NAME`` of ``benchmarks/RESULTS.md`` (one block per manifest).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import live_fsdp1
+from benchmarks import live_fsdp1, results_md
 from fsdp2_port.codemods import audit, audit_names, engine, registry, sources
 from fsdp2_port.codemods.options import Options
 
@@ -204,6 +205,44 @@ def run_repository(directory: Path, options: Options | None = None) -> dict:
     }
 
 
+def results_block(totals: Counter, repositories: int, flags: list[str]) -> str:
+    """The figures of one corpus run, for its block of RESULTS.md."""
+    before, after = totals["constructors_before"], totals["constructors_after"]
+    migrated = before - after
+    share = f"{migrated / max(before, 1):.0%}"
+    plain = migrated - totals["bridges"]
+    command = " ".join(["`python benchmarks/corpus.py CORPUS_DIR", *flags]).strip() + "`"
+    rows = [
+        [
+            "repositories / files (changed)",
+            f"{repositories} / {totals['files']} ({totals['changed_files']})",
+        ],
+        ["FSDP1 constructors migrated", f"{migrated} of {before} ({share})"],
+        [
+            "of them plain `fully_shard` code",
+            f"{plain} ({totals['plain_with_readers']} reading a run-time value with a reader)",
+        ],
+        ["of them `fully_shard_like_fsdp1`", totals["bridges"]],
+        ["files whose models all migrated", totals["migrated_files"]],
+        [
+            "of them still importing FSDP1 names",
+            f"{totals['files_importing_fsdp1']} ({totals['fsdp1_imports']} "
+            f"name{'s' * (totals['fsdp1_imports'] != 1)})",
+        ],
+        ["FSDP1 calls left live on migrated models", totals["live_on_migrated"]],
+        [
+            "half-migrated sites / FSDP1 uses without a marker",
+            f"{totals['half_migrated']} / {totals['unmarked']}",
+        ],
+        [
+            "errors / outputs that do not parse / files a second run changes",
+            f"{totals['errors']} / {totals['unparseable']} / {totals['not_idempotent']}",
+        ],
+        ["findings to review", totals["review"]],
+    ]
+    return f"{results_md.machine()} {command}\n\n" + results_md.table(["figure", "value"], rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", type=Path, help="one folder per repository")
@@ -227,6 +266,11 @@ def main() -> int:
         action="store_true",
         help="migrate as `fsdp2-port migrate --whole-program` (each repository is an "
         "application: nothing outside it imports its modules)",
+    )
+    parser.add_argument(
+        "--results",
+        metavar="NAME",
+        help="also write the figures into block NAME of benchmarks/RESULTS.md",
     )
     args = parser.parse_args()
     if not args.corpus.is_dir():
@@ -316,6 +360,10 @@ def main() -> int:
                 print(f"      | {line}")
     if args.json:
         args.json.write_text(json.dumps({"totals": totals, "repositories": reports}, indent=1))
+    if args.results:
+        flags = ["--drop-fsdp1-branches"] * args.drop_fsdp1_branches
+        flags += ["--whole-program"] * args.whole_program
+        results_md.write_block(args.results, results_block(totals, len(reports), flags))
     bad = any(totals[key] for key in lists)
     return 0 if share >= 0.8 and not bad else 1
 

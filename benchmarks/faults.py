@@ -5,7 +5,8 @@ against the runtime: the optimizers, their loads, ``convert-checkpoint``, ``comp
     python benchmarks/faults.py [--seed N] [--kills N]
 
 Prints one line per case (``ok`` or ``FAIL``, its name, what was seen) and then
-``N faults and bad inputs tried, M handled``. A codemod case is handled when the tree ends as
+``N faults and bad inputs tried, M handled``, and writes the ``faults`` block of
+``benchmarks/RESULTS.md``. A codemod case is handled when the tree ends as
 the original or the clean migration (never between) once the next ``--write`` has run,
 ``--check`` in between changed nothing, no staged copy or journal is left, and the error, if
 any, is named with exit code 2; a hostile input (a planted journal, links named like staged
@@ -41,6 +42,10 @@ from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import results_md
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "codemods" / "fixtures" / "whole_models" / "untied.in"
@@ -1312,16 +1317,38 @@ class Runtime:
         return False, "accepted"
 
 
+def results_block(outcomes: list[tuple[str, bool, str]], seconds: float, args) -> str:
+    """The ``faults`` block of RESULTS.md: cases tried and handled per side, and any failure
+    by name."""
+    rows = []
+    for side in ("codemod", "runtime"):
+        mine = [ok for owner, ok, _ in outcomes if owner == side]
+        rows.append([side, len(mine), sum(mine)])
+    rows.append(["all", len(outcomes), sum(ok for _, ok, _ in outcomes)])
+    handled = sum(ok for _, ok, _ in outcomes)
+    intro = (
+        f"{results_md.machine()} `python benchmarks/faults.py --seed {args.seed} --kills "
+        f"{args.kills}`, {seconds:.0f} s: {handled} of {len(outcomes)} handled."
+    )
+    failed = [f"- FAIL {name}" for _, ok, name in outcomes if not ok]
+    body = results_md.table(["against", "tried", "handled"], rows)
+    return "\n\n".join([intro, body, *(["\n".join(failed)] if failed else [])])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument(
+        "--no-results-md", action="store_true", help="leave benchmarks/RESULTS.md as it is"
+    )
     args = parser.parse_args()
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="faults-state-") as state:
         ENV[STATE] = os.environ[STATE] = state
         cases = Cases(args.seed, args.kills)
     runtime = Runtime()
-    handled = 0
+    outcomes: list[tuple[str, bool, str]] = []
     listed: list[tuple[str, Callable[[], tuple[bool, str]], Cases | Runtime]]
     listed = [(name, case, cases) for name, case in cases.all()]
     listed += [(name, case, runtime) for name, case in runtime.all()]
@@ -1336,9 +1363,13 @@ def main() -> int:
                 ok, seen = case()
             except Exception as error:  # a crash of the case is a failure, not a stop
                 ok, seen = False, f"{type(error).__name__}: {error}"
-        handled += ok
+        outcomes.append(("runtime" if owner is runtime else "codemod", ok, name))
         print(f"{'ok  ' if ok else 'FAIL'} {name}: {seen}")
+    handled = sum(ok for _, ok, _ in outcomes)
     print(f"{len(listed)} faults and bad inputs tried, {handled} handled")
+    if not args.no_results_md:
+        seconds = time.perf_counter() - started
+        results_md.write_block("faults", results_block(outcomes, seconds, args))
     return 0 if handled == len(listed) else 1
 
 

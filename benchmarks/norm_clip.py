@@ -11,14 +11,15 @@ against ``torch.nn.utils.clip_grad_norm_``. fsdp1: one FSDP1 FULL_SHARD unit on 
 
 For each N, each side gets its own fresh gradients and is timed on its first call (the one
 that pays for caches: torch's DTensor sharding propagation grows quadratically in N there,
-14 s at 2000 tensors and 322 s at 10000 on the development machine, hence the default N),
+14 s at 2000 tensors and 322 s at 10000 on a 2-core machine, hence the default N),
 then ``--rounds`` rounds of
 one call each, interleaved (the order alternates each round), every call between barriers;
 the slowest rank's time counts. Steady state is the median of the rounds, with their spread
 (min-max), and the ratio is the median of the per-round ratios (a slow moment of the shared
 machine slows both calls of a round alike). Collectives are counted on one extra call
 (CommDebugMode; FSDP1's are plain c10d calls it does not see, so those are counted by
-wrapping ``dist.all_reduce``). Writes benchmarks/results/norm_clip_<layout>.json.
+wrapping ``dist.all_reduce``). Writes benchmarks/results/norm_clip_<layout>.json and the
+``norm-clip-<layout>`` (``-cuda``) block of ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,11 +38,14 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import fsdp2_port
+from benchmarks import results_md
 from fsdp2_port.prove.launch import run_ranks
 
 NUMEL = 4096
-GOAL_STEADY, GOAL_FIRST = 3.0, 100.0  # issue 14, at 2000 FSDP2 gradients on 2 ranks
+GOAL_STEADY, GOAL_FIRST = 3.0, 100.0  # at 2000 FSDP2 gradients on 2 ranks
 
 
 def _params(n, mesh, placements, device):
@@ -215,6 +220,52 @@ def report(res: dict) -> str:
     return "\n".join(lines)
 
 
+def results_block(res: dict) -> str:
+    """The ``norm-clip-<layout>`` block of RESULTS.md: one row per number of tensors."""
+    who = (
+        "`fsdp2_port.compat.clip_grad_norm_` against FSDP1's own `clip_grad_norm_`"
+        if res["layout"] == "fsdp1"
+        else "`fsdp2_port.clip_grad_norm_` against `torch.nn.utils.clip_grad_norm_`"
+    )
+    intro = (
+        f"{results_md.machine(res['torch'])} `--layout {res['layout']}` on {res['world_size']} "
+        f"{res['backend']} ranks: {who}; {res['rounds']} interleaved rounds after each side's "
+        "first call; the slowest rank counts."
+    )
+    header = [
+        "tensors",
+        "ours, ms (min-max)",
+        "torch, ms (min-max)",
+        "steady ratio (per round)",
+        "first call ours / torch, ms",
+        "first-call ratio",
+        "collectives ours / torch",
+    ]
+    rows = [
+        [
+            r["tensors"],
+            _spread(r["ours_s"], r["ours_spread_s"]),
+            _spread(r["torch_s"], r["torch_spread_s"]),
+            _spread(r["ratio"], r["ratio_spread"], lambda x: f"{x:.2f}x"),
+            f"{_ms(r['ours_first_s'])} / {_ms(r['torch_first_s'])}",
+            f"{r['first_ratio']:.0f}x",
+            f"{r['ours_collectives']} / {r['torch_collectives']}",
+        ]
+        for r in res["rows"]
+    ]
+    parts = [intro, results_md.table(header, rows)]
+    goal = [r for r in res["rows"] if r["tensors"] == 2000]
+    if res["layout"] == "fsdp" and res["world_size"] == 2 and goal:
+        steady, first = goal[0]["ratio"], goal[0]["first_ratio"]
+        parts.append(
+            f"Goals at 2000 tensors: steady state at least {GOAL_STEADY:g}x torch's speed, "
+            f"{steady:.2f}x ({'met' if steady >= GOAL_STEADY else 'missed'}); first call at "
+            f"least {GOAL_FIRST:g}x faster than torch's first, {first:.0f}x "
+            f"({'met' if first >= GOAL_FIRST else 'missed'})."
+        )
+    return "\n\n".join(parts)
+
+
 def _worker(rank, world, args, out):
     torch.set_num_threads(max(1, torch.get_num_threads() // world))
     rows = _fsdp1_rows(args) if args.layout == "fsdp1" else _dtensor_rows(args, world)
@@ -231,6 +282,9 @@ def _worker(rank, world, args, out):
         print(report(res), flush=True)
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(res, indent=2))
+        if not args.no_results_md:
+            suffix = "" if args.device == "cpu" else f"-{args.device}"
+            results_md.write_block(f"norm-clip-{args.layout}{suffix}", results_block(res))
 
 
 def main():
@@ -239,6 +293,9 @@ def main():
     parser.add_argument("--layout", choices=["fsdp", "hsdp", "fsdp1"], default="fsdp")
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument(
+        "--no-results-md", action="store_true", help="leave benchmarks/RESULTS.md as it is"
+    )
     args = parser.parse_args()
     world = 4 if args.layout == "hsdp" else 2
     suffix = "" if args.device == "cpu" else f"_{args.device}"

@@ -11,10 +11,9 @@ own copy of the model:
 
 - ``fsdp2_port``: ``fsdp2_port.BF16Optimizer.step()`` as constructed by default (fused AdamW
   where torch has the kernel); ``fsdp2_port-single``: the same with
-  ``optimizer_kwargs={"foreach": False}`` (torch's default AdamW on the CPU, bit for bit: the
-  default before issue 14); ``compat``: ``fsdp2_port.compat.BF16Optimizer.step()`` (one process,
-  plain
-  model; SpecForge's bits);
+  ``optimizer_kwargs={"foreach": False}`` (torch's default AdamW on the CPU, bit for bit);
+  ``compat``: ``fsdp2_port.compat.BF16Optimizer.step()`` (one process, plain model; SpecForge's
+  bits);
 - ``specforge``: the SpecForge loop, written here: grads cast one by one into fp32 masters,
   ``torch.nn.utils.clip_grad_norm_``, AdamW, masters copied back one by one;
 - ``adamw-single/foreach/fused``: plain ``torch.optim.AdamW`` on fp32 masters (the local
@@ -32,9 +31,10 @@ moments and bf16 grads). On CUDA: ``max_memory_allocated``. On the CPU: one extr
 with its running total; the peak of that total, from the step's start. (RSS would hide
 reuse by the C allocator.) Reported per local parameter.
 
-Goals (issue 14), printed as met or missed: the default step at least 2x faster than the
-SpecForge loop, within 2x of plain fused AdamW, and at most 0.5 B/param of peak beyond params,
-masters and moments. Writes ``benchmarks/results/optimizer_step[_cuda].json``.
+Goals, printed as met or missed: the default step at least 2x faster than the SpecForge loop,
+within 2x of plain fused AdamW, and at most 0.5 B/param of peak beyond params, masters and
+moments. Writes ``benchmarks/results/optimizer_step[_cuda].json`` and the
+``optimizer-step-cpu`` (or ``-cuda``) block of ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import argparse
 import importlib
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -51,7 +52,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import fsdp2_port
+from benchmarks import results_md
 from fsdp2_port import compat
 from fsdp2_port.codemods.options import fully_shard_module
 from fsdp2_port.prove.launch import run_ranks
@@ -59,7 +63,7 @@ from fsdp2_port.train.lr_schedules import build_scheduler
 from fsdp2_port.versions import installed_torch
 
 LR, MAX_NORM, BYTES_FLOOR = 1e-4, 0.5, 28
-GOAL_VS_SPECFORGE, GOAL_VS_FUSED, GOAL_PEAK = 2.0, 2.0, 0.5  # issue 14
+GOAL_VS_SPECFORGE, GOAL_VS_FUSED, GOAL_PEAK = 2.0, 2.0, 0.5
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -318,6 +322,46 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _met(met: bool) -> str:
+    return "met" if met else "missed"
+
+
+def results_row(res: dict) -> list[str]:
+    """One setting's row of the RESULTS.md table: time, both ratios and peak, each goal
+    marked met or missed."""
+    ranks = f"{res['world_size']} {res['backend']} rank" + "s" * (res["world_size"] > 1)
+    where = f"{ranks}, FSDP2" if res.get("layout") == "fsdp2" else "1 process"
+    vs_sf = ratio(res, "specforge", "fsdp2_port")
+    vs_fused = ratio(res, "fsdp2_port", "adamw-fused")
+    peak = res["peak_extra_bytes_per_param"]["fsdp2_port"]
+    return [
+        f"{where}, {res['params'] / 1e6:.0f} M params in {res['tensors']} tensors",
+        f"{res['median_s']['fsdp2_port'] * 1e3:.1f}",
+        f"{vs_sf[0]:.2f}x faster ({vs_sf[1]:.2f}-{vs_sf[2]:.2f}), "
+        f"{_met(vs_sf[0] >= GOAL_VS_SPECFORGE)}",
+        f"{vs_fused[0]:.2f}x its time ({vs_fused[1]:.2f}-{vs_fused[2]:.2f}), "
+        f"{_met(vs_fused[0] <= GOAL_VS_FUSED)}",
+        f"{peak:.2f}, {_met(peak <= GOAL_PEAK)}",
+    ]
+
+
+def results_block(settings: list[dict], args) -> str:
+    """The ``optimizer-step-<device>`` block of RESULTS.md."""
+    header = [
+        "setting",
+        "default step, ms",
+        f"vs SpecForge's loop (goal ≥ {GOAL_VS_SPECFORGE:g}x faster)",
+        f"vs fused AdamW (goal ≤ {GOAL_VS_FUSED:g}x its time)",
+        f"peak B/param (goal ≤ {GOAL_PEAK:g})",
+    ]
+    intro = (
+        f"{results_md.machine(torch.__version__)} `--device {args.device}`, median of "
+        f"{args.steps} steps after {args.warmup} warm-up, variants interleaved; ratios are "
+        "medians of per-round ratios, with their spread."
+    )
+    return intro + "\n\n" + results_md.table(header, [results_row(r) for r in settings])
+
+
 def _size(text: str) -> tuple[float, int]:
     params, tensors = text.split(":")
     return float(params), int(tensors)
@@ -332,6 +376,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument(
+        "--no-results-md", action="store_true", help="leave benchmarks/RESULTS.md as it is"
+    )
     args = parser.parse_args()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, {args.device}; "
@@ -360,6 +407,8 @@ def main():
     results["seconds"] = time.perf_counter() - started
     out.write_text(json.dumps(results, indent=2))
     print(f"({results['seconds']:.0f} s; wrote {out})")
+    if not args.no_results_md:
+        results_md.write_block(f"optimizer-step-{args.device}", results_block(settings, args))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ dicts read across its files, ``fsdp2_port.codemods.spreads``). Each constructor 
 (``functools.partial`` factories aside) is read as the constructors rule reads it
 (``fsdp2_port.codemods.rules.constructors.pure``), file by file; the script
 counts the constructors each blocker stops (one constructor often has several), and those a
-single blocker stops alone: what to build next for issue 20. A ``**kwargs`` that cannot be
-read stops the reading of its call, so that call's other blockers are not counted.
+single blocker stops alone: the plain forms that would free most constructors. A ``**kwargs``
+that cannot be read stops the reading of its call, so that call's other blockers are not
+counted.
 """
 
 from __future__ import annotations

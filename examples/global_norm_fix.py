@@ -39,7 +39,7 @@ def loss(m: nn.Module, x, y):
 
 @torch.no_grad()
 def rank_local_clip_norm(fsdp: nn.Module) -> float:
-    """The seed's bug: torch's clip over this rank's shard alone."""
+    """The rank-local clip: torch's clip over this rank's shard alone."""
     masters = [p.detach().float() for p in fsdp.parameters() if p.grad is not None]
     for m, p in zip(masters, [p for p in fsdp.parameters() if p.grad is not None]):
         m.grad = p.grad.float()

@@ -1,7 +1,7 @@
 """SpecForge's original BF16 master step, written from its description, as a reference.
 
 In one process it is right: masters get the grads, torch clips them, AdamW updates them.
-On FSDP1 shard views it is the seed's bug: each rank clips its shard by its own norm.
+On FSDP1 shard views it is the rank-local clip: each rank clips its shard by its own norm.
 """
 
 import torch

@@ -269,7 +269,7 @@ def test_inf_on_one_rank_is_decided_the_same_everywhere(policy):
     run_ranks(_nonfinite_on_one_rank, 2, policy)
 
 
-# -- the seed's bug: clipping each shard by its own norm ----------------------------------------
+# -- the rank-local clip: each shard clipped by its own norm --------------------------------------
 
 
 def _old_local_clip_differs(rank, world):

@@ -1,4 +1,4 @@
-"""Issue 21: `fsdp2-port compare` owns its processes, refuses bad numbers, never calls NaN
+"""`fsdp2-port compare` owns its processes, refuses bad numbers, never calls NaN
 runs "same".
 
 The fake runs are plain Python (no torch) except one through torchrun. Each tags its whole

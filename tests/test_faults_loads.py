@@ -1,4 +1,4 @@
-"""Issue 21: a refused checkpoint load changes nothing (masters, moments, steps, lr, params).
+"""A refused checkpoint load changes nothing (masters, moments, steps, lr, params).
 
 Most cases run in one process: ``fsdp2_port.BF16Optimizer`` takes plain tensors too, and DCP
 saves and loads without a process group. One 2-rank gloo run covers DTensor masters.

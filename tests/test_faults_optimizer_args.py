@@ -1,4 +1,4 @@
-"""Issue 21: both BF16 optimizers check their numbers at construction; None/inf = no clip."""
+"""Both BF16 optimizers check their numbers at construction; None/inf = no clip."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Issue 21: `fsdp2-port verify` refuses bad numbers before spawning, turns sys.exit and
+"""`fsdp2-port verify` refuses bad numbers before spawning, turns sys.exit and
 KeyboardInterrupt in a factory into its documented exit codes and JSON, and owns its ranks:
 after a signal or a hung rank, no rank and no process a rank started is left.
 

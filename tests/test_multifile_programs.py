@@ -1,7 +1,7 @@
 """Seven FSDP1 training programs of several modules each migrate whole and train the same.
 
-tests/multifile/ holds them, one package per shape in which real code passes its model around
-(issue 19): a base-class trainer whose methods use ``self.policy`` while a subclass wraps it; a
+tests/multifile/ holds them, one package per shape in which real code passes its model around: a
+base-class trainer whose methods use ``self.policy`` while a subclass wraps it; a
 builder whose ``(model, optimizer)`` tuple is unpacked, with DCP helpers in another module; a
 compat BF16 optimizer on an inner module of the wrapped model; SpecForge before its fix (its own
 rank-local-clip optimizer imported as ``specforge.optimizer`` from a package in the program's
@@ -9,11 +9,11 @@ folder, and a backend class in another module that all-reduces the squared norm 
 clipping disengaged, so the FSDP1 run is right); ``full_optim_state_dict`` /
 ``scatter_full_optim_state_dict`` checkpoint helpers; weight decay chosen by ``p.ndim`` after
 wrapping; FSDP1 values built in one module and read only in another's wrapping function
-(issue 20: no FSDP1 name survives in any file).
+(no FSDP1 name survives in any file).
 
 Each program is migrated by one ``fsdp2-port migrate --write`` over its folder, as a user would.
 No finding is left to review, no marker, and no FSDP1 name, import or FSDP1 module call survives
-(issue 20's destination) — except
+(the end state of a migration) — except
 in ``ndim_decay``, whose meaning truly changes (FSDP1's flat 1-D views decayed nothing, FSDP2
 decays every matrix): one F2P011 marker at the ``p.ndim`` line, and compare must see the
 difference. Then ``fsdp2-port compare`` trains original and migration on 2 gloo ranks through
@@ -162,7 +162,7 @@ def test_the_migrated_program_trains_like_the_original(program, dtype, args, ext
 
 
 def test_values_built_in_one_file_and_read_in_another_lose_fsdp1(tmp_path):
-    """values_across (issue 20): the strategy (a class attribute), the mixed precision and a
+    """values_across: the strategy (a class attribute), the mixed precision and a
     policy whose classes a call finds are built in train.py and read only in
     sharding/wrapping.py's migrated ``wrap``. One plain run writes them without FSDP1 where
     they are built, so no file of the program imports an FSDP1 name, and it trains the same."""

@@ -43,8 +43,8 @@ NOT_SCANNED = "fsdp2_port/codemods"
 BOUNDARY = "fsdp2_port/fsdp1/torch_internals.py"
 #: first components of the modules that are ours
 OURS = {"fsdp2_port", "tests"}
-#: ``(file, name)`` found outside the boundary in files this change does not own, and why
-#: they stay for now. Each must still be found (a fixed one is taken off this list).
+#: ``(file, name)`` known to be found outside the boundary, and why each stays. Each must
+#: still be found (one that is not is taken off this list).
 KNOWN: dict[tuple[str, str], str] = {}
 _REFLECTION = {"getattr", "hasattr", "setattr", "delattr"}
 _IMPORTERS = {"importlib.import_module", "import_module", "__import__"}

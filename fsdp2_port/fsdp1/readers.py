@@ -342,7 +342,7 @@ def member_name(value: Any) -> Any:
     tested it against a member (``x == ShardingStrategy.X`` -> ``member_name(x) == "X"``), which
     holds for the member and for its name alike, the two spellings the readers take (F2P013).
     The one difference from the original test: a string equal to a member's name, which never
-    equalled the member, now passes."""
+    equalled the member, passes this one."""
     if isinstance(value, (ShardingStrategy, BackwardPrefetch, StateDictType)):
         return value.name
     return value

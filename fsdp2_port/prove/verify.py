@@ -5,7 +5,7 @@ Four arms train one model from one seed on the same global batches:
 - ``reference``: one process, the whole global batch, ``fsdp2_port.BF16Optimizer``;
 - ``fsdp1``: FSDP1 + ``fsdp2_port.compat.BF16Optimizer`` on N ranks;
 - ``fsdp2``: FSDP2 (``fully_shard``) + ``fsdp2_port.BF16Optimizer`` on N ranks;
-- ``old_clip``: FSDP1 with each rank clipping its shard by its own norm (the seed's bug).
+- ``old_clip``: FSDP1 with the rank-local clip (each rank clips its shard by its own norm).
 
 The sharded arms must match the reference per step (loss, grad norm) and in the final
 parameters within ``judge``'s tolerances for the dtype; ``old_clip`` is shown, and judged

@@ -43,7 +43,7 @@ DEFAULT_KERNEL = {"cpu": "single"}
 #: How many bytes of fp32 gradient one block (cast, clip, AdamW, write-back) may hold, per device
 #: type. The CPU: 2 MiB, so that a block's gradients, cast once, are read again from cache by
 #: AdamW and a block's masters by the write-back, in a few calls per block (each call costs
-#: microseconds; benchmarks/optimizer_step.py, issue 14). Other devices: a few launches per block
+#: microseconds; benchmarks/optimizer_step.py). Other devices: a few launches per block
 #: and never the fp32 gradients of the whole model at once. A block always takes at least one
 #: tensor: one larger than a block is cut for the fused kernel, left whole for the others.
 BLOCK_BYTES = {"cpu": 2 << 20}
