@@ -7,6 +7,7 @@ hand) and train_fsdp2_local_clip.py (the migration with the rank-local clip brou
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,13 +17,22 @@ from pathlib import Path
 import pytest
 
 from fsdp2_port.prove.compare import (
+    MEASURE,
+    NOT_JUDGED,
     RUNS,
     Config,
+    Result,
     Run,
+    StepClock,
+    format_text,
     judge,
     judge_runs,
+    launch_command,
+    memory,
+    new_over_old,
     parse_log,
     patterns,
+    timing,
     tolerances,
 )
 from fsdp2_port.prove.judge import relative_difference
@@ -120,6 +130,96 @@ def test_on_a_node_without_rank_0_silence_is_not_a_failure():
     )
 
 
+# -- time and memory (no runs) ---------------------------------------------------------------
+
+
+def test_a_step_takes_the_time_between_its_line_and_the_previous_steps():
+    """Logged every second step: a step's time is the gap over the steps it spans; the first
+    logged step carries the start-up and is kept apart."""
+    run = Run("old.py", [], 0, 9.0, step_times={0: 4.0, 2: 5.0, 4: 5.5, 6: 6.5})
+    assert timing(run) == {
+        "total_s": 9.0,
+        "first_step_s": 4.0,
+        "steps": [2, 4, 6],
+        "per_step_s": [0.5, 0.25, 0.5],
+        "median_step_s": 0.5,
+    }
+    once = timing(Run("old.py", [], 0, 1.0, step_times={3: 0.5}))
+    assert (once["per_step_s"], once["median_step_s"], once["first_step_s"]) == ([], None, 0.5)
+
+
+def test_step_clock_keeps_step_lines_and_times_the_first_that_logs_each_step():
+    step, metrics = patterns({})
+    clock = StepClock(step)
+    assert clock("step 0 loss 1.0") and clock("saving at step 1")
+    assert not clock("loss 2.0 (no step)")
+    assert [line for _, line in clock.arrivals] == ["step 0 loss 1.0", "saving at step 1"]
+    clock.arrivals = [
+        (0.5, "step 0 loss 1.0"),
+        (0.6, "step 0 loss 1.0"),  # another rank's line of the same step
+        (0.7, "saving at step 1"),  # a step with no metric is not logged
+        (0.9, "step 1 grad_norm 0.3"),
+    ]
+    assert clock.step_times(metrics) == {0: 0.5, 1: 0.9}
+
+
+def test_memory_is_cudas_peak_where_a_process_used_cuda_else_the_largest_rss():
+    cpu = Run("old.py", [], 0, peak_rss_bytes=300 << 20)
+    gpu = Run("new.py", [], 0, peak_rss_bytes=900 << 20, cuda_max_allocated_bytes=2 << 30)
+    assert memory(cpu) == {
+        "kind": "rss",
+        "peak_bytes": 300 << 20,
+        "peak_rss_bytes": 300 << 20,
+        "cuda_max_allocated_bytes": None,
+    }
+    assert (memory(gpu)["kind"], memory(gpu)["peak_bytes"]) == ("cuda_max_allocated", 2 << 30)
+
+
+def _timed_result(old: Run, new: Run) -> Result:
+    """Both runs logging the same two steps, judged."""
+    for run in (old, new):
+        run.stdout = "step 0 loss 2.0 grad_norm 0.5\nstep 1 loss 1.5 grad_norm 0.4\n"
+    return judge_runs(Config(), {"old": old, "new": new})
+
+
+def _row(text: str, name: str) -> list[str]:
+    """The cells after ``name`` on its row of the text report's time and memory table."""
+    line = next(line for line in text.splitlines() if line.startswith(f"  {name}  "))
+    return re.split(r"\s{2,}", line[len(name) + 2 :].strip())
+
+
+def test_new_over_old_and_the_text_report_show_the_payoff_and_say_it_is_not_judged():
+    old = Run("old.py", ["python", "old.py"], 0, 10.0, step_times={0: 2.0, 1: 2.4, 2: 2.8})
+    new = Run("new.py", ["python", "new.py"], 0, 8.0, step_times={0: 1.0, 1: 1.2, 2: 1.4})
+    old.peak_rss_bytes, new.peak_rss_bytes = 400 << 20, 300 << 20
+    result = _timed_result(old, new)
+    assert result.verdict == "same"  # 2x faster, a quarter less memory: not a departure
+    assert new_over_old(result) == {
+        "median_step_s": 0.5,
+        "first_step_s": 0.5,
+        "total_s": 0.8,
+        "peak_bytes": 0.75,
+    }
+    text = format_text(result)
+    assert NOT_JUDGED in text
+    assert _row(text, "median step") == ["400.0 ms", "200.0 ms", "0.50"]
+    assert _row(text, "first step, with start-up") == ["2.00 s", "1.00 s", "0.50"]
+    assert _row(text, "peak memory (RSS, largest process)") == ["400.0 MiB", "300.0 MiB", "0.75"]
+    new.cuda_max_allocated_bytes = 1 << 30  # kinds apart: no ratio
+    assert new_over_old(_timed_result(old, new))["peak_bytes"] is None
+
+
+def test_the_shown_command_is_the_users_the_run_adds_measure_and_log_dir():
+    config = Config(old="old.py", new="new.py", forbid_fsdp1=True, script_args=("--x",))
+    shown = launch_command(config, "new.py", "new")
+    run = launch_command(config, "new.py", "new", "/logs", measure=True)
+    assert MEASURE not in shown and "--log-dir" not in shown
+    assert run[run.index("--log-dir") + 2 :] == [
+        *("-m", MEASURE, "-m", "fsdp2_port.prove.no_fsdp1"),
+        *("new.py", "--x"),
+    ]
+
+
 # -- exit codes, on scripts that import nothing -----------------------------------------------
 
 
@@ -163,6 +263,12 @@ def test_json_for_every_outcome_and_no_torch_in_the_parent(tmp_path):
         assert (run.returncode, report["exit_code"]) == (code, code), (args, run.stderr)
         if "--node-rank" in args:
             assert "need --rdzv-endpoint" in report["error"]
+        if code < 2:  # both ran: each one's time and memory, measured
+            for run in report["runs"].values():
+                assert run["time"]["steps"] == [1] and run["time"]["per_step_s"][0] >= 0
+                assert run["time"]["total_s"] >= run["time"]["first_step_s"] > 0
+                assert run["memory"]["kind"] == "rss" and run["memory"]["peak_bytes"] > 1 << 20
+            assert report["new_over_old"]["total_s"] > 0
     probe = (
         "import sys; from fsdp2_port.cli import main; "
         f"code = main(['compare', {str(old)!r}, {str(new)!r}, '--launcher', 'none']); "
@@ -238,3 +344,7 @@ def test_the_rank_local_clip_is_different_with_ranks_the_scripts_spawn():
     # rank 0's shard norm: well below the global one, and judged so at every step
     assert steps[0]["new"]["grad_norm"] < 0.9 * steps[0]["old"]["grad_norm"]
     assert [f.split(":")[0] for f in report["failures"]][:3] == ["step 0", "step 1", "step 2"]
+    for run in report["runs"].values():  # the ranks it spawned and joined: torch in each
+        assert run["time"]["steps"] == [1, 2] and run["time"]["median_step_s"] > 0
+        assert run["memory"]["kind"] == "rss"
+        assert run["memory"]["peak_rss_bytes"] > 100 << 20

@@ -17,18 +17,27 @@ metrics each prints on its standard output, and judges NEW against OLD step by s
   temporary folder of compare's, not one ``/tmp/torchelastic_*`` per run);
 - ``--resume-at K`` (``resume``): both runs save after step K into folders of compare's, NEW
   resumes from its own checkpoint (and from OLD's, converted), and every continued run is
-  judged against OLD's uninterrupted steps after K by the same tolerances.
+  judged against OLD's uninterrupted steps after K by the same tolerances;
+- each run's time and peak memory are measured and reported beside the verdict, never in it:
+  a step's time is the time between the arrival of its line and of the previous step's
+  (``StepClock``), the peak RSS that of the run's largest process (``launch.run_command``),
+  the CUDA peak what the processes themselves report (``measure``);
+- a report names no folder of compare's: each run's command is shown as the user would type
+  it (no ``--log-dir``, no ``measure``), a path in compare's temporary folder as ``<tmp>/...``.
 
 Imports no torch: it launches the runs and reads their output.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
+import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +56,7 @@ from fsdp2_port.prove.judge import (
     relative_differences,
 )
 from fsdp2_port.prove.launch import run_command, signals_interrupt
+from fsdp2_port.prove.measure import MEASURE_DIR_VAR, read_records
 
 NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 STEP = r"(?i)\bstep\b\s*[:=]?\s*(\d+)"
@@ -65,6 +75,13 @@ class CompareError(ValueError):
 
 #: The module NEW runs under with ``forbid_fsdp1``.
 GUARD = "fsdp2_port.prove.no_fsdp1"
+#: The module every run starts under: its processes report their CUDA peak.
+MEASURE = "fsdp2_port.prove.measure"
+#: How a report shows compare's temporary folder, which is gone once it is read.
+TMP_SHOWN = "<tmp>"
+#: What the reports say of time and memory.
+NOT_JUDGED = "not judged: the verdict reads the logged metrics only; times vary with the load"
+FORBID_COST = "new ran under --forbid-fsdp1, whose profiling of every Python call is in its times"
 
 
 @dataclass(frozen=True)
@@ -96,11 +113,15 @@ class Config:
 @dataclass
 class Run:
     script: str
-    command: list[str]
+    command: list[str]  # as the user would type it (see the module)
     returncode: int | None = None  # None: timed out (killed)
     seconds: float = 0.0
     stdout: str = ""
     stderr: str = ""
+    peak_rss_bytes: int | None = None  # the largest process's (launch.run_command)
+    cuda_max_allocated_bytes: int | None = None  # the largest its processes reported
+    #: step -> seconds from the run's start to the first line that logged it
+    step_times: dict[int, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -160,14 +181,21 @@ def tolerances(
 
 
 def launch_command(
-    config: Config, script: str, label: str, log_dir: str | None = None
+    config: Config,
+    script: str,
+    label: str,
+    log_dir: str | None = None,
+    measure: bool = False,
 ) -> list[str]:
     """The command line of one run; ``{run}`` in the script's arguments becomes ``label``;
-    torchrun keeps its logs under ``log_dir`` (its own temporary folder otherwise)."""
+    torchrun keeps its logs under ``log_dir`` (its own temporary folder otherwise); with
+    ``measure`` the script runs under ``MEASURE``."""
     args = [a.replace("{run}", label) for a in config.script_args]
     target = [script]
     if config.forbid_fsdp1 and label == "new":
         target = ["-m", GUARD, script]
+    if measure:
+        target = ["-m", MEASURE, *target]
     if config.launcher == "none":
         return [sys.executable, *target, *args]
     nproc = 2 if config.nproc_per_node is None else config.nproc_per_node
@@ -346,28 +374,68 @@ def compare(config: Config) -> Result:
     SIGTERM, SIGHUP or SIGINT end the run in progress and raise ``Interrupted``.
     """
     check(config)
-    step, _ = patterns(config.metrics)
     runs = {}
     with signals_interrupt(), tempfile.TemporaryDirectory(prefix="fsdp2-port-compare-") as logs:
         saves = {label: Path(logs, "checkpoints", label) for label in RUNS}
         for label, script in zip(RUNS, (config.old, config.new)):
             print(f"fsdp2-port compare: running {label}: {script}", file=sys.stderr, flush=True)
-            command = launch_command(config, script, label, logs)
             env = {}
             if config.resume_at is not None:
                 saves[label].mkdir(parents=True)
                 env = resume.save_env(config.resume_at, saves[label])
-            # kept: the lines naming a step (all judge_runs reads) and the tail
-            ended = run_command(
-                command, config.timeout, env, keep=lambda line: bool(step.search(line))
-            )
-            runs[label] = Run(script, command, **asdict(ended))
+            runs[label] = measured_run(config, script, label, logs, env)
             if not runs[label].ok:
                 break
         result = judge_runs(config, runs)
         if config.resume_at is not None and result.verdict in ("same", "different"):
             _continue(config, result, saves, logs)
+        for run in result.runs.values():
+            run.command = [a.replace(logs, TMP_SHOWN) for a in run.command]
     return result
+
+
+class StepClock:
+    """``run_command``'s ``keep``: chooses the lines that name a step (all ``parse_log``
+    reads) and notes when each arrived, in seconds since the clock was made."""
+
+    def __init__(self, step: re.Pattern[str]) -> None:
+        self.step = step
+        self.start = time.monotonic()
+        self.arrivals: list[tuple[float, str]] = []
+
+    def __call__(self, line: str) -> bool:
+        if self.step.search(line) is None:
+            return False
+        self.arrivals.append((time.monotonic() - self.start, line))
+        return True
+
+    def step_times(self, metrics: Mapping[str, re.Pattern[str]]) -> dict[int, float]:
+        """step -> when the first line that logged it (with a metric) arrived."""
+        times: dict[int, float] = {}
+        for seconds, line in self.arrivals:
+            for s in parse_log(line, self.step, metrics):
+                times.setdefault(s, seconds)
+        return times
+
+
+def measured_run(config: Config, script: str, label: str, logs: str, env: Mapping[str, str]) -> Run:
+    """Run ``script`` as ``label`` (torchrun's logs and the processes' records in ``logs``),
+    with ``env`` added; its time per step and its peak memory measured."""
+    step, metrics = patterns(config.metrics)
+    records = Path(logs, "measure", label)
+    records.mkdir(parents=True)
+    command = launch_command(config, script, label, logs, measure=True)
+    clock = StepClock(step)
+    env = {**env, MEASURE_DIR_VAR: str(records)}
+    ended = run_command(command, config.timeout, env, keep=clock)
+    cuda = [r["cuda_max_allocated_bytes"] for r in read_records(records)]
+    return Run(
+        script,
+        launch_command(config, script, label),
+        **asdict(ended),
+        cuda_max_allocated_bytes=max(cuda, default=None),
+        step_times=clock.step_times(metrics),
+    )
 
 
 def _continue(config: Config, result: Result, saves: dict[str, Path], logs: str) -> None:
@@ -417,14 +485,124 @@ def _continue_one(
         if error is not None:
             return error
     print(f"fsdp2-port compare: running {label}: {config.new}", file=sys.stderr, flush=True)
-    command = launch_command(config, config.new, label, logs)
-    ended = run_command(command, config.timeout, resume.resume_env(config.resume_at, folder))
-    result.runs[label] = Run(config.new, command, **asdict(ended))
+    env = resume.resume_env(config.resume_at, folder)
+    result.runs[label] = measured_run(config, config.new, label, logs, env)
     return None if result.runs[label].ok else _failed(result.runs[label], label)
 
 
 def _plain(config: Config) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()}
+
+
+# -- time and memory --------------------------------------------------------------------------
+
+#: The figures ``new_over_old`` divides, and how the reports name them.
+PAYOFF = {
+    "median_step_s": "median step",
+    "first_step_s": "first step, with start-up",
+    "total_s": "total",
+    "peak_bytes": "peak memory",
+}
+MEMORY_KINDS = {"rss": "RSS, largest process", "cuda_max_allocated": "CUDA max allocated"}
+
+
+def timing(run: Run) -> dict[str, Any]:
+    """A run's wall time in seconds: ``total_s`` (launch to exit), ``first_step_s`` (launch to
+    its first logged step's line: start-up and that step), and for each later logged step
+    (``steps``) ``per_step_s``: the time since the previous logged step's line over the steps
+    between them; ``median_step_s``, their median. None where there is nothing to time."""
+    steps = sorted(run.step_times)
+    pairs = list(itertools.pairwise(steps))
+    per_step = [(run.step_times[b] - run.step_times[a]) / (b - a) for a, b in pairs]
+    return {
+        "total_s": _digits(run.seconds),
+        "first_step_s": _digits(run.step_times[steps[0]]) if steps else None,
+        "steps": [b for _, b in pairs],
+        "per_step_s": [_digits(x) for x in per_step],
+        "median_step_s": _digits(statistics.median(per_step)) if per_step else None,
+    }
+
+
+def memory(run: Run) -> dict[str, Any]:
+    """A run's peak memory in bytes, ``peak_bytes`` of ``kind``: ``cuda_max_allocated``
+    where a process of the run used CUDA (the largest ``torch.cuda.max_memory_allocated`` one
+    reported), else ``rss`` (the largest resident set of one process); both figures beside."""
+    cuda = run.cuda_max_allocated_bytes
+    return {
+        "kind": "rss" if cuda is None else "cuda_max_allocated",
+        "peak_bytes": run.peak_rss_bytes if cuda is None else cuda,
+        "peak_rss_bytes": run.peak_rss_bytes,
+        "cuda_max_allocated_bytes": cuda,
+    }
+
+
+def new_over_old(result: Result) -> dict[str, float | None]:
+    """NEW's figure over OLD's for each of ``PAYOFF``; None where either run lacks it (it
+    failed, did not run, logged under two steps) or the memory is of two kinds."""
+    if not set(RUNS) <= set(result.runs):
+        return dict.fromkeys(PAYOFF)
+    old, new = ({**timing(result.runs[r]), **memory(result.runs[r])} for r in RUNS)
+    ratios = {key: _ratio(new[key], old[key]) for key in PAYOFF}
+    if old["kind"] != new["kind"]:
+        ratios["peak_bytes"] = None
+    return ratios
+
+
+def payoff_table(result: Result) -> list[list[str]]:
+    """OLD's and NEW's time and memory side by side, and NEW's over OLD's: a header row, then
+    a row per figure of ``PAYOFF``."""
+    labels = [label for label in RUNS if label in result.runs]
+    figures = {
+        label: {**timing(result.runs[label]), **memory(result.runs[label])} for label in labels
+    }
+    kinds = {figures[label]["kind"] for label in labels}
+    ratios = new_over_old(result)
+    rows = [["", *labels, "new/old"]]
+    for key, name in PAYOFF.items():
+        if key == "peak_bytes":
+            name += f" ({' | '.join(MEMORY_KINDS[k] for k in sorted(kinds))})"
+        show = _bytes if key == "peak_bytes" else _seconds
+        ratio = ratios[key]
+        rows.append(
+            [
+                name,
+                *(show(figures[label][key]) for label in labels),
+                "" if ratio is None else f"{ratio:.2f}",
+            ]
+        )
+    return rows
+
+
+def _payoff_text(result: Result) -> list[str]:
+    """The text report's lines on time and memory."""
+    rows = payoff_table(result)
+    first = max(len(row[0]) for row in rows)
+    lines = ["", f"time and memory ({NOT_JUDGED}):"]
+    for row in rows:
+        lines.append("  " + row[0].ljust(first) + "".join(f"{c:>12}" for c in row[1:]))
+    if result.config["forbid_fsdp1"]:
+        lines.append(f"  {FORBID_COST}")
+    return lines
+
+
+def _digits(seconds: float) -> float:
+    return float(f"{seconds:.4g}")
+
+
+def _ratio(new: float | None, old: float | None) -> float | None:
+    return None if new is None or not old else round(new / old, 3)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.1f} ms"
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
 # -- reporting --------------------------------------------------------------------------------
@@ -467,7 +645,7 @@ def format_text(result: Result) -> str:
     ]
     lines += [f"command: {' '.join(result.runs['old'].command)}", ""]
     if result.verdict == "elsewhere":
-        lines.append(f"VERDICT: {headline(result)}")
+        lines += [*_payoff_text(result), f"VERDICT: {headline(result)}"]
         return "\n".join(lines)
     widths = {m: max(14, len(m) + 4) for m in result.metrics}
     header = [f"{'step':>4}"]
@@ -482,6 +660,7 @@ def format_text(result: Result) -> str:
             row += [_cell(a, widths[m]), _cell(b, widths[m]), f"{diff:>8}"]
         lines.append("  ".join(row))
     lines += _continued_rows(result, widths)
+    lines += _payoff_text(result)
     rtols = ", ".join(f"{m} rtol {result.tolerance[m]:g}" for m in result.metrics)
     lines.append(f"tolerance ({result.config['dtype']}): {rtols}")
     lines.append(f"VERDICT: {headline(result)}")
@@ -523,6 +702,8 @@ def as_json(result: Result) -> dict[str, Any]:
             "seconds": round(r.seconds, 3),
             "stdout_tail": tail(r.stdout),
             "stderr_tail": tail(r.stderr),
+            "time": timing(r),
+            "memory": memory(r),
         }
         for label, r in result.runs.items()
     }
@@ -547,6 +728,7 @@ def as_json(result: Result) -> dict[str, Any]:
         "metrics": result.metrics,
         "steps": steps,
         "runs": runs,
+        "new_over_old": new_over_old(result),
         "config": result.config,
         "continued": {
             label: [{"step": s, **values} for s, values in by_step.items()]
@@ -582,6 +764,9 @@ def html_report(result: Result) -> str:
     settings.update({f"{label} command": " ".join(r.command) for label, r in result.runs.items()})
     rtols = ", ".join(f"{m} {t:g}" for m, t in result.tolerance.items())
     settings.update({"dtype": result.config["dtype"], "relative tolerance": rtols})
+    note = NOT_JUDGED[0].upper() + NOT_JUDGED[1:] + "."
+    if result.config["forbid_fsdp1"]:
+        note += f" {FORBID_COST[0].upper()}{FORBID_COST[1:]}."
     return report_html.render(
         title=f"fsdp2-port compare: {result.config['old']} vs {result.config['new']}",
         verdict=f"VERDICT: {headline(result)}",
@@ -593,4 +778,16 @@ def html_report(result: Result) -> str:
         tolerance=result.tolerance,
         baseline="old",
         settings=settings,
+        payoff=report_html.Payoff(note, payoff_table(result), _seconds_per_step(result, steps)),
     )
+
+
+def _seconds_per_step(result: Result, steps: list[int]) -> dict[str, list[float | None]]:
+    """Each run's seconds per step (``timing``), one per step of ``steps`` (None: untimed)."""
+    series = {}
+    for label in [*RUNS, *result.continued]:
+        if label in result.runs:
+            timed = timing(result.runs[label])
+            by_step = dict(zip(timed["steps"], timed["per_step_s"]))
+            series[label] = [by_step.get(s) for s in steps]
+    return series

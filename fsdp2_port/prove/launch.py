@@ -5,7 +5,8 @@
   SIGTERM, then SIGKILL ``GRACE_S`` later (``end_processes``). Nothing of a run outlives it:
   not at its end, a failure, its timeout, nor an exception in the caller.
 - ``run_command``: one command line (compare's runs), its output read to the end as it comes,
-  in bounded memory: the lines the caller asks for and the last ones.
+  in bounded memory: the lines the caller asks for and the last ones; the largest resident set
+  any one of its processes reached (``wait4``'s ``ru_maxrss``).
 - ``run_ranks``: a function on N local ranks (verify, tests); a hung collective is killed at the
   timeout (``RankTimeout``), a failing rank ends the others at once (``RankFailure``, every
   failed rank's traceback, the first cause first).
@@ -199,13 +200,18 @@ def signals_interrupt(what: str = "the runs") -> Iterator[None]:
 @dataclass
 class CommandRun:
     """A finished ``run_command``: its exit status (None: killed at the timeout), how long it
-    took, and what it printed: the lines its ``keep`` chose and its last ``TAIL_KEPT``, in
-    their order."""
+    took, what it printed (the lines its ``keep`` chose and its last ``TAIL_KEPT``, in their
+    order), and its peak RSS (None: killed at the timeout)."""
 
     returncode: int | None
     seconds: float
     stdout: str
     stderr: str
+    peak_rss_bytes: int | None = None
+
+
+#: ``ru_maxrss``'s unit: kibibytes on Linux, bytes on macOS.
+MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
 
 #: How many of a command's last lines ``run_command`` keeps of each stream, and how long a
@@ -227,7 +233,9 @@ def run_command(
     process of the run is ended (``end_processes``). Standard output is unbuffered, so a run
     killed at the deadline still shows its last lines. Of each stream, the lines ``keep``
     chooses (standard output only) and the last ``TAIL_KEPT`` are kept, as they are read.
-    ``env``: variables added to this process's environment for the run.
+    ``env``: variables added to this process's environment for the run. ``peak_rss_bytes``
+    is the largest resident set of one process among the command and every descendant reaped
+    before it exited (torchrun's workers, ranks a script joins; not a process left to others).
     """
     run_id = uuid.uuid4().hex
     extra = dict(env or {})
@@ -246,15 +254,28 @@ def run_command(
     )
     outputs = [_reader(proc.stdout, keep), _reader(proc.stderr, None)]
     try:
-        returncode: int | None = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        returncode = None
+        returncode, peak = _reap(proc, timeout)
     finally:
         end_processes(
             run_id, COMMAND_RUN_VAR, groups=[proc.pid], exited=lambda: proc.poll() is not None
         )
     stdout, stderr = (read() for read in outputs)
-    return CommandRun(returncode, time.monotonic() - start, stdout, stderr)
+    return CommandRun(returncode, time.monotonic() - start, stdout, stderr, peak)
+
+
+def _reap(proc: subprocess.Popen, timeout: float) -> tuple[int | None, int | None]:
+    """(exit status, peak RSS in bytes) once ``proc`` exits; (None, None) after ``timeout``
+    seconds, ``proc`` still running. Reaped by ``wait4``, whose ``ru_maxrss`` covers the
+    process and the descendants it reaped; ``proc.returncode`` is set as ``wait`` sets it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage.ru_maxrss * MAXRSS_UNIT
+        if time.monotonic() >= deadline:
+            return None, None
+        time.sleep(POLL_S)
 
 
 def _lines(stream: IO[str]) -> Iterator[str]:
