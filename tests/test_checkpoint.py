@@ -11,6 +11,7 @@ from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+from torch.distributed.tensor import DTensor
 
 import fsdp2_port
 from fsdp2_port import compat
@@ -102,6 +103,41 @@ def test_dcp_reshards_masters_and_moments_bitwise(tmp_path, save_world, load_wor
     ckpt, ref = str(tmp_path / "ckpt"), str(tmp_path / "ref.pt")
     run_ranks(_save_then_continue, save_world, dtype, ckpt, ref)
     run_ranks(_load_then_continue, load_world, dtype, ckpt, ref)
+
+
+def _rank0_save_then_resume(rank, world, path):
+    """Rank 0 alone saves ``full_state_dict()`` (every rank gathers); a fresh optimizer on
+    other weights loads that file on every rank and continues as the uninterrupted run."""
+    dtype = torch.float32
+    model = _fsdp2(dtype)
+    opt = _optimizer(model)
+    for step in range(SAVE_AT):
+        _step(model, opt, step, dtype)
+    full = opt.full_state_dict()
+    assert not any(isinstance(t, DTensor) for t in full["fp32_params"].values())
+    if rank == 0:
+        torch.save(full, path)
+    dist.barrier()
+    snapshot = _snapshot(opt)
+    norms = [_step(model, opt, step, dtype) for step in range(SAVE_AT, TOTAL)]
+    final = {n: m.full_tensor() for n, m in zip(opt.param_names, opt.fp32_params)}
+
+    resumed_model = _fsdp2(dtype, seed=1)
+    resumed = _optimizer(resumed_model)
+    resumed.load_state_dict(torch.load(path, weights_only=True))
+    for name, got in _snapshot(resumed).items():
+        for key, value in got.items():
+            assert torch.equal(value, snapshot[name][key]), (name, key)
+    # the same ranks, batches and order of sums: the continued run is bitwise the same
+    again = [_step(resumed_model, resumed, step, dtype) for step in range(SAVE_AT, TOTAL)]
+    assert again == norms
+    for name, m in zip(resumed.param_names, resumed.fp32_params):
+        assert torch.equal(m.full_tensor(), final[name]), name
+
+
+@pytest.mark.slow
+def test_a_full_state_saved_by_rank_0_resumes_every_rank(tmp_path):
+    run_ranks(_rank0_save_then_resume, 2, str(tmp_path / "optim.pt"))
 
 
 class ReorderedNet(TinyNet):

@@ -9,6 +9,7 @@ run it. Outputs named onto inputs are usage errors that leave every input as it 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pickle
@@ -93,6 +94,20 @@ def test_trust_pickle_runs_it_and_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 0 and (outside / "PWNED").is_dir(), "--trust-pickle loads as pickle does"
     assert "any code it names runs" in err
+
+
+def test_a_saved_command_line_loads_without_trusting_the_pickle(tmp_path):
+    """SpecForge saves its ``argparse.Namespace`` beside the state: attributes only, built
+    without running code, so its checkpoint converts without ``--trust-pickle``; a hostile
+    value inside it still runs nothing."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    args = argparse.Namespace(lr=1e-4, draft="llama", hook=Payload(outside / "PWNED"))
+    torch.save({"fp32_params": [torch.arange(3.0)], "args": args}, tmp_path / "state.pt")
+    loaded = load_offline(tmp_path / "state.pt")
+    assert isinstance(loaded["args"], argparse.Namespace)
+    assert (loaded["args"].lr, loaded["args"].draft) == (1e-4, "llama")
+    assert not (outside / "PWNED").exists()
 
 
 def test_what_conversion_never_reads_may_stand_in_for_a_class_it_does_not_build(tmp_path):

@@ -9,9 +9,7 @@ does; each use of one goes through ``assumed`` (recorded, refused by ``--strict`
 
 The audit keeps its own lists (``AUDIT_*``, written out from torch's modules and checked against
 them by ``tests/codemods/test_audit_torch.py``), so that a wrong list of the codemod's does not
-hide in the audit too; FSDP1's attributes are one list for both (``FSDP1_ONLY_ATTRIBUTES``).
-
-A leaf: it imports nothing of ``codemods``.
+hide in the audit too; FSDP1's attributes are one list for both. A leaf: it imports no codemod.
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ FACTS = {
 #: The kinds of assumptions: decisions on a name rather than on what the program does.
 ASSUMPTIONS = {
     "model-name": "an identifier naming a model (a word in it)",
+    "optimizer-name": "an identifier naming an optimizer (a word in it)",
     "settings-name": "an identifier naming settings, not a model (a word in it)",
     "returns-self": "a method that returns the object it is called on",
     "unsharding-method": "a module method that never shards the module",
@@ -549,6 +548,7 @@ MODEL_WORDS = NameList(
     "words that name a model in an identifier (a substring of its last part)",
     ("model", "module", "policy", "actor", "critic", "wrapped", "net"),
 )
+OPTIMIZER_WORDS = NameList("optimizer-words", "optimizer-name", "optimizer words", ("optim",))
 SETTINGS_WORDS = NameList(
     "settings-words",
     "settings-name",

@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from fsdp2_port.codemods.markers import PREFIX
+
 if TYPE_CHECKING:
     from .assumed import Assumption
     from .engine import FileResult
@@ -195,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args, files: list[str], problems: list[str], codes, options) -> int:
     """Migrate ``files`` as one run and report; the exit code."""
     from fsdp2_port.codemods.engine import migrate_files
-    from fsdp2_port.codemods.summary import Summary
+    from fsdp2_port.codemods.summary import Summary, count
 
     everything: list[dict] = []
     for problem in problems:
@@ -237,8 +239,33 @@ def _run(args, files: list[str], problems: list[str], codes, options) -> int:
     _assumptions(taken, args.show_assumptions)
     if summary.errors:
         return 2
-    failed = (args.check and summary.changed) or (args.fail_on_review and summary.review)
+    in_place = _markers_in_place(files) if args.fail_on_review else 0
+    if in_place:
+        print(
+            f"fsdp2-port migrate: {count(in_place, 'marker')} to review in the files "
+            f"({PREFIX.strip()})",
+            file=sys.stderr,
+        )
+    failed = (args.check and summary.changed) or (
+        args.fail_on_review and (summary.review or in_place)
+    )
     return 1 if failed else 0
+
+
+def _markers_in_place(files: list[str]) -> int:
+    """The markers the files hold (after ``--write``, the ones it wrote too): review that
+    remains even where no finding is reported again (a rewrite done, its marker kept).
+    Regular files only: one swapped for a FIFO since the run began is not opened."""
+    found = 0
+    for path in files:
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                continue
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                found += sum(line.lstrip().startswith(PREFIX) for line in handle)
+        except OSError:
+            continue
+    return found
 
 
 def _report(fmt: str, result: FileResult, everything: list[dict]) -> None:

@@ -9,6 +9,7 @@ DCP pickle that names anything else. ``rank_files``: the per-rank files ``SRC`` 
 
 from __future__ import annotations
 
+import argparse
 import contextvars
 import functools
 import io
@@ -150,6 +151,9 @@ def _allowed() -> dict[str, Any]:
         "ChunkStorageMetadata",
     ):
         allowed[f"{metadata.__name__}.{name}"] = getattr(metadata, name)
+    # SpecForge saves its command line (``"args": args``) beside the state: a bag of
+    # attributes, built without running code (``__new__``, then its ``__dict__``)
+    allowed["argparse.Namespace"] = argparse.Namespace
     allowed["pathlib.PosixPath"] = pathlib.PosixPath
     allowed["pathlib.PurePosixPath"] = pathlib.PurePosixPath
     allowed["builtins.frozenset"] = frozenset

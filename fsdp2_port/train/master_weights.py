@@ -270,6 +270,13 @@ class MasterWeightOptimizer:
             "lr_scheduler_type": self.lr_scheduler_type,
         }
 
+    def full_state_dict(self) -> dict[str, Any]:
+        """``state_dict()`` with every DTensor gathered whole onto the CPU: a collective every
+        rank of its mesh must join. Saved from one rank, it resumes every rank, each keeping
+        its own piece (``load_state_dict``). Plain tensors (an FSDP1 rank's flat pieces, one
+        process) stay as they are: there it is ``state_dict()``."""
+        return _gathered(self.state_dict())
+
     @torch.no_grad()
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore masters, moments and schedule exactly; keys other than ours are ignored.
@@ -362,6 +369,18 @@ class MasterWeightOptimizer:
         ]
         if missing:
             raise KeyError(f"not a BF16Optimizer checkpoint: missing {', '.join(missing)}")
+
+
+def _gathered(value: Any) -> Any:
+    """``value`` with each DTensor replaced by its full tensor on the CPU, in the order the
+    walk meets them (the same on every rank: a state dict's keys and lists)."""
+    if isinstance(value, DTensor):
+        return value.full_tensor().cpu()
+    if isinstance(value, Mapping):
+        return {k: _gathered(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_gathered(v) for v in value)
+    return value
 
 
 def _warn_if_rebuilt(record: object) -> None:

@@ -18,10 +18,15 @@ from typing import ClassVar
 
 from fsdp2_port.codemods import imports
 from fsdp2_port.codemods.analysis import FileAnalysis
-from fsdp2_port.codemods.assumptions import BF16_OPTIMIZERS, FSDP1_BF16_OPTIMIZER_MODULES
+from fsdp2_port.codemods.assumptions import (
+    BF16_OPTIMIZERS,
+    FSDP1_BF16_OPTIMIZER_MODULES,
+    OPTIMIZER_WORDS,
+)
 from fsdp2_port.codemods.plan import Requirement, Rewrite
 from fsdp2_port.codemods.refs import Deferred, Optimizer
 from fsdp2_port.codemods.rules.base import Code
+from fsdp2_port.codemods.rules.state_dict.saves import one_rank_test
 from fsdp2_port.codemods.text import Edit
 
 _ALL_REDUCE = "torch.distributed.all_reduce"
@@ -60,6 +65,7 @@ class OptimizerRule:
                 if alias.name == "BF16Optimizer":
                     self._import(analysis, node, alias)
         self._reductions(analysis)
+        self._state_dicts(analysis)
 
     def _import(self, analysis: FileAnalysis, statement: ast.ImportFrom, alias: ast.alias) -> bool:
         if analysis.is_ignored(statement):
@@ -125,6 +131,67 @@ class OptimizerRule:
             holds=False,
         )
         return True
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _state_dicts(self, analysis: FileAnalysis) -> None:
+        """``o.state_dict()`` of a BF16 optimizer -> ``o.full_state_dict()``: on FSDP1 the same
+        state (its masters are plain tensors), on FSDP2 its DTensors gathered whole, so a
+        checkpoint saved from one rank (SpecForge's) resumes every rank. Gathering is a
+        collective: inside a branch only some ranks enter it is marked instead."""
+        for node in analysis.names.by_type[ast.Call]:
+            assert isinstance(node, ast.Call)
+            func = node.func
+            if not (
+                isinstance(func, ast.Attribute)
+                and func.attr == "state_dict"
+                and not node.args
+                and not node.keywords
+            ) or analysis.is_ignored(node):
+                continue
+            refs, deferred = analysis.ties.optimizers_of(func.value)
+            if not refs and self._is_bf16_optimizer(analysis, func.value):
+                refs = frozenset({Optimizer("annotated")})
+            receiver = analysis.source(func.value)
+            # a value only the run's calls hand over (a helper's parameter) is taken for an
+            # optimizer when named like one: a model's state_dict() is F2P008's
+            last = receiver.rpartition(".")[2]
+            if not refs and not (
+                deferred
+                and analysis.assumed.takes(
+                    OPTIMIZER_WORDS,
+                    last,
+                    func.value,
+                    member=any(w in last.lower() for w in OPTIMIZER_WORDS),
+                )
+            ):
+                continue
+            test = one_rank_test(analysis, analysis.span(node)[0])
+            if test is None:
+                start = analysis.span(func)[1] - len("state_dict")
+                rewrite = Rewrite(
+                    [Edit(start, start + len("state_dict"), "full_state_dict")],
+                    f"{receiver}.state_dict() -> {receiver}.full_state_dict(): the masters and "
+                    "moments whole (on FSDP1 the same state), so a checkpoint saved from one rank "
+                    "resumes every rank",
+                )
+            else:
+                rewrite = Rewrite(
+                    [],
+                    f"{receiver}.state_dict() where only some ranks get (`{test}`): under "
+                    f"FSDP2 it holds this rank's shards only; take {receiver}.full_state_dict() "
+                    "before that test, on every rank (a collective), and save that",
+                    review=True,
+                )
+            analysis.add(
+                self.CODE,
+                node,
+                "",
+                rewrite,
+                "ALWAYS",
+                deferred=deferred,
+                about_optimizer=True,
+                optimizers=refs,
+            )
 
     # -- the caller-side reduction -------------------------------------------------------------
     def _reductions(self, analysis: FileAnalysis) -> None:

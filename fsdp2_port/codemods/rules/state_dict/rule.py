@@ -84,6 +84,8 @@ class StateDictRule:
         )
         walk = Walk(analysis, set(), persistent)
         first = len(analysis.plan.sites)
+        # a BF16 optimizer's own state_dict() is F2P009's (full_state_dict), not a model's
+        claimed = {site.at.start for site in analysis.plan.sites if site.code == "F2P009"}
         for node in analysis.names.by_type[ast.Call]:
             assert isinstance(node, ast.Call)
             if node in walk.handled or analysis.is_ignored(node):
@@ -102,7 +104,9 @@ class StateDictRule:
                 walk.handled.update(_block_calls(analysis, node))
         for node in analysis.names.by_type[ast.Call]:
             assert isinstance(node, ast.Call)
-            if node not in walk.handled and not analysis.is_ignored(node):
+            if node in walk.handled or analysis.is_ignored(node):
+                continue
+            if analysis.span(node)[0] not in claimed:
                 _call(walk, node, None, frozenset())
         one_rank_gathers(analysis, first)
-        saves(analysis)
+        saves(analysis, claimed)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import re
 
-from fsdp2_port.codemods import flow
+from fsdp2_port.codemods import flow, syntax
 from fsdp2_port.codemods.analysis import FileAnalysis
 from fsdp2_port.codemods.plan import Rewrite
 from fsdp2_port.codemods.rules.state_dict.walk import CODE
@@ -34,9 +34,8 @@ _ONE_RANK = re.compile(
     r"is_master|main_process|is_rank_zero|rank_zero)\b"
 )
 _ONE_RANK_MESSAGE = (
-    "; only the ranks that pass `{}` call it here, and FSDP2 gathers the full state with a "
-    "collective every rank must join: take it before the branch, on every rank, and save it "
-    "inside"
+    "; only some ranks get here (`{}`), and FSDP2 gathers the full state with a collective "
+    "every rank must join: take it before that test, on every rank, and save it here"
 )
 _OPTIMIZER = (
     "{} of an optimizer over a model FSDP2 shards: this rank's DTensor shards (FSDP1's was this "
@@ -53,29 +52,41 @@ _PRETRAINED = (
 
 
 def one_rank_gathers(analysis: FileAnalysis, first: int) -> None:
-    """The rule's sites from ``first`` on whose rewrite gathers, inside a one-rank branch:
+    """The rule's sites from ``first`` on whose forms gather, inside a one-rank branch:
     rewritten for review, the message saying where the gather goes."""
     for index in range(first, len(analysis.plan.sites)):
         site = analysis.plan.sites[index]
-        rewrite = site.forms.rewrite
-        if site.code != CODE or rewrite is None or rewrite.review:
+        forms = {"rewrite": site.forms.rewrite, "either": site.forms.either}
+        gathering = {
+            name: form
+            for name, form in forms.items()
+            if form is not None
+            and not form.review
+            and any(_GATHERS.search(edit.replacement) for edit in form.edits)
+        }
+        if site.code != CODE or not gathering:
             continue
-        if not any(_GATHERS.search(edit.replacement) for edit in rewrite.edits):
-            continue
-        test = _one_rank_test(analysis, site.at.start)
+        test = one_rank_test(analysis, site.at.start)
         if test is None:
             continue
-        message = rewrite.message + _ONE_RANK_MESSAGE.format(test)
-        reviewed = Rewrite(rewrite.edits, message, rewrite.imports, review=True)
-        analysis.plan.sites[index] = site.but(rewrite=reviewed, silent=False)
+        reviewed = {
+            name: Rewrite(
+                form.edits, form.message + _ONE_RANK_MESSAGE.format(test), form.imports, True
+            )
+            for name, form in gathering.items()
+        }
+        analysis.plan.sites[index] = site.but(**reviewed, silent=False)
 
 
-def saves(analysis: FileAnalysis) -> None:
-    """``o.state_dict()`` of an optimizer over a model's parameters, ``m.save_pretrained``."""
+def saves(analysis: FileAnalysis, claimed: set[int]) -> None:
+    """``o.state_dict()`` of an optimizer over a model's parameters, ``m.save_pretrained``
+    (not where another rule's site starts: ``claimed``)."""
     for call in analysis.names.by_type[ast.Call]:
         assert isinstance(call, ast.Call)
         func = call.func
         if not isinstance(func, ast.Attribute) or analysis.is_ignored(call):
+            continue
+        if analysis.span(call)[0] in claimed:
             continue
         if func.attr == "state_dict" and not call.args and not call.keywords:
             model = _built_over(analysis, func.value)
@@ -136,13 +147,53 @@ def _built_over(analysis: FileAnalysis, optimizer: ast.expr) -> ast.expr | None:
     return None
 
 
-def _one_rank_test(analysis: FileAnalysis, offset: int) -> str | None:
-    """The test of the innermost ``if`` around ``offset`` (in its function) that only some
-    ranks pass, as written."""
+def one_rank_test(analysis: FileAnalysis, offset: int) -> str | None:
+    """The test, as written, that only some ranks pass on the way to ``offset``: of the
+    innermost ``if`` around it, or of an earlier ``if <test>: return`` (any jump) in a block
+    that holds it."""
     for statement in _enclosing_ifs(analysis, offset):
         text = analysis.source(statement.test)
         if _ONE_RANK.search(text):
             return text
+    return _early_exit(analysis, offset)
+
+
+def _early_exit(analysis: FileAnalysis, offset: int) -> str | None:
+    """``if rank != 0: return`` before the statement that holds ``offset``, in its block or
+    one around it within its function."""
+    functions = [
+        f
+        for f in analysis.names.by_type[ast.FunctionDef]
+        if isinstance(f, ast.FunctionDef)
+        and analysis.lines.span(f)[0] <= offset < analysis.lines.span(f)[1]
+    ]
+    if not functions:
+        return None
+    block: list[ast.stmt] = max(functions, key=lambda f: f.lineno).body  # the innermost
+    while block:
+        holding = next(
+            (s for s in block if analysis.lines.span(s)[0] <= offset < analysis.lines.span(s)[1]),
+            None,
+        )
+        if holding is None:
+            return None
+        for earlier in block[: block.index(holding)]:
+            if (
+                isinstance(earlier, ast.If)
+                and not earlier.orelse
+                and isinstance(earlier.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
+                and _ONE_RANK.search(analysis.source(earlier.test))
+            ):
+                return analysis.source(earlier.test)
+        block = next(
+            (
+                b
+                for b in syntax.blocks(holding)
+                if any(s is not None for s in b)
+                and any(analysis.lines.span(s)[0] <= offset < analysis.lines.span(s)[1] for s in b)
+            ),
+            [],
+        )
     return None
 
 

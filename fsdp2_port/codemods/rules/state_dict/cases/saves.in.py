@@ -20,3 +20,9 @@ def main(model, path):
     torch.save(optimizer.state_dict(), f"{path}.{dist.get_rank()}")
     model.save_pretrained(path)
     save_all({"model": model.state_dict()}, path)
+
+
+def save_on_rank_0(model, path):
+    if dist.get_rank() != 0:
+        return
+    torch.save(model.state_dict(), path)

@@ -4,6 +4,7 @@ rank's shards), a state dict per rank (right as it is)."""
 
 import torch
 import torch.distributed as dist
+import fsdp2_port
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -18,7 +19,7 @@ def main(model, path):
     model = fully_shard(model, mesh=mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     if dist.get_rank() == 0:
-        # TODO(fsdp2-port): F2P008 state_dict() -> get_model_state_dict(...); only the ranks that pass `dist.get_rank() == 0` call it here, and FSDP2 gathers the full state with a collective every rank must join: take it before the branch, on every rank, and save it inside
+        # TODO(fsdp2-port): F2P008 state_dict() -> get_model_state_dict(...); only some ranks get here (`dist.get_rank() == 0`), and FSDP2 gathers the full state with a collective every rank must join: take it before that test, on every rank, and save it here
         torch.save(
             get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)),
             path,
@@ -37,3 +38,10 @@ def main(model, path):
         },
         path,
     )
+
+
+def save_on_rank_0(model, path):
+    if dist.get_rank() != 0:
+        return
+    # TODO(fsdp2-port): F2P008 state_dict() -> fsdp2_port.module_state_dict(...): FSDP1's answer on FSDP2 models (full by default), each module's own on any other; only some ranks get here (`dist.get_rank() != 0`), and FSDP2 gathers the full state with a collective every rank must join: take it before that test, on every rank, and save it here
+    torch.save(fsdp2_port.module_state_dict(model), path)
