@@ -45,6 +45,12 @@ class OptimizerRule:
                 "kept)"
             ),
             marked="—",
+            proven_by=(
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[specforge_prefix-bf16--]",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[inner_optimizer-bf16--]",
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[bf16_accumulate.py-2-bf16-args3]",
+                "tests/test_demo.py::test_migrated_example_trains_like_the_original",
+            ),
         ),
     }
     #: A case whose model stays FSDP1 needs what keeps it there (a LOCAL_STATE_DICT block).
