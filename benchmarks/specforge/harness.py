@@ -2,16 +2,19 @@
 migration judged by ``fsdp2-port compare``. Fetches nothing: the checkout is given.
 
     python benchmarks/specforge/harness.py SPECFORGE_CHECKOUT [--work DIR] [--steps 6]
-        [--migrated DIR] [--resume-at K] [--timeout S]
+        [--migrated DIR] [--resume-at K [--from-old]] [--timeout S]
 
 1. writes the tiny synthetic inputs (``inputs.py``) into ``--work``;
 2. runs the checkout's script unchanged through ``run_train_eagle3.py`` (stand-ins only for
    what needs a GPU or a download, ``standins.py``) on 2 ranks and prints its steps;
 3. with ``--migrated DIR`` (a copy of the checkout after ``fsdp2-port migrate --write``):
    ``fsdp2-port compare`` of the original and the migration (bf16 tolerances, the lr compared
-   exactly), and with ``--resume-at K`` also the migration resumed from its own checkpoint and
-   from the original's ``training_state.pt`` (rank 0's pieces only) converted with
-   ``--rebuild-missing`` from the draft weights SpecForge saved beside it.
+   exactly), and with ``--resume-at K`` also the migration resumed from its own checkpoint;
+   with ``--from-old`` too from the original's ``training_state.pt`` converted with
+   ``--rebuild-missing`` from the draft weights SpecForge saved beside it. SpecForge saves
+   rank 0's optimizer pieces only: the other ranks' Adam moments restart at zero, which the
+   converter announces, so that run departs from OLD by design (about 6e-3 in the grad norm
+   two steps later) and makes the verdict "different".
 
 Exit status: the last command's (the original run's, or compare's).
 """
@@ -38,6 +41,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--migrated", type=Path)
     parser.add_argument("--resume-at", type=int)
+    parser.add_argument("--from-old", action="store_true")
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
     work = args.work.resolve()
@@ -77,8 +81,9 @@ def main() -> int:
         k = args.resume_at
         state = f"epoch_0_step_{k}/training_state.pt"
         convert = f"--model draft:build --rebuild-missing {{old}}/epoch_0_step_{k}"
-        command += ["--resume-at", str(k), "--resume-from-old", "--convert", state]
-        command += ["--convert-args", convert]
+        command += ["--resume-at", str(k)]
+        if args.from_old:
+            command += ["--resume-from-old", "--convert", state, "--convert-args", convert]
     command += ["--", "--checkout", str(checkouts / "{run}"), *run_args]
     command += ["--out", str(work / "runs" / "{run}")]
     print("$", " ".join(command), flush=True)

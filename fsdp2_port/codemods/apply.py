@@ -124,7 +124,8 @@ def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
         severity: Severity = "review" if rewrite.review else "safe"
         return _Outcome(site, severity, "rewritten", rewrite.message, rewrite.review, rewrite)
     if fallback is not None:
-        return _Outcome(site, "safe", "rewritten", fallback.message, False, fallback)
+        severity = "review" if fallback.review else "safe"
+        return _Outcome(site, severity, "rewritten", fallback.message, fallback.review, fallback)
     reason = decisions.reasons.get(site.key, Reason(""))
     if site.marking is Marking.QUIET and reason.model_stays:
         return None

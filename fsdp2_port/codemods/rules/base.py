@@ -31,12 +31,15 @@ STAGES = ("analysis", "after_apply", "after_fixes")
 @dataclass(frozen=True)
 class Code:
     """One finding code: ``summary`` for ``--list-rules``; ``topic``, ``rewritten`` and
-    ``marked`` for the rules table of ``docs/migrate.md`` (markdown, "—" for none)."""
+    ``marked`` for the rules table of ``docs/migrate.md`` (markdown, "—" for none);
+    ``proven_by``, for a code whose rewrites are labelled safe, the tests (pytest node ids)
+    that run its lines before and after the rewrite and find the same values."""
 
     summary: str
     topic: str
     rewritten: str
     marked: str
+    proven_by: tuple[str, ...] = ()
 
 
 class Rule(Protocol):

@@ -53,6 +53,13 @@ class ClipGradRule:
                 "alone"
             ),
             marked="untied receivers without the runtime dependency (they hold the run)",
+            proven_by=(
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[hsdp_clip.py-4-fp32-args4]",
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[resume.py-2-fp32-args2]",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[base_trainer-fp32--]",
+                "tests/test_multifile_programs.py::test_values_built_in_one_file_and_read_in_another_lose_fsdp1",
+                "tests/test_fsdp1_api_forms.py::test_clip_summon_fsdp_modules_match_fsdp1",
+            ),
         ),
     }
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)

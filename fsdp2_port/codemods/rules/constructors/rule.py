@@ -83,6 +83,13 @@ class ConstructorRule:
                 "between FSDP versions (an `if` chain another branch of which uses FSDP2: "
                 '`if cfg.strategy == "fsdp": FSDP(...) elif ...: fully_shard(...)`), kept'
             ),
+            proven_by=(
+                "tests/test_type_tests_and_scaler.py::test_type_tests_configs_and_scaler_run_as_fsdp1_did",
+                "tests/test_plain_readers.py::test_plain_form_with_readers_trains_as_fsdp1_did[mesh-sync]",
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[kwargs_policy.py-2-fp32-args0]",
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[kwargs_policy.py-2-fp32-args1]",
+                "tests/test_like_fsdp1.py::test_trains_like_fsdp1",
+            ),
         ),
         "F2P003": Code(
             summary=(
@@ -103,6 +110,13 @@ class ConstructorRule:
                 "`transformer_auto_wrap_policy`): FSDP1 and the migration raise `TypeError` "
                 "on it alike"
             ),
+            proven_by=(
+                "tests/test_plain_rewrite.py::test_plain_rewrite_trains_as_fsdp1_did",
+                "tests/test_plain_readers.py::test_plain_form_with_readers_trains_as_fsdp1_did",
+                "tests/test_grown_kwargs.py::test_grown_kwargs_with_ignored_modules_train_as_fsdp1_did",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original",
+                "tests/test_demo.py::test_migrated_example_trains_like_the_original",
+            ),
         ),
         "F2P004": Code(
             summary=(
@@ -116,6 +130,10 @@ class ConstructorRule:
                 "constructor reading it took the plain form"
             ),
             marked="—",
+            proven_by=(
+                "tests/test_plain_rewrite.py::test_plain_rewrite_trains_as_fsdp1_did[shared-1e-06]",
+                "tests/test_grown_kwargs.py::test_grown_kwargs_with_ignored_modules_train_as_fsdp1_did",
+            ),
         ),
     }
     NEEDS: ClassVar[tuple[str, ...]] = ()

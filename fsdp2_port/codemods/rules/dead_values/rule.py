@@ -64,6 +64,9 @@ class DeadValuesRule:
                 "binding already unread in the input is left alone"
             ),
             marked="—",
+            proven_by=(
+                "tests/test_type_tests_and_scaler.py::test_type_tests_configs_and_scaler_run_as_fsdp1_did",
+            ),
         ),
     }
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002", "F2P003", "F2P004", "F2P005", "F2P008")

@@ -41,6 +41,12 @@ class ImportsRule:
                 "its exports)"
             ),
             marked="—",
+            proven_by=(
+                "tests/test_plain_rewrite.py::test_plain_rewrite_trains_as_fsdp1_did",
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original",
+                "tests/test_type_tests_and_scaler.py::test_type_tests_configs_and_scaler_run_as_fsdp1_did",
+            ),
         ),
     }
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002", "F2P003")

@@ -92,6 +92,15 @@ class InternalsRule:
                 "`_fsdp_wrapped_module`/`_flat_param` in attributes and strings (state-dict key "
                 "prefixes)"
             ),
+            proven_by=(
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[kwargs_policy.py-2-fp32-args0]",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[base_trainer-fp32--]",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[optim_helpers-fp32--]",
+                "tests/test_type_tests_and_scaler.py::test_type_tests_configs_and_scaler_run_as_fsdp1_did",
+                "tests/test_grad_scaler.py::test_fsdp1_steps_as_sharded_grad_scaler",
+                "tests/test_fsdp1_api_forms.py::test_clip_summon_fsdp_modules_match_fsdp1",
+                "tests/test_fsdp1_api_forms.py::test_legacy_optimizer_state_matches_fsdp1",
+            ),
         ),
     }
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)

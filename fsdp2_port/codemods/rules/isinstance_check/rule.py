@@ -48,6 +48,10 @@ class IsinstanceRule:
                 "dispatch, without the flag (left as is: library code may keep both on purpose; "
                 "it no longer runs once the model is FSDP2)"
             ),
+            proven_by=(
+                "tests/test_type_tests_and_scaler.py::test_type_tests_configs_and_scaler_run_as_fsdp1_did",
+                "tests/test_demo.py::test_migrated_example_trains_like_the_original",
+            ),
         ),
     }
     #: A type test and the FSDP1 code it guards (state dicts, internals) go together.

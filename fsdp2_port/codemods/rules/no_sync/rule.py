@@ -36,6 +36,12 @@ class NoSyncRule:
                 "FSDP1, FSDP2, DDP)"
             ),
             marked="untied receivers without the runtime dependency (they hold the run)",
+            proven_by=(
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[bf16_accumulate.py-2-bf16-args3]",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[base_trainer-fp32--]",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[builder_tuple-fp32--]",
+                "tests/test_demo.py::test_migrated_example_trains_like_the_original",
+            ),
         ),
     }
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from typing import ClassVar
 
 from fsdp2_port.codemods import imports
@@ -50,6 +51,13 @@ class OptimizerRule:
                 "kept)"
             ),
             marked="—",
+            proven_by=(
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[specforge_prefix-bf16--]",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[inner_optimizer-bf16--]",
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[bf16_accumulate.py-2-bf16-args3]",
+                "tests/test_demo.py::test_migrated_example_trains_like_the_original",
+                "tests/test_checkpoint.py::test_a_full_state_saved_by_rank_0_resumes_every_rank",
+            ),
         ),
     }
     #: A case whose model stays FSDP1 needs what keeps it there (a LOCAL_STATE_DICT block).
@@ -113,9 +121,10 @@ class OptimizerRule:
                 alias,
                 "fsdp2_port.compat",
                 "BF16Optimizer imported from fsdp2_port.compat instead of specforge: on FSDP1 "
-                "it clips by "
-                "the true global norm (SpecForge's clipped each rank's shard by its own)",
+                "it clips by the true global norm (SpecForge's clipped each rank's shard by its "
+                "own), so wherever the clip acts the run differs from SpecForge's: review",
             )
+            fallback = replace(fallback, review=True)
         analysis.add(
             self.CODE,
             alias,

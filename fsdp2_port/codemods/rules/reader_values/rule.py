@@ -119,6 +119,17 @@ class ReaderValuesRule:
                 'where x is not seen) or a field read (`mp.param_dtype` → `mp["param_dtype"]`)'
             ),
             marked="—",
+            proven_by=(
+                "tests/test_plain_readers.py::test_plain_form_with_readers_trains_as_fsdp1_did",
+                "tests/test_grown_kwargs.py::test_grown_kwargs_with_ignored_modules_train_as_fsdp1_did",
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[kwargs_policy.py-2-fp32-args0]",
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[kwargs_policy.py-2-fp32-args1]",
+                "tests/test_multifile_programs.py::test_values_built_in_one_file_and_read_in_another_lose_fsdp1",
+                "tests/test_like_fsdp1.py::test_spellings_without_fsdp1_build_what_fsdp1s_build",
+                "tests/test_readers.py::test_member_tests_by_name_hold_as_the_member_tests_for_either_spelling",
+                "tests/test_readers.py::test_configs_as_dicts_of_their_fields_read_as_the_configs",
+                "tests/test_fsdp1_api_options.py::test_names_and_dicts_of_fields_mean_fsdp1s_members_and_configs",
+            ),
         ),
     }
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002", "F2P003", "F2P004", "F2P005", "F2P008", "F2P012")

@@ -59,6 +59,16 @@ class StateDictRule:
                 "over a migrated model's parameters (this rank's DTensor shards: saved from one "
                 "rank it resumes no other), `model.save_pretrained(...)` of a migrated model"
             ),
+            proven_by=(
+                "tests/test_migrated_scripts.py::test_the_migration_trains_like_the_original[resume.py-2-fp32-args2]",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[builder_tuple-fp32--]",
+                "tests/test_multifile_programs.py::test_the_migrated_program_trains_like_the_original[optim_helpers-fp32--]",
+                "tests/test_type_tests_and_scaler.py::test_type_tests_configs_and_scaler_run_as_fsdp1_did",
+                "tests/test_demo.py::test_migrated_example_trains_like_the_original",
+                "tests/test_fsdp1_api.py::test_model_state_dicts_match_fsdp1",
+                "tests/test_fsdp1_api.py::test_optimizer_state_matches_fsdp1",
+                "tests/test_fsdp1_api_options.py::test_options_forms_equal_fsdp1_forms_on_fsdp1_and_fsdp2",
+            ),
         ),
     }
     NEEDS: ClassVar[tuple[str, ...]] = ("F2P002",)

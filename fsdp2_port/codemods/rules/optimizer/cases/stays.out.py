@@ -1,5 +1,6 @@
 """The model stays FSDP1 (LOCAL_STATE_DICT): SpecForge's optimizer becomes compat's."""
 
+# TODO(fsdp2-port): F2P009 BF16Optimizer imported from fsdp2_port.compat instead of specforge: on FSDP1 it clips by the true global norm (SpecForge's clipped each rank's shard by its own), so wherever the clip acts the run differs from SpecForge's: review
 from fsdp2_port.compat import BF16Optimizer
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
 
