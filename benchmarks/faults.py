@@ -1050,13 +1050,14 @@ class Runtime:
         from torch import nn
 
         import fsdp2_port
+        from fsdp2_port import compat
 
         torch.manual_seed(seed)
         layers = [nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 2)]
         if wider:
             layers.append(nn.Linear(2, 2))
         model = nn.Sequential(*layers).to(torch.bfloat16)
-        kind = fsdp2_port.compat.BF16Optimizer if cls == "compat" else fsdp2_port.BF16Optimizer
+        kind = compat.BF16Optimizer if cls == "compat" else fsdp2_port.BF16Optimizer
         kw = dict(max_grad_norm=1.0, total_steps=20, warmup_ratio=0.1)
         return model, kind(model, 1e-2, **{**kw, **kwargs})
 

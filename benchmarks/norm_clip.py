@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fsdp2_port
 from benchmarks import results_md
+from fsdp2_port import compat
 from fsdp2_port.prove.launch import run_ranks
 
 NUMEL = 4096
@@ -153,7 +154,7 @@ def _fsdp1_rows(args) -> list[dict]:
 
     rows = []
     for n in args.tensors:
-        ours = (fsdp2_port.compat.clip_grad_norm_, _fsdp1_model(n), _fsdp1_model(n))
+        ours = (compat.clip_grad_norm_, _fsdp1_model(n), _fsdp1_model(n))
         theirs = (FSDP.clip_grad_norm_, _fsdp1_model(n), _fsdp1_model(n))
         row = _compare(ours, theirs, args.rounds, _CountAllReduce, lambda: None)
         rows.append({"tensors": n, **row})

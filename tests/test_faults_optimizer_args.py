@@ -6,9 +6,10 @@ import pytest
 import torch
 
 import fsdp2_port
+from fsdp2_port import compat
 from tests.models import global_batch, loss_fn, make_model
 
-OPTIMIZERS = [fsdp2_port.compat.BF16Optimizer, fsdp2_port.BF16Optimizer]
+OPTIMIZERS = [compat.BF16Optimizer, fsdp2_port.BF16Optimizer]
 LR = 1e-2
 
 BAD = [

@@ -18,6 +18,7 @@ import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
 import fsdp2_port
+from fsdp2_port import compat
 from fsdp2_port.train.lr_schedules import build_scheduler
 
 
@@ -213,7 +214,7 @@ def test_specforge_state_of_another_kind_is_refused_in_one_line():
 
 # -- SpecForge's own tests' expectations (tests/test_optimizer/test_lr_scheduler.py) -----------
 
-OPTIMIZERS = [fsdp2_port.BF16Optimizer, fsdp2_port.compat.BF16Optimizer]
+OPTIMIZERS = [fsdp2_port.BF16Optimizer, compat.BF16Optimizer]
 
 
 def _optimizer(cls, *, scheduler="cosine", total_steps=4, warmup_ratio=0.0):
