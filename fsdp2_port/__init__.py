@@ -58,6 +58,8 @@ __all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("codemods", "compat"):  # the other two parts, as attributes too
+        return import_module(f"fsdp2_port.{name}")
     if name in _LAZY:
         from fsdp2_port.versions import require_torch
 

@@ -16,6 +16,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import fsdp2_port
+from fsdp2_port import compat
 from fsdp2_port.prove.launch import run_ranks
 from tests.models import TinyNet, cpu_mesh, global_batch, local_rows, loss_fn, make_model
 
@@ -125,7 +126,7 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("cls", [fsdp2_port.compat.BF16Optimizer, fsdp2_port.BF16Optimizer])
+@pytest.mark.parametrize("cls", [compat.BF16Optimizer, fsdp2_port.BF16Optimizer])
 @pytest.mark.parametrize("case", list(BAD))
 def test_refused_load_state_dict_changes_nothing(cls, case):
     """The tampered entry is the last (compat: the 12th of 16 masters) so that a load that

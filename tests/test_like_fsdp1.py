@@ -695,15 +695,17 @@ def _tools_refuse_the_other_fsdp() -> None:
         (
             lambda: fsdp2_port.BF16Optimizer(fsdp1, LR),
             r"fsdp2_port\.BF16Optimizer was given parameters of an FSDP1 .* Use "
-            r"compat\.BF16Optimizer while the model is on FSDP1",
+            r"fsdp2_port\.compat\.BF16Optimizer while the model is on FSDP1",
         ),
         (
             lambda: fsdp2_port.clip_grad_norm_(fsdp1.parameters(), MAX_NORM),
-            r"fsdp2_port\.clip_grad_norm_ was given .* Use compat\.clip_grad_norm_ while",
+            r"fsdp2_port\.clip_grad_norm_ was given .* "
+            r"Use fsdp2_port\.compat\.clip_grad_norm_ while",
         ),
         (
             lambda: fsdp2_port.global_grad_norm(list(fsdp1.parameters())),
-            r"fsdp2_port\.global_grad_norm was given .* Use compat\.clip_grad_norm_ while",
+            r"fsdp2_port\.global_grad_norm was given .* "
+            r"Use fsdp2_port\.compat\.clip_grad_norm_ while",
         ),
     ]:
         with pytest.raises(TypeError, match=message):

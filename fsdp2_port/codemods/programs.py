@@ -266,7 +266,7 @@ class _Run:
         read, and no config or packaging file (a console script) names; or in a method of a
         module-level class (no decorator) no line of the run names once the run is written
         (``_unbuilt``). Anything else may run (a framework may call a method by a name the
-        run never spells; code at module level)."""
+        run never spells; code at module level; what pytest collects: ``_collected``)."""
         tree = self.tree(path)
         if tree is None:
             return False
@@ -291,6 +291,8 @@ class _Run:
         registered where it is defined, and built by a framework from there: it may run."""
         registered = owner.decorator_list or owner.keywords or _based(owner)
         if registered or self._configured(owner.name) or self._packaged(owner.name):
+            return False
+        if _collected(path, owner.name, "Test"):
             return False
         for reader in self.holding(owner.name):
             tree = self.tree(reader)
@@ -331,6 +333,8 @@ class _Run:
             if (home, function.name) in seen:
                 continue
             if self._configured(function.name) or self._packaged(function.name):
+                return False
+            if _collected(home, function.name, "test"):
                 return False
             seen.add((home, function.name))
             if len(seen) > _MAX_NAMES:
@@ -428,6 +432,14 @@ def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
 def _based(owner: ast.ClassDef) -> bool:
     """A base other than ``object``."""
     return any(not (isinstance(b, ast.Name) and b.id == "object") for b in owner.bases)
+
+
+def _collected(path: str, name: str, prefix: str) -> bool:
+    """Whether pytest collects ``name`` from ``path`` (``test_*.py`` or ``*_test.py``; a
+    function named ``test*``, a class ``Test*``): no line of the run calls it, pytest does."""
+    file = os.path.basename(path)
+    tests = file.startswith("test_") or file.endswith("_test.py")
+    return tests and file.endswith(".py") and name.startswith(prefix)
 
 
 def _module_class(tree: ast.Module, line: int) -> ast.ClassDef | None:

@@ -446,8 +446,9 @@ def _check_tensor_like(what: str, saved: object, like: Tensor) -> None:
 
 
 _SAVE_EVERY_RANK = (
-    "a torch.save of one rank's state_dict() holds that rank's shards only: save with "
-    "torch.distributed.checkpoint (dcp.save), which every rank joins and which reshards on load"
+    "a torch.save of one rank's state_dict() holds that rank's shards only: save "
+    "full_state_dict() (every rank joins; any rank may write it) or use "
+    "torch.distributed.checkpoint (dcp.save), which reshards on load"
 )
 
 

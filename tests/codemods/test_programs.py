@@ -228,3 +228,37 @@ def test_methods_run_unless_their_class_is_named_nowhere(tmp_path, saver, script
     line = saver.splitlines().index("        return model.state_dict()") + 1
     files = {"helpers.py": saver, "train.py": script}
     assert _unreached(tmp_path, files, ("helpers.py", line)) is unreached
+
+
+@pytest.mark.parametrize(
+    "name,text,line,unreached",
+    [
+        pytest.param(
+            "test_train.py",
+            "def worker(model):\n    return model.state_dict()\n\n\n"
+            "def test_spawned():\n    spawn(worker)\n",
+            2,
+            False,
+            id="a-test-function-pytest-calls",
+        ),
+        pytest.param(
+            "train_test.py",
+            "class TestSave:\n    def test_save(self, model):\n        return model.state_dict()\n",
+            3,
+            False,
+            id="a-test-class-pytest-builds",
+        ),
+        pytest.param(
+            "helpers.py",
+            "def worker(model):\n    return model.state_dict()\n\n\n"
+            "def test_spawned():\n    spawn(worker)\n",
+            2,
+            True,
+            id="not-a-test-file",
+        ),
+    ],
+)
+def test_what_pytest_collects_runs(tmp_path, name, text, line, unreached):
+    """No line calls a test: pytest collects it from a test file, and what it calls runs."""
+    files = {name: text, "train.py": "print(1)\n"}
+    assert _unreached(tmp_path, files, (name, line)) is unreached
