@@ -125,15 +125,20 @@ def _compare(original: Path, migrated: Path, dtype: str, args: list[str], *extra
 @pytest.mark.parametrize(
     "program,dtype,args,extra",
     [
-        ("base_trainer", "fp32", ["--steps", "3"], ["--metric", r"weight_norm=weight_norm (\S+)"]),
+        (
+            "base_trainer",
+            "fp32",
+            ["--steps", "4"],
+            ["--metric", r"weight_norm=weight_norm (\S+)", "--resume-at", "2"],
+        ),
         (
             "builder_tuple",
             "fp32",
             ["--steps", "4", "--resume-at", "2", "--checkpoint", "{dir}/{run}"],
             [],
         ),
-        ("inner_optimizer", "bf16", ["--steps", "3"], []),
-        ("specforge_prefix", "bf16", ["--steps", "3"], []),
+        ("inner_optimizer", "bf16", ["--steps", "4"], ["--resume-at", "2"]),
+        ("specforge_prefix", "bf16", ["--steps", "4"], ["--resume-at", "2"]),
         (
             "optim_helpers",
             "fp32",
@@ -155,24 +160,31 @@ def test_the_migrated_program_trains_like_the_original(program, dtype, args, ext
     result = _compare(original, migrated, dtype, args, *extra)
     assert result["verdict"] == "same", json.dumps(result, indent=1)
     assert len(result["steps"]) == int(args[args.index("--steps") + 1])
-    if "--resume-at" in extra:  # resumed after step 2 from its own checkpoint and OLD's
+    if "--resume-at" in extra:  # resumed after step K from its own checkpoint (and OLD's)
         # (OLD's full checkpoint shares one step tensor among parameters: each gets its own)
-        assert sorted(result["continued"]) == ["new-from-old", "new-resumed"]
-        assert all([s["step"] for s in c] == [3, 4] for c in result["continued"].values())
+        at, steps = int(extra[extra.index("--resume-at") + 1]), len(result["steps"])
+        runs = ["new-from-old", "new-resumed"] if "--resume-from-old" in extra else ["new-resumed"]
+        assert sorted(result["continued"]) == runs
+        first = min(s["step"] for s in result["steps"])
+        later = [step for step in range(first, first + steps) if step > at]
+        assert all([s["step"] for s in c] == later for c in result["continued"].values())
 
 
 def test_values_built_in_one_file_and_read_in_another_lose_fsdp1(tmp_path):
     """values_across: the strategy (a class attribute), the mixed precision and a
     policy whose classes a call finds are built in train.py and read only in
     sharding/wrapping.py's migrated ``wrap``. One plain run writes them without FSDP1 where
-    they are built, so no file of the program imports an FSDP1 name, and it trains the same."""
+    they are built, so no file of the program imports an FSDP1 name, and it trains the same,
+    also resumed from the full checkpoint rank 0 saved."""
     original, migrated, findings = _migrate("values_across", tmp_path)
     assert [f for f in findings if f["severity"] == "review"] == [], "no finding to review"
     for module in sorted(migrated.rglob("*.py")):
         assert _fsdp1_imports(module.read_text()) == [], module
-    result = _compare(original, migrated, "bf16", ["--steps", "3"])
+    # a full checkpoint saved from rank 0 after step 2; NEW resumed from it goes on alike
+    result = _compare(original, migrated, "bf16", ["--steps", "4"], "--resume-at", "2")
     assert result["verdict"] == "same", json.dumps(result, indent=1)
-    assert len(result["steps"]) == 3
+    assert len(result["steps"]) == 4
+    assert [s["step"] for s in result["continued"]["new-resumed"]] == [3]
 
 
 def _fsdp1_imports(source: str) -> list[str]:

@@ -9,6 +9,7 @@ correct: the backend turns the rank-local norms into the job's norm for the log.
 """
 
 import argparse
+import os
 
 import torch
 import torch.distributed as dist
@@ -51,12 +52,22 @@ def main():
     )
     backend = FSDPBackend(eagle3_model, optimizer)
 
-    for step in range(args.steps):
+    start, save_at = 0, int(os.environ.get("FSDP2_PORT_SAVE_AT", -1))
+    if os.environ.get("FSDP2_PORT_RESUME_FROM"):
+        path = os.path.join(os.environ["FSDP2_PORT_RESUME_FROM"], "training_state.pt")
+        optimizer.load_state_dict(torch.load(path, weights_only=False))
+        start = int(os.environ["FSDP2_PORT_RESUME_AT"]) + 1
+    for step in range(start, args.steps):
         loss = backend.forward_backward(*batch(step, rank, world_size))
         grad_norm = backend.step()
         dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         if rank == 0:
             print(f"step {step} loss {loss.item():.8f} grad_norm {grad_norm.item():.8f}", flush=True)
+        if step == save_at:  # SpecForge's: every rank takes the state, rank 0 writes it
+            state = {"global_step": step, **optimizer.state_dict()}
+            if rank == 0:
+                directory = os.environ["FSDP2_PORT_CHECKPOINT"]
+                torch.save(state, os.path.join(directory, "training_state.pt"))
     dist.destroy_process_group()
 
 

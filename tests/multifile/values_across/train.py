@@ -1,15 +1,19 @@
-"""Train with FSDP1 values built here and read in another module (sharding/wrapping.py).
+"""Train with FSDP1 values built here and read in another module (sharding/wrapping.py);
+save a full checkpoint where ``compare --resume-at`` asks (rank 0 writes it) and resume from
+one.
 
     torchrun --nproc-per-node 2 train.py --steps 3
 """
 
 import argparse
 import functools
+import os
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import MixedPrecision, ShardingStrategy, StateDictType
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
 from fsdp2_port.prove.launch import exit_now
@@ -40,7 +44,16 @@ def main():
     torch.manual_seed(0)
     model = Recipe().build(Net())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for step in range(args.steps):
+    start, save_at = 0, int(os.environ.get("FSDP2_PORT_SAVE_AT", -1))
+    if os.environ.get("FSDP2_PORT_RESUME_FROM"):
+        path = os.path.join(os.environ["FSDP2_PORT_RESUME_FROM"], "checkpoint.pt")
+        state = torch.load(path, weights_only=False)
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+            model.load_state_dict(state["model"])
+            optim = FSDP.optim_state_dict_to_load(model, optimizer, state["optim"])
+            optimizer.load_state_dict(optim)
+        start = int(os.environ["FSDP2_PORT_RESUME_AT"]) + 1
+    for step in range(start, args.steps):
         tokens, targets = batch(step, rank, world_size)
         loss = F.cross_entropy(model(tokens).flatten(0, 1).float(), targets.flatten())
         loss.backward()
@@ -51,6 +64,11 @@ def main():
         dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         if rank == 0:
             print(f"step {step} loss {loss.item():.8f} grad_norm {float(grad_norm):.8f}", flush=True)
+        if step == save_at:
+            with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT):
+                state = {"model": model.state_dict(), "optim": FSDP.optim_state_dict(model, optimizer)}
+            if rank == 0:
+                torch.save(state, os.path.join(os.environ["FSDP2_PORT_CHECKPOINT"], "checkpoint.pt"))
     dist.destroy_process_group()
 
 

@@ -2,13 +2,18 @@
 
 Micro-batches but the last run backward under ``no_sync`` (no gradient reduction), the policy's
 own ``clip_grad_norm_`` clips by the global norm, and every ``log_every`` steps the full weights
-are gathered to log their norm (what an EMA or an eval pass would read).
+are gathered to log their norm (what an EMA or an eval pass would read). Where
+``compare --resume-at`` asks, the full model and optimizer state are saved (rank 0 writes one
+file) or loaded back.
 """
+
+import os
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import StateDictType
 
 from model import batch
 
@@ -57,9 +62,31 @@ class BaseTrainer:
         if self.rank == 0:
             print(line, flush=True)
 
+    def save(self, path):
+        with FSDP.state_dict_type(self.policy, StateDictType.FULL_STATE_DICT):
+            state = {
+                "policy": self.policy.state_dict(),
+                "optimizer": FSDP.optim_state_dict(self.policy, self.optimizer),
+            }
+        if self.rank == 0:
+            torch.save(state, path)
+
+    def load(self, path):
+        state = torch.load(path, weights_only=False)
+        with FSDP.state_dict_type(self.policy, StateDictType.FULL_STATE_DICT):
+            self.policy.load_state_dict(state["policy"])
+            optim = FSDP.optim_state_dict_to_load(self.policy, self.optimizer, state["optimizer"])
+            self.optimizer.load_state_dict(optim)
+
     def fit(self):
-        for step in range(self.args.steps):
+        start, save_at = 0, int(os.environ.get("FSDP2_PORT_SAVE_AT", -1))
+        if os.environ.get("FSDP2_PORT_RESUME_FROM"):
+            self.load(os.path.join(os.environ["FSDP2_PORT_RESUME_FROM"], "trainer.pt"))
+            start = int(os.environ["FSDP2_PORT_RESUME_AT"]) + 1
+        for step in range(start, self.args.steps):
             loss, grad_norm = self.train_step(step)
             loss = loss.clone()
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)
             self.log(step, loss, grad_norm)
+            if step == save_at:
+                self.save(os.path.join(os.environ["FSDP2_PORT_CHECKPOINT"], "trainer.pt"))

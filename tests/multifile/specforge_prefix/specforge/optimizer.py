@@ -58,3 +58,20 @@ class BF16Optimizer:
 
     def get_learning_rate(self):
         return self.optimizer.param_groups[0]["lr"]
+
+    def state_dict(self):
+        """This rank's masters (FSDP1's pieces of them) and AdamW's and the schedule's state."""
+        return {
+            "fp32_params": [p.detach() for p in self.fp32_params],
+            "optimizer_state_dict": self.optimizer.state_dict(),
+            "scheduler_state_dict": self.scheduler.state_dict(),
+        }
+
+    def load_state_dict(self, state):
+        with torch.no_grad():
+            for mp, saved in zip(self.fp32_params, state["fp32_params"]):
+                mp.copy_(saved)
+            for p, mp in zip(self.model_params, self.fp32_params):
+                p.data.copy_(mp.data.to(p.dtype))
+        self.optimizer.load_state_dict(state["optimizer_state_dict"])
+        self.scheduler.load_state_dict(state["scheduler_state_dict"])
