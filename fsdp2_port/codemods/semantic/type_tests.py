@@ -54,13 +54,13 @@ class TypeTests:
         expression) whose test asserts it, in the ``else`` of one that denies it, or after
         ``if not isinstance(expr, FSDP): return`` (any jump) in the same block. An FSDP2 model
         never gets there while the test names FSDP1."""
-        return self._guarded(expr, self._tests_fsdp1)
+        return self.guarded(expr, self._tests_fsdp1)
 
     def guarded_other_wrapper(self, expr: ast.AST) -> bool:
         """Reached only where ``isinstance(expr, DDP)`` (DataParallel, any of the wrappers
         that are never FSDP) holds, at the places of ``guarded_fsdp1``: no FSDP model gets
         there, whichever the run builds."""
-        return self._guarded(expr, self._tests_other_wrapper)
+        return self.guarded(expr, self._tests_other_wrapper)
 
     def unreached_by_fsdp2(self, expr: ast.AST) -> bool:
         """Reached only where a test rules FSDP2 out for ``expr`` (the places of
@@ -69,9 +69,9 @@ class TypeTests:
         == 2: return``). FSDP1, DDP or a plain module may get there, an FSDP2 model never: code
         there holds no model of the run (it is no proof of FSDP1: ``known_fsdp1`` does not
         read it)."""
-        return self._guarded(expr, self._excludes_fsdp2)
+        return self.guarded(expr, self._excludes_fsdp2)
 
-    def _guarded(self, expr: ast.AST, tests: Callable[[ast.AST, str, bool], bool]) -> bool:
+    def guarded(self, expr: ast.AST, tests: Callable[[ast.AST, str, bool], bool]) -> bool:
         """Whether ``expr`` is reached only where ``tests(test, text, holds)`` says a test's
         outcome implies its property."""
         text = self.parsed.source(expr)

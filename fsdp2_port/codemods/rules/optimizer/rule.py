@@ -174,7 +174,7 @@ class OptimizerRule:
                 )
             ):
                 continue
-            test = one_rank_test(analysis, analysis.span(node)[0])
+            test = one_rank_test(analysis, node)
             if test is None:
                 start = analysis.span(func)[1] - len("state_dict")
                 rewrite = Rewrite(

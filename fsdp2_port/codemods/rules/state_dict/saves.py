@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import re
 
-from fsdp2_port.codemods import flow, syntax
+from fsdp2_port.codemods import flow
 from fsdp2_port.codemods.analysis import FileAnalysis
 from fsdp2_port.codemods.plan import Rewrite
 from fsdp2_port.codemods.rules.state_dict.walk import CODE
@@ -66,7 +66,9 @@ def one_rank_gathers(analysis: FileAnalysis, first: int) -> None:
         }
         if site.code != CODE or not gathering:
             continue
-        test = one_rank_test(analysis, site.at.start)
+        calls = analysis.names.by_type[ast.Call]
+        node = next((c for c in calls if analysis.span(c)[0] == site.at.start), None)
+        test = None if node is None else one_rank_test(analysis, node)
         if test is None:
             continue
         reviewed = {
@@ -147,62 +149,17 @@ def _built_over(analysis: FileAnalysis, optimizer: ast.expr) -> ast.expr | None:
     return None
 
 
-def one_rank_test(analysis: FileAnalysis, offset: int) -> str | None:
-    """The test, as written, that only some ranks pass on the way to ``offset``: of the
-    innermost ``if`` around it, or of an earlier ``if <test>: return`` (any jump) in a block
-    that holds it."""
-    for statement in _enclosing_ifs(analysis, offset):
-        text = analysis.source(statement.test)
+def one_rank_test(analysis: FileAnalysis, node: ast.AST) -> str | None:
+    """The test, as written, that only some ranks pass on the way to ``node``: of an ``if``
+    around it or of an earlier ``if <test>: return`` (any jump) in a block that holds it, in
+    its function (``TypeTests.guarded``'s places)."""
+    found: list[str] = []
+
+    def names_a_rank(test: ast.AST, _text: str, _holds: bool) -> bool:
+        text = analysis.source(test)
         if _ONE_RANK.search(text):
-            return text
-    return _early_exit(analysis, offset)
+            found.append(text)
+            return True
+        return False
 
-
-def _early_exit(analysis: FileAnalysis, offset: int) -> str | None:
-    """``if rank != 0: return`` before the statement that holds ``offset``, in its block or
-    one around it within its function."""
-    functions = [
-        f
-        for f in analysis.names.by_type[ast.FunctionDef]
-        if isinstance(f, ast.FunctionDef)
-        and analysis.lines.span(f)[0] <= offset < analysis.lines.span(f)[1]
-    ]
-    if not functions:
-        return None
-    block: list[ast.stmt] = max(functions, key=lambda f: f.lineno).body  # the innermost
-    while block:
-        holding = next(
-            (s for s in block if analysis.lines.span(s)[0] <= offset < analysis.lines.span(s)[1]),
-            None,
-        )
-        if holding is None:
-            return None
-        for earlier in block[: block.index(holding)]:
-            if (
-                isinstance(earlier, ast.If)
-                and not earlier.orelse
-                and isinstance(earlier.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
-                and _ONE_RANK.search(analysis.source(earlier.test))
-            ):
-                return analysis.source(earlier.test)
-        block = next(
-            (
-                b
-                for b in syntax.blocks(holding)
-                if any(s is not None for s in b)
-                and any(analysis.lines.span(s)[0] <= offset < analysis.lines.span(s)[1] for s in b)
-            ),
-            [],
-        )
-    return None
-
-
-def _enclosing_ifs(analysis: FileAnalysis, offset: int) -> list[ast.If]:
-    """The ``if`` statements whose branches hold ``offset``, innermost first."""
-    found = []
-    for statement in analysis.names.by_type[ast.If]:
-        assert isinstance(statement, ast.If)
-        start, end = analysis.lines.span(statement.body[0])[0], analysis.lines.span(statement)[1]
-        if start <= offset < end:
-            found.append(statement)
-    return sorted(found, key=lambda s: -s.lineno)
+    return found[0] if analysis.type_tests.guarded(node, names_a_rank) else None
