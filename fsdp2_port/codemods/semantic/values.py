@@ -158,7 +158,7 @@ class Ties:
         ``functools.partial(g, <n positional arguments>, ...)`` of the same ``g``."""
         if not isinstance(func, ast.Name):
             return None
-        reaching = self._reaching(func)
+        reaching = self.reaching(func)
         targets = []
         for binding in reaching:
             value = binding.value
@@ -206,7 +206,7 @@ class Ties:
             return self.never_fsdp(expr.value, seen)  # what DDP wraps is no FSDP model
         if not isinstance(expr, ast.Name):
             return False
-        reaching = self._reaching(expr)
+        reaching = self.reaching(expr)
         return bool(reaching) and all(
             b.kind == "assign" and b.value is not None and self.never_fsdp(b.value, seen)
             for b in reaching
@@ -220,7 +220,7 @@ class Ties:
         of the run: the run's ties, when it has any, win."""
         if not isinstance(expr, ast.Name):
             return False
-        reaching = self._reaching(expr)
+        reaching = self.reaching(expr)
         if len(reaching) != 1 or reaching[0].kind != "assign":
             return False
         statement = self.parsed.names.parent.get(reaching[0].node)
@@ -341,7 +341,7 @@ class Ties:
 
     def _named(self, name: ast.Name) -> set[Ref]:
         """What a read of a name may hold, through the bindings that reach it."""
-        reaching = self._reaching(name)
+        reaching = self.reaching(name)
         if not reaching:
             return {UNKNOWN}  # bound by no code of this file (a global set elsewhere)
         out: set[Ref] = set()
@@ -368,7 +368,7 @@ class Ties:
             isinstance(r, (Built, Factory, Returned, Passed, Unknown)) for r in self._value(expr)
         )
 
-    def _reaching(self, name: ast.Name) -> list[Binding]:
+    def reaching(self, name: ast.Name) -> list[Binding]:
         """The bindings of ``name`` this read of it may see."""
         names, lines = self.parsed.names, self.parsed.lines
         return [b for b in names.bindings_of(name) if flow.may_reach(names, lines, b.node, name)]

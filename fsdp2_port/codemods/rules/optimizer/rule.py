@@ -157,9 +157,7 @@ class OptimizerRule:
                 and not node.keywords
             ) or analysis.is_ignored(node):
                 continue
-            refs, deferred = analysis.ties.optimizers_of(func.value)
-            if not refs and self._is_bf16_optimizer(analysis, func.value):
-                refs = frozenset({Optimizer("annotated")})
+            refs, deferred = self._optimizers(analysis, func.value)
             receiver = analysis.source(func.value)
             # a value only the run's calls hand over (a helper's parameter) is taken for an
             # optimizer when named like one: a model's state_dict() is F2P008's
@@ -210,9 +208,7 @@ class OptimizerRule:
                 isinstance(node.func, ast.Attribute) and node.func.attr == "step" and not node.args
             ):
                 continue
-            refs, deferred = analysis.ties.optimizers_of(node.func.value)
-            if not refs and self._is_bf16_optimizer(analysis, node.func.value):
-                refs = frozenset({Optimizer("annotated")})
+            refs, deferred = self._optimizers(analysis, node.func.value)
             if not (refs or deferred):
                 continue
             target = analysis.names.parent.get(node)
@@ -222,6 +218,15 @@ class OptimizerRule:
                 and isinstance(target.targets[0], ast.Name)
             ):
                 self._after_step(analysis, target, target.targets[0].id, refs, deferred)
+
+    def _optimizers(
+        self, analysis: FileAnalysis, receiver: ast.AST
+    ) -> tuple[frozenset[Optimizer], frozenset[Deferred]]:
+        """The BF16 optimizers ``receiver`` may hold (one bound by its annotation counts)."""
+        refs, deferred = analysis.ties.optimizers_of(receiver)
+        if not refs and self._is_bf16_optimizer(analysis, receiver):
+            refs = frozenset({Optimizer("annotated")})
+        return refs, deferred
 
     def _is_bf16_optimizer(self, analysis: FileAnalysis, receiver: ast.AST) -> bool:
         """Bound from a ``BF16Optimizer(...)`` call, or a parameter annotated with it."""

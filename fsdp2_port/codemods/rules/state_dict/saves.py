@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import re
 
-from fsdp2_port.codemods import flow
 from fsdp2_port.codemods.analysis import FileAnalysis
 from fsdp2_port.codemods.plan import Rewrite
 from fsdp2_port.codemods.rules.state_dict.walk import CODE
@@ -122,11 +121,7 @@ def _built_over(analysis: FileAnalysis, optimizer: ast.expr) -> ast.expr | None:
     ``optimizer`` was built over, when the one binding that reaches this read says so."""
     values: list[ast.expr] = []
     if isinstance(optimizer, ast.Name):
-        reaching = [
-            b
-            for b in analysis.names.bindings_of(optimizer)
-            if flow.may_reach(analysis.names, analysis.lines, b.node, optimizer)
-        ]
+        reaching = analysis.ties.reaching(optimizer)
         values = [b.value for b in reaching if b.kind == "assign" and b.value is not None]
         if len(values) != len(reaching):
             return None
