@@ -168,16 +168,8 @@ def _code(line: str, limit: int) -> list[str] | None:
 
 def _operands(test: str) -> list[str]:
     """``test`` cut before each top-level ``and``/``or``."""
-    depth, cut, parts = 0, 0, []
-    for token in _tokens(test):
-        if token.type == tokenize.OP and token.string in _OPEN:
-            depth += 1
-        elif token.type == tokenize.OP and token.string in _CLOSE:
-            depth -= 1
-        elif token.type == tokenize.NAME and token.string in ("and", "or") and depth == 0:
-            parts.append(test[cut : token.start[1]].strip())
-            cut = token.start[1]
-    parts.append(test[cut:].strip())
+    cuts = [t.start[1] for t in _top(test) if t.type == tokenize.NAME and t.string in ("and", "or")]
+    parts = [test[i:j].strip() for i, j in zip([0, *cuts], [*cuts, len(test)])]
     return [p for p in parts if p]
 
 
@@ -255,18 +247,8 @@ def _last_pair(code: str) -> tuple[int, int] | None:
 
 def _items(body: str) -> list[str]:
     """``body`` split at its top-level commas (a trailing one dropped)."""
-    depth, cut, parts = 0, 0, []
-    for token in _tokens(body):
-        if token.type != tokenize.OP:
-            continue
-        if token.string in _OPEN:
-            depth += 1
-        elif token.string in _CLOSE:
-            depth -= 1
-        elif token.string == "," and depth == 0:
-            parts.append(body[cut : token.start[1]].strip())
-            cut = token.end[1]
-    parts.append(body[cut:].strip())
+    commas = [t.start[1] for t in _top(body) if t.type == tokenize.OP and t.string == ","]
+    parts = [body[i:j].strip(", ") for i, j in zip([0, *commas], [*commas, len(body)])]
     return [p for p in parts if p]
 
 
