@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from fsdp2_port.fsdp1.torch_internals import DCP_LOADER_MODULE, refuse_fsdp1_tensors
 from fsdp2_port.train import grad_norm
-from fsdp2_port.train.master_weights import MasterWeightOptimizer
+from fsdp2_port.train.master_weights import MasterWeightOptimizer, map_tensors
 
 
 def _named_trainable(model_or_params: nn.Module | Iterable[Any]) -> list[tuple[str, nn.Parameter]]:
@@ -84,7 +84,8 @@ class BF16Optimizer(MasterWeightOptimizer):
         """
         self._materialize_state()
         state = super().state_dict()
-        return _staging(state) if _asked_by_dcp_load() else state
+        # every tensor a fresh uninitialised one like it (DTensors too)
+        return map_tensors(state, torch.empty_like) if _asked_by_dcp_load() else state
 
     @torch.no_grad()
     def _materialize_state(self) -> None:
@@ -184,17 +185,6 @@ def _asked_by_dcp_load() -> bool:
     while frame is not None and frame.f_globals.get("__name__", "").startswith("fsdp2_port"):
         frame = frame.f_back
     return frame is not None and frame.f_globals.get("__name__") == DCP_LOADER_MODULE
-
-
-def _staging(state: Any) -> Any:
-    """``state`` with every tensor replaced by an uninitialised one like it (DTensors too)."""
-    if isinstance(state, Tensor):
-        return torch.empty_like(state)
-    if isinstance(state, dict):
-        return {k: _staging(v) for k, v in state.items()}
-    if isinstance(state, list):
-        return [_staging(v) for v in state]
-    return state
 
 
 def _placed_like(value: Any, master: Tensor) -> Any:

@@ -275,7 +275,7 @@ class MasterWeightOptimizer:
         rank of its mesh must join. Saved from one rank, it resumes every rank, each keeping
         its own piece (``load_state_dict``). Plain tensors (an FSDP1 rank's flat pieces, one
         process) stay as they are: there it is ``state_dict()``."""
-        return _gathered(self.state_dict())
+        return map_tensors(self.state_dict(), _gathered)
 
     @torch.no_grad()
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -371,16 +371,21 @@ class MasterWeightOptimizer:
             raise KeyError(f"not a BF16Optimizer checkpoint: missing {', '.join(missing)}")
 
 
-def _gathered(value: Any) -> Any:
-    """``value`` with each DTensor replaced by its full tensor on the CPU, in the order the
-    walk meets them (the same on every rank: a state dict's keys and lists)."""
-    if isinstance(value, DTensor):
-        return value.full_tensor().cpu()
+def map_tensors(value: Any, change: Callable[[Tensor], Any]) -> Any:
+    """``value`` (a state dict: dicts, lists, tuples) with each tensor replaced by
+    ``change(tensor)``, met in the same order on every rank (keys and lists as they are)."""
+    if isinstance(value, Tensor):
+        return change(value)
     if isinstance(value, Mapping):
-        return {k: _gathered(v) for k, v in value.items()}
+        return {k: map_tensors(v, change) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_gathered(v) for v in value)
+        return type(value)(map_tensors(v, change) for v in value)
     return value
+
+
+def _gathered(tensor: Tensor) -> Tensor:
+    """A DTensor's full tensor on the CPU (a collective); any other tensor as it is."""
+    return tensor.full_tensor().cpu() if isinstance(tensor, DTensor) else tensor
 
 
 def _warn_if_rebuilt(record: object) -> None:
