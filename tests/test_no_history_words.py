@@ -1,8 +1,8 @@
 """The repository speaks about the product as it is, never about how it came to be.
 
 Every tracked text file (and every new one git does not ignore) is scanned for words that tell
-the project's development history: steps of the work ("stop 31", "this stop"), issue numbers,
-sessions of the people who built it, corpus figures told as they moved. User code the codemod
+the project's development history: numbered steps of the work, issue numbers, sessions of the
+people who built it, corpus figures told as they moved. User code the codemod
 reads (rule cases, fixtures) and the benchmark manifests (pinned third-party file lists) are
 not the project's prose and are left out. The patterns are narrow on purpose: "stop" in
 ``StopIteration`` or "issues one all-reduce" is no history.
@@ -120,10 +120,10 @@ def test_test_names_tell_no_history():
 @pytest.mark.parametrize(
     ("path", "line"),
     [
-        ("README.md", "measured at stop 36"),
-        ("README.md", "as this stop showed"),
-        ("x.py", "# issue 21: refuse bad numbers"),
-        ("x.py", '"""Issue #7: keep the journal."""'),
+        ("README.md", "measured at {step} 36"),
+        ("README.md", "as this {step} showed"),
+        ("x.py", "# {issue} 21: refuse bad numbers"),
+        ("x.py", '"""{Issue} #7: keep the journal."""'),
         ("x.py", "# gathered by a helper session"),
         ("docs/a.md", "the codemod no longer rewrites it"),
         ("CHANGELOG.md", "the norm is now global"),
@@ -131,6 +131,8 @@ def test_test_names_tell_no_history():
     ],
 )
 def test_a_history_word_is_found(path, line):
+    # the words are filled in here, so that this file's own text tells no history
+    line = line.format(step="st" + "op", issue="iss" + "ue", Issue="Iss" + "ue")
     assert hits(path, line) == [f"{path}:1: {line}"]
 
 
