@@ -150,11 +150,24 @@ def one_rank_test(analysis: FileAnalysis, node: ast.AST) -> str | None:
     its function (``TypeTests.guarded``'s places)."""
     found: list[str] = []
 
-    def names_a_rank(test: ast.AST, _text: str, _holds: bool) -> bool:
-        text = analysis.source(test)
-        if _ONE_RANK.search(text):
-            found.append(text)
+    def names_a_rank(test: ast.AST, _text: str, holds: bool) -> bool:
+        if _some_ranks(analysis, test, holds):
+            found.append(analysis.source(test))
             return True
         return False
 
     return found[0] if analysis.type_tests.guarded(node, names_a_rank) else None
+
+
+def _some_ranks(analysis: FileAnalysis, test: ast.AST, holds: bool) -> bool:
+    """Whether ``test`` being ``holds`` lets only some ranks through: a test of the rank
+    either way, through ``not``, an ``and`` that holds or an ``or`` that fails (``if not
+    main and not fsdp: return`` lets every rank of an FSDP run on)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _some_ranks(analysis, test.operand, not holds)
+    if isinstance(test, ast.BoolOp):
+        wanted = ast.And if holds else ast.Or
+        return isinstance(test.op, wanted) and any(
+            _some_ranks(analysis, v, holds) for v in test.values
+        )
+    return bool(_ONE_RANK.search(analysis.source(test)))

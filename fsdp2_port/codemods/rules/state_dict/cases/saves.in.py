@@ -26,3 +26,9 @@ def save_on_rank_0(model, path):
     if dist.get_rank() != 0:
         return
     torch.save(model.state_dict(), path)
+
+
+def save_unless_other_rank_without_fsdp(model, path, is_main, is_fsdp):
+    if not is_main and not is_fsdp:  # an FSDP model goes on on every rank: no marker
+        return
+    torch.save(model.state_dict(), path)

@@ -45,3 +45,9 @@ def save_on_rank_0(model, path):
         return
     # TODO(fsdp2-port): F2P008 state_dict() -> fsdp2_port.module_state_dict(...): FSDP1's answer on FSDP2 models (full by default), each module's own on any other; only some ranks get here (`dist.get_rank() != 0`), and FSDP2 gathers the full state with a collective every rank must join: take it before that test, on every rank, and save it here
     torch.save(fsdp2_port.module_state_dict(model), path)
+
+
+def save_unless_other_rank_without_fsdp(model, path, is_main, is_fsdp):
+    if not is_main and not is_fsdp:  # an FSDP model goes on on every rank: no marker
+        return
+    torch.save(fsdp2_port.module_state_dict(model), path)
