@@ -144,8 +144,9 @@ def _comment(line: str, limit: int) -> list[str] | None:
 
 def _code(line: str, limit: int) -> list[str] | None:
     """``line`` split black's way (the condition of a header too long, when it has an ``and``
-    or an ``or`` or its head still does not fit, in parentheses, split before them), or None
-    where it cannot be read alone."""
+    or an ``or`` or its head still does not fit, in parentheses, split before them; the value
+    of an assignment whose head still does not fit, in parentheses), or None where it cannot
+    be read alone."""
     indent = line[: len(line) - len(line.lstrip())]
     code, comment = _split_comment(line.strip())
     if code is None:
@@ -161,14 +162,21 @@ def _code(line: str, limit: int) -> list[str] | None:
             *[line for part in operands for line in _right_hand(part, inner, limit)],
             f"{indent}):",
         ]
+    equals = [t.start[1] for t in _top(code) if t.type == tokenize.OP and t.string == "="]
+    if len(wrapped[0]) > limit and equals and not code.endswith(":"):
+        target, value = code[: equals[0]].rstrip(), code[equals[0] + 1 :].strip()
+        inner = indent + "    "
+        parts = _operands(value, ("if", "else"))  # a conditional expression: before if/else
+        lines = [line for part in parts for line in _right_hand(part, inner, limit)]
+        wrapped = [f"{indent}{target} = (", *lines, f"{indent})"]
     if comment:
         wrapped[0] += f"  {comment}"
     return wrapped
 
 
-def _operands(test: str) -> list[str]:
-    """``test`` cut before each top-level ``and``/``or``."""
-    cuts = [t.start[1] for t in _top(test) if t.type == tokenize.NAME and t.string in ("and", "or")]
+def _operands(test: str, words: tuple[str, ...] = ("and", "or")) -> list[str]:
+    """``test`` cut before each top-level ``and``/``or`` (or other ``words``)."""
+    cuts = [t.start[1] for t in _top(test) if t.type == tokenize.NAME and t.string in words]
     parts = [test[i:j].strip() for i, j in zip([0, *cuts], [*cuts, len(test)])]
     return [p for p in parts if p]
 

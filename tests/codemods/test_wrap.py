@@ -125,3 +125,14 @@ def test_every_split_parses_to_the_same_tree_and_a_second_pass_changes_nothing()
     assert ast.dump(ast.parse(once)) == ast.dump(ast.parse(text))
     assert _wrapped(text, once, 60) == once
     assert max(len(line) for line in once.splitlines()[-8:]) <= 60
+
+
+def test_a_value_too_long_for_its_head_goes_in_parentheses():
+    text = (
+        "        state = fsdp2_port.module_state_dict(fsdp2_port.unwrapped(model)) "
+        "if hasattr(model, 'module') else fsdp2_port.module_state_dict(model)\n"
+    )
+    out = _wrapped("", "if True:\n    if True:\n" + text, 88).splitlines()[2:]
+    assert out[0] == "        state = ("
+    assert out[-1] == "        )"
+    assert max(len(line) for line in out) <= 88

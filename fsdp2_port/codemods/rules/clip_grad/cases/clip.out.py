@@ -11,7 +11,9 @@ class Trainer:
 
     def step(self, optimizer, metrics):
         if self.cfg.clip:
-            metrics["grad_norm"] = fsdp2_port.clip_grad_norm_(self.model.parameters(), self.cfg.max_norm).item()
+            metrics["grad_norm"] = (
+                fsdp2_port.clip_grad_norm_(self.model.parameters(), self.cfg.max_norm).item()
+            )
         total = fsdp2_port.clip_grad_norm_(
             self.model.parameters(),
             max_norm=1.0,
