@@ -1,6 +1,9 @@
 """A run over many files: analyse each once, decide for all of them together, apply each once.
 
-1. *Analyse* (in parallel with ``jobs > 1``): read, skip files with no FSDP1 text, decode,
+1. *Read* (in parallel with ``jobs > 1``): every file's imports, as Python resolves them, and
+   what its functions do with their arguments (``semantic.modules.read``); the module graph
+   and the summaries across files are put together from those facts (``modules.build``).
+   *Analyse* (in parallel too): read, skip files with no FSDP1 text, decode,
    parse, and let the rules add sites to the file's plan. A file that cannot be read,
    decoded or parsed yields an error and is left untouched; the others go on. When the run
    builds FSDP1 models, skipped files that call FSDP1's module APIs on anything (a base class,
@@ -381,7 +384,9 @@ def migrate_files(
     pool: Executor | None = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
         with trees.shared():  # each text parsed once for the whole run
-            analysed, work, outcomes = _analysed_and_applied(paths, codes, options, pool, progress)
+            analysed, work, outcomes = _analysed_and_applied(
+                paths, codes, options, workers, pool, progress
+            )
     finally:
         if pool is not None:
             pool.shutdown()
@@ -399,11 +404,16 @@ def _analysed_and_applied(
     paths: Sequence[str],
     codes: Sequence[str],
     options: Options,
+    workers: int,
     pool: Executor | None,
     progress: Progress | None,
 ) -> tuple[list[_Analysed], list[_Analysed], list[tuple[FileResult, str | None]]]:
-    """Every file analysed, the run decided, and the new text of each file that has a plan."""
-    graph, texts, configs = _semantic(paths)
+    """Every file analysed, the run decided, and the new text of each file that has a plan.
+
+    ``pool`` starts its processes at its first task, the analysis: by then this process has
+    parsed the files that mention FSDP (``reexports.find``), and they inherit those trees.
+    """
+    graph, texts, configs = _semantic(paths, workers, progress)
     program_map = semantic_programs.find(graph, texts, configs, whole_program=options.whole_program)
     entry = program_map.entry
     naming = {path: graph.naming(path) for path in paths}
@@ -564,16 +574,27 @@ def _callers_of_builders(
     return out
 
 
-def _semantic(paths: Sequence[str]) -> tuple[ModuleGraph, dict[str, bytes], list[bytes]]:
+def _semantic(
+    paths: Sequence[str], workers: int, progress: Progress | None
+) -> tuple[ModuleGraph, dict[str, bytes], list[bytes]]:
     """The run's imports as Python would resolve them, with the texts of its files and of its
-    config files (what ``semantic.programs.find`` reads)."""
+    config files (what ``semantic.programs.find`` reads); the files are read by ``workers``
+    processes of their own."""
     texts = {}
     for path in paths:
         try:
             texts[path] = sources.read_bytes(path)
         except sources.UnreadableSource:
             texts[path] = b""
-    return modules.build(paths, texts), texts, list(programs.config_texts(list(paths)))
+    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    try:
+        graph = modules.build(
+            paths, texts, lambda read, arguments: _map(pool, read, arguments, progress, "reading")
+        )
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return graph, texts, list(programs.config_texts(list(paths)))
 
 
 def _programs(

@@ -24,9 +24,10 @@ outside the run (torch, an installed library) and has no edge.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from fsdp2_port.codemods import sources, trees
@@ -248,46 +249,109 @@ class ModuleGraph:
         return found
 
 
-def build(paths: Iterable[str], texts: Mapping[str, str | bytes | None]) -> ModuleGraph:
+def build(
+    paths: Iterable[str],
+    texts: Mapping[str, str | bytes | None],
+    mapper: Mapper | None = None,
+) -> ModuleGraph:
     """The graph of the files ``paths`` (as the run spells them: every path in the graph is
     one of these) whose sources are ``texts`` (None: unreadable, no edges from it), with
-    what its functions do with their arguments (``summaries``)."""
+    what its functions do with their arguments (``summaries``). ``mapper(read, arguments)``
+    reads the files (``read(*args)`` for each, in order): the run's workers, or ``map``."""
     spelled = {os.path.abspath(p): p for p in paths}
     index = _Index(list(spelled))
     modules = {a: index.module(a) for a in spelled}
     text = {a: texts.get(p) for a, p in spelled.items()}
-    files = {a: _parse(t) for a, t in text.items()}
-    parsed = {a: t for a, t in files.items() if t is not None}
-    loading = frozenset(a for a in parsed if mentions_loaders(text[a]))
-    extra = _path_roots(parsed, text)
-    resolver = _Resolver(index, modules, extra, loading)
+    adding = {a: _parse(t) for a, t in text.items() if mentions(t, "sys.path")}
+    extra = _path_roots({a: t for a, t in adding.items() if t is not None}, text)
+    loading = frozenset(a for a in spelled if mentions_loaders(text[a]))
+    run = _Run(os.urandom(8).hex(), tuple(spelled), extra, loading)
+    if mapper is None:
+        facts = [read(a, t, run) for a, t in text.items()]
+    else:
+        facts = mapper(read, [(a, t, run) for a, t in text.items()])
+    return _assembled(modules, facts, extra, spelled)
+
+
+def _assembled(
+    modules: Mapping[str, Module],
+    facts: list[Facts],
+    extra: tuple[str, ...],
+    spelled: Mapping[str, str],
+) -> ModuleGraph:
+    """The graph of the files' ``facts``, by the run's spelling of their paths."""
+    parsed = [f for f in facts if f.parsed]
     graph = ModuleGraph(
         {spelled[a]: _respelled_module(m, spelled[a]) for a, m in modules.items()},
-        {
-            spelled[a]: tuple(_respelled(i, spelled) for i in resolver.imports(a, tree))
-            for a, tree in parsed.items()
-        },
+        {spelled[f.path]: tuple(_respelled(i, spelled) for i in f.imports) for f in parsed},
         extra_roots=extra,
-        loads_any=frozenset(spelled[a] for a in loading if loads_any(a, parsed[a])),
-        acts_on_import=frozenset(
-            spelled[a] for a, t in files.items() if t is None or _acts_on_import(t)
-        ),
-        handed_on=_handed_on(parsed, resolver, spelled),
+        loads_any=frozenset(spelled[f.path] for f in parsed if f.loads_any),
+        acts_on_import=frozenset(spelled[f.path] for f in facts if f.acts_on_import),
+        handed_on={
+            spelled[f.path]: tuple((n, spelled[src], m) for n, src, m in f.handed_on)
+            for f in parsed
+            if f.handed_on
+        },
     )
-    graph.effects = _effects(parsed, resolver, graph, spelled)
+    graph.effects = summaries.find(f.functions for f in parsed)
     return graph
 
 
-def _effects(
-    parsed: Mapping[str, ast.Module],
-    resolver: _Resolver,
-    graph: ModuleGraph,
-    spelled: Mapping[str, str],
-) -> dict[str, dict[int, frozenset[str]]]:
-    """What the functions of the files do with their arguments (``summaries.find``)."""
-    bindings = {spelled[a]: _bindings(a, t, resolver, graph, spelled) for a, t in parsed.items()}
-    names = {spelled[a]: graph.canonical(spelled[a]) for a in parsed}
-    return summaries.find({spelled[a]: t for a, t in parsed.items()}, names, bindings)
+#: ``mapper(function, arguments)``: ``[function(*args) for args in arguments]``, in order.
+Mapper = Callable[[Callable[..., "Facts"], list[tuple]], list["Facts"]]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What reading one file of the run needs to know of the others: their paths (absolute),
+    the folders files put on ``sys.path``, and the files that may call a loader."""
+
+    #: Tells this run from any other of the process (``_resolving``'s memo).
+    token: str
+    paths: tuple[str, ...]
+    extra: tuple[str, ...]
+    loading: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one file tells the graph (``read``): no tree, so it travels back from a worker."""
+
+    path: str
+    parsed: bool = False
+    imports: tuple[Import, ...] = ()
+    loads_any: bool = False
+    #: An unreadable file counts as one that acts (``ModuleGraph.acts_on_import``).
+    acts_on_import: bool = True
+    handed_on: tuple[tuple[str, str, str], ...] = ()
+    functions: tuple[summaries.Function, ...] = ()
+
+
+def read(path: str, text: str | bytes | None, run: _Run) -> Facts:
+    """The facts of the file ``path`` (absolute) of ``run`` whose source is ``text``."""
+    with trees.shared():  # one parse and one walk for every reading below
+        tree = _parse(text)
+        if tree is None:
+            return Facts(path)
+        resolver, graph = _resolving(run)
+        return Facts(
+            path,
+            True,
+            tuple(resolver.imports(path, tree)),
+            path in run.loading and loads_any(path, tree),
+            _acts_on_import(tree),
+            tuple(resolver.handed_on(path, tree)),
+            summaries.read(tree, graph.canonical(path), _bindings(path, tree, resolver, graph)),
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _resolving(run: _Run) -> tuple[_Resolver, ModuleGraph]:
+    """The resolver of ``run``'s imports, and its modules (for their canonical names): made
+    once per process that reads files of the run."""
+    index = _Index(list(run.paths))
+    modules = {a: index.module(a) for a in run.paths}
+    return _Resolver(index, modules, run.extra, run.loading), ModuleGraph(modules)
 
 
 def _path_roots(
@@ -302,25 +366,8 @@ def _path_roots(
     return tuple(dict.fromkeys(r for roots in found for r in roots))
 
 
-def _handed_on(
-    parsed: Mapping[str, ast.Module], resolver: _Resolver, spelled: Mapping[str, str]
-) -> dict[str, tuple[tuple[str, str, str], ...]]:
-    """Each file's names handed on from another module of the run (``_Resolver.handed_on``),
-    by the run's spelling of its paths."""
-    out = {}
-    for path, tree in parsed.items():
-        found = tuple((n, spelled[src], m) for n, src, m in resolver.handed_on(path, tree))
-        if found:
-            out[spelled[path]] = found
-    return out
-
-
 def _bindings(
-    path: str,
-    tree: ast.Module,
-    resolver: _Resolver,
-    graph: ModuleGraph,
-    spelled: Mapping[str, str],
+    path: str, tree: ast.Module, resolver: _Resolver, graph: ModuleGraph
 ) -> dict[str, str]:
     """The names the file's imports bind (in any scope) -> the qualified names they stand
     for, a module of the run by its canonical name."""
@@ -328,7 +375,7 @@ def _bindings(
     def named(dotted: str, level: int = 0) -> str | None:
         root, targets = resolver.resolve(path, dotted, level)
         if root is not None and targets:
-            return graph.canonical(spelled[targets[-1]])
+            return graph.canonical(targets[-1])
         return dotted if not level else None
 
     out: dict[str, str] = {}

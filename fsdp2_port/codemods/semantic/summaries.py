@@ -19,14 +19,17 @@ A function has an effect on an argument when its own code has it, or when it han
 run's calls, through direct calls, calls of ``self``'s methods and of imported names (by the
 module the import finds). Calls on objects of no known class are not followed: an effect is
 only ever claimed along calls the layer can name.
+
+Each file is read on its own (``read``: a worker's part, no tree in what it returns); the
+fixpoint runs over what all of them found (``find``).
 """
 
 from __future__ import annotations
 
 import ast
-import functools
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from fsdp2_port.codemods.assumptions import (
     COLLECTIVE_TENSOR_KEYWORDS,
@@ -47,29 +50,40 @@ RETURNED = -1
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-def find(
-    trees: Mapping[str, ast.Module],
-    module_names: Mapping[str, str],
-    bindings: Mapping[str, Mapping[str, str]],
-) -> Effects:
-    """The effects of the run's functions (``trees``: each file's; ``module_names``: each
-    file's canonical module name; ``bindings``: each file's imported names -> the qualified
-    names they stand for). Only functions with an effect are listed."""
+def read(tree: ast.Module, module: str, bindings: Mapping[str, str]) -> tuple[Function, ...]:
+    """What the functions of one file (``module``: its canonical name; ``bindings``: its
+    imported names -> the qualified names they stand for) do with their arguments on their
+    own: the part of ``find`` that reads a tree (a worker's, in a run of several)."""
+    if not module:
+        return ()
+    local = {n.name for n in tree.body if isinstance(n, (*_FUNCTIONS, ast.ClassDef))}
+    out = []
+    for name, function, owner in _functions(tree, module):
+        reader = _Reader(function, owner, module, bindings, local)
+        arguments = tuple(
+            (p, frozenset(o), frozenset(h)) for p, o, h in reader.arguments() if o or h
+        )
+        returned = reader.returned() if reader.returns else ()
+        called = reader.called() if returned else ()
+        if arguments or returned:
+            flows = tuple(reader.flows) if called else ()
+            out.append(Function(name, arguments, returned, called, flows))
+    return tuple(out)
+
+
+def find(files: Iterable[Sequence[Function]]) -> Effects:
+    """The effects of the run's functions (``files``: what ``read`` found in each file),
+    followed through the hand-overs between them. Only functions with an effect are listed."""
     direct: dict[tuple[str, int], set[str]] = defaultdict(set)
     handed: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)
-    returning: dict[str, _Reader] = {}
-    for path, tree in trees.items():
-        module = module_names.get(path, "")
-        if not module:
-            continue
-        local = {n.name for n in tree.body if isinstance(n, (*_FUNCTIONS, ast.ClassDef))}
-        for name, function, owner in _functions(tree, module):
-            reader = _Reader(function, owner, module, bindings.get(path, {}), local)
-            for position, own, hands in reader.arguments():
-                direct[(name, position)] |= own
-                handed[(name, position)] |= hands
-            if reader.returns:
-                returning[name] = reader
+    returning: dict[str, Function] = {}
+    for functions in files:
+        for function in functions:
+            for position, own, hands in function.arguments:
+                direct[(function.name, position)] |= own
+                handed[(function.name, position)] |= hands
+            if function.returned:
+                returning[function.name] = function
     for name in _returning_norms(returning):
         direct[(name, RETURNED)].add("norm")
     out: dict[tuple[str, int], set[str]] = {k: set(v) for k, v in direct.items()}
@@ -88,7 +102,7 @@ def find(
     return effects
 
 
-def _returning_norms(readers: Mapping[str, _Reader]) -> set[str]:
+def _returning_norms(functions: Mapping[str, Function]) -> set[str]:
     """The functions whose return value may be a gradient norm: a fixpoint from torch's
     (``NORM_SOURCES``) through the run's functions that return what they call."""
     found: set[str] = set()
@@ -96,11 +110,43 @@ def _returning_norms(readers: Mapping[str, _Reader]) -> set[str]:
     while changed:
         changed = False
         sources = NORM_SOURCES.members | found
-        for name, reader in readers.items():
-            if name not in found and reader.returns_one_of(sources):
+        for name, function in functions.items():
+            if name not in found and function.returns_one_of(sources):
                 found.add(name)
                 changed = True
     return found
+
+
+#: Names read, names read without calling into them, names bound, of one assignment, loop or
+#: walrus (``_names``).
+_Flow = tuple[frozenset[str], frozenset[str], frozenset[str]]
+#: (the qualified names of the run's functions some values call, the names they read or bind)
+_Calls = tuple[tuple[frozenset[str], frozenset[str]], ...]
+
+
+@dataclass(frozen=True)
+class Function:
+    """One function as ``read`` found it, with no tree: small enough to come back from a
+    worker."""
+
+    name: str
+    #: (argument position, the effects its own code has on it, the (callee, position) of the
+    #: run's functions it hands the value to), for the positions with any.
+    arguments: tuple[tuple[int, frozenset[str], frozenset[tuple[str, int]]], ...]
+    #: (callees of a returned value, the names it reads), each ``return``.
+    returned: _Calls = ()
+    #: (callees of an assignment's values, the names it binds), for those that call; only
+    #: with ``returned``.
+    called: _Calls = ()
+    #: Its flows between names (``_Reader.flows``); only with ``called``.
+    flows: tuple[_Flow, ...] = ()
+
+    def returns_one_of(self, functions: frozenset[str] | set[str]) -> bool:
+        """Whether a value the function returns may be what one of ``functions`` returned
+        (through its names: ``norm = clip(...)``, ``return norm.detach()``)."""
+        seeds = {n for callees, bound in self.called if callees & functions for n in bound}
+        derived = _derived(self.flows, seeds, structural=False) if seeds else set()
+        return any(callees & functions or names & derived for callees, names in self.returned)
 
 
 def _functions(
@@ -136,7 +182,7 @@ class _Reader:
         self.local = local
         #: (names read, names read without calling into them, names bound) of each
         #: assignment, loop and walrus (``_names``).
-        self.flows: list[tuple[frozenset[str], frozenset[str], frozenset[str]]] = []
+        self.flows: list[_Flow] = []
         #: (effect, names its subject reads).
         self.uses: list[tuple[str, frozenset[str]]] = []
         #: (callee, position, names the argument reads).
@@ -190,22 +236,13 @@ class _Reader:
         }
         return frozenset(found - {""})
 
-    @functools.cached_property
-    def _called(self) -> list[tuple[frozenset[str], frozenset[str]]]:
+    def called(self) -> _Calls:
         """(callees of an assignment's values, names it binds), for those that call."""
         found = [(self._callees(values), bound) for values, bound in self.assigned]
-        return [(callees, bound) for callees, bound in found if callees]
+        return tuple((callees, bound) for callees, bound in found if callees)
 
-    @functools.cached_property
-    def _returned(self) -> list[tuple[frozenset[str], frozenset[str]]]:
-        return [(self._callees([value]), names) for value, names in self.returns]
-
-    def returns_one_of(self, functions: frozenset[str] | set[str]) -> bool:
-        """Whether a value the function returns may be what one of ``functions`` returned
-        (through its names: ``norm = clip(...)``, ``return norm.detach()``)."""
-        seeds = {n for callees, bound in self._called if callees & functions for n in bound}
-        derived = self._derived(seeds, structural=False) if seeds else set()
-        return any(callees & functions or names & derived for callees, names in self._returned)
+    def returned(self) -> _Calls:
+        return tuple((self._callees([value]), names) for value, names in self.returns)
 
     def arguments(self) -> Iterator[tuple[int, set[str], set[tuple[str, int]]]]:
         arguments = [*self.function.args.posonlyargs, *self.function.args.args]
@@ -214,8 +251,8 @@ class _Reader:
         if not (self.uses or self.calls):
             return
         for position, argument in enumerate(arguments):
-            computed = self._derived({argument.arg}, structural=False)
-            parts = self._derived({argument.arg}, structural=True)
+            computed = _derived(self.flows, {argument.arg}, structural=False)
+            parts = _derived(self.flows, {argument.arg}, structural=True)
             effects = {
                 kind
                 for kind, names in self.uses
@@ -223,21 +260,6 @@ class _Reader:
             }
             hands = {(c, p) for c, p, names in self.calls if not names.isdisjoint(computed)}
             yield position, effects, hands
-
-    def _derived(self, names: set[str], structural: bool) -> set[str]:
-        """The names bound, anywhere in the function, to values computed from ``names``
-        (``structural``: only to their parts: parameters, elements, attributes, not what
-        calling them computes)."""
-        derived = set(names)
-        changed = True
-        while changed:
-            changed = False
-            for read, parts, bound in self.flows:
-                source = parts if structural else read
-                if not bound <= derived and not source.isdisjoint(derived):
-                    derived |= bound
-                    changed = True
-        return derived
 
     def _callee(self, func: ast.AST) -> str:
         """The qualified name a call's ``func`` names: a function of the file, an imported
@@ -256,6 +278,22 @@ class _Reader:
         if head in self.local and not parts:
             return f"{self.module}.{head}"
         return ""
+
+
+def _derived(flows: Sequence[_Flow], names: set[str], structural: bool) -> set[str]:
+    """The names bound, anywhere in a function (``flows``: its ``_Reader.flows``), to values
+    computed from ``names`` (``structural``: only to their parts: parameters, elements,
+    attributes, not what calling them computes)."""
+    derived = set(names)
+    changed = True
+    while changed:
+        changed = False
+        for read, parts, bound in flows:
+            source = parts if structural else read
+            if not bound <= derived and not source.isdisjoint(derived):
+                derived |= bound
+                changed = True
+    return derived
 
 
 def _own_nodes(function: ast.AST) -> Iterator[ast.AST]:
