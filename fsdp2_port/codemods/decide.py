@@ -42,6 +42,11 @@ _IMPORTED_NOWHERE = (
     "in a module no program of this whole program imports once the run is written: it holds "
     "no model; port it before anything imports it"
 )
+_OWN_FILE = (
+    "in a module no program of this whole program imports once the run is written: whenever "
+    "something imports it, the models its own file builds meet this line, so they stay FSDP1 "
+    "until it is ported"
+)
 _NOTHING = {"rewrite": None, "fallback": None, "requirement": "NEVER", "silent": True}
 
 
@@ -243,7 +248,15 @@ class _Run:
             return frozenset()
         if self.holds_run(site):
             return site.reach.ties | self.reach(site)
+        if self.untied_hold(site) and self.reach.imported_nowhere(site):
+            return self.own_file(site)  # whenever its module runs, they run with it
         return site.reach.ties
+
+    def own_file(self, site: Site) -> frozenset[str]:
+        """The constructors of the site's own file."""
+        return frozenset(
+            c.constructor for c in self.constructors if c.path == site.path and c.constructor
+        )
 
     def holds_run(self, site: Site) -> bool:
         return self.untied_hold(site) and not self.reach.never_runs(site)
@@ -272,7 +285,12 @@ class _Run:
         if site.constructor is not None:
             return self._constructor_reason(site)
         if self.untied_hold(site) and self.reach.never_runs(site):
-            return Reason(_IMPORTED_NOWHERE if self.reach.imported_nowhere(site) else _NEVER_RUN)
+            if not self.reach.imported_nowhere(site):
+                return Reason(_NEVER_RUN)
+            if not self.own_file(site):
+                return Reason(_IMPORTED_NOWHERE)
+            if site.forms.rewrite is None:
+                return Reason(_OWN_FILE)
         reached = [c for c in self.constructors if c.constructor in self.reach(site)]
         if (
             self.holds_run(site)
