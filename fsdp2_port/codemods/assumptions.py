@@ -60,6 +60,7 @@ ASSUMPTIONS = {
     "dtensor-method": "a method only a DTensor has",
     "config-file": "a file whose text may name a function a program calls",
     "skipped-dir": "a folder that holds no code of the user's to migrate",
+    "rank-name": "a name for the process's rank: a test of it lets only some ranks through",
 }
 KINDS = {**FACTS, **ASSUMPTIONS}
 
@@ -377,10 +378,8 @@ NO_MODEL_BUILTINS = NameList(
     tuple(
         f"builtins.{name}"
         for name in words(
-            """
-            len int float str bool isinstance issubclass hasattr repr hash id abs round print
-            range type dict set frozenset format
-            """
+            "len int float str bool isinstance issubclass hasattr repr hash id abs round print "
+            "range type dict set frozenset format"
         )
     ),
 )
@@ -389,11 +388,9 @@ NOT_FSDP_WRAPPERS = NameList(
     "torch-api",
     "wrappers whose instances are never FSDP models (DDP, DataParallel), by every path",
     words(
-        """
-        torch.nn.parallel.DistributedDataParallel
-        torch.nn.parallel.distributed.DistributedDataParallel torch.nn.DataParallel
-        torch.nn.parallel.DataParallel torch.nn.parallel.data_parallel.DataParallel
-        """
+        "torch.nn.parallel.DistributedDataParallel "
+        "torch.nn.parallel.distributed.DistributedDataParallel torch.nn.DataParallel "
+        "torch.nn.parallel.DataParallel torch.nn.parallel.data_parallel.DataParallel"
     ),
 )
 OTHER_WRAPPERS = NameList(
@@ -401,11 +398,9 @@ OTHER_WRAPPERS = NameList(
     "torch-api",
     "wrappers whose .module is theirs, not FSDP1's (F2P010 leaves a receiver bound only to them)",
     words(
-        """
-        torch.nn.parallel.DistributedDataParallel
-        torch.nn.parallel.distributed.DistributedDataParallel torch.nn.DataParallel
-        torch.nn.parallel.DataParallel
-        """
+        "torch.nn.parallel.DistributedDataParallel "
+        "torch.nn.parallel.distributed.DistributedDataParallel torch.nn.DataParallel "
+        "torch.nn.parallel.DataParallel"
     ),
 )
 DCP_LOADS = NameList(
@@ -413,10 +408,8 @@ DCP_LOADS = NameList(
     "torch-api",
     "torch.distributed.checkpoint's load functions",
     words(
-        """
-        torch.distributed.checkpoint.load torch.distributed.checkpoint.load_state_dict
-        torch.distributed.checkpoint.state_dict_loader.load
-        """
+        "torch.distributed.checkpoint.load torch.distributed.checkpoint.load_state_dict "
+        "torch.distributed.checkpoint.state_dict_loader.load"
     ),
 )
 FSDP1_CHECKPOINT_FUNCTIONS = NameList(
@@ -558,6 +551,15 @@ SETTINGS_WORDS = NameList(
         """
         config cfg conf args opts options settings kwargs plugin strategy state
         """
+    ),
+)
+RANK_WORDS = NameList(
+    "rank-words",
+    "rank-name",
+    "names of the rank (`if rank == 0`, `if accelerator.is_main_process`): only some pass",
+    words(
+        "get_rank rank local_rank global_rank rank_zero is_rank_zero is_master main_process "
+        "is_main_process is_local_main_process"
     ),
 )
 RETURNS_SELF = NameList(

@@ -293,7 +293,7 @@ def _assembled(
             if f.handed_on
         },
     )
-    graph.effects = summaries.find(f.functions for f in parsed)
+    graph.effects = summaries.find([f.functions for f in parsed])
     return graph
 
 

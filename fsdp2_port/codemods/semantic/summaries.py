@@ -10,6 +10,11 @@ passed there, or on a value computed from it:
   ``.size()``, ``.numel()``: of it, of its ``parameters()``, of its elements);
 - ``"storage"``: its storage is read (``untyped_storage()``, ``storage()``, ``data_ptr()``).
 
+A function only some ranks may run has the effect ``"gated"`` (at position ``GATED``): one of
+the run's functions calls it where a test of the rank lets only some ranks through
+(``ranks.gated``), directly or through further calls of the run; the effect holds where, as
+``"`<test>` in <caller>"``.
+
 A function's return value has the effect ``"norm"`` (at position ``RETURNED``) when it may be
 the norm one of torch's clipping functions returns (``NORM_SOURCES``), directly or through names
 and functions of the run that return one.
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from fsdp2_port.codemods.assumptions import (
@@ -42,11 +47,14 @@ from fsdp2_port.codemods.assumptions import (
 )
 
 from ..assumed import either_way
+from . import ranks
 
 #: Per function, per argument position: what may be done to it.
 Effects = dict[str, dict[int, frozenset[str]]]
 #: The position of a function's return value in its ``Effects``.
 RETURNED = -1
+#: The position of where only some ranks call a function (``"gated"``) in its ``Effects``.
+GATED = -2
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -65,13 +73,15 @@ def read(tree: ast.Module, module: str, bindings: Mapping[str, str]) -> tuple[Fu
         )
         returned = reader.returned() if reader.returns else ()
         called = reader.called() if returned else ()
-        if arguments or returned:
+        gated = frozenset((c, f"`{test}` in {name}") for c, test in reader.gated())
+        callees = frozenset(reader.callees)
+        if arguments or returned or gated or callees:
             flows = tuple(reader.flows) if called else ()
-            out.append(Function(name, arguments, returned, called, flows))
+            out.append(Function(name, arguments, returned, called, flows, gated, callees))
     return tuple(out)
 
 
-def find(files: Iterable[Sequence[Function]]) -> Effects:
+def find(files: Sequence[Sequence[Function]]) -> Effects:
     """The effects of the run's functions (``files``: what ``read`` found in each file),
     followed through the hand-overs between them. Only functions with an effect are listed."""
     direct: dict[tuple[str, int], set[str]] = defaultdict(set)
@@ -99,7 +109,29 @@ def find(files: Iterable[Sequence[Function]]) -> Effects:
     for (name, position), found in out.items():
         if found:
             effects.setdefault(name, {})[position] = frozenset(found)
+    for name, where in _gated(files).items():
+        effects.setdefault(name, {})[GATED] = frozenset(where)
     return effects
+
+
+def _gated(files: Sequence[Sequence[Function]]) -> dict[str, set[str]]:
+    """The functions only some ranks may run -> where (``Function.gated``), through the
+    calls of the run: what such a function calls, only those ranks may run too."""
+    where: dict[str, set[str]] = defaultdict(set)
+    callees: dict[str, set[str]] = defaultdict(set)
+    for functions in files:
+        for function in functions:
+            callees[function.name] |= function.callees
+            for callee, why in function.gated:
+                where[callee].add(why)
+    todo = list(where)
+    while todo:
+        name = todo.pop()
+        for callee in callees.get(name, ()):
+            if not where[name] <= where[callee]:
+                where[callee] |= where[name]
+                todo.append(callee)
+    return where
 
 
 def _returning_norms(functions: Mapping[str, Function]) -> set[str]:
@@ -140,6 +172,10 @@ class Function:
     called: _Calls = ()
     #: Its flows between names (``_Reader.flows``); only with ``called``.
     flows: tuple[_Flow, ...] = ()
+    #: (a function of the run it calls where only some ranks get, ``"`<test>` in <name>"``).
+    gated: frozenset[tuple[str, str]] = frozenset()
+    #: The functions of the run it calls.
+    callees: frozenset[str] = frozenset()
 
     def returns_one_of(self, functions: frozenset[str] | set[str]) -> bool:
         """Whether a value the function returns may be what one of ``functions`` returned
@@ -191,6 +227,8 @@ class _Reader:
         self.assigned: list[tuple[Sequence[ast.AST], frozenset[str]]] = []
         #: (a returned value, names it reads).
         self.returns: list[tuple[ast.AST, frozenset[str]]] = []
+        #: The qualified names its calls name (``_callee``).
+        self.callees: set[str] = set()
         for node in _own_nodes(function):
             self._read(node)
 
@@ -212,6 +250,8 @@ class _Reader:
                 self.uses.append(("storage", _names(node.value, structural=True)))
         elif isinstance(node, ast.Call):
             callee = self._callee(node.func)
+            if callee:
+                self.callees.add(callee)
             if callee in COLLECTIVES:
                 self.uses += [("reduce", _names(a)) for a in _tensors(node)]
             elif callee:
@@ -240,6 +280,15 @@ class _Reader:
         """(callees of an assignment's values, names it binds), for those that call."""
         found = [(self._callees(values), bound) for values, bound in self.assigned]
         return tuple((callees, bound) for callees, bound in found if callees)
+
+    def gated(self) -> Iterator[tuple[str, str]]:
+        """(a call's qualified name, the rank test, as written, that gates it)."""
+        for block, test in ranks.gated(self.function.body):
+            written = ast.unparse(test)
+            for statement in block:
+                for node in _own_nodes(statement, itself=True):
+                    if isinstance(node, ast.Call) and (callee := self._callee(node.func)):
+                        yield callee, written
 
     def returned(self) -> _Calls:
         return tuple((self._callees([value]), names) for value, names in self.returns)
@@ -296,9 +345,10 @@ def _derived(flows: Sequence[_Flow], names: set[str], structural: bool) -> set[s
     return derived
 
 
-def _own_nodes(function: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a function's body, not those of functions or classes defined in it."""
-    todo: list[ast.AST] = list(getattr(function, "body", []))
+def _own_nodes(function: ast.AST, itself: bool = False) -> Iterator[ast.AST]:
+    """The nodes of a function's body (``itself``: of a statement, with it), not those of
+    functions or classes defined in it."""
+    todo: list[ast.AST] = [function] if itself else list(getattr(function, "body", []))
     while todo:
         node = todo.pop()
         yield node

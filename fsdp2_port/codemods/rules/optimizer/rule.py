@@ -184,7 +184,7 @@ class OptimizerRule:
             else:
                 rewrite = Rewrite(
                     [],
-                    f"{receiver}.state_dict() where only some ranks get (`{test}`): under "
+                    f"{receiver}.state_dict() where only some ranks get ({test}): under "
                     f"FSDP2 it holds this rank's shards only; take {receiver}.full_state_dict() "
                     "before that test, on every rank (a collective), and save that",
                     review=True,

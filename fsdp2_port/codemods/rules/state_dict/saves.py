@@ -20,20 +20,16 @@ import re
 from fsdp2_port.codemods.analysis import FileAnalysis
 from fsdp2_port.codemods.plan import Rewrite
 from fsdp2_port.codemods.rules.state_dict.walk import CODE
+from fsdp2_port.codemods.semantic import ranks
+from fsdp2_port.codemods.semantic.summaries import GATED
 
 #: The FSDP2 calls that gather: every rank must make them.
 _GATHERS = re.compile(
     r"\b(get_model_state_dict|get_optimizer_state_dict|get_state_dict|module_state_dict|"
     r"optim_state_dict)\("
 )
-#: Tests that only some ranks pass (``if rank == 0``, ``if dist.get_rank() == 0``,
-#: ``if accelerator.is_main_process``).
-_ONE_RANK = re.compile(
-    r"\b(get_rank|rank|local_rank|global_rank|is_main_process|is_local_main_process|"
-    r"is_master|main_process|is_rank_zero|rank_zero)\b"
-)
 _ONE_RANK_MESSAGE = (
-    "; only some ranks get here (`{}`), and FSDP2 gathers the full state with a collective "
+    "; only some ranks get here ({}), and FSDP2 gathers the full state with a collective "
     "every rank must join: take it before that test, on every rank, and save it here"
 )
 _OPTIMIZER = (
@@ -106,7 +102,7 @@ def _saved_per_rank(analysis: FileAnalysis, call: ast.Call) -> bool:
     if not isinstance(outer, ast.Call):
         return False
     others = [a for a in (*outer.args, *(k.value for k in outer.keywords)) if a is not call]
-    return any(_ONE_RANK.search(analysis.source(a)) for a in others)
+    return any(ranks.names_a_rank(a) for a in others)
 
 
 def _marker(analysis: FileAnalysis, call: ast.Call, model: ast.expr, message: str) -> None:
@@ -145,29 +141,34 @@ def _built_over(analysis: FileAnalysis, optimizer: ast.expr) -> ast.expr | None:
 
 
 def one_rank_test(analysis: FileAnalysis, node: ast.AST) -> str | None:
-    """The test, as written, that only some ranks pass on the way to ``node``: of an ``if``
-    around it or of an earlier ``if <test>: return`` (any jump) in a block that holds it, in
-    its function (``TypeTests.guarded``'s places)."""
+    """Where only some ranks pass on the way to ``node``, as a message says it: the test, as
+    written, of an ``if`` around it or of an earlier ``if <test>: return`` (any jump) in a
+    block that holds it, in its function (``TypeTests.guarded``'s places); else the test
+    around a call of its function somewhere in the run, however many calls up
+    (``summaries.GATED``)."""
     found: list[str] = []
 
     def names_a_rank(test: ast.AST, _text: str, holds: bool) -> bool:
-        if _some_ranks(analysis, test, holds):
+        if ranks.some_ranks(test, holds):
             found.append(analysis.source(test))
             return True
         return False
 
-    return found[0] if analysis.type_tests.guarded(node, names_a_rank) else None
+    if analysis.type_tests.guarded(node, names_a_rank):
+        return f"`{found[0]}`"
+    where = sorted(analysis.effects.get(_qualified(analysis, node), {}).get(GATED, ()))
+    return f"{where[0]}, which calls this function" if where else None
 
 
-def _some_ranks(analysis: FileAnalysis, test: ast.AST, holds: bool) -> bool:
-    """Whether ``test`` being ``holds`` lets only some ranks through: a test of the rank
-    either way, through ``not``, an ``and`` that holds or an ``or`` that fails (``if not
-    main and not fsdp: return`` lets every rank of an FSDP run on)."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _some_ranks(analysis, test.operand, not holds)
-    if isinstance(test, ast.BoolOp):
-        wanted = ast.And if holds else ast.Or
-        return isinstance(test.op, wanted) and any(
-            _some_ranks(analysis, v, holds) for v in test.values
-        )
-    return bool(_ONE_RANK.search(analysis.source(test)))
+def _qualified(analysis: FileAnalysis, node: ast.AST) -> str:
+    """The qualified name of the module-level function, or method of a module-level class,
+    that holds ``node`` (as ``summaries`` names it), or ""."""
+    function = analysis.names.function_of(node)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return ""
+    owner = analysis.names.parent.get(function)
+    if owner is analysis.tree:
+        return f"{analysis.module_name}.{function.name}"
+    if isinstance(owner, ast.ClassDef) and analysis.names.parent.get(owner) is analysis.tree:
+        return f"{analysis.module_name}.{owner.name}.{function.name}"
+    return ""
