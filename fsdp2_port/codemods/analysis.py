@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from fsdp2_port.codemods import fsdp1, imports, markers
@@ -283,26 +282,6 @@ class FileAnalysis(ParsedFile):
         """FSDP1 code on a receiver the run cannot tie, with no form right for every model:
         kept, it keeps every constructor of the run on FSDP1, and says so."""
         return self.add(code, node, message, None, "RUN")
-
-    def callee_effects(self, call: ast.Call) -> Mapping[int, frozenset[str]]:
-        """What the run's function a call calls does with each argument position
-        (``summaries``): by its qualified name, a function of this file, ``self``'s method."""
-        func = call.func
-        names = set(self.names.qualified(func))
-        module = self.module_name
-        if isinstance(func, ast.Name) and any(
-            b.kind == "def" for b in self.names.bindings_of(func)
-        ):
-            names.add(f"{module}.{func.id}")
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            owner = self.names.class_of(call)
-            if func.value.id == "self" and owner is not None:
-                names.add(f"{module}.{owner.name}.{func.attr}")
-        found: dict[int, frozenset[str]] = {}
-        for name in names:
-            for position, effects in self.effects.get(name, {}).items():
-                found[position] = found.get(position, frozenset()) | effects
-        return found
 
     def named_like_model(self, receiver: ast.AST) -> bool:
         """A receiver the run cannot tie, named like a model (``model``, ``self.policy``,

@@ -86,6 +86,26 @@ class ParsedFile:
     def resolves_to(self, node: ast.AST, *qualified: str) -> bool:
         return bool(self.names.qualified(node) & set(qualified))
 
+    def callee_effects(self, call: ast.Call) -> Mapping[int, frozenset[str]]:
+        """What the run's function a call calls does with each argument position
+        (``summaries``): by its qualified name, a function of this file, ``self``'s method."""
+        func = call.func
+        names = set(self.names.qualified(func))
+        module = self.module_name
+        if isinstance(func, ast.Name) and any(
+            b.kind == "def" for b in self.names.bindings_of(func)
+        ):
+            names.add(f"{module}.{func.id}")
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            owner = self.names.class_of(call)
+            if func.value.id == "self" and owner is not None:
+                names.add(f"{module}.{owner.name}.{func.attr}")
+        found: dict[int, frozenset[str]] = {}
+        for name in names:
+            for position, effects in self.effects.get(name, {}).items():
+                found[position] = found.get(position, frozenset()) | effects
+        return found
+
     # -- text and positions --------------------------------------------------------------------
     def source(self, node: ast.AST) -> str:
         made = self.made.get(node)

@@ -293,7 +293,8 @@ def _assembled(
             if f.handed_on
         },
     )
-    graph.effects = summaries.find([f.functions for f in parsed])
+    run_classes = {c: bases for f in parsed for c, bases in f.classes}
+    graph.effects = summaries.find([f.functions for f in parsed], run_classes)
     return graph
 
 
@@ -325,6 +326,7 @@ class Facts:
     acts_on_import: bool = True
     handed_on: tuple[tuple[str, str, str], ...] = ()
     functions: tuple[summaries.Function, ...] = ()
+    classes: tuple[tuple[str, frozenset[str]], ...] = ()
 
 
 def read(path: str, text: str | bytes | None, run: _Run) -> Facts:
@@ -334,6 +336,8 @@ def read(path: str, text: str | bytes | None, run: _Run) -> Facts:
         if tree is None:
             return Facts(path)
         resolver, graph = _resolving(run)
+        module = graph.canonical(path)
+        bindings = _bindings(path, tree, resolver, graph)
         return Facts(
             path,
             True,
@@ -341,7 +345,8 @@ def read(path: str, text: str | bytes | None, run: _Run) -> Facts:
             path in run.loading and loads_any(path, tree),
             _acts_on_import(tree),
             tuple(resolver.handed_on(path, tree)),
-            summaries.read(tree, graph.canonical(path), _bindings(path, tree, resolver, graph)),
+            summaries.read(tree, module, bindings),
+            summaries.classes(tree, module, bindings),
         )
 
 

@@ -10,6 +10,10 @@ passed there, or on a value computed from it:
   ``.size()``, ``.numel()``: of it, of its ``parameters()``, of its elements);
 - ``"storage"``: its storage is read (``untyped_storage()``, ``storage()``, ``data_ptr()``).
 
+A function's return value has the effect ``"new"`` (at ``RETURNED``) when every call of it
+builds a new object: each ``return`` returns a call of a class of the run, or of a function of
+the run with that effect.
+
 A function only some ranks may run has the effect ``"gated"`` (at position ``GATED``): one of
 the run's functions calls it where a test of the rank lets only some ranks through
 (``ranks.gated``), directly or through further calls of the run; the effect holds where, as
@@ -77,13 +81,29 @@ def read(tree: ast.Module, module: str, bindings: Mapping[str, str]) -> tuple[Fu
         callees = frozenset(reader.callees)
         if arguments or returned or gated or callees:
             flows = tuple(reader.flows) if called else ()
-            out.append(Function(name, arguments, returned, called, flows, gated, callees))
+            builds = reader.builds()
+            out.append(Function(name, arguments, returned, called, flows, gated, callees, builds))
     return tuple(out)
 
 
-def find(files: Sequence[Sequence[Function]]) -> Effects:
-    """The effects of the run's functions (``files``: what ``read`` found in each file),
-    followed through the hand-overs between them. Only functions with an effect are listed."""
+def classes(
+    tree: ast.Module, module: str, bindings: Mapping[str, str]
+) -> tuple[tuple[str, frozenset[str]], ...]:
+    """(qualified name, the qualified names of its bases) of the module's classes."""
+    local = {n.name for n in tree.body if isinstance(n, (*_FUNCTIONS, ast.ClassDef))}
+    return tuple(
+        (f"{module}.{n.name}", frozenset(_qualified(b, module, bindings, local) for b in n.bases))
+        for n in tree.body
+        if isinstance(n, ast.ClassDef)
+    )
+
+
+def find(
+    files: Sequence[Sequence[Function]], run_classes: Mapping[str, frozenset[str]] | None = None
+) -> Effects:
+    """The effects of the run's functions (``files``: what ``read`` found in each file;
+    ``run_classes``: the run's classes -> their bases, ``classes``), followed through the
+    hand-overs between them. Only functions with an effect are listed."""
     direct: dict[tuple[str, int], set[str]] = defaultdict(set)
     handed: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)
     returning: dict[str, Function] = {}
@@ -96,6 +116,8 @@ def find(files: Sequence[Sequence[Function]]) -> Effects:
                 returning[function.name] = function
     for name in _returning_norms(returning):
         direct[(name, RETURNED)].add("norm")
+    for name in _building(files, _plain(run_classes or {})):
+        direct[(name, RETURNED)].add("new")
     out: dict[tuple[str, int], set[str]] = {k: set(v) for k, v in direct.items()}
     changed = True
     while changed:  # a fixpoint: effects flow back along the hand-overs
@@ -112,6 +134,41 @@ def find(files: Sequence[Sequence[Function]]) -> Effects:
     for name, where in _gated(files).items():
         effects.setdefault(name, {})[GATED] = frozenset(where)
     return effects
+
+
+def _plain(run_classes: Mapping[str, frozenset[str]]) -> set[str]:
+    """The run's classes none of whose bases, up the run's classes, is FSDP1's (an instance
+    of one is no FSDP model): a base outside the run and outside ``torch.distributed.fsdp``
+    (``torch.nn.Module``), or one the layer cannot name, is taken for a plain one."""
+    fsdp = {c for c, bases in run_classes.items() if any(_fsdp1(b) for b in bases)}
+    changed = True
+    while changed:
+        changed = False
+        for name, bases in run_classes.items():
+            if name not in fsdp and not bases.isdisjoint(fsdp):
+                fsdp.add(name)
+                changed = True
+    return set(run_classes) - fsdp
+
+
+def _fsdp1(name: str) -> bool:
+    return name.startswith("torch.distributed.fsdp")
+
+
+def _building(files: Sequence[Sequence[Function]], run_classes: set[str]) -> set[str]:
+    """The functions every call of which builds a new object (``Function.builds``)."""
+    builders = [f for functions in files for f in functions if f.builds]
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for function in builders:
+            if function.name not in found and all(
+                c in run_classes or c in found for c in function.builds
+            ):
+                found.add(function.name)
+                changed = True
+    return found
 
 
 def _gated(files: Sequence[Sequence[Function]]) -> dict[str, set[str]]:
@@ -176,6 +233,8 @@ class Function:
     gated: frozenset[tuple[str, str]] = frozenset()
     #: The functions of the run it calls.
     callees: frozenset[str] = frozenset()
+    #: What each of its ``return``s calls, when every one returns a call (else empty).
+    builds: frozenset[str] = frozenset()
 
     def returns_one_of(self, functions: frozenset[str] | set[str]) -> bool:
         """Whether a value the function returns may be what one of ``functions`` returned
@@ -290,6 +349,15 @@ class _Reader:
                     if isinstance(node, ast.Call) and (callee := self._callee(node.func)):
                         yield callee, written
 
+    def builds(self) -> frozenset[str]:
+        """The callees of its ``return``s when each returns a call of a name ``_callee``
+        names (``return Model(config)``), else nothing."""
+        found = {
+            self._callee(value.func) if isinstance(value, ast.Call) else ""
+            for value, _ in self.returns
+        }
+        return frozenset(found) if found and "" not in found else frozenset()
+
     def returned(self) -> _Calls:
         return tuple((self._callees([value]), names) for value, names in self.returns)
 
@@ -313,20 +381,30 @@ class _Reader:
     def _callee(self, func: ast.AST) -> str:
         """The qualified name a call's ``func`` names: a function of the file, an imported
         name (and attributes of it: ``dist.all_reduce``), a method of ``self``'s class."""
-        parts: list[str] = []
-        while isinstance(func, ast.Attribute):
-            parts.insert(0, func.attr)
-            func = func.value
-        if not isinstance(func, ast.Name):
-            return ""
-        head = func.id
-        if head in ("self", "cls") and self.owner is not None and len(parts) == 1:
-            return f"{self.module}.{self.owner}.{parts[0]}"
-        if head in self.bindings:
-            return ".".join([self.bindings[head], *parts])
-        if head in self.local and not parts:
-            return f"{self.module}.{head}"
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in ("self", "cls")
+            and self.owner is not None
+        ):
+            return f"{self.module}.{self.owner}.{func.attr}"
+        return _qualified(func, self.module, self.bindings, self.local)
+
+
+def _qualified(node: ast.AST, module: str, bindings: Mapping[str, str], local: set[str]) -> str:
+    """The qualified name a chain of names spells: an imported name (and attributes of it:
+    ``dist.all_reduce``), a function or class of the module; else ""."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.insert(0, node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
         return ""
+    if node.id in bindings:
+        return ".".join([bindings[node.id], *parts])
+    if node.id in local and not parts:
+        return f"{module}.{node.id}"
+    return ""
 
 
 def _derived(flows: Sequence[_Flow], names: set[str], structural: bool) -> set[str]:

@@ -54,6 +54,7 @@ from fsdp2_port.codemods.refs import (
     deferred,
 )
 from fsdp2_port.codemods.semantic.modules import RunModules
+from fsdp2_port.codemods.semantic.summaries import RETURNED
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _PARTIAL = "functools.partial"
@@ -259,6 +260,8 @@ class Ties:
         func = call.func
         if call in self.constructors:
             return False
+        if "new" in self.parsed.callee_effects(call).get(RETURNED, ()):
+            return True  # a function of the run every call of which builds one (``summaries``)
         if isinstance(func, ast.Attribute) and self.parsed.assumed.takes(BUILDERS, func.attr, call):
             return True
         if isinstance(func, ast.Name):
