@@ -44,6 +44,25 @@ def test_a_module_name_several_subprojects_define_resolves_to_the_importers_own(
     assert graph.importers(str(tmp_path / "a/grad_norm.py")) == {str(tmp_path / "a/train.py")}
 
 
+def test_a_package_file_run_as_a_script_finds_a_module_beside_it(tmp_path):
+    """``python pkg/train.py`` puts ``pkg/`` first on ``sys.path``: ``from grad_norm import``
+    in a package (Alpha-VLLM/Lumina-T2X's ``lumina_next_t2i/train.py``) finds its own
+    folder's module, not the top-level ones of other subprojects that hold the same name."""
+    graph = _graph(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/train.py": "from grad_norm import clip\n",
+            "pkg/grad_norm.py": "def clip(): ...\n",
+            "other/train.py": "import grad_norm\n",
+            "other/grad_norm.py": "def clip(): ...\n",
+            "third/grad_norm.py": "def clip(): ...\n",
+        },
+    )
+    assert _targets(graph, tmp_path / "pkg/train.py", tmp_path) == {"pkg/grad_norm.py"}
+    assert graph.renames(str(tmp_path / "pkg/train.py")) == {"grad_norm": "pkg.grad_norm"}
+
+
 def test_a_dotted_import_executes_every_package_on_the_way(tmp_path):
     graph = _graph(
         tmp_path,

@@ -6,7 +6,9 @@ outside any package is a top-level module of its own directory. An absolute impo
 up the way ``sys.path`` finds it, in this order, the first root that holds it winning:
 
 1. the importing file's own root: a script's directory is ``sys.path[0]`` of its program, and
-   a top-level module beside it is imported from there too;
+   a top-level module beside it is imported from there too; then the file's own folder, when
+   it is a package's (a file of a package run as a script, ``python pkg/train.py``, has its
+   folder for ``sys.path[0]``: ``from grad_norm import ...`` finds ``pkg/grad_norm.py``);
 2. packaging roots above the file (a folder with ``pyproject.toml``, ``setup.py`` or
    ``setup.cfg``, and its ``src/``): an editable install puts them on ``sys.path``;
 3. folders some file of the run puts on ``sys.path`` (``sys.path.insert(0, <a folder of
@@ -590,8 +592,8 @@ class _Resolver:
             return (folder, found) if found is not None else (None, ())
         if not dotted or not all(p.isidentifier() for p in dotted.split(".")):
             return None, ()
-        own = self.modules[path].root
-        for root in (own, *self.index.packaging_roots(os.path.dirname(path)), *self.extra):
+        own, folder = self.modules[path].root, os.path.dirname(path)
+        for root in (own, folder, *self.index.packaging_roots(folder), *self.extra):
             found = self.index.find(root, dotted)
             if found is not None:
                 return root, found
