@@ -22,9 +22,10 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def names_a_rank(node: ast.AST) -> bool:
-    """Whether ``node`` reads a name or attribute for the process's rank."""
+    """Whether ``node`` reads a name or attribute for the process's rank (a private one too:
+    ``self._rank``)."""
     return any(
-        either_way(RANK_WORDS, n.id if isinstance(n, ast.Name) else n.attr)
+        either_way(RANK_WORDS, (n.id if isinstance(n, ast.Name) else n.attr).lstrip("_"))
         for n in ast.walk(node)
         if isinstance(n, (ast.Name, ast.Attribute))
     )

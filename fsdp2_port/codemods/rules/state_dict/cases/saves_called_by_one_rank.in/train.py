@@ -1,8 +1,8 @@
 """A gathering state dict taken in a helper that only some ranks call, one file away
 (``checkpoint.save`` under ``if rank == 0``) or two calls away (``Trainer.checkpoint`` after
-an early return for the other ranks): under FSDP2 the gather is a collective the other ranks
-never join, so the rewrite stays for review and says which test gates it. A helper every rank
-calls (``checkpoint.save_everywhere``) is rewritten."""
+an early return for the other ranks, on a private ``self._rank``): under FSDP2 the gather is a
+collective the other ranks never join, so the rewrite stays for review and says which test
+gates it. A helper every rank calls (``checkpoint.save_everywhere``) is rewritten."""
 
 import torch
 import torch.distributed as dist
@@ -14,10 +14,10 @@ import checkpoint
 class Trainer:
     def __init__(self, model):
         self.model = FSDP(model, device_id=torch.device("cpu"))
-        self.rank = dist.get_rank()
+        self._rank = dist.get_rank()
 
     def checkpoint(self, path):
-        if self.rank != 0:
+        if self._rank != 0:
             return
         self._write(path)
 

@@ -25,7 +25,7 @@ def save_everywhere(model, path):
 
 
 def save_other(model, path):
-    # TODO(fsdp2-port): F2P008 state_dict() -> get_model_state_dict(...); only some ranks get here (`self.rank != 0` in train.Trainer.checkpoint, which calls this function), and FSDP2 gathers the full state with a collective every rank must join: take it before that test, on every rank, and save it here
+    # TODO(fsdp2-port): F2P008 state_dict() -> get_model_state_dict(...); only some ranks get here (`self._rank != 0` in train.Trainer.checkpoint, which calls this function), and FSDP2 gathers the full state with a collective every rank must join: take it before that test, on every rank, and save it here
     torch.save(
         get_model_state_dict(
             model,
