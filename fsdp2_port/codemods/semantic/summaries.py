@@ -9,6 +9,8 @@ passed there, or on a value computed from it:
 - ``"shape"``: a tensor's shape is read from it (``.ndim``, ``.shape``, ``.dim()``,
   ``.size()``, ``.numel()``: of it, of its ``parameters()``, of its elements);
 - ``"storage"``: its storage is read (``untyped_storage()``, ``storage()``, ``data_ptr()``).
+- ``"pretrained"``: its ``save_pretrained`` is called with no ``state_dict`` (Hugging Face's:
+  it saves its own ``state_dict()``; ``saves_pretrained``).
 
 A function's return value has the effect ``"new"`` (at ``RETURNED``) when every call of it
 builds a new object: each ``return`` returns a call of a class of the run, or of a function of
@@ -308,6 +310,9 @@ class _Reader:
             elif node.attr in STORAGE_METHODS:
                 self.uses.append(("storage", _names(node.value, structural=True)))
         elif isinstance(node, ast.Call):
+            if saves_pretrained(node):
+                assert isinstance(node.func, ast.Attribute)
+                self.uses.append(("pretrained", _names(node.func.value, structural=True)))
             callee = self._callee(node.func)
             if callee:
                 self.callees.add(callee)
@@ -405,6 +410,15 @@ def _qualified(node: ast.AST, module: str, bindings: Mapping[str, str], local: s
     if node.id in local and not parts:
         return f"{module}.{node.id}"
     return ""
+
+
+def saves_pretrained(call: ast.Call) -> bool:
+    """``m.save_pretrained(...)`` with no ``state_dict=``: it saves ``m.state_dict()``."""
+    return (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr == "save_pretrained"
+        and not any(k.arg == "state_dict" for k in call.keywords)
+    )
 
 
 def _derived(flows: Sequence[_Flow], names: set[str], structural: bool) -> set[str]:

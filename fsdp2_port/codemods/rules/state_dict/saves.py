@@ -21,7 +21,7 @@ from fsdp2_port.codemods.analysis import FileAnalysis
 from fsdp2_port.codemods.plan import Rewrite
 from fsdp2_port.codemods.rules.state_dict.walk import CODE
 from fsdp2_port.codemods.semantic import ranks
-from fsdp2_port.codemods.semantic.summaries import GATED
+from fsdp2_port.codemods.semantic.summaries import GATED, saves_pretrained
 
 #: The FSDP2 calls that gather: every rank must make them.
 _GATHERS = re.compile(
@@ -38,6 +38,12 @@ _OPTIMIZER = (
     "cannot resume the others: save get_optimizer_state_dict(model, optimizer, "
     "options=StateDictOptions(full_state_dict=True, cpu_offload=True)), taken on every rank, "
     "or use DCP"
+)
+_PRETRAINED_THROUGH = (
+    "{} calls save_pretrained on {} (in its own code or further down), which saves "
+    "state_dict(), this rank's DTensor shards under FSDP2: have it pass "
+    "state_dict=get_model_state_dict({}, options=StateDictOptions(full_state_dict=True, "
+    "cpu_offload=True)), taken on every rank, and save on rank 0"
 )
 _PRETRAINED = (
     "{}.save_pretrained saves state_dict(), this rank's DTensor shards under FSDP2: pass "
@@ -81,18 +87,35 @@ def saves(analysis: FileAnalysis, claimed: set[int]) -> None:
     for call in analysis.names.by_type[ast.Call]:
         assert isinstance(call, ast.Call)
         func = call.func
-        if not isinstance(func, ast.Attribute) or analysis.is_ignored(call):
+        if analysis.is_ignored(call) or analysis.span(call)[0] in claimed:
             continue
-        if analysis.span(call)[0] in claimed:
+        _pretrained_through(analysis, call)
+        if not isinstance(func, ast.Attribute):
             continue
         if func.attr == "state_dict" and not call.args and not call.keywords:
             model = _built_over(analysis, func.value)
             if model is not None and not _saved_per_rank(analysis, call):
                 text = _OPTIMIZER.format(analysis.source(call))
                 _marker(analysis, call, model, text)
-        elif func.attr == "save_pretrained":
+        elif saves_pretrained(call):
             text = analysis.source(func.value)
             _marker(analysis, call, func.value, _PRETRAINED.format(text, text))
+
+
+def _pretrained_through(analysis: FileAnalysis, call: ast.Call) -> None:
+    """``ckpt.export(model, out)``: a function of another file of the run that calls
+    ``save_pretrained`` on what it is given, however many calls down (``summaries``): marked
+    as the direct form is (a function of this file has its own line marked here)."""
+    qualified = analysis.names.qualified(call.func)
+    if not qualified or any(q.startswith(f"{analysis.module_name}.") for q in qualified):
+        return
+    effects = analysis.callee_effects(call)
+    for position, argument in enumerate(call.args):
+        if "pretrained" in effects.get(position, ()):
+            text = analysis.source(argument)
+            message = _PRETRAINED_THROUGH.format(analysis.source(call.func), text, text)
+            _marker(analysis, call, argument, message)
+            return
 
 
 def _saved_per_rank(analysis: FileAnalysis, call: ast.Call) -> bool:

@@ -1,6 +1,6 @@
 """What a migrated program saves: a gathering state dict inside a rank-0 branch (the gather
 goes before it), an optimizer's own state dict (this rank's shards), save_pretrained (this
-rank's shards), a state dict per rank (right as it is)."""
+rank's shards; not with a state_dict of its own), a state dict per rank (right as it is)."""
 
 import torch
 import torch.distributed as dist
@@ -9,6 +9,11 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
 def save_all(states, path):
     torch.save(states, path)
+
+
+def export(model, path, state=None):
+    model.save_pretrained(path)
+    model.save_pretrained(path, state_dict=state)
 
 
 def main(model, path):
@@ -20,6 +25,7 @@ def main(model, path):
     torch.save(optimizer.state_dict(), f"{path}.{dist.get_rank()}")
     model.save_pretrained(path)
     save_all({"model": model.state_dict()}, path)
+    export(model, path)
 
 
 def save_on_rank_0(model, path):

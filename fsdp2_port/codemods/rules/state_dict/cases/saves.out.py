@@ -1,6 +1,6 @@
 """What a migrated program saves: a gathering state dict inside a rank-0 branch (the gather
 goes before it), an optimizer's own state dict (this rank's shards), save_pretrained (this
-rank's shards), a state dict per rank (right as it is)."""
+rank's shards; not with a state_dict of its own), a state dict per rank (right as it is)."""
 
 import torch
 import torch.distributed as dist
@@ -12,6 +12,12 @@ from torch.distributed.fsdp import fully_shard
 
 def save_all(states, path):
     torch.save(states, path)
+
+
+def export(model, path, state=None):
+    # TODO(fsdp2-port): F2P008 model.save_pretrained saves state_dict(), this rank's DTensor shards under FSDP2: pass state_dict=get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)), taken on every rank, and save on rank 0
+    model.save_pretrained(path)
+    model.save_pretrained(path, state_dict=state)
 
 
 def main(model, path):
@@ -38,6 +44,7 @@ def main(model, path):
         },
         path,
     )
+    export(model, path)
 
 
 def save_on_rank_0(model, path):
