@@ -71,6 +71,13 @@ class TypeTests:
         read it)."""
         return self.guarded(expr, self._excludes_fsdp2)
 
+    def denied_fsdp1(self, expr: ast.AST) -> bool:
+        """Reached only where ``isinstance(expr, FSDP)`` fails (the places of
+        ``guarded_fsdp1``: the ``else`` of ``if isinstance(expr, FSDP):``). The test migrates
+        with the models it sees (F2P005), so no sharded model gets there, before the
+        migration or after it."""
+        return self.guarded(expr, self._denies_fsdp1)
+
     def guarded(self, expr: ast.AST, tests: Callable[[ast.AST, str, bool], bool]) -> bool:
         """Whether ``expr`` is reached only where ``tests(test, text, holds)`` says a test's
         outcome implies its property."""
@@ -126,6 +133,25 @@ class TypeTests:
             second = test.args[1]
             return isinstance(second, ast.Constant) and second.value in FSDP1_ONLY_ATTRIBUTES
         return test.func.id == "isinstance" and self._mentions_fsdp1(test.args[1])
+
+    def _denies_fsdp1(self, test: ast.AST, text: str, holds: bool) -> bool:
+        """Whether ``test`` being ``holds`` implies ``not isinstance(<text>, FSDP)``: a failed
+        ``isinstance(<text>, <kinds naming FSDP>)``, through ``not``, ``and`` (``or`` for
+        False)."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self._denies_fsdp1(test.operand, text, not holds)
+        if isinstance(test, ast.BoolOp):
+            wanted = ast.And if holds else ast.Or
+            return isinstance(test.op, wanted) and any(
+                self._denies_fsdp1(v, text, holds) for v in test.values
+            )
+        tested = syntax.isinstance_arguments(test)
+        return (
+            not holds
+            and tested is not None
+            and self.parsed.source(tested[0]) == text
+            and self._mentions_fsdp1(tested[1])
+        )
 
     def _tests_other_wrapper(self, test: ast.AST, text: str, holds: bool) -> bool:
         """Whether ``test`` being ``holds`` implies ``isinstance(<text>, DDP)``: through ``not``

@@ -111,8 +111,8 @@ class ClipGradRule:
         ):
             return
         ties, deferred = analysis.ties.of(first.func.value)
-        if not ties:
-            return
+        if not ties or analysis.type_tests.denied_fsdp1(first.func.value):
+            return  # in the else of ``isinstance(m, FSDP)``: no sharded model, before or after
         message = (
             f"torch's clip_grad_norm_ on {analysis.source(first.func.value)}'s parameters: on "
             "FSDP1 shards it clipped each rank by its own shards' norm (a different coefficient "

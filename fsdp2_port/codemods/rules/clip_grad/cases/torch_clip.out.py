@@ -1,4 +1,11 @@
+"""torch's clip on a migrated model's parameters is marked (its norm becomes the global one);
+in the else of ``isinstance(model, FSDP)`` (krayF1sh/ecot-prm's dispatch), no sharded model
+gets there, before the migration or after it (the test migrates with the model): nothing to
+mark."""
+
 import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+import fsdp2_port
 from torch.distributed.fsdp import fully_shard
 
 
@@ -8,3 +15,11 @@ def step(net, optimizer, max_norm):
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     optimizer.step()
     return norm
+
+
+def dispatch(net, max_norm):
+    model = fully_shard(net)
+    if isinstance(model, FSDP):
+        return fsdp2_port.clip_grad_norm_(model.parameters(), max_norm)
+    else:
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
