@@ -90,12 +90,39 @@ class FileLinks:
         callees = self.ties.parsed.names.qualified(func)
         if callees or not isinstance(func, ast.Attribute):
             return callees, frozenset()
+        bases = self._super_bases(func.value)
+        if bases:  # super().__init__(model): the bases' method
+            return frozenset(f"{b}.{func.attr}" for b in bases), frozenset()
         instances = self.ties._instances(func.value)
         if instances:
             return frozenset(f"{GIVEN_TO}{i}" for i in instances), frozenset()
         if self.ties._is_self(func.value):
             return frozenset(), frozenset()
         return frozenset({f"{DISPATCHED}{func.attr}"}), self.ties._value(func.value)
+
+    def _super_bases(self, value: ast.expr) -> frozenset[str]:
+        """``super()`` (or ``super(C, self)``) in a method: the qualified names of the bases
+        of its class that name one (an import, a class of this module)."""
+        names = self.ties.parsed.names
+        if not (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == "super"
+            and "builtins.super" in names.qualified(value.func)
+        ):
+            return frozenset()
+        owner = names.class_of(value)
+        if owner is None:
+            return frozenset()
+        module = self.ties.parsed.module_name
+        found: set[str] = set()
+        for base in owner.bases:
+            qualified = names.qualified(base)
+            if not qualified and isinstance(base, ast.Name) and module:
+                if any(b.kind == "class" for b in names.bindings_of(base)):
+                    qualified = frozenset({f"{module}.{base.id}"})
+            found |= qualified
+        return frozenset(found)
 
     def sharded(self) -> frozenset[Ref]:
         """What the modules this file's FSDP1 constructors wrap may hold (a constructor's
