@@ -14,7 +14,7 @@ from fsdp2_port.codemods.assumptions import (
     SAFE_METHODS,
     SAFE_MODULES,
 )
-from fsdp2_port.codemods.plan import Rewrite
+from fsdp2_port.codemods.plan import Requirement, Rewrite
 from fsdp2_port.codemods.rules.state_dict.configs import _drop_config_binding, _literal
 from fsdp2_port.codemods.rules.state_dict.emit import _runtime_call
 from fsdp2_port.codemods.rules.state_dict.module_calls import _call
@@ -156,7 +156,7 @@ def _pure_block(
     message = "with FSDP.state_dict_type(...) removed: FSDP2 chooses the state dict per call"
     if options.note:
         message += "; " + options.note
-    _without_with(walk, call, statement, model, message, group)
+    _without_with(walk, call, statement, model, message, group, exact=not options.note)
     return True
 
 
@@ -184,15 +184,20 @@ def _without_with(
     model: ast.expr,
     message: str,
     group: frozenset[str],
+    exact: bool = True,
 ) -> None:
-    """The site that removes the ``with`` (its body dedented): right on any model."""
+    """The site that removes the ``with`` (its body dedented): right on any model when the
+    block's calls say exactly what its configs did (``exact``); else (``rank0_only`` without
+    offload: every rank then takes the full state) only with the models that migrate, its
+    group with it: on a model that stays, the FSDP1 block stays, marked, right as it is."""
     ties, deferred = walk.analysis.ties.of(model)
+    requirement: Requirement = "ALWAYS" if exact else "MODELS" if ties or deferred else "ANY"
     walk.analysis.add(
         CODE,
         call,
         "kept: FSDP.state_dict_type(...) block",
         Rewrite(_unwrap(walk.analysis, statement), message),
-        "ALWAYS",
+        requirement,
         ties=ties,
         deferred=deferred,
         groups=group,
