@@ -586,7 +586,9 @@ def _semantic(
             texts[path] = sources.read_bytes(path)
         except sources.UnreadableSource:
             texts[path] = b""
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    pool = (
+        ProcessPoolExecutor(max_workers=workers, initializer=trees.forget) if workers > 1 else None
+    )
     try:
         graph = modules.build(
             paths, texts, lambda read, arguments: _map(pool, read, arguments, progress, "reading")

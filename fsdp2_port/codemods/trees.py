@@ -41,6 +41,15 @@ def shared() -> Iterator[None]:
             _derived.clear()
 
 
+def forget() -> None:
+    """Keep nothing from here on: a worker process forked inside ``shared()`` that must not
+    hold on to every tree it reads (``engine``'s reading pool)."""
+    global _trees
+    _trees = None
+    _walks.clear()
+    _derived.clear()
+
+
 def parse(text: str | bytes, path: str = "<unknown>") -> ast.Module:
     """``ast.parse(text)``: once per text inside ``shared()`` (errors are raised each time)."""
     if _trees is None:

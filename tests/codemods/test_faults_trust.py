@@ -414,11 +414,12 @@ def test_a_read_only_common_parent_does_not_block_writable_files(tmp_path, capsy
 
 
 class _Inline(Executor):
-    """An executor that records how many workers it was asked for and runs in this process."""
+    """An executor that records how many workers it was asked for and runs in this process
+    (a worker's ``initializer`` is for a process of its own: not called here)."""
 
     asked: ClassVar[list[int]] = []
 
-    def __init__(self, max_workers: int) -> None:
+    def __init__(self, max_workers: int, initializer=None) -> None:
         self.asked.append(max_workers)
         self._max_workers = max_workers
 
