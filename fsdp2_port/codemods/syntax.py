@@ -24,6 +24,17 @@ def isinstance_arguments(test: ast.AST) -> tuple[ast.expr, ast.expr] | None:
     return None
 
 
+def implies(test: ast.AST, holds: bool, leaf: Callable[[ast.AST, bool], bool]) -> bool:
+    """Whether ``test`` being ``holds`` implies what ``leaf(part, holds)`` says a part of it
+    being ``holds`` implies: through ``not``, an ``and`` that holds, an ``or`` that fails."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return implies(test.operand, not holds, leaf)
+    if isinstance(test, ast.BoolOp):
+        wanted = ast.And if holds else ast.Or
+        return isinstance(test.op, wanted) and any(implies(v, holds, leaf) for v in test.values)
+    return leaf(test, holds)
+
+
 def rules_out_then_jumps(
     statement: ast.stmt, text: str, tests: Callable[[ast.AST, str, bool], bool]
 ) -> bool:

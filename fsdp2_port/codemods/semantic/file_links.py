@@ -153,9 +153,7 @@ class FileLinks:
             partial = self.ties._partial_target(func)
             func = partial[0] if partial is not None else func
             out |= self.ties.parsed.names.qualified(func)
-            out |= {
-                name for f in self._local_callees(func) if (name := self.ties._exported_name(f))
-            }
+            out |= {name for f in self._local_callees(func) if (name := self.ties.exported_name(f))}
         return frozenset(q for q in out if not q.startswith("builtins."))
 
     def _local_callees(self, func: ast.expr) -> list[ast.AST]:

@@ -13,12 +13,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from fsdp2_port.codemods import syntax
 from fsdp2_port.codemods.assumptions import RANK_WORDS
 
 from ..assumed import either_way
-
-_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def names_a_rank(node: ast.AST) -> bool:
@@ -33,12 +31,7 @@ def names_a_rank(node: ast.AST) -> bool:
 
 def some_ranks(test: ast.AST, holds: bool) -> bool:
     """Whether ``test`` being ``holds`` lets only some ranks through."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return some_ranks(test.operand, not holds)
-    if isinstance(test, ast.BoolOp):
-        wanted = ast.And if holds else ast.Or
-        return isinstance(test.op, wanted) and any(some_ranks(v, holds) for v in test.values)
-    return names_a_rank(test)
+    return syntax.implies(test, holds, lambda part, _: names_a_rank(part))
 
 
 def gated(body: list[ast.stmt]) -> Iterator[tuple[list[ast.stmt], ast.expr]]:
@@ -48,7 +41,7 @@ def gated(body: list[ast.stmt]) -> Iterator[tuple[list[ast.stmt], ast.expr]]:
     while todo:
         block = todo.pop()
         for index, statement in enumerate(block):
-            if isinstance(statement, _SCOPES):
+            if isinstance(statement, (*syntax.FUNCTIONS, ast.ClassDef)):
                 continue
             if isinstance(statement, ast.If):
                 if some_ranks(statement.test, True):
@@ -56,10 +49,7 @@ def gated(body: list[ast.stmt]) -> Iterator[tuple[list[ast.stmt], ast.expr]]:
                 if some_ranks(statement.test, False):
                     if statement.orelse:
                         yield statement.orelse, statement.test
-                    if statement.body and isinstance(statement.body[-1], _EXITS):
+                    if isinstance(statement.body[-1], syntax.JUMPS):
                         yield block[index + 1 :], statement.test
-            for name in ("body", "orelse", "finalbody"):
-                inner = getattr(statement, name, None)
-                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                    todo.append(inner)
+            todo += syntax.blocks(statement)
             todo += [handler.body for handler in getattr(statement, "handlers", ())]

@@ -114,13 +114,11 @@ class TypeTests:
     def _tests_fsdp1(self, test: ast.AST, text: str, holds: bool) -> bool:
         """Whether ``test`` being ``holds`` implies ``isinstance(<text>, FSDP)`` (``holds``
         True) or its negation (False): through ``not``, and ``and`` (``or``) for True (False)."""
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self._tests_fsdp1(test.operand, text, not holds)
-        if isinstance(test, ast.BoolOp):
-            wanted = ast.And if holds else ast.Or
-            return isinstance(test.op, wanted) and any(
-                self._tests_fsdp1(v, text, holds) for v in test.values
-            )
+        return syntax.implies(test, holds, lambda part, h: self._is_fsdp1(part, text, h))
+
+    def _is_fsdp1(self, test: ast.AST, text: str, holds: bool) -> bool:
+        """``isinstance(<text>, FSDP)`` or ``hasattr(<text>, "<FSDP1-only attribute>")``,
+        holding."""
         if not (
             holds
             and isinstance(test, ast.Call)
@@ -138,56 +136,47 @@ class TypeTests:
         """Whether ``test`` being ``holds`` implies ``not isinstance(<text>, FSDP)``: a failed
         ``isinstance(<text>, <kinds naming FSDP>)``, through ``not``, ``and`` (``or`` for
         False)."""
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self._denies_fsdp1(test.operand, text, not holds)
-        if isinstance(test, ast.BoolOp):
-            wanted = ast.And if holds else ast.Or
-            return isinstance(test.op, wanted) and any(
-                self._denies_fsdp1(v, text, holds) for v in test.values
+
+        def failed(part: ast.AST, holds: bool) -> bool:
+            tested = syntax.isinstance_arguments(part)
+            return (
+                not holds
+                and tested is not None
+                and self.parsed.source(tested[0]) == text
+                and self._mentions_fsdp1(tested[1])
             )
-        tested = syntax.isinstance_arguments(test)
-        return (
-            not holds
-            and tested is not None
-            and self.parsed.source(tested[0]) == text
-            and self._mentions_fsdp1(tested[1])
-        )
+
+        return syntax.implies(test, holds, failed)
 
     def _tests_other_wrapper(self, test: ast.AST, text: str, holds: bool) -> bool:
         """Whether ``test`` being ``holds`` implies ``isinstance(<text>, DDP)``: through ``not``
         and ``and`` (``or`` for False)."""
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self._tests_other_wrapper(test.operand, text, not holds)
-        if isinstance(test, ast.BoolOp):
-            wanted = ast.And if holds else ast.Or
-            return isinstance(test.op, wanted) and any(
-                self._tests_other_wrapper(v, text, holds) for v in test.values
-            )
-        tested = syntax.isinstance_arguments(test)
-        if not holds or tested is None or self.parsed.source(tested[0]) != text:
-            return False
-        kinds = tested[1]
-        parts = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
-        qualified = [self.parsed.names.qualified(p) for p in parts]
-        return bool(parts) and all(q and q <= NOT_FSDP_WRAPPERS.members for q in qualified)
+
+        def wrapped(part: ast.AST, holds: bool) -> bool:
+            tested = syntax.isinstance_arguments(part)
+            if not holds or tested is None or self.parsed.source(tested[0]) != text:
+                return False
+            kinds = tested[1]
+            parts = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+            qualified = [self.parsed.names.qualified(p) for p in parts]
+            return bool(parts) and all(q and q <= NOT_FSDP_WRAPPERS.members for q in qualified)
+
+        return syntax.implies(test, holds, wrapped)
 
     def _excludes_fsdp2(self, test: ast.AST, text: str, holds: bool) -> bool:
         """Whether ``test`` being ``holds`` implies that ``<text>`` is no FSDP2 module: an
         FSDP1 type test, a denied ``isinstance(<text>, FSDPModule)``, a comparison of a version
         helper's answer (``_type_answers``), through ``not``, ``and`` and ``or``."""
-        if self._tests_fsdp1(test, text, holds):
-            return True
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self._excludes_fsdp2(test.operand, text, not holds)
-        if isinstance(test, ast.BoolOp):
-            wanted = ast.And if holds else ast.Or
-            return isinstance(test.op, wanted) and any(
-                self._excludes_fsdp2(v, text, holds) for v in test.values
-            )
-        tested = syntax.isinstance_arguments(test)
-        if tested is not None and not holds and self.parsed.source(tested[0]) == text:
-            return self._fsdp2_only(tested[1])
-        return self._version_excludes_fsdp2(test, text, holds)
+
+        def excludes(part: ast.AST, holds: bool) -> bool:
+            if self._is_fsdp1(part, text, holds):
+                return True
+            tested = syntax.isinstance_arguments(part)
+            if tested is not None and not holds and self.parsed.source(tested[0]) == text:
+                return self._fsdp2_only(tested[1])
+            return self._version_excludes_fsdp2(part, text, holds)
+
+        return syntax.implies(test, holds, excludes)
 
     def _fsdp2_only(self, kinds: ast.AST) -> bool:
         """``FSDPModule`` (alone or with more FSDP2 names in a tuple)."""

@@ -388,7 +388,7 @@ class Ties:
         if method and positional[0] == parameter.arg:
             return set()  # self
         out: set[Ref] = set()
-        exported = self._exported_name(function)
+        exported = self.exported_name(function)
         if exported is not None:
             out.add(Passed(exported, parameter.arg))
         callers = self._callers(function, method)
@@ -728,7 +728,9 @@ class Ties:
                         out[f"{module}.{statement.name}.{item.name}"] = item
         return out
 
-    def _exported_name(self, function: ast.AST) -> str | None:
+    def exported_name(self, function: ast.AST) -> str | None:
+        """The qualified name of a module-level function or a method of a module-level class
+        (``_exported``: as other files, and ``summaries``, name it), else None."""
         return next((k for k, v in self._exported().items() if v is function), None)
 
     def _takes_self(self, function: ast.AST) -> bool:

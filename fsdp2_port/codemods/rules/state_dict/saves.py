@@ -179,19 +179,7 @@ def one_rank_test(analysis: FileAnalysis, node: ast.AST) -> str | None:
 
     if analysis.type_tests.guarded(node, names_a_rank):
         return f"`{found[0]}`"
-    where = sorted(analysis.effects.get(_qualified(analysis, node), {}).get(GATED, ()))
-    return f"{where[0]}, which calls this function" if where else None
-
-
-def _qualified(analysis: FileAnalysis, node: ast.AST) -> str:
-    """The qualified name of the module-level function, or method of a module-level class,
-    that holds ``node`` (as ``summaries`` names it), or ""."""
     function = analysis.names.function_of(node)
-    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return ""
-    owner = analysis.names.parent.get(function)
-    if owner is analysis.tree:
-        return f"{analysis.module_name}.{function.name}"
-    if isinstance(owner, ast.ClassDef) and analysis.names.parent.get(owner) is analysis.tree:
-        return f"{analysis.module_name}.{owner.name}.{function.name}"
-    return ""
+    name = analysis.ties.exported_name(function) if function is not None else None
+    where = sorted(analysis.effects.get(name or "", {}).get(GATED, ()))
+    return f"{where[0]}, which calls this function" if where else None
