@@ -42,6 +42,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from fsdp2_port.codemods import fsdp1
 from fsdp2_port.codemods.assumptions import (
     COLLECTIVE_TENSOR_KEYWORDS,
     COLLECTIVES,
@@ -70,7 +71,7 @@ def read(tree: ast.Module, module: str, bindings: Mapping[str, str]) -> tuple[Fu
     own: the part of ``find`` that reads a tree (a worker's, in a run of several)."""
     if not module:
         return ()
-    local = {n.name for n in tree.body if isinstance(n, (*_FUNCTIONS, ast.ClassDef))}
+    local = _local(tree)
     out = []
     for name, function, owner in _functions(tree, module):
         reader = _Reader(function, owner, module, bindings, local)
@@ -92,7 +93,7 @@ def classes(
     tree: ast.Module, module: str, bindings: Mapping[str, str]
 ) -> tuple[tuple[str, frozenset[str]], ...]:
     """(qualified name, the qualified names of its bases) of the module's classes."""
-    local = {n.name for n in tree.body if isinstance(n, (*_FUNCTIONS, ast.ClassDef))}
+    local = _local(tree)
     return tuple(
         (f"{module}.{n.name}", frozenset(_qualified(b, module, bindings, local) for b in n.bases))
         for n in tree.body
@@ -139,10 +140,14 @@ def find(
 
 
 def _plain(run_classes: Mapping[str, frozenset[str]]) -> set[str]:
-    """The run's classes none of whose bases, up the run's classes, is FSDP1's (an instance
-    of one is no FSDP model): a base outside the run and outside ``torch.distributed.fsdp``
-    (``torch.nn.Module``), or one the layer cannot name, is taken for a plain one."""
-    fsdp = {c for c, bases in run_classes.items() if any(_fsdp1(b) for b in bases)}
+    """The run's classes none of whose bases, up the run's classes, is FSDP1's class (an
+    instance of one is no FSDP model): any other base (``torch.nn.Module``), or one the layer
+    cannot name, is taken for a plain one."""
+    fsdp = {
+        c
+        for c, bases in run_classes.items()
+        if any(fsdp1.canonical(b) == "FullyShardedDataParallel" for b in bases)
+    }
     changed = True
     while changed:
         changed = False
@@ -153,8 +158,9 @@ def _plain(run_classes: Mapping[str, frozenset[str]]) -> set[str]:
     return set(run_classes) - fsdp
 
 
-def _fsdp1(name: str) -> bool:
-    return name.startswith("torch.distributed.fsdp")
+def _local(tree: ast.Module) -> set[str]:
+    """The names of the module's own functions and classes."""
+    return {n.name for n in tree.body if isinstance(n, (*_FUNCTIONS, ast.ClassDef))}
 
 
 def _building(files: Sequence[Sequence[Function]], run_classes: set[str]) -> set[str]:
