@@ -268,11 +268,13 @@ def build(
     extra = _path_roots({a: t for a, t in adding.items() if t is not None}, text)
     loading = frozenset(a for a in spelled if mentions_loaders(text[a]))
     run = _Run(os.urandom(8).hex(), tuple(spelled), extra, loading)
-    if mapper is None:
-        facts = [read(a, t, run) for a, t in text.items()]
-    else:
-        facts = mapper(read, [(a, t, run) for a, t in text.items()])
+    facts = (mapper or _in_turn)(read, [(a, t, run) for a, t in text.items()])
     return _assembled(modules, facts, extra, spelled)
+
+
+def _in_turn(function: Callable[..., Facts], arguments: list[tuple]) -> list[Facts]:
+    """A ``Mapper`` in this process."""
+    return [function(*args) for args in arguments]
 
 
 def _assembled(
