@@ -23,18 +23,18 @@
 
 from __future__ import annotations
 
-import bisect
-import difflib
+import contextlib
 import functools
+import gc
 import os
 import re
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from fsdp2_port.codemods import (
+    diffs,
     fsdp1,
     programs,
     reexports,
@@ -58,7 +58,6 @@ from fsdp2_port.codemods.semantic.programs import ProgramMap
 from fsdp2_port.codemods.semantic.resolve import Resolver
 from fsdp2_port.codemods.semantic.summaries import RETURNED
 from fsdp2_port.codemods.spreads import Keys
-from fsdp2_port.codemods.text import split_lines
 from fsdp2_port.codemods.visibility import Visibility
 
 from .assumed import Assumption
@@ -215,6 +214,42 @@ def migrate_text(
     )
 
 
+_RUN_OF_WORKER: tuple[list[str], Options, _Run] | None = None
+
+
+def _pool(
+    workers: int, codes: Sequence[str], options: Options, run: _Run
+) -> contextlib.AbstractContextManager[Executor | None]:
+    """``workers`` processes for the files of ``run`` (``_enter_run``), or none for one."""
+    if workers < 2:
+        return contextlib.nullcontext()
+    return ProcessPoolExecutor(
+        workers, initializer=_enter_run, initargs=(list(codes), options, run)
+    )
+
+
+def _enter_run(codes: list[str], options: Options, run: _Run) -> None:
+    """A worker process's initializer: the run all its tasks belong to, given once per
+    process rather than with every task."""
+    global _RUN_OF_WORKER
+    _RUN_OF_WORKER = (codes, options, run)
+
+
+def _analyse_in_worker(path: str, every: bool) -> _Analysed:
+    assert _RUN_OF_WORKER is not None, "a worker of the run's pool (_enter_run)"
+    codes, options, run = _RUN_OF_WORKER
+    return _analyse(path, codes, options, every, run)
+
+
+def _analyser(
+    pool: Executor | None, codes: Sequence[str], options: Options, run: _Run
+) -> Callable[[str, bool], _Analysed]:
+    """``_analyse(path, every)`` for the files of ``run``, in ``pool``'s workers or here."""
+    if pool is not None:
+        return _analyse_in_worker
+    return lambda path, every: _analyse(path, codes, options, every, run)
+
+
 def _analyse(
     path: str,
     codes: Sequence[str],
@@ -357,7 +392,7 @@ def _apply(
     result.changed = text != item.text
     if not result.changed:
         return result, None
-    result.diff = unified_diff(item.text, text, item.path)
+    result.diff = diffs.unified_diff(item.text, text, item.path)
     result.runtime = runtime_names(text)
     return result, text
 
@@ -381,15 +416,8 @@ def migrate_files(
     ``changed``.
     """
     workers = min(jobs, len(paths), _cpus())
-    pool: Executor | None = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
-    try:
-        with trees.shared():  # each text parsed once for the whole run
-            analysed, work, outcomes = _analysed_and_applied(
-                paths, codes, options, workers, pool, progress
-            )
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    with _fewer_collections(), trees.shared():  # each text parsed once for the whole run
+        analysed, work, outcomes = _analysed_and_applied(paths, codes, options, workers, progress)
     by_path = {item.path: outcome for item, outcome in zip(work, outcomes)}
     if write:
         _write(work, by_path, force)
@@ -400,18 +428,31 @@ def migrate_files(
             yield by_path[item.path][0]
 
 
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Python's cyclic garbage collector run less often during a run (and in the workers it
+    forks): the run's syntax trees are millions of objects without cycles, which each full
+    collection walks again; at the default thresholds that is a third of a run's time."""
+    before = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 def _analysed_and_applied(
     paths: Sequence[str],
     codes: Sequence[str],
     options: Options,
     workers: int,
-    pool: Executor | None,
     progress: Progress | None,
 ) -> tuple[list[_Analysed], list[_Analysed], list[tuple[FileResult, str | None]]]:
     """Every file analysed, the run decided, and the new text of each file that has a plan.
 
-    ``pool`` starts its processes at its first task, the analysis: by then this process has
-    parsed the files that mention FSDP (``reexports.find``), and they inherit those trees.
+    The ``workers`` processes start once what the run tells every file is known: by then this
+    process has parsed the files that mention FSDP (``reexports.find``), and they inherit
+    those trees and the run (``_enter_run``).
     """
     graph, texts, configs = _semantic(paths, workers, progress)
     program_map = semantic_programs.find(graph, texts, configs, whole_program=options.whole_program)
@@ -421,33 +462,36 @@ def _analysed_and_applied(
     files = sources.fsdp_files(paths, lambda path: (naming[path].name, naming[path].package))
     seen = visibility.find(paths, entry, whole_program=options.whole_program)
     run = _Run(reexports.find(files), seen, spreads.find(files), naming, run_modules, graph.effects)
-    arguments = [(p, list(codes), options, False, run) for p in paths]
-    analysed = _map(pool, _analyse, arguments, progress, "analysing")
-    _analyse_receivers(analysed, pool, codes, options, progress, run, run_modules, graph)
-    plans = [a.plan for a in analysed if a.plan is not None]
-    unread = [p for p in map(_unread, analysed) if p is not None]
-    leaving = [(plan.path, line, module) for plan in plans for line, module in plan.leaves]
-    if leaving:  # the programs as they will be once the run is written
-        program_map = semantic_programs.find(
-            graph.without(leaving), texts, configs, whole_program=options.whole_program
+    with _pool(workers, codes, options, run) as pool:
+        analyse = _analyser(pool, codes, options, run)
+        analysed = _map(pool, analyse, [(p, False) for p in paths], progress, "analysing")
+        _analyse_receivers(analysed, pool, analyse, progress, run, graph)
+        plans = [a.plan for a in analysed if a.plan is not None]
+        unread = [p for p in map(_unread, analysed) if p is not None]
+        leaving = [(plan.path, line, module) for plan in plans for line, module in plan.leaves]
+        if leaving:  # the programs as they will be once the run is written
+            program_map = semantic_programs.find(
+                graph.without(leaving), texts, configs, whole_program=options.whole_program
+            )
+        run_programs = _programs(
+            paths, [*plans, *unread], entry, options.whole_program, program_map, leaving
         )
-    run_programs = _programs(
-        paths, [*plans, *unread], entry, options.whole_program, program_map, leaving
-    )
-    decisions = decide([*plans, *unread], run_programs, run_modules)
-    work = [a for a in analysed if a.plan is not None and a.error is None]
-    accepts = Across()
-    if "F2P013" in codes and len(work) > 1:
-        for found in _map(pool, _accepting, [(a, _for(decisions, a.path)) for a in work], None, ""):
-            accepts |= found
-    outcomes = _map(
-        pool,
-        _apply,
-        [(a, _for(decisions, a.path), list(codes), accepts) for a in work],
-        progress,
-        "applying",
-    )
-    return analysed, work, outcomes
+        decisions = decide([*plans, *unread], run_programs, run_modules)
+        work = [a for a in analysed if a.plan is not None and a.error is None]
+        accepts = Across()
+        if "F2P013" in codes and len(work) > 1:
+            for found in _map(
+                pool, _accepting, [(a, _for(decisions, a.path)) for a in work], None, ""
+            ):
+                accepts |= found
+        outcomes = _map(
+            pool,
+            _apply,
+            [(a, _for(decisions, a.path), list(codes), accepts) for a in work],
+            progress,
+            "applying",
+        )
+        return analysed, work, outcomes
 
 
 def _cpus() -> int:
@@ -507,11 +551,9 @@ def _write(
 def _analyse_receivers(
     analysed: list[_Analysed],
     pool: Executor | None,
-    codes: Sequence[str],
-    options: Options,
+    analyse: Callable[[str, bool], _Analysed],
     progress: Progress | None,
     run: _Run,
-    modules: RunModules,
     graph: ModuleGraph,
 ) -> None:
     """Analyse, in place, the skipped files of the run that the analysed ones pass FSDP1
@@ -523,12 +565,12 @@ def _analyse_receivers(
         a.plan.constructors or a.plan.fsdp2_models for a in analysed if a.plan is not None
     ):
         acting = [path for path in skipped if analysed[skipped[path]].acts_on_a_model]
-        arguments = [(path, list(codes), options, True, run) for path in acting]
-        for path, result in zip(acting, _map(pool, _analyse, arguments, progress, "analysing")):
+        arguments = [(path, True) for path in acting]
+        for path, result in zip(acting, _map(pool, analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
     while skipped:
         plans = [a.plan for a in analysed if a.plan is not None]
-        resolver = Resolver(plans, modules)
+        resolver = Resolver(plans, run.modules)
         callees = {
             name
             for plan in plans
@@ -543,8 +585,8 @@ def _analyse_receivers(
         ]
         if not wanted:
             return
-        arguments = [(path, list(codes), options, True, run) for path in wanted]
-        for path, result in zip(wanted, _map(pool, _analyse, arguments, progress, "analysing")):
+        arguments = [(path, True) for path in wanted]
+        for path, result in zip(wanted, _map(pool, analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
 
 
@@ -671,96 +713,3 @@ def _map(
         if progress:
             progress(stage, index, total, result.path)
     return results
-
-
-def unified_diff(old: str, new: str, path: str) -> str:
-    """A unified diff (three lines of context), aligned first on the lines that occur once in
-    each text: time grows with the changed regions, not with the square of the file."""
-    before, after = (path, path) if path.startswith("/") else (f"a/{path}", f"b/{path}")
-    a, b = split_lines(old), split_lines(new)
-    out: list[str] = []
-    for group in _AnchoredMatcher(None, a, b).get_grouped_opcodes(3):
-        if not out:
-            out += [f"--- {before}\n", f"+++ {after}\n"]
-        first, last = group[0], group[-1]
-        out.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
-        for tag, i1, i2, j1, j2 in group:
-            if tag == "equal":
-                out += [" " + line for line in a[i1:i2]]
-                continue
-            out += ["-" + line for line in a[i1:i2]]
-            out += ["+" + line for line in b[j1:j2]]
-    return "".join(
-        line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
-        for line in out
-    )
-
-
-def _range(start: int, stop: int) -> str:
-    """``start,length`` of a hunk, 1-based, as ``diff -u`` writes it."""
-    length = stop - start
-    if length == 1:
-        return f"{start + 1}"
-    return f"{start + 1 if length else start},{length}"
-
-
-class _AnchoredMatcher(difflib.SequenceMatcher[str]):
-    """difflib's matcher, run only between lines unique to both sequences (patience anchors,
-    in order): what it compares pairwise stays as small as the regions between them."""
-
-    a: Sequence[str]
-    b: Sequence[str]
-    matching_blocks: list[difflib.Match] | None
-
-    def get_matching_blocks(self) -> list[difflib.Match]:
-        if self.matching_blocks is None:
-            a, b = self.a, self.b
-            blocks: list[tuple[int, int, int]] = []
-            i0 = j0 = 0
-            for i, j in [*_anchors(a, b), (len(a), len(b))]:
-                gap = difflib.SequenceMatcher(None, a[i0:i], b[j0:j], autojunk=False)
-                blocks += [(i0 + x, j0 + y, n) for x, y, n in gap.get_matching_blocks() if n]
-                if i < len(a):
-                    blocks.append((i, j, 1))
-                i0, j0 = i + 1, j + 1
-            merged: list[tuple[int, int, int]] = []
-            for x, y, n in blocks:
-                if (
-                    merged
-                    and merged[-1][0] + merged[-1][2] == x
-                    and merged[-1][1] + merged[-1][2] == y
-                ):
-                    merged[-1] = (merged[-1][0], merged[-1][1], merged[-1][2] + n)
-                else:
-                    merged.append((x, y, n))
-            merged.append((len(a), len(b), 0))
-            self.matching_blocks = [difflib.Match(*m) for m in merged]
-        return self.matching_blocks
-
-
-def _anchors(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
-    """Pairs (i, j) of lines that occur exactly once in ``a`` and once in ``b``, equal, the
-    longest run of them increasing in both (patience sorting)."""
-    count_a = Counter(a)
-    count_b = Counter(b)
-    where_b = {line: j for j, line in enumerate(b) if count_b[line] == 1}
-    pairs = [
-        (i, where_b[line]) for i, line in enumerate(a) if count_a[line] == 1 and line in where_b
-    ]
-    tails: list[int] = []  # tails[k]: index in pairs of the smallest end of a run of length k+1
-    ends: list[int] = []  # ends[k]: that pair's j
-    back: list[int] = []
-    for index, (_, j) in enumerate(pairs):
-        k = bisect.bisect_left(ends, j)
-        back.append(tails[k - 1] if k else -1)
-        if k == len(tails):
-            tails.append(index)
-            ends.append(j)
-        else:
-            tails[k], ends[k] = index, j
-    run: list[tuple[int, int]] = []
-    at = tails[-1] if tails else -1
-    while at >= 0:
-        run.append(pairs[at])
-        at = back[at]
-    return run[::-1]

@@ -5,6 +5,7 @@ module reads, in a scope with no ``del``, ``global``/``nonlocal`` or dynamic acc
 from __future__ import annotations
 
 import ast
+import weakref
 
 from fsdp2_port.codemods.assumptions import DYNAMIC_SCOPE_CALLS, GLOBAL_SCOPE_CALLS
 from fsdp2_port.codemods.names import Names, Scope
@@ -35,11 +36,24 @@ def seen_only_here(names: Names, scope: Scope, name: str) -> bool:
     return visible_only_here(names, scope, name) and scope.node not in opaque_scopes(names, name)
 
 
-def opaque_scopes(names: Names, naming: str | None = None) -> set[ast.AST]:
+def opaque_scopes(names: Names, naming: str | None = None) -> frozenset[ast.AST]:
     """Functions holding ``del``, ``global``, ``nonlocal`` (only those that name ``naming``,
     when given) or a dynamic call (``locals()`` ...) anywhere inside (nested scopes included),
     and the module when ``globals()``/``eval``/``exec`` is anywhere or ``locals()``/``vars()``
-    at its top level: there a name may be read or rebound where ``names`` cannot see it."""
+    at its top level: there a name may be read or rebound where ``names`` cannot see it.
+    Found once per module and name."""
+    known = _OPAQUE.setdefault(names, {})
+    if naming not in known:
+        known[naming] = _opaque_scopes(names, naming)
+    return known[naming]
+
+
+_OPAQUE: weakref.WeakKeyDictionary[Names, dict[str | None, frozenset[ast.AST]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _opaque_scopes(names: Names, naming: str | None) -> frozenset[ast.AST]:
     opaque: set[ast.AST] = set()
     dynamic = [
         call
@@ -58,7 +72,7 @@ def opaque_scopes(names: Names, naming: str | None = None) -> set[ast.AST]:
     ]
     for node in [*hiding, *dynamic]:
         opaque.update(a for a in names.ancestors(node) if isinstance(a, _FUNCTIONS))
-    return opaque
+    return frozenset(opaque)
 
 
 def _named_by(statement: ast.AST) -> set[str]:

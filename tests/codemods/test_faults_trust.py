@@ -414,14 +414,16 @@ def test_a_read_only_common_parent_does_not_block_writable_files(tmp_path, capsy
 
 
 class _Inline(Executor):
-    """An executor that records how many workers it was asked for and runs in this process
-    (a worker's ``initializer`` is for a process of its own: not called here)."""
+    """An executor that records how many workers it was asked for and runs in this process,
+    as its one worker (its ``initializer`` runs here)."""
 
     asked: ClassVar[list[int]] = []
 
-    def __init__(self, max_workers: int, initializer=None) -> None:
+    def __init__(self, max_workers: int, initializer=None, initargs=()) -> None:
         self.asked.append(max_workers)
         self._max_workers = max_workers
+        if initializer is not None:
+            initializer(*initargs)
 
     def map(self, fn, *iterables, timeout=None, chunksize=1):
         return map(fn, *iterables)
@@ -431,6 +433,7 @@ def test_jobs_are_capped_by_the_files_and_the_cpus(tmp_path, capsys, monkeypatch
     write(tmp_path / "a.py", FSDP1_SOURCE)
     write(tmp_path / "b.py", FSDP1_SOURCE)
     monkeypatch.setattr(engine, "ProcessPoolExecutor", _Inline)
+    monkeypatch.setattr(engine, "_RUN_OF_WORKER", None)  # what the inline worker sets
     _Inline.asked = []
     assert main(["--check", "--jobs", "100000", str(tmp_path)]) == 1
     assert _Inline.asked and max(_Inline.asked) <= min(2, os.cpu_count() or 1)

@@ -5,6 +5,9 @@ in a module that reads no attribute by a computed name (``attribute_loads``)."""
 from __future__ import annotations
 
 import ast
+import weakref
+from collections import defaultdict
+from typing import NamedTuple
 
 from fsdp2_port.codemods.assumptions import REFLECTION_CALLS
 from fsdp2_port.codemods.names import Names
@@ -29,18 +32,12 @@ def own_attribute_reads(
         return None
     if owner.decorator_list or not all(_own_base(names, base) for base in owner.bases):
         return None
-    if any(isinstance(n, ast.Constant) and n.value == attr for n in names.by_type[ast.Constant]):
-        return None
-    if any(
-        (isinstance(n, ast.Name) and n.id in REFLECTION_CALLS)
-        or getattr(n, "attr", None) == "__dict__"
-        for n in ast.walk(owner)
-    ):
+    index = _index(names)
+    if attr in index.strings or owner in index.reflecting:
         return None
     reads = []
-    for node in names.by_type[ast.Attribute]:
-        assert isinstance(node, ast.Attribute)
-        if node.attr != attr or _of_module(names, node):
+    for node in index.attributes.get(attr, ()):
+        if _of_module(names, node):
             continue
         if _method_class(names, node) is not owner:
             return None
@@ -49,6 +46,39 @@ def own_attribute_reads(
         elif not _stored_plainly(names, node):
             return None
     return reads
+
+
+class _Index(NamedTuple):
+    """What ``own_attribute_reads`` asks of every call on one module, found in one pass."""
+
+    #: Every ``.x`` of the module, by ``x``, in source order.
+    attributes: dict[str, list[ast.Attribute]]
+    #: Every string constant of the module.
+    strings: frozenset[object]
+    #: The classes that read ``getattr``/``setattr``/``vars`` or ``__dict__`` anywhere inside.
+    reflecting: frozenset[ast.AST]
+
+
+_INDEXES: weakref.WeakKeyDictionary[Names, _Index] = weakref.WeakKeyDictionary()
+
+
+def _index(names: Names) -> _Index:
+    found = _INDEXES.get(names)
+    if found is None:
+        attributes: dict[str, list[ast.Attribute]] = defaultdict(list)
+        for node in names.by_type[ast.Attribute]:
+            assert isinstance(node, ast.Attribute)
+            attributes[node.attr].append(node)
+        reflections = [
+            n for n in names.by_type[ast.Name] if getattr(n, "id", None) in REFLECTION_CALLS
+        ]
+        reflections += attributes.get("__dict__", [])
+        reflecting = frozenset(
+            a for n in reflections for a in names.ancestors(n) if isinstance(a, ast.ClassDef)
+        )
+        strings = frozenset(getattr(n, "value", None) for n in names.by_type[ast.Constant])
+        found = _INDEXES[names] = _Index(dict(attributes), strings, reflecting)
+    return found
 
 
 def attribute_loads(names: Names) -> dict[str, list[ast.Attribute] | None]:
