@@ -15,6 +15,7 @@ import bisect
 import itertools
 import weakref
 
+from fsdp2_port.codemods import flags
 from fsdp2_port.codemods.names import Names
 from fsdp2_port.codemods.text import LineIndex
 
@@ -35,80 +36,8 @@ def may_reach(names: Names, lines: LineIndex, target: ast.AST, use: ast.AST) -> 
     return (
         _in_reach(names, lines, target, use)
         and not _bound_again(names, target, use)
-        and not _opposite_sides(names, target, use)
+        and not flags.opposite_sides(names, target, use)
     )
-
-
-def _opposite_sides(names: Names, target: ast.AST, use: ast.AST) -> bool:
-    """Whether ``target`` and ``use`` each sit in a branch (of an ``if`` or a conditional
-    expression, in their function) of a test of the same flag, on opposite sides: a name
-    (``use_fsdp``, ``not use_fsdp``) or a chain of attributes on one (``args.fsdp``) that the
-    function binds at most once, outside any loop, and never stores into."""
-    theirs = {flag: side for flag, side, _ in _sides(names, use)}
-    return any(
-        theirs.get(flag, side) != side and _unchanging(names, test)
-        for flag, side, test in _sides(names, target)
-    )
-
-
-def _sides(names: Names, node: ast.AST) -> list[tuple[str, bool, ast.expr]]:
-    """(the flag a test reads, as ``ast.dump`` spells it; which side ``node`` is on; the flag)
-    for each ``if`` or conditional expression around ``node`` in its function whose test is a
-    flag or its negation."""
-    found = []
-    child = node
-    function = names.function_of(node)
-    for owner in names.ancestors(node):
-        if owner is function:
-            break
-        if isinstance(owner, (ast.If, ast.IfExp)) and child is not owner.test:
-            side = _branch(owner, child) == "body"
-            test = owner.test
-            while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-                test, side = test.operand, not side
-            if _flag(test):
-                found.append((ast.dump(test), side, test))
-        child = owner
-    return found
-
-
-def _flag(test: ast.expr) -> bool:
-    while isinstance(test, ast.Attribute):
-        test = test.value
-    return isinstance(test, ast.Name)
-
-
-def _unchanging(names: Names, flag: ast.expr) -> bool:
-    """The flag's name is bound at most once (a parameter, one assignment), outside any loop,
-    and no attribute chain on it is stored into in the function that reads it."""
-    base = flag
-    while isinstance(base, ast.Attribute):
-        base = base.value
-    assert isinstance(base, ast.Name)
-    bindings = names.bindings_of(base)
-    function = names.function_of(flag)
-    if len(bindings) > 1 or any(_in_loop(names, b.node) for b in bindings):
-        return False
-    if not isinstance(flag, ast.Attribute):
-        return True
-    spelled = ast.dump(flag)
-    return not any(
-        isinstance(n, ast.Attribute)
-        and isinstance(n.ctx, ast.Store)
-        and ast.dump(n, annotate_fields=True).replace("Store()", "Load()") == spelled
-        for n in ast.walk(function if function is not None else names.tree)
-    )
-
-
-def _in_loop(names: Names, node: ast.AST) -> bool:
-    """Whether a loop of ``node``'s own function (or module) holds it."""
-    function = names.function_of(node)
-    for owner in names.ancestors(node):
-        if owner is function:
-            return False
-        if isinstance(owner, (ast.For, ast.AsyncFor, ast.While)):
-            return True
-    return False
 
 
 def between(names: Names, statement: ast.stmt, use: ast.AST) -> list[ast.stmt] | None:

@@ -96,7 +96,7 @@ class FileLinks:
         instances = self.ties._instances(func.value)
         if instances:
             return frozenset(f"{GIVEN_TO}{i}" for i in instances), frozenset()
-        if self.ties._is_self(func.value):
+        if self.ties.is_self(func.value):
             return frozenset(), frozenset()
         return frozenset({f"{DISPATCHED}{func.attr}"}), self.ties._value(func.value)
 
@@ -172,7 +172,7 @@ class FileLinks:
                         if isinstance(f, _FUNCTIONS) and f.name == "__init__"
                     ]
             return found
-        if isinstance(func, ast.Attribute) and self.ties._is_self(func.value):
+        if isinstance(func, ast.Attribute) and self.ties.is_self(func.value):
             owner = names.class_of(func)
             if owner is not None:
                 return [f for f in owner.body if isinstance(f, _FUNCTIONS) and f.name == func.attr]

@@ -24,17 +24,15 @@ import ast
 from collections import defaultdict
 from collections.abc import Callable
 
-from fsdp2_port.codemods import flow, fsdp1, syntax
+from fsdp2_port.codemods import flags, flow, fsdp1, syntax
 from fsdp2_port.codemods.assumptions import (
     BF16_OPTIMIZERS,
-    BUILDERS,
     CAMEL_CASE,
     FSDP1_WRAPPED_ATTRIBUTES,
     NO_MODEL_BUILTINS,
     NOT_FSDP_WRAPPERS,
     PARAMETER_ITERATORS,
     RETURNS_SELF,
-    UNSHARDING_METHODS,
 )
 from fsdp2_port.codemods.names import Binding
 from fsdp2_port.codemods.parsed import ParsedFile
@@ -53,8 +51,8 @@ from fsdp2_port.codemods.refs import (
     built,
     deferred,
 )
+from fsdp2_port.codemods.semantic import fresh
 from fsdp2_port.codemods.semantic.modules import RunModules
-from fsdp2_port.codemods.semantic.summaries import RETURNED
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _PARTIAL = "functools.partial"
@@ -185,26 +183,20 @@ class Ties:
 
     def never_fsdp(self, expr: ast.AST, seen: frozenset[ast.AST] = frozenset()) -> bool:
         """Every value ``expr`` may hold is a DDP or DataParallel model, never an FSDP one:
-        ``ddp = DDP(m)``, names bound only to such values, their ``.to(...)`` and ``.module``,
-        both branches of a conditional. Anything else (a parameter, an unpacking, a cycle) may
-        be FSDP."""
+        ``ddp = DDP(m)``, names (and attributes of the instance, ``_stored``) bound only to
+        such values or constants, their ``.to(...)`` and ``.module``, both branches of a
+        conditional. Anything else (a parameter, an unpacking, a cycle) may be FSDP."""
         if expr in seen:
             return False
         seen = seen | {expr}
+        if isinstance(expr, ast.Constant):
+            return True  # ``self.model = None`` until a method builds it
         if isinstance(expr, ast.Call):
-            func = expr.func
-            if (
-                isinstance(func, ast.Attribute)
-                and self.never_fsdp(func.value, seen)
-                and self.parsed.assumed.takes(RETURNS_SELF, func.attr, expr)
-            ):
-                return True
-            qualified = self.parsed.names.qualified(func)
-            return bool(qualified) and qualified <= NOT_FSDP_WRAPPERS.members
+            return self._never_fsdp_call(expr, seen)
         if isinstance(expr, ast.IfExp):
             return self.never_fsdp(expr.body, seen) and self.never_fsdp(expr.orelse, seen)
-        if isinstance(expr, ast.Attribute) and expr.attr == "module":
-            return self.never_fsdp(expr.value, seen)  # what DDP wraps is no FSDP model
+        if isinstance(expr, ast.Attribute):
+            return self._never_fsdp_attribute(expr, seen)
         if not isinstance(expr, ast.Name):
             return False
         reaching = self.reaching(expr)
@@ -213,65 +205,37 @@ class Ties:
             for b in reaching
         )
 
-    def fresh(self, expr: ast.AST) -> bool:
-        """``expr`` names an object its function has just built and not yet handed to anyone,
-        so no FSDP wrapper, nor one sharded in place: the one binding that reaches it is
-        ``x = C(...)`` (``_builds_anew``) earlier in the read's block, and between them nothing
-        can shard ``x`` (``_keeps_it_unsharded``). A name from elsewhere may still be a factory
-        of the run: the run's ties, when it has any, win."""
-        if not isinstance(expr, ast.Name):
-            return False
-        reaching = self.reaching(expr)
-        if len(reaching) != 1 or reaching[0].kind != "assign":
-            return False
-        statement = self.parsed.names.parent.get(reaching[0].node)
-        if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)):
-            return False
-        if not self._builds_anew(statement.value):
-            return False
-        path = flow.between(self.parsed.names, statement, expr)
-        return path is not None and all(
-            self._keeps_it_unsharded(n)
-            for s in path
-            for n in ast.walk(s)
-            if isinstance(n, ast.Name) and n.id == expr.id and n is not expr
-        )
-
-    def _keeps_it_unsharded(self, use: ast.Name) -> bool:
-        """A use of a fresh object that cannot shard it in place: an attribute read, or a call
-        of a method torch or Hugging Face define that does not (its own methods might call
-        ``FSDP(self)``, which under FSDP2 shards the object itself)."""
-        names = self.parsed.names
-        attribute = names.parent.get(use)
-        if not isinstance(attribute, ast.Attribute):
-            return False
-        call = names.parent.get(attribute)
-        if not (isinstance(call, ast.Call) and call.func is attribute):
-            return True
-        assumed = self.parsed.assumed
-        return assumed.takes(RETURNS_SELF, attribute.attr, call) or assumed.takes(
-            UNSHARDING_METHODS, attribute.attr, call
-        )
-
-    def _builds_anew(self, call: ast.Call) -> bool:
-        """A call that returns a new object of a class other than FSDP's: a class of this
-        file (or a classmethod's ``cls``) with no FSDP base, ``C.from_pretrained(...)``, or a
-        ``CamelCase`` name from elsewhere."""
+    def _never_fsdp_call(self, call: ast.Call, seen: frozenset[ast.AST]) -> bool:
+        """A DDP (or other non-FSDP wrapper's) constructor, or ``.to(...)`` of such a model."""
         func = call.func
-        if call in self.constructors:
-            return False
-        if "new" in self.parsed.callee_effects(call).get(RETURNED, ()):
-            return True  # a function of the run every call of which builds one (``summaries``)
-        if isinstance(func, ast.Attribute) and self.parsed.assumed.takes(BUILDERS, func.attr, call):
+        if (
+            isinstance(func, ast.Attribute)
+            and self.never_fsdp(func.value, seen)
+            and self.parsed.assumed.takes(RETURNS_SELF, func.attr, call)
+        ):
             return True
-        if isinstance(func, ast.Name):
-            local = self._local_class(func) or self._class_of_cls(func)
-            if local is not None:
-                return not any(self.parsed.is_fsdp_class(b) for b in local.bases)
         qualified = self.parsed.names.qualified(func)
-        return bool(qualified) and all(self._camel(q, call) for q in qualified)
+        return bool(qualified) and qualified <= NOT_FSDP_WRAPPERS.members
 
-    def _camel(self, qualified: str, call: ast.Call) -> bool:
+    def _never_fsdp_attribute(self, expr: ast.Attribute, seen: frozenset[ast.AST]) -> bool:
+        """``.module`` of such a model (what DDP wraps is no FSDP model), or ``self.attr``
+        that the class stores only such values into and no other file reads."""
+        if expr.attr == "module":
+            return self.never_fsdp(expr.value, seen)
+        if not self.is_self(expr.value):
+            return False
+        stored = self._stored(expr)
+        return (
+            bool(stored)
+            and self.parsed.names.seen.own_attribute(expr.attr)
+            and all(self.never_fsdp(v, seen) for v in stored)
+        )
+
+    def fresh(self, expr: ast.AST) -> bool:
+        """``expr`` holds an object its function has just built (``semantic.fresh``)."""
+        return fresh.is_fresh(self, expr)
+
+    def spelled_as_class(self, qualified: str, call: ast.Call) -> bool:
         """The callee ``qualified`` is a class, by its spelling: for torch's FSDP and DDP names
         a fact (their CamelCase names are classes), for any other a guess (``CAMEL_CASE``)."""
         last = qualified.rpartition(".")[2]
@@ -279,23 +243,6 @@ class Ties:
         if fsdp1.canonical(qualified) or fsdp1.fsdp2(qualified) or qualified in NOT_FSDP_WRAPPERS:
             return spelled
         return self.parsed.assumed.takes(CAMEL_CASE, last, call, member=spelled)
-
-    def _class_of_cls(self, name: ast.Name) -> ast.ClassDef | None:
-        """The class a classmethod's first parameter (``cls``) is bound to, read there."""
-        bindings = self.parsed.names.bindings_of(name)
-        if len(bindings) != 1 or bindings[0].kind != "param":
-            return None
-        function = self.parsed.names.function_of(name)
-        if not (
-            isinstance(function, _FUNCTIONS)
-            and function.args.args
-            and function.args.args[0] is bindings[0].node
-            and any(
-                isinstance(d, ast.Name) and d.id == "classmethod" for d in function.decorator_list
-            )
-        ):
-            return None
-        return self.parsed.names.class_of(function)
 
     # -- values ----------------------------------------------------------------------------------
     def _value(self, expr: ast.AST) -> frozenset[Ref]:
@@ -326,13 +273,13 @@ class Ties:
         return {UNKNOWN}
 
     def _attribute(self, expr: ast.Attribute) -> set[Ref]:
-        """What ``x.attr`` may hold: what this file assigns to that chain, and, for an
-        instance of a class of the run (``x = Trainer(...)``), what that class's methods
-        assign to ``self.attr`` (a ``Returned`` of ``Class#attr``, settled by the run)."""
-        key = self._attribute_key(expr)
-        values = self._attributes.get(key, ()) if key is not None else ()
-        out = {r for value in values for r in self._value(value)}
-        if not self._is_self(expr.value):
+        """What ``x.attr`` may hold: what this file assigns to that chain (for ``self.attr``,
+        what no test of a flag of the instance keeps from the read: ``flags.exclusive``),
+        and, for an instance of a class of the run (``x = Trainer(...)``), what that class's
+        methods assign to ``self.attr`` (a ``Returned`` of ``Class#attr``, settled by the
+        run)."""
+        out = {r for value in self._stored(expr) for r in self._value(value)}
+        if not self.is_self(expr.value):
             base = self._value(expr.value)
             fields = {
                 Returned(f"{r.function}#{expr.attr}") for r in base if isinstance(r, Returned)
@@ -341,6 +288,15 @@ class Ties:
             if fields and not out - fields and len(fields) < len(base):
                 out.add(UNKNOWN)  # the object may also be one of no class of the run's
         return out or {UNKNOWN}  # an attribute this file never assigns
+
+    def _stored(self, expr: ast.Attribute) -> list[ast.expr]:
+        """The values this file assigns to the chain ``expr`` reads, but for ``self.attr``
+        those a test of a flag of the instance keeps from the read (``flags.exclusive``)."""
+        key = self._attribute_key(expr)
+        values = self._attributes.get(key, []) if key is not None else []
+        if values and self.is_self(expr.value):
+            return [v for v in values if not flags.exclusive(self.parsed.names, v, expr)]
+        return values
 
     def _named(self, name: ast.Name) -> set[Ref]:
         """What a read of a name may hold, through the bindings that reach it."""
@@ -498,7 +454,7 @@ class Ties:
                 method
                 and isinstance(func, ast.Attribute)
                 and func.attr == function.name
-                and self._is_self(func.value)
+                and self.is_self(func.value)
                 and self.parsed.names.class_of(call) is owner
             ):
                 found.append(call)
@@ -587,7 +543,7 @@ class Ties:
             PARAMETER_ITERATORS, func.attr, call
         ):
             return set(self._value(func.value))
-        if self._is_self(func.value):
+        if self.is_self(func.value):
             owner = self.parsed.names.class_of(call)
             if owner is not None:
                 return self._method(owner, func.attr, set())
@@ -635,7 +591,7 @@ class Ties:
         if not qualified or any(q.startswith("builtins.") for q in qualified):
             return {UNKNOWN}  # a method of an object it cannot tie, or a builtin
         if all(self._modules.library(q) is not None for q in qualified):
-            if all(self._camel(q, call) for q in qualified):
+            if all(self.spelled_as_class(q, call) for q in qualified):
                 return {Instance(self.parsed.site_id(call))}  # a new object of a library class
             return self._passed_through(call)  # a library function: it may hand one back
         return {Returned(q) for q in qualified}
@@ -677,14 +633,14 @@ class Ties:
                 return self._returned(item)
         out: set[Ref] = set()
         for base in owner.bases:
-            local = self._local_class(base)
+            local = self.local_class(base)
             if local is not None and local not in seen:
                 out |= self._method(local, name, seen)
             else:
                 out |= {Returned(f"{q}.{name}") for q in self.parsed.names.qualified(base)}
         return out
 
-    def _local_class(self, base: ast.expr) -> ast.ClassDef | None:
+    def local_class(self, base: ast.expr) -> ast.ClassDef | None:
         if isinstance(base, ast.Name):
             for binding in self.parsed.names.bindings_of(base):
                 if binding.kind == "class" and isinstance(binding.node, ast.ClassDef):
@@ -755,13 +711,13 @@ class Ties:
             head = head.value
         if not isinstance(head, ast.Name):
             return None
-        if self._is_self(head):
+        if self.is_self(head):
             owner = self.parsed.names.class_of(node)
             if owner is not None:
                 return owner, "self" + text[len(head.id) :]
         return self.parsed.names.function_of(node) or self.parsed.tree, text
 
-    def _is_self(self, node: ast.AST) -> bool:
+    def is_self(self, node: ast.AST) -> bool:
         """The first parameter of the method ``node`` is in (``self`` by any name)."""
         if not isinstance(node, ast.Name):
             return False

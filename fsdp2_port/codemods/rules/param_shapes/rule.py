@@ -102,6 +102,9 @@ class ParamShapesRule:
         untraced = _self_attribute(model) and analysis.named_like_model(model)
         if analysis.is_ignored(iterator) or not (ties or deferred or untraced):
             return
+        fresh = analysis.ties.fresh(model)  # just built here: its parameters are whole
+        if fresh and not (ties or deferred):
+            return
         parameter = _parameter_name(target, iterator.func.attr)
         owner = analysis.names.parent.get(loop) if isinstance(loop, ast.comprehension) else loop
         read = next(
@@ -133,6 +136,7 @@ class ParamShapesRule:
             "MODELS" if ties or deferred else "ANY",
             ties=ties,
             deferred=deferred,
+            fresh=fresh,
             quiet=True,  # only a model that migrates changes meaning
             # untied, named like a model (self.policy of a base class): any may come; otherwise
             # nothing at all if the run passes no model
