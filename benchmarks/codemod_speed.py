@@ -1,6 +1,6 @@
 """How fast ``fsdp2-port migrate`` is, against just parsing the same files with libcst.
 
-    python benchmarks/codemod_speed.py [--rounds 3] [--jobs 2] [PATH ...]
+    python benchmarks/codemod_speed.py [--rounds 3] [--jobs 2] [--whole-program] [PATH ...]
 
 The tree is ``torch/distributed`` and ``torch/nn`` of the installed torch (found without
 importing it) unless paths are given: real code, and the FSDP1 implementation itself, so every
@@ -12,7 +12,7 @@ and imports included), median of ``--rounds``:
 - the same parse spread over N processes (the ratio at equal parallelism).
 
 Writes ``benchmarks/results/codemod_speed.json`` and the ``codemod-speed`` block of
-``benchmarks/RESULTS.md``.
+``benchmarks/RESULTS.md`` (``codemod-speed-whole-program`` with ``--whole-program``).
 """
 
 from __future__ import annotations
@@ -70,10 +70,12 @@ def timed(command: list[str]) -> float:
     return seconds
 
 
-def results_block(trees: list[Path], files: int, jobs: int, times: dict[str, list[float]]) -> str:
-    """The ``codemod-speed`` block: each command's median and spread, and its ratio."""
+def results_block(
+    trees: list[Path], files: int, command: str, times: dict[str, list[float]]
+) -> str:
+    """A ``codemod-speed`` block: each command's median and spread, and its ratio."""
     medians = {name: statistics.median(values) for name, values in times.items()}
-    labels = {"migrate": f"`fsdp2-port migrate --check --jobs {jobs}`"}
+    labels = {"migrate": f"`{command}`"}
     rows = [
         [
             labels.get(name, name.replace("parse", "`libcst.parse_module`")),
@@ -103,12 +105,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
+        "--whole-program", action="store_true", help="run migrate with --whole-program"
+    )
+    parser.add_argument(
         "--no-results-md", action="store_true", help="leave benchmarks/RESULTS.md as it is"
     )
     args = parser.parse_args()
     trees = args.paths or torch_tree()
     files = sorted(str(p) for tree in trees for p in Path(tree).rglob("*.py"))
     migrate = [sys.executable, "-m", "fsdp2_port", "migrate", "--check", f"--jobs={args.jobs}"]
+    migrate += ["--whole-program"] if args.whole_program else []
     migrate += [str(t) for t in trees]
     commands = {
         "migrate": migrate,
@@ -131,8 +137,11 @@ def main() -> int:
         json.dumps({"files": len(files), "jobs": args.jobs, "seconds": times}, indent=1)
     )
     if not args.no_results_md:
-        block = results_block([Path(t) for t in trees], len(files), args.jobs, times)
-        results_md.write_block("codemod-speed", block)
+        command = f"fsdp2-port migrate --check --jobs {args.jobs}"
+        command += " --whole-program" if args.whole_program else ""
+        block = results_block([Path(t) for t in trees], len(files), command, times)
+        name = "codemod-speed-whole-program" if args.whole_program else "codemod-speed"
+        results_md.write_block(name, block)
     return 0
 
 
