@@ -95,10 +95,8 @@ FSDP1_WRAP_POLICY_FUNCTIONS = NameList(
     "fsdp1-api",
     "FSDP1's public wrap-policy functions (functools.partial of one is a policy)",
     words(
-        """
-        transformer_auto_wrap_policy size_based_auto_wrap_policy lambda_auto_wrap_policy
-        always_wrap_policy
-        """
+        "transformer_auto_wrap_policy size_based_auto_wrap_policy lambda_auto_wrap_policy "
+        "always_wrap_policy"
     ),
 )
 FSDP1_SETTINGS_CLASSES = NameList(
@@ -592,10 +590,8 @@ SAFE_MODULES = NameList(
     "safe-module",
     "module prefixes whose functions take no state dict from a model",
     words(
-        """
-        builtins. torch. os. json. logging. time. math. pathlib. shutil. pickle. io. gc.
-        warnings. copy. collections. numpy. safetensors.
-        """
+        "builtins. torch. os. json. logging. time. math. pathlib. shutil. pickle. io. gc. "
+        "warnings. copy. collections. numpy. safetensors."
     ),
 )
 SAFE_METHODS = NameList(
@@ -646,6 +642,12 @@ PARAMETER_ITERATORS = NameList(
     "parameter-method",
     "module methods that give its parameters",
     ("parameters", "named_parameters"),
+)
+TENSOR_METHODS = NameList(
+    "tensor-methods",
+    "parameter-method",
+    "module methods whose result holds its tensors and no module",
+    ("state_dict", "parameters", "named_parameters", "buffers", "named_buffers"),
 )
 PARAMETER_WORDS = NameList(
     "parameter-words",

@@ -15,6 +15,7 @@ Between the binding and the read, every use of the object must keep it unsharded
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from fsdp2_port.codemods import flow
@@ -22,6 +23,7 @@ from fsdp2_port.codemods.assumptions import (
     BUILDERS,
     NO_MODEL_BUILTINS,
     RETURNS_SELF,
+    TENSOR_METHODS,
     UNSHARDING_METHODS,
 )
 from fsdp2_port.codemods.semantic.summaries import RETURNED
@@ -33,36 +35,41 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def is_fresh(ties: Ties, expr: ast.AST) -> bool:
-    """``expr`` (a name, or ``self.x``) holds an object its function has just built. A name
-    from elsewhere may still be a factory of the run: the run's ties, when it has any, win."""
+    """``expr`` (a name, ``self.x``, or a part of either: ``model.backbone``) holds an object
+    its function has just built. A name from elsewhere may still be a factory of the run: the
+    run's ties, when it has any, win."""
     if isinstance(expr, ast.Name):
-        return _fresh_name(ties, expr)
+        return _fresh_name(ties, expr) is not None
     if isinstance(expr, ast.Attribute) and ties.is_self(expr.value):
-        return _fresh_attribute(ties, expr)
+        return _fresh_attribute(ties, expr) is not None
+    if isinstance(expr, ast.Attribute):
+        return _fresh_part(ties, expr)
     return False
 
 
-def _fresh_name(ties: Ties, read: ast.Name) -> bool:
+def _fresh_name(ties: Ties, read: ast.Name) -> list[ast.stmt] | None:
+    """The statements from ``x = C(...)`` to the read, when ``x`` is fresh there."""
     reaching = ties.reaching(read)
     if len(reaching) != 1 or reaching[0].kind != "assign":
-        return False
+        return None
     statement = ties.parsed.names.parent.get(reaching[0].node)
     if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)):
-        return False
+        return None
     if not _builds_anew(ties, statement.value):
-        return False
+        return None
     path = flow.between(ties.parsed.names, statement, read)
-    return path is not None and all(
-        _keeps_it_unsharded(ties, n)
-        for s in path
-        for n in ast.walk(s)
-        if isinstance(n, ast.Name) and n.id == read.id and n is not read
-    )
+    if path is None:
+        return None
+    nodes = list(_before(ties, path, read))
+    if any(n in ties.constructors for n in nodes):
+        return None
+    uses = (n for n in nodes if isinstance(n, ast.Name) and n.id == read.id)
+    return path if all(_keeps_it_unsharded(ties, n) for n in uses) else None
 
 
-def _fresh_attribute(ties: Ties, read: ast.Attribute) -> bool:
-    """``self.x`` after the nearest ``self.x = C(...)`` that a run passes on its way to the
-    read, with nothing in between that may rebind or shard it (the module's docstring)."""
+def _fresh_attribute(ties: Ties, read: ast.Attribute) -> list[ast.stmt] | None:
+    """The statements from the nearest ``self.x = C(...)`` that a run passes on its way to
+    the read, when nothing in between may rebind or shard it (the module's docstring)."""
     names = ties.parsed.names
     assert isinstance(read.value, ast.Name)
     me, attr = read.value.id, read.attr
@@ -87,10 +94,100 @@ def _fresh_attribute(ties: Ties, read: ast.Attribute) -> bool:
             and isinstance(statement.value, ast.Call)
             and _builds_anew(ties, statement.value)
         ):
-            return False
-        nodes = (n for s in path for n in ast.walk(s) if n is not read)
-        return all(_leaves_it(ties, n, me, attr) for n in nodes)
+            return None
+        nodes = _before(ties, path, read)
+        return path if all(_leaves_it(ties, n, me, attr) for n in nodes) else None
+    return None
+
+
+def _fresh_part(ties: Ties, read: ast.Attribute) -> bool:
+    """``x.a.b`` (or ``self.x.a``) where ``x`` is fresh and, on the way from its binding to
+    the read, nothing takes a part of it anywhere (``_keeps_its_parts``): then no part is
+    wrapped or sharded either."""
+    head: ast.expr = read.value
+    while isinstance(head, ast.Attribute) and not ties.is_self(head.value):
+        head = head.value
+    if isinstance(head, ast.Name):
+        path = _fresh_name(ties, head)
+    elif isinstance(head, ast.Attribute):
+        path = _fresh_attribute(ties, head)
+    else:
+        return False
+    if path is None:
+        return False
+    spelled = ast.dump(head)
+    uses = (n for n in _before(ties, path, head) if isinstance(n, type(head)) and _same(n, spelled))
+    return all(_keeps_its_parts(ties, n) for n in uses)
+
+
+def _before(ties: Ties, path: list[ast.stmt], read: ast.expr) -> Iterator[ast.AST]:
+    """The nodes of ``path`` (``flow.between``) that may run before ``read``, ``read`` aside:
+    all of them under a loop of the read's function (or in a ``while`` test), otherwise those
+    but of the statements after the read's own (what follows it in its block, in a branch
+    around it, in the body of the statement it is in)."""
+    names = ties.parsed.names
+    function = names.function_of(read)
+    looped = False
+    for owner in names.ancestors(read):
+        if owner is function:
+            break
+        looped = looped or isinstance(owner, (ast.For, ast.AsyncFor, ast.While))
+    own = names.statement(read)
+    looped = looped or isinstance(own, ast.While)  # its test runs again after its body
+    todo: list[ast.AST] = list(path)
+    while todo:
+        node = todo.pop()
+        if not looped and isinstance(node, ast.stmt) and _after(node, own):
+            continue
+        if node is not read:
+            yield node
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _after(statement: ast.stmt, own: ast.stmt) -> bool:
+    return (statement.lineno, statement.col_offset) > (own.lineno, own.col_offset)
+
+
+def _same(node: ast.AST, spelled: str) -> bool:
+    return ast.dump(node).replace("Store()", "Load()") == spelled
+
+
+def _keeps_its_parts(ties: Ties, use: ast.expr) -> bool:
+    """A use of a fresh object that hands no part of it on: a builtin's argument
+    (``hasattr``), a method whose result holds tensors only (``x.vlm.parameters()``,
+    ``x.model.state_dict()``), a statement calling a method that returns the part it is
+    called on (``x.vlm.eval()``), a part moved in place (``x.a = x.a.to(device)``), or a store
+    of a value that is no model."""
+    names = ties.parsed.names
+    top: ast.expr = use
+    while isinstance(names.parent.get(top), ast.Attribute):
+        top = names.parent[top]  # type: ignore[assignment]
+    parent = names.parent.get(top)
+    assumed = ties.parsed.assumed
+    if isinstance(parent, ast.Call) and parent.func is not top:
+        qualified = names.qualified(parent.func)
+        return bool(qualified) and qualified <= NO_MODEL_BUILTINS.members
+    if isinstance(parent, ast.Call) and isinstance(top, ast.Attribute):
+        if assumed.takes(TENSOR_METHODS, top.attr, parent):
+            return True
+        outer = names.parent.get(parent)
+        if isinstance(outer, ast.Expr) or _moved_in_place(outer, parent):
+            return assumed.takes(RETURNS_SELF, top.attr, parent)
+        return False
+    if isinstance(parent, ast.Assign) and top in parent.targets:
+        return _moved_in_place(parent, parent.value) or ties.none_of(parent.value)
     return False
+
+
+def _moved_in_place(statement: ast.AST | None, value: ast.expr) -> bool:
+    """``x.a = x.a.to(...)``: the one target is the chain the value's method is called on."""
+    return (
+        isinstance(statement, ast.Assign)
+        and len(statement.targets) == 1
+        and isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and _same(statement.targets[0], ast.dump(value.func.value))
+    )
 
 
 def _leaves_it(ties: Ties, node: ast.AST, me: str, attr: str) -> bool:
