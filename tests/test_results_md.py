@@ -73,6 +73,7 @@ def test_every_block_a_benchmark_writes_is_in_the_file_once():
             for suffix in ("", "-cuda")
         ),
         "codemod-speed",
+        "codemod-speed-whole-program",
         "codemod-scaling",
         "faults",
         *corpora,
@@ -92,7 +93,8 @@ def test_codemod_speed_reports_each_command_against_migrate():
     from benchmarks import codemod_speed
 
     times = {"migrate": [2.0, 2.2, 1.9], "parse, 1 process": [6.0, 6.6, 5.7]}
-    block = codemod_speed.results_block([Path("/x/torch/nn")], 498, 2, times)
+    command = "fsdp2-port migrate --check --jobs 2"
+    block = codemod_speed.results_block([Path("/x/torch/nn")], 498, command, times)
     assert "| `fsdp2-port migrate --check --jobs 2` | 2.00 (1.90-2.20) | 1.0x |" in block
     assert "| `libcst.parse_module`, 1 process | 6.00 (5.70-6.60) | 3.0x |" in block
     assert "498 files under `torch/nn`" in block
