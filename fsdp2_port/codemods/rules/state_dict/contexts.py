@@ -18,7 +18,7 @@ from fsdp2_port.codemods.plan import Requirement, Rewrite
 from fsdp2_port.codemods.rules.state_dict.configs import _drop_config_binding, _literal
 from fsdp2_port.codemods.rules.state_dict.emit import _runtime_call
 from fsdp2_port.codemods.rules.state_dict.module_calls import _call
-from fsdp2_port.codemods.rules.state_dict.optimizer import _to_load_inside
+from fsdp2_port.codemods.rules.state_dict.optimizer import _to_load_inside, static_optim
 from fsdp2_port.codemods.rules.state_dict.options import Options
 from fsdp2_port.codemods.rules.state_dict.walk import _FSDP, CODE, Walk
 from fsdp2_port.codemods.text import Edit
@@ -147,6 +147,8 @@ def _pure_block(
         return False
     if any(_needs(walk, n, text) in options.inexact for n in ours if n not in walk.handled):
         return False  # no StateDictOptions says this config for that call: the runtime form
+    if any(_needs(walk, n, text) == "optim" and not static_optim(n) for n in ours):
+        return False  # read at run time: under the block's settings, so the block stays
     for node in ours:
         if node not in walk.handled:
             _call(walk, node, options, group, anchor=call.func, model=text)

@@ -105,6 +105,14 @@ def _fresh(analysis: FileAnalysis, optim: ast.expr, use: ast.AST) -> bool:
     )
 
 
+def static_optim(call: ast.Call) -> bool:
+    """``FSDP.optim_state_dict(model, optim)``: the form ``get_optimizer_state_dict`` writes.
+    With any other argument (a given ``optim_state_dict``, a ``group``) the call is read at
+    run time, under the settings of its block: a block around it stays."""
+    bound = calls.bind(call, ("model", "optim", "optim_state_dict", "group"))
+    return bound is not None and set(bound) == {"model", "optim"}
+
+
 def _optim(
     walk: Walk, call: ast.Call, options: Options | None, groups: frozenset[str], anchor
 ) -> None:
@@ -116,7 +124,7 @@ def _optim(
         options is None
         or "optim" in options.inexact  # FSDP1's default FULL offloads on every rank
         or bound is None
-        or set(bound) != {"model", "optim"}
+        or not static_optim(call)
     ):
         _runtime_call(walk, call, "optim_state_dict", "FSDP.optim_state_dict(...)", groups)
         return
