@@ -87,6 +87,8 @@ class Programs:
         line, when it was asked about): one process runs both (``ProgramMap``), and the
         constructor's holder, and the line's, are reached there."""
         only = self.lines_run_in.get((path, line)) if line is not None else None
+        if only is not None and self.map is not None and path in self.map.member_of:
+            only = only & self.map.member_of[path]  # no program runs a file it never imports
         if only is not None:
             where = self.runs_in.get(constructor)
             home = _home(constructor)
