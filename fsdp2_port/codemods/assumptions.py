@@ -83,11 +83,9 @@ FSDP1_VALUE_CLASSES = NameList(
     "fsdp1-api",
     "FSDP1's configuration and policy classes: calling one builds a value",
     words(
-        """
-        MixedPrecision CPUOffload StateDictConfig FullStateDictConfig ShardedStateDictConfig
-        LocalStateDictConfig OptimStateDictConfig FullOptimStateDictConfig
-        ShardedOptimStateDictConfig LocalOptimStateDictConfig ModuleWrapPolicy CustomPolicy
-        """
+        "MixedPrecision CPUOffload StateDictConfig FullStateDictConfig ShardedStateDictConfig "
+        "LocalStateDictConfig OptimStateDictConfig FullOptimStateDictConfig "
+        "ShardedOptimStateDictConfig LocalOptimStateDictConfig ModuleWrapPolicy CustomPolicy"
     ),
 )
 FSDP1_WRAP_POLICY_FUNCTIONS = NameList(
@@ -260,11 +258,15 @@ FSDP1_ONLY_ATTRIBUTES = NameList(
     "attributes an FSDP1 instance or its flat-parameter handle has (in torch 2.13, or before "
     "2.1: _handles, _fsdp_handles) and an FSDP2 module has not",
     words(
-        """
-        _handle _handles _all_handles _fsdp_handles check_is_root _is_root _use_orig_params
-        _exec_order_data flat_param summon_full_params _fsdp_wrapped_module _flat_param
-        """
+        "_handle _handles _all_handles _fsdp_handles check_is_root _is_root _use_orig_params "
+        "_exec_order_data flat_param summon_full_params _fsdp_wrapped_module _flat_param"
     ),
+)
+FSDP1_HANDLE_ATTRIBUTES = NameList(
+    "fsdp1-handle-attributes",
+    "fsdp1-api",
+    "those of a flat-parameter handle, which an FSDP1 module has not (its _handle has)",
+    ("flat_param",),
 )
 FSDP1_SHARED_ATTRIBUTES = NameList(
     "fsdp1-shared-attributes",
@@ -272,11 +274,9 @@ FSDP1_SHARED_ATTRIBUTES = NameList(
     "FSDP1 attributes whose names other objects have too (a config's mixed_precision, a DDP "
     "model's process_group)",
     words(
-        """
-        _sync_gradients sharding_strategy process_group params _reshard _unshard _lazy_init
-        compute_device mixed_precision cpu_offload register_comm_hook _has_params training_state
-        rank world_size
-        """
+        "_sync_gradients sharding_strategy process_group params _reshard _unshard _lazy_init "
+        "compute_device mixed_precision cpu_offload register_comm_hook _has_params "
+        "training_state rank world_size"
     ),
 )
 FSDP1_VALUE_ATTRIBUTES = NameTable(

@@ -25,6 +25,7 @@ from fsdp2_port.codemods.analysis import FileAnalysis
 from fsdp2_port.codemods.assumptions import (
     EITHER_STATIC_APIS,
     FSDP1_ATTRIBUTES_IN_STRINGS,
+    FSDP1_HANDLE_ATTRIBUTES,
     FSDP1_ONLY_ATTRIBUTES,
     FSDP1_ONLY_LIBRARIES,
     FSDP1_SHARED_ATTRIBUTES,
@@ -178,6 +179,8 @@ class InternalsRule:
                 holds=False,
                 fsdp1_only_marker=True,
             )
+        elif node.attr in FSDP1_HANDLE_ATTRIBUTES:
+            return  # a handle's: the model is where the handle is read (``m._handle``)
         elif node.attr in FSDP1_SHARED_ATTRIBUTES and _public_store(node):
             return  # ``layer.rank = r``: sets an attribute, FSDP1's meaning or not, on any object
         elif node.attr in FSDP1_VALUE_ATTRIBUTES and _read_as_another_value(analysis, node):
