@@ -1,4 +1,5 @@
-"""F2P014: a gradient norm (or sum) all-reduced by hand, on a model that may migrate.
+"""F2P014: a gradient norm (or sum) all-reduced by hand, on a model that may migrate; and a
+model's parameters handed to a collective by hand.
 
 ``dist.all_reduce(x)`` where ``x`` is a norm computed from ``p.grad`` (a norm, a power, a sum of
 squares; through the function's names, its loops over ``m.parameters()`` and helpers of the same
@@ -11,6 +12,10 @@ every shape of such code, so the line is marked and holds its model on FSDP1 (a 
 cannot tie: every model of its program). Code that already reads DTensors (``to_local()``,
 ``full_tensor()``) is left alone; ``fsdp2_port.global_grad_norm(m.parameters())`` is the norm
 on any mesh. The norm a clip returns, all-reduced by its caller, is ``returned``'s.
+
+The parameters themselves handed to a collective (``for p in model.parameters():
+dist.broadcast(p.data, src=0)``, an all-reduce or a gather of them) meet the same refusal:
+FSDP2's parameters are DTensors too. Marked, and the line holds its model.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import ClassVar
 
 from fsdp2_port.codemods.analysis import FileAnalysis
 from fsdp2_port.codemods.assumptions import (
+    COLLECTIVES,
     DTENSOR_METHODS,
     NORM_CALLS,
     PARAMETER_ITERATORS,
@@ -31,6 +37,7 @@ from ...assumed import Assumed, either_way
 from . import returned
 
 _ALL_REDUCE = "torch.distributed.all_reduce"
+_BROADCAST = "torch.distributed.broadcast"
 _MESSAGE = (
     "gradients all-reduced by hand: under FSDP2 they are DTensors, whose norms are already "
     "global and which dist.all_reduce refuses; use fsdp2_port.global_grad_norm(model.parameters())"
@@ -39,6 +46,11 @@ _THROUGH = (
     "gradients handed to {}, which all-reduces what it is given (in its own code or further "
     "down): under FSDP2 gradients are DTensors, already reduced over the mesh, which "
     "dist.all_reduce refuses; for a norm use fsdp2_port.global_grad_norm(model.parameters())"
+)
+_PARAMETERS = (
+    "parameters of {} handed to {} by hand: under FSDP2 they are DTensors, which c10d "
+    "refuses; hand it their local shards (to_local()) or full tensors (full_tensor()), as the "
+    "program needs"
 )
 #: How many names and helpers deep a reduced value is followed back.
 _DEPTH = 4
@@ -62,7 +74,9 @@ class GradReduceRule:
                 "through names, loops over `m.parameters()` and helpers of the file), unless the "
                 "code reads DTensors (`to_local()`, `full_tensor()`): it holds its model on FSDP1 "
                 "(an all-reduce of the gradients themselves is left alone); any other all-reduce "
-                "of a norm a clip returns (another op, not squared, a method tied by its name)"
+                "of a norm a clip returns (another op, not squared, a method tied by its name); "
+                "a model's parameters handed to a collective by hand (`dist.broadcast(p.data)` "
+                "over `m.parameters()`): it holds its model"
             ),
         ),
     }
@@ -74,7 +88,8 @@ class GradReduceRule:
             assert isinstance(call, ast.Call)
             if not call.args or analysis.is_ignored(call):
                 continue
-            if _ALL_REDUCE in analysis.names.qualified(call.func):
+            qualified = analysis.names.qualified(call.func)
+            if _ALL_REDUCE in qualified:
                 found = _Gradients(analysis)
                 found.follow(call.args[0], _DEPTH)
                 if found.read and found.norm and not found.dtensor_aware:
@@ -83,8 +98,23 @@ class GradReduceRule:
                     norm = returned.find(analysis, call.args[0], _DEPTH)
                     if norm.source is not None:
                         returned.site(analysis, self.CODE, call, norm)
+            if qualified & {*COLLECTIVES.members, _BROADCAST}:
+                self._parameters(analysis, call)
                 continue
             self._through_call(analysis, call)
+
+    def _parameters(self, analysis: FileAnalysis, call: ast.Call) -> None:
+        """``dist.broadcast(p.data)`` where ``p`` runs over ``m.parameters()``: marked with
+        ``m``'s models, and holds them (every model of its program, untied)."""
+        tensor = call.args[0]
+        if isinstance(tensor, ast.Attribute) and tensor.attr == "data":
+            tensor = tensor.value
+        module = _parameters_of(analysis, tensor)
+        if module is not None:
+            found = _Gradients(analysis)
+            found.modules.append(module)
+            callee = analysis.source(call.func)
+            self._site(analysis, call, found, _PARAMETERS.format(analysis.source(module), callee))
 
     def _through_call(self, analysis: FileAnalysis, call: ast.Call) -> None:
         """``reduce_grads(p.grad)``: a function of the run that all-reduces what it is given,
@@ -173,6 +203,27 @@ class _Gradients:
                         b.kind == "param" for b in self.analysis.names.bindings_of(loop.iter)
                     ):
                         self.modules.append(loop.iter)  # parameters a caller passes: theirs
+
+
+def _parameters_of(analysis: FileAnalysis, tensor: ast.expr) -> ast.expr | None:
+    """``m`` when ``tensor`` is the variable of a loop over ``m.parameters()`` (or the
+    parameter of ``m.named_parameters()``), bound nowhere else."""
+    if not isinstance(tensor, ast.Name):
+        return None
+    bindings = analysis.names.bindings_of(tensor)
+    if len(bindings) != 1:
+        return None
+    loop = analysis.names.parent.get(bindings[0].node)
+    while isinstance(loop, ast.Tuple):
+        loop = analysis.names.parent.get(loop)
+    if not isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)):
+        return None
+    iterator = loop.iter
+    if not (isinstance(iterator, ast.Call) and isinstance(iterator.func, ast.Attribute)):
+        return None
+    if not analysis.assumed.takes(PARAMETER_ITERATORS, iterator.func.attr, iterator):
+        return None
+    return iterator.func.value
 
 
 def _activation(analysis: FileAnalysis, tensor: ast.expr) -> bool:
