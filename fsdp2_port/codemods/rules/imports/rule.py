@@ -1,11 +1,11 @@
 """F2P001: imports nothing reads any more, once per file, after every other clean-up.
 
 An FSDP1 import that nothing reads any more (names, string annotations, ``__all__``) is
-removed, and so is any other the migration left unread (one the input already left unread
-stays): the other names of its statement keep their text and comments; a statement left empty
-goes with its lines (``pass`` if it was alone in its block). In a package's ``__init__.py``
-only imports inside functions go: its own are its exports. Where new imports go:
-``fsdp2_port.codemods.imports``.
+removed from a file the migration changes, and so is any other the migration left unread (one
+the input already left unread stays): the other names of its statement keep their text and
+comments; a statement left empty goes with its lines (``pass`` if it was alone in its block).
+In a package's ``__init__.py`` only imports inside functions go: its own are its exports.
+Where new imports go: ``fsdp2_port.codemods.imports``.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ class ImportsRule:
             summary="FSDP1 imports left unused are removed; FSDP2 imports are added where needed",
             topic="imports",
             rewritten=(
-                "FSDP1 imports nothing reads any more are removed (their statement's other "
-                "names, comments and layout kept); new imports go right after the statement "
-                "that imported what they replace (a lazy import stays lazy), once; in a "
+                "FSDP1 imports nothing reads any more are removed from the files the migration "
+                "changes (their statement's other names, comments and layout kept); new imports "
+                "go right after the statement that imported what they replace (a lazy import "
+                "stays lazy), once; in a "
                 "package's `__init__.py` only imports inside functions are removed (its own are "
                 "its exports)"
             ),
@@ -79,7 +80,7 @@ def unused(
     ``__init__.py`` only those inside functions (the module's own are its exports): the FSDP1
     ones, and the others the migration left unused: their name is a word ``original`` has more
     often, so a rewrite removed what read it (``partial`` of a wrap policy). An import unused in
-    the input stays."""
+    the input stays, and so does every import of a file the migration does not change."""
     uses = names.uses()
     changed = text != original
     fsdp1_names, left = [], []
@@ -94,7 +95,8 @@ def unused(
         assert isinstance(alias, ast.alias)
         full = alias.name if isinstance(statement, ast.Import) else names.through(qualified)
         if fsdp1.canonical(full) is not None or full in _FSDP1_MODULES:
-            fsdp1_names.append((statement, alias))
+            if changed:  # a file the migration leaves as it is keeps even a stale import
+                fsdp1_names.append((statement, alias))
         elif changed and _count(binding.name, original) > _count(binding.name, text):
             left.append((statement, alias))
     return fsdp1_names, left
