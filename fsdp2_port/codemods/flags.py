@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import weakref
 
+from fsdp2_port.codemods import syntax
 from fsdp2_port.codemods.assumptions import REFLECTION_CALLS
 from fsdp2_port.codemods.names import Names
 
@@ -110,7 +111,7 @@ def _unchanging(names: Names, flag: ast.expr) -> bool:
     return not any(
         isinstance(n, ast.Attribute)
         and isinstance(n.ctx, ast.Store)
-        and ast.dump(n, annotate_fields=True).replace("Store()", "Load()") == spelled
+        and syntax.loaded(n) == spelled
         for n in ast.walk(function if function is not None else names.tree)
     )
 

@@ -71,6 +71,12 @@ def blocks(node: ast.AST) -> list[list[ast.stmt]]:
     ]
 
 
+def loaded(node: ast.AST) -> str:
+    """``ast.dump`` of ``node`` read, whether it is stored or read there: two chains that spell
+    the same name (``x.a`` in ``x.a = ...`` and in ``x.a.to(d)``) give the same text."""
+    return ast.dump(node).replace("Store()", "Load()")
+
+
 def positional(function: ast.AST) -> list[str]:
     assert isinstance(function, FUNCTIONS)
     return [parsed.arg for parsed in (*function.args.posonlyargs, *function.args.args)]

@@ -1,12 +1,14 @@
 """Objects a function has just built and not yet handed to anyone ("fresh"): no FSDP wrapper,
 nor a module sharded in place, so what FSDP1 and FSDP2 do to models cannot show in them.
 
-Two forms, each read where it is used:
+Three forms, each read where it is used:
 
 - a name: the one binding that reaches ``x`` is ``x = C(...)`` earlier in the read's block;
 - an attribute of the method's instance: ``self.x = C(...)`` earlier in the read's block (or a
   block around it), with no other store of ``self.x``, no call of a method of ``self`` and no
-  hand-over of ``self`` in between, since any of those may rebind or shard ``self.x``.
+  hand-over of ``self`` in between, since any of those may rebind or shard ``self.x``;
+- a part of either (``x.model``, ``self.x.model``), when no use of the object before the read
+  hands a part of it on (``_keeps_its_parts``).
 
 Between the binding and the read, every use of the object must keep it unsharded
 (``_keeps_it_unsharded``) and no FSDP1 constructor may run.
@@ -18,7 +20,7 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from fsdp2_port.codemods import flow
+from fsdp2_port.codemods import flow, syntax
 from fsdp2_port.codemods.assumptions import (
     BUILDERS,
     NO_MODEL_BUILTINS,
@@ -115,8 +117,12 @@ def _fresh_part(ties: Ties, read: ast.Attribute) -> bool:
         return False
     if path is None:
         return False
-    spelled = ast.dump(head)
-    uses = (n for n in _before(ties, path, head) if isinstance(n, type(head)) and _same(n, spelled))
+    spelled = syntax.loaded(head)
+    uses = (
+        n
+        for n in _before(ties, path, head)
+        if isinstance(n, type(head)) and syntax.loaded(n) == spelled
+    )
     return all(_keeps_its_parts(ties, n) for n in uses)
 
 
@@ -148,10 +154,6 @@ def _after(statement: ast.stmt, own: ast.stmt) -> bool:
     return (statement.lineno, statement.col_offset) > (own.lineno, own.col_offset)
 
 
-def _same(node: ast.AST, spelled: str) -> bool:
-    return ast.dump(node).replace("Store()", "Load()") == spelled
-
-
 def _keeps_its_parts(ties: Ties, use: ast.expr) -> bool:
     """A use of a fresh object that hands no part of it on: a builtin's argument
     (``hasattr``), a method whose result holds tensors only (``x.vlm.parameters()``,
@@ -165,8 +167,7 @@ def _keeps_its_parts(ties: Ties, use: ast.expr) -> bool:
     parent = names.parent.get(top)
     assumed = ties.parsed.assumed
     if isinstance(parent, ast.Call) and parent.func is not top:
-        qualified = names.qualified(parent.func)
-        return bool(qualified) and qualified <= NO_MODEL_BUILTINS.members
+        return _no_model_builtin(ties, parent)
     if isinstance(parent, ast.Call) and isinstance(top, ast.Attribute):
         if assumed.takes(TENSOR_METHODS, top.attr, parent):
             return True
@@ -186,8 +187,14 @@ def _moved_in_place(statement: ast.AST | None, value: ast.expr) -> bool:
         and len(statement.targets) == 1
         and isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
-        and _same(statement.targets[0], ast.dump(value.func.value))
+        and syntax.loaded(statement.targets[0]) == syntax.loaded(value.func.value)
     )
+
+
+def _no_model_builtin(ties: Ties, call: ast.Call) -> bool:
+    """A call of a builtin that never returns a model, nor shards what it is given."""
+    qualified = ties.parsed.names.qualified(call.func)
+    return bool(qualified) and qualified <= NO_MODEL_BUILTINS.members
 
 
 def _leaves_it(ties: Ties, node: ast.AST, me: str, attr: str) -> bool:
@@ -215,8 +222,7 @@ def _keeps_it_unsharded(ties: Ties, use: ast.expr) -> bool:
     names = ties.parsed.names
     parent = names.parent.get(use)
     if isinstance(parent, ast.Call) and use in parent.args:
-        qualified = names.qualified(parent.func)
-        return bool(qualified) and qualified <= NO_MODEL_BUILTINS.members
+        return _no_model_builtin(ties, parent)
     if not isinstance(parent, ast.Attribute):
         return False
     call = names.parent.get(parent)

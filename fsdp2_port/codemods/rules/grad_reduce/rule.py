@@ -37,7 +37,8 @@ from ...assumed import Assumed, either_way
 from . import returned
 
 _ALL_REDUCE = "torch.distributed.all_reduce"
-_BROADCAST = "torch.distributed.broadcast"
+#: The collectives a model's parameters may be handed to by hand.
+_ON_PARAMETERS = frozenset({*COLLECTIVES.members, "torch.distributed.broadcast"})
 _MESSAGE = (
     "gradients all-reduced by hand: under FSDP2 they are DTensors, whose norms are already "
     "global and which dist.all_reduce refuses; use fsdp2_port.global_grad_norm(model.parameters())"
@@ -93,12 +94,12 @@ class GradReduceRule:
                 found = _Gradients(analysis)
                 found.follow(call.args[0], _DEPTH)
                 if found.read and found.norm and not found.dtensor_aware:
-                    self._site(analysis, call, found, _MESSAGE)
+                    self._site(analysis, call, found.modules, _MESSAGE)
                 elif not found.dtensor_aware:
                     norm = returned.find(analysis, call.args[0], _DEPTH)
                     if norm.source is not None:
                         returned.site(analysis, self.CODE, call, norm)
-            if qualified & {*COLLECTIVES.members, _BROADCAST}:
+            if qualified & _ON_PARAMETERS:
                 self._parameters(analysis, call)
                 continue
             self._through_call(analysis, call)
@@ -111,10 +112,9 @@ class GradReduceRule:
             tensor = tensor.value
         module = _parameters_of(analysis, tensor)
         if module is not None:
-            found = _Gradients(analysis)
-            found.modules.append(module)
             callee = analysis.source(call.func)
-            self._site(analysis, call, found, _PARAMETERS.format(analysis.source(module), callee))
+            what = _PARAMETERS.format(analysis.source(module), callee)
+            self._site(analysis, call, [module], what)
 
     def _through_call(self, analysis: FileAnalysis, call: ast.Call) -> None:
         """``reduce_grads(p.grad)``: a function of the run that all-reduces what it is given,
@@ -129,15 +129,18 @@ class GradReduceRule:
             found.follow(argument, _DEPTH)
             if found.read and not found.dtensor_aware:
                 callee = analysis.source(call.func)
-                self._site(analysis, call, found, _THROUGH.format(callee))
+                self._site(analysis, call, found.modules, _THROUGH.format(callee))
                 return
 
-    def _site(self, analysis: FileAnalysis, call: ast.Call, found: _Gradients, what: str) -> None:
-        receiver = found.modules[0] if found.modules else None
+    def _site(
+        self, analysis: FileAnalysis, call: ast.Call, modules: list[ast.expr], what: str
+    ) -> None:
+        """Marked with the models of the first of ``modules``; held untied (none, or none of
+        its models known)."""
         site = None
-        if receiver is not None:
+        if modules:
             site = analysis.add_tied(
-                self.CODE, call, receiver, what, None, quiet=False, speculate=False
+                self.CODE, call, modules[0], what, None, quiet=False, speculate=False
             )
         if site is None:
             analysis.hold(self.CODE, call, what)
