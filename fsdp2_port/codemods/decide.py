@@ -197,6 +197,8 @@ class _Run:
             for group in site.groups:
                 self.groups.setdefault(group, []).append(site)
         self.ok: set[tuple[str, int]] = set()
+        #: Allowed sites that stay: right as they are on the models that meet them (``_spare``).
+        self.spare: set[tuple[str, int]] = set()
 
     # -- deciding ------------------------------------------------------------------------------
     def settle(self) -> None:
@@ -221,7 +223,32 @@ class _Run:
                 if keys & ok and not keys <= ok:
                     ok -= keys
                     changed = True
-        return ok
+        self.spare = self._spare(ok)
+        return ok - self.spare
+
+    def _spare(self, ok: set[tuple[str, int]]) -> set[tuple[str, int]]:
+        """The allowed sites whose form, right on any model, meets models of the run but no
+        migrating one (nor an FSDP2 one): their original is right as it is, so they stay,
+        unless a site rewritten with them (their group) is needed. A site no constructor of
+        the run reaches takes its form: its models come from elsewhere, FSDP1 or not."""
+        spare = {
+            s.key
+            for s in self.others
+            if s.key in ok
+            and s.requirement == "ALWAYS"
+            and s.target is not Target.OPTIMIZER  # a BF16 optimizer's fix: made on FSDP1 too
+            and self.models(s)
+            and not self.meets(s, self.migrating)
+        }
+        changed = True
+        while changed:
+            changed = False
+            for members in self.groups.values():
+                keys = {m.key for m in members}
+                if keys & spare and (keys & ok) - spare:
+                    spare -= keys
+                    changed = True
+        return spare
 
     def allowed(self, site: Site, migrating: set[str], fsdp2: bool = True) -> bool:
         """Whether the site's rewrite may be made while ``migrating`` migrate (``fsdp2``:
@@ -231,15 +258,23 @@ class _Run:
         if site.requirement == "ALWAYS":
             return True
         if site.requirement == "ANY":
-            return bool(migrating & self.reach(site)) or (
-                fsdp2
-                and self.fsdp2_models
-                and self.reach.fsdp2(site)
-                and site.target is not Target.MODEL_STATE
-            )
+            return self.meets(site, migrating, fsdp2 and site.target is not Target.MODEL_STATE)
         if site.requirement == "RUN":
             return bool(self.reach(site)) and self.reach(site) <= migrating
         return bool(site.reach.ties) and site.reach.ties <= migrating
+
+    def meets(self, site: Site, migrating: set[str], fsdp2: bool = True) -> bool:
+        """Whether a model of ``migrating`` may meet the site (its own models, or, untied or
+        opaque, those its program may run), or (``fsdp2``) an FSDP2 model the program has."""
+        return bool(migrating & self.models(site)) or (
+            fsdp2 and self.fsdp2_models and self.reach.fsdp2(site)
+        )
+
+    def models(self, site: Site) -> frozenset[str]:
+        """The constructors whose models may meet the site: its own, and, untied or opaque,
+        those its program may run."""
+        ties = site.reach.ties
+        return ties | self.reach(site) if site.reach.opaque or not ties else ties
 
     def held_by(self, site: Site) -> frozenset[str]:
         """The constructors a site that stays keeps on FSDP1: its models, or, untied, every
@@ -305,6 +340,8 @@ class _Run:
             )
         if site.forms.rewrite is None or site.requirement == "NEVER":
             return Reason("")
+        if site.key in self.spare:  # right as it is on the models that meet it
+            return self._staying(site, self.models(site))
         if self.allowed(site, self.migrating, fsdp2=False):
             return self._group_reason(site)
         return self._requirement_reason(site, reached)
@@ -343,14 +380,8 @@ class _Run:
         return Reason(f"it goes with FSDP1 code that stays: {listed}")
 
     def _requirement_reason(self, site: Site, reached: list[Site]) -> Reason:
-        staying = [
-            self.by_id[c]
-            for c in sorted(site.reach.ties)
-            if c not in self.migrating and c in self.by_id
-        ]
-        if site.requirement == "MODELS" and staying:
-            listed = _list(f"FSDP(...) at {_at(site, c)}" for c in staying)
-            return Reason(f"{_MODEL_STAYS}: {listed}", model_stays=True)
+        if site.requirement == "MODELS" and (site.reach.ties & self.by_id.keys()) - self.migrating:
+            return self._staying(site, site.reach.ties)
         if site.requirement != "RUN":
             return Reason("rewritten only together with the rest of its block, which stays")
         if not self.constructors:
@@ -362,6 +393,12 @@ class _Run:
         causes = [c for c in held if c.forms.rewrite is None or self._held_by_ties(c)]
         listed = _list(f"FSDP(...) at {_at(site, c)}" for c in (causes or held))
         return Reason(f"FSDP1 models remain in this run, and this one may be any of them: {listed}")
+
+    def _staying(self, site: Site, models: frozenset[str]) -> Reason:
+        """``models`` (those the run has) stay FSDP1, so the site does."""
+        staying = [self.by_id[c] for c in sorted((models & self.by_id.keys()) - self.migrating)]
+        listed = _list(f"FSDP(...) at {_at(site, c)}" for c in staying)
+        return Reason(f"{_MODEL_STAYS}: {listed}", model_stays=True)
 
     def _held_by_ties(self, constructor: Site) -> bool:
         return any(

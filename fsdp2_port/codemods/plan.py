@@ -7,7 +7,10 @@ the whole run at once, whole models or nothing:
 - a constructor migrates when it can be rewritten and no site tied to its model is blocked;
 - a site tied to a model (``ties``) is rewritten exactly when all its models migrate
   (``MODELS``); a tied site that cannot be rewritten keeps its models on FSDP1;
-- a site whose rewrite is right under FSDP1 and FSDP2 alike is always rewritten (``ALWAYS``);
+- a site whose rewrite is right under FSDP1 and FSDP2 alike (``ALWAYS``) is rewritten where a
+  migrating model (or an FSDP2 one) may meet it, or no constructor of the run does (its models
+  come from elsewhere); where only models that stay meet it, the original is right and stays
+  (``Scope``'s holds aside); a BF16 optimizer's fix (F2P009) is made whatever its models;
 - a site that cannot be tied to any model follows the run (``RUN``): rewritten only when every
   FSDP1 constructor of the run migrates (and there is one), since its model may come from any;
   kept, it holds every constructor of the run (``holds``): none may migrate under it;

@@ -12,7 +12,7 @@ from fsdp2_port.codemods.analysis import FileAnalysis, Source
 from fsdp2_port.codemods.decide import decide
 from fsdp2_port.codemods.options import Options
 from fsdp2_port.codemods.plan import FilePlan, Position, Rewrite, Site, made
-from fsdp2_port.codemods.refs import UNKNOWN, Built, Passed, Returned
+from fsdp2_port.codemods.refs import UNKNOWN, Built, Optimizer, Passed, Returned
 from fsdp2_port.codemods.semantic.modules import RunModules
 
 FSDP = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
@@ -207,13 +207,16 @@ def test_parameters_other_files_may_pass_wait_for_the_run():
 
 
 # -- the decision -------------------------------------------------------------------------------
-def site(index: int, *, constructor=None, ties=(), requirement="NEVER", rewrite=True, groups=()):
+def site(
+    index: int, *, constructor=None, ties=(), requirement="NEVER", rewrite=True, groups=(), **facts
+):
     return made(
         Site("F2P000", Position("p.py", index, 1, 0, 0, 0, ""), "", requirement, index=index),
         rewrite=Rewrite([], "") if rewrite else None,
         ties=frozenset(ties),
         groups=frozenset(groups),
         constructor=constructor,
+        **facts,
     )
 
 
@@ -232,11 +235,34 @@ def test_whole_models_or_nothing():
     decisions = decide([plan])
     assert decisions.migrating == set(), "A is blocked through the group, B by its site"
     assert not decisions.run_migrates
-    assert decisions.rewritten == {("p.py", 5)}
+    assert decisions.rewritten == set(), "5's form is right on any model, but none migrates"
     plan.sites = plan.sites[:3] + plan.sites[4:6]
     decisions = decide([plan])
     assert decisions.migrating == {"A", "B"} and decisions.run_migrates
     assert decisions.rewritten == {("p.py", i) for i in (0, 1, 2, 4, 5)}
+
+
+def test_a_form_right_on_any_model_goes_only_where_a_migrating_model_meets_it():
+    plan = FilePlan("p.py")
+    plan.sites = [
+        site(0, constructor="A"),
+        site(1, constructor="B"),
+        site(2, ties={"B"}, requirement="MODELS", rewrite=False),  # keeps B on FSDP1
+        site(3, ties={"A"}, requirement="ALWAYS", opaque=False),
+        site(4, ties={"B"}, requirement="ALWAYS", opaque=False),  # only B meets it: spare
+        site(5, ties={"B"}, requirement="ALWAYS", about_optimizer=True, optimizers={Optimizer("")}),
+        site(6, ties={"B"}, requirement="ALWAYS", opaque=False, groups={"g"}),
+        site(7, ties={"A"}, requirement="MODELS", groups={"g"}),  # needs 6 with it
+        site(8, ties={"B"}, requirement="ALWAYS"),  # opaque: any model of the run may meet it
+    ]
+    decisions = decide([plan])
+    assert decisions.migrating == {"A"}
+    assert decisions.rewritten == {("p.py", i) for i in (0, 3, 5, 6, 7, 8)}
+    reason = decisions.reasons[("p.py", 4)]
+    assert reason.model_stays and reason.text == "its model stays FSDP1: FSDP(...) at line 1"
+    plan.sites = [site(0, requirement="ALWAYS")]  # no constructor: its models come from elsewhere
+    plan.fsdp1_or_port = True
+    assert decide([plan]).rewritten == {("p.py", 0)}
 
 
 def test_ties_follow_tuple_unpacking_of_a_builder():

@@ -88,6 +88,7 @@ def _drop_config_binding(walk: Walk, arg: calls.Argument | None, group: frozense
         ),
         "ALWAYS",
         groups=group,
+        quiet=True,  # a value only: its call's marker says why it stays
     )
 
 

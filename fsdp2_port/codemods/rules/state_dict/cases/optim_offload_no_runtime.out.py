@@ -1,6 +1,5 @@
 # fixture: no-runtime-dependency
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
 
 def build(module):
@@ -20,9 +19,5 @@ def save(module, optimizer):
 
 
 def load(model, optimizer, osd):
-    set_optimizer_state_dict(
-        model,
-        optimizer,
-        osd,
-        options=StateDictOptions(full_state_dict=True),
-    )
+    # TODO(fsdp2-port): F2P008 kept: FSDP.optim_state_dict_to_load(...) (its model stays FSDP1: FSDP(...) at line 6)
+    optimizer.load_state_dict(FSDP.optim_state_dict_to_load(model, optimizer, osd))

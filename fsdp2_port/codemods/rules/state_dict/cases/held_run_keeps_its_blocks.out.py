@@ -1,0 +1,29 @@
+"""LOCAL_STATE_DICT has no FSDP2 form and may meet any model here, so the run's model stays
+FSDP1; the blocks that would take a form right on either stay as they are with it, marked."""
+from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def local(model):
+    # TODO(fsdp2-port): F2P008 LOCAL_STATE_DICT has no FSDP2 form: save the sharded state dict with DCP instead (it may act on any model of this run: they all stay FSDP1 until it is ported)
+    with FSDP.state_dict_type(model, StateDictType.LOCAL_STATE_DICT):
+        return model.state_dict()
+
+
+def runtime(model, kind):
+    # TODO(fsdp2-port): F2P008 kept: an FSDP1 state-dict block (its model stays FSDP1: FSDP(...) at line 24)
+    with FSDP.state_dict_type(model, kind):
+        return model.state_dict()
+
+
+def full(model):
+    config = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+    # TODO(fsdp2-port): F2P008 kept: FSDP.state_dict_type(...) block (its model stays FSDP1: FSDP(...) at line 24)
+    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, config):
+        # TODO(fsdp2-port): F2P008 kept: an FSDP1 state-dict call (its model stays FSDP1: FSDP(...) at line 24)
+        return model.state_dict()
+
+
+def build(module):
+    # TODO(fsdp2-port): F2P002 FSDP(...) left as is (its model stays FSDP1 because of F2P008 at line 8 (it may act on any model here))
+    return FSDP(module)
