@@ -339,12 +339,12 @@ FILE_RUNNERS = NameList(
 COLLECTIVES = NameList(
     "collectives",
     "torch-api",
-    "torch.distributed's collectives that combine a tensor across ranks",
+    "torch.distributed's collectives that combine or copy a tensor across ranks",
     tuple(
         f"torch.distributed.{name}"
         for name in words(
             "all_reduce all_reduce_coalesced reduce reduce_scatter reduce_scatter_tensor "
-            "all_gather all_gather_into_tensor"
+            "all_gather all_gather_into_tensor broadcast"
         )
     ),
 )

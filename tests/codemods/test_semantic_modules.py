@@ -313,9 +313,9 @@ def test_what_functions_do_with_their_arguments_is_followed_through_calls(tmp_pa
         },
     )
     effects = graph.effects
-    assert effects["pkg.comm.reduce"] == {0: {"reduce"}}
-    assert effects["pkg.comm.average"] == {0: {"reduce"}}
-    assert effects["pkg.adapter.Adapter.step"] == {0: {"reduce"}}, "two calls down"
+    assert effects["pkg.comm.reduce"] == {0: {"collective"}}
+    assert effects["pkg.comm.average"] == {0: {"collective"}}
+    assert effects["pkg.adapter.Adapter.step"] == {0: {"collective"}}, "two calls down"
     assert effects["pkg.adapter.groups"] == {0: {"shape", "storage"}}
     assert "pkg.adapter.plain" not in effects
     assert "pkg.adapter.encode" not in effects

@@ -5,7 +5,8 @@ name: ``pkg.comm.reduce``, ``pkg.opt.Adapter.step``) and each argument position 
 first is the one after ``self``), the effects the code reached from it may have on the value
 passed there, or on a value computed from it:
 
-- ``"reduce"``: it goes into a collective of ``torch.distributed`` (``all_reduce``...);
+- ``"collective"``: it goes into a collective of ``torch.distributed`` (``all_reduce``,
+  ``broadcast``, ``all_gather``...);
 - ``"shape"``: a tensor's shape is read from it (``.ndim``, ``.shape``, ``.dim()``,
   ``.size()``, ``.numel()``: of it, of its ``parameters()``, of its elements);
 - ``"storage"``: its storage is read (``untyped_storage()``, ``storage()``, ``data_ptr()``).
@@ -323,7 +324,7 @@ class _Reader:
             if callee:
                 self.callees.add(callee)
             if callee in COLLECTIVES:
-                self.uses += [("reduce", _names(a)) for a in _tensors(node)]
+                self.uses += [("collective", _names(a)) for a in _tensors(node)]
             elif callee:
                 for position, argument in enumerate(node.args):
                     if isinstance(argument, ast.Starred):
@@ -384,7 +385,7 @@ class _Reader:
             effects = {
                 kind
                 for kind, names in self.uses
-                if not names.isdisjoint(computed if kind == "reduce" else parts)
+                if not names.isdisjoint(computed if kind == "collective" else parts)
             }
             hands = {(c, p) for c, p, names in self.calls if not names.isdisjoint(computed)}
             yield position, effects, hands

@@ -37,19 +37,24 @@ from ...assumed import Assumed, either_way
 from . import returned
 
 _ALL_REDUCE = "torch.distributed.all_reduce"
-#: The collectives a model's parameters may be handed to by hand.
-_ON_PARAMETERS = frozenset({*COLLECTIVES.members, "torch.distributed.broadcast"})
 _MESSAGE = (
     "gradients all-reduced by hand: under FSDP2 they are DTensors, whose norms are already "
     "global and which dist.all_reduce refuses; use fsdp2_port.global_grad_norm(model.parameters())"
 )
 _THROUGH = (
-    "gradients handed to {}, which all-reduces what it is given (in its own code or further "
-    "down): under FSDP2 gradients are DTensors, already reduced over the mesh, which "
-    "dist.all_reduce refuses; for a norm use fsdp2_port.global_grad_norm(model.parameters())"
+    "gradients handed to {}, which hands what it is given to a torch.distributed collective "
+    "(in its own code or further down): under FSDP2 gradients are DTensors, already reduced "
+    "over the mesh, which c10d refuses; for a norm use "
+    "fsdp2_port.global_grad_norm(model.parameters())"
 )
 _PARAMETERS = (
     "parameters of {} handed to {} by hand: under FSDP2 they are DTensors, which c10d "
+    "refuses; hand it their local shards (to_local()) or full tensors (full_tensor()), as the "
+    "program needs"
+)
+_PARAMETERS_THROUGH = (
+    "parameters of {} handed to {}, which hands what it is given to a torch.distributed "
+    "collective (in its own code or further down): under FSDP2 they are DTensors, which c10d "
     "refuses; hand it their local shards (to_local()) or full tensors (full_tensor()), as the "
     "program needs"
 )
@@ -77,7 +82,8 @@ class GradReduceRule:
                 "(an all-reduce of the gradients themselves is left alone); any other all-reduce "
                 "of a norm a clip returns (another op, not squared, a method tied by its name); "
                 "a model's parameters handed to a collective by hand (`dist.broadcast(p.data)` "
-                "over `m.parameters()`): it holds its model"
+                "over `m.parameters()`), or to a function of the run that hands them to one, "
+                "however many calls down (`sync(m.parameters())`): it holds its model"
             ),
         ),
     }
@@ -99,7 +105,7 @@ class GradReduceRule:
                     norm = returned.find(analysis, call.args[0], _DEPTH)
                     if norm.source is not None:
                         returned.site(analysis, self.CODE, call, norm)
-            if qualified & _ON_PARAMETERS:
+            if qualified & COLLECTIVES.members:
                 self._parameters(analysis, call)
                 continue
             self._through_call(analysis, call)
@@ -107,28 +113,30 @@ class GradReduceRule:
     def _parameters(self, analysis: FileAnalysis, call: ast.Call) -> None:
         """``dist.broadcast(p.data)`` where ``p`` runs over ``m.parameters()``: marked with
         ``m``'s models, and holds them (every model of its program, untied)."""
-        tensor = call.args[0]
-        if isinstance(tensor, ast.Attribute) and tensor.attr == "data":
-            tensor = tensor.value
-        module = _parameters_of(analysis, tensor)
+        module = _parameters_of(analysis, call.args[0])
         if module is not None:
             callee = analysis.source(call.func)
             what = _PARAMETERS.format(analysis.source(module), callee)
             self._site(analysis, call, [module], what)
 
     def _through_call(self, analysis: FileAnalysis, call: ast.Call) -> None:
-        """``reduce_grads(p.grad)``: a function of the run that all-reduces what it is given,
-        however many calls down (``summaries``), handed gradients: what the direct form
-        would be, gradients themselves included (under FSDP2 they are DTensors, which
-        ``dist.all_reduce`` refuses)."""
+        """``reduce_grads(p.grad)``, ``sync(model.parameters())``: a function of the run that
+        hands what it is given to a collective, however many calls down (``summaries``),
+        handed gradients or a model's parameters: what the direct form would be, gradients
+        themselves included (under FSDP2 both are DTensors, which c10d refuses)."""
         effects = analysis.callee_effects(call)
         for position, argument in enumerate(call.args):
-            if "reduce" not in effects.get(position, ()):
+            if "collective" not in effects.get(position, ()):
                 continue
+            callee = analysis.source(call.func)
+            module = _parameters_of(analysis, argument)
+            if module is not None:
+                what = _PARAMETERS_THROUGH.format(analysis.source(module), callee)
+                self._site(analysis, call, [module], what)
+                return
             found = _Gradients(analysis)
             found.follow(argument, _DEPTH)
             if found.read and not found.dtensor_aware:
-                callee = analysis.source(call.func)
                 self._site(analysis, call, found.modules, _THROUGH.format(callee))
                 return
 
@@ -209,8 +217,14 @@ class _Gradients:
 
 
 def _parameters_of(analysis: FileAnalysis, tensor: ast.expr) -> ast.expr | None:
-    """``m`` when ``tensor`` is the variable of a loop over ``m.parameters()`` (or the
-    parameter of ``m.named_parameters()``), bound nowhere else."""
+    """``m`` when ``tensor`` is ``m.parameters()`` itself, or (its ``.data``) the variable of
+    a loop over ``m.parameters()`` (or the parameter of ``m.named_parameters()``), bound
+    nowhere else."""
+    if isinstance(tensor, ast.Attribute) and tensor.attr == "data":
+        tensor = tensor.value
+    if _iterates_parameters(analysis, tensor):
+        assert isinstance(tensor, ast.Call) and isinstance(tensor.func, ast.Attribute)
+        return tensor.func.value
     if not isinstance(tensor, ast.Name):
         return None
     bindings = analysis.names.bindings_of(tensor)
@@ -222,11 +236,19 @@ def _parameters_of(analysis: FileAnalysis, tensor: ast.expr) -> ast.expr | None:
     if not isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)):
         return None
     iterator = loop.iter
-    if not (isinstance(iterator, ast.Call) and isinstance(iterator.func, ast.Attribute)):
+    if not _iterates_parameters(analysis, iterator):
         return None
-    if not analysis.assumed.takes(PARAMETER_ITERATORS, iterator.func.attr, iterator):
-        return None
+    assert isinstance(iterator, ast.Call) and isinstance(iterator.func, ast.Attribute)
     return iterator.func.value
+
+
+def _iterates_parameters(analysis: FileAnalysis, value: ast.expr) -> bool:
+    """``m.parameters()`` (or another of ``PARAMETER_ITERATORS``)."""
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and analysis.assumed.takes(PARAMETER_ITERATORS, value.func.attr, value)
+    )
 
 
 def _activation(analysis: FileAnalysis, tensor: ast.expr) -> bool:
