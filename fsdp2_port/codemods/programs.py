@@ -304,7 +304,9 @@ class _Run:
                 lines = _reads_of(tree, owner.name)
                 if not all(_within(owner, line) for line in lines):
                     return False
-            elif not self._imports_elsewhere(reader, tree, owner.name):
+            elif not (
+                self._imports_elsewhere(reader, tree, owner.name) or _own_name(tree, owner.name)
+            ):
                 return False
         return True
 
@@ -345,6 +347,8 @@ class _Run:
                 tree = self.tree(reader)
                 if tree is None:
                     return False
+                if reader != home and _own_name(tree, function.name):
+                    continue  # its reads are of its own function or class
                 todo += [
                     (reader, _module_function(tree, r)) for r in _reads_of(tree, function.name)
                 ]
@@ -473,6 +477,27 @@ def _readers_of(tree: ast.Module, name: str) -> list[str | None]:
     return [known[line] for line in _reads_of(tree, name)]
 
 
+def _own_name(tree: ast.Module, name: str) -> bool:
+    """``tree`` defines a function or class ``name`` at module level, imports nothing so
+    named, and spells it only as a name: Python finds its own definition for each read."""
+    if not any(
+        isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and s.name == name
+        for s in tree.body
+    ):
+        return False
+    return not any(
+        (isinstance(n, ast.Attribute) and n.attr == name)
+        or (isinstance(n, ast.Constant) and isinstance(n.value, str) and _named(n.value) == name)
+        or (isinstance(n, ast.alias) and name in (n.name.rsplit(".", 1)[-1], n.asname))
+        for n in trees.nodes(tree, ast.Attribute, ast.Constant, ast.alias)
+    )
+
+
+def _named(text: str) -> str:
+    """The name a string may spell: after its last ``.`` or ``:`` (``"pkg.mod:main"``)."""
+    return re.split(r"[.:]", text)[-1]
+
+
 def _reads_of(tree: ast.Module, name: str) -> list[int]:
     """The lines of ``tree`` that read ``name`` (a name, an attribute, a string naming it, an
     import under another name)."""
@@ -496,7 +521,7 @@ def _read_index(tree: ast.Module) -> dict[str, set[int]]:
             elif isinstance(node, ast.Attribute):
                 found[node.attr].add(node.lineno)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                found[re.split(r"[.:]", node.value)[-1]].add(node.lineno)
+                found[_named(node.value)].add(node.lineno)
             elif isinstance(node, ast.alias) and node.asname:
                 found[node.name].add(node.lineno)
         _READ_INDEXES[tree] = found
