@@ -26,18 +26,22 @@ class Across:
     """What the other files of a run take without FSDP1, once each file's rewrites are made
     (``accepting``): ``functions``, by qualified name; ``attributes``, per attribute name, per
     module that reads ``.name`` (``attributes.attribute_loads``), what its every read takes
-    to readers (``(kind, None)`` / ``(kind, key)`` as ``Accepting.takes``)."""
+    to readers (``(kind, None)`` / ``(kind, key)`` as ``Accepting.takes``); ``readers``: some
+    file calls a reader (or an FSDP2 slot that takes either spelling). Without one, a member
+    test is the only read that takes either spelling, and no value is written for it."""
 
     functions: Mapping[str, Accepting] = dataclasses.field(default_factory=dict)
     attributes: Mapping[str, Mapping[str, frozenset[tuple[str, str | None]]]] = dataclasses.field(
         default_factory=dict
     )
+    readers: bool = False
 
     def __or__(self, other: Across) -> Across:
         attributes = {k: dict(v) for k, v in self.attributes.items()}
         for attr, modules in other.attributes.items():
             attributes.setdefault(attr, {}).update(modules)
-        return Across({**self.functions, **other.functions}, attributes)
+        functions = {**self.functions, **other.functions}
+        return Across(functions, attributes, self.readers or other.readers)
 
 
 def _accepting(names: Names, call: ast.Call, accepts: Across) -> Accepting | None:

@@ -72,7 +72,7 @@ def find(names: Names, lines: LineIndex, accepts: Across | None = None) -> list[
 def _concerned(names: Names, accepts: Across) -> bool:
     """The module has FSDP2 code (a reader, or a call of another file's function that takes
     values to readers), or reads or binds an attribute other files' readers read."""
-    shared = accepts.attributes.keys()
+    shared = accepts.attributes.keys() if accepts.readers else frozenset()
     return (
         any(
             _reader_kind(names, call)
@@ -101,8 +101,10 @@ def accepting(names: Names, lines: LineIndex) -> Across:
         taken = frozenset(c for c in _CANDIDATES if walk.attribute_takes(attr, *c))
         if taken:
             attributes[attr] = {names.module_name: taken}
-    if not any(_reader_kind(names, call, alike=False) for call in names.by_type[ast.Call]):
-        return Across({}, attributes)
+    calls = names.by_type[ast.Call]
+    readers = any(_reader_kind(names, call) for call in calls)
+    if not any(_reader_kind(names, call, alike=False) for call in calls):
+        return Across({}, attributes, readers)
     module = names.scopes[names.tree]
     out = {}
     for name, bindings in module.bindings.items():
@@ -134,4 +136,4 @@ def accepting(names: Names, lines: LineIndex) -> Across:
         if takes:
             positional = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args][skipped:])
             out[f"{names.module_name}.{name}"] = Accepting(positional, takes)
-    return Across(out, attributes)
+    return Across(out, attributes, readers=True)

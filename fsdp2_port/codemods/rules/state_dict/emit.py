@@ -168,7 +168,8 @@ def _pure_site(
         ties=ties,
         deferred=deferred,
         groups=groups,
-        quiet=plain and bool(ties or deferred),
+        # its block's marker (or its model's) says why it stays, unless it names FSDP1 itself
+        quiet=(plain and bool(ties or deferred)) or analysis.fsdp1_name(call.func) is None,
         # no model of the run reaches it: a plain module's state dict
         unknown="" if plain and not ties and deferred and not fsdp1 else None,
     )

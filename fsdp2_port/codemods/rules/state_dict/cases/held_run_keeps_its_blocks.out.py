@@ -20,7 +20,6 @@ def full(model):
     config = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
     # TODO(fsdp2-port): F2P008 kept: FSDP.state_dict_type(...) block (its model stays FSDP1: FSDP(...) at line 24)
     with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, config):
-        # TODO(fsdp2-port): F2P008 kept: an FSDP1 state-dict call (its model stays FSDP1: FSDP(...) at line 24)
         return model.state_dict()
 
 
