@@ -238,11 +238,18 @@ def _builds_anew(ties: Ties, call: ast.Call) -> bool:
     """A call that returns a new object of a class other than FSDP's: a class of this file
     (or a classmethod's ``cls``) with no FSDP base, ``C.from_pretrained(...)``, a function of
     the run every call of which builds one (``summaries``), or a ``CamelCase`` name from
-    elsewhere."""
+    elsewhere; or such a call moved by a method that returns its module
+    (``C(...).cuda(rank)``)."""
     parsed = ties.parsed
     func = call.func
     if call in ties.constructors:
         return False
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Call)
+        and parsed.assumed.takes(RETURNS_SELF, func.attr, call)
+    ):
+        return _builds_anew(ties, func.value)
     if "new" in parsed.callee_effects(call).get(RETURNED, ()):
         return True
     if isinstance(func, ast.Attribute) and parsed.assumed.takes(BUILDERS, func.attr, call):
