@@ -15,7 +15,7 @@ predicates, so they cannot disagree.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from fsdp2_port.codemods.plan import Decisions, FilePlan, Reason, Scope, Site, Target
@@ -47,6 +47,8 @@ _OWN_FILE = (
     "something imports it, the models its own file builds meet this line, so they stay FSDP1 "
     "until it is ported"
 )
+#: A site's ``Site.key``.
+Key = tuple[str, int]
 _NOTHING = {"rewrite": None, "fallback": None, "requirement": "NEVER", "silent": True}
 
 
@@ -196,9 +198,9 @@ class _Run:
         for site in self.others:
             for group in site.groups:
                 self.groups.setdefault(group, []).append(site)
-        self.ok: set[tuple[str, int]] = set()
+        self.ok: set[Key] = set()
         #: Allowed sites that stay: right as they are on the models that meet them (``_spare``).
-        self.spare: set[tuple[str, int]] = set()
+        self.spare: set[Key] = set()
 
     # -- deciding ------------------------------------------------------------------------------
     def settle(self) -> None:
@@ -213,20 +215,29 @@ class _Run:
                 return
             self.migrating -= blocked
 
-    def _allowed_in_groups(self) -> set[tuple[str, int]]:
-        ok = {s.key for s in self.others if self.allowed(s, self.migrating)}
+    def _allowed_in_groups(self) -> set[Key]:
+        allowed = {s.key for s in self.others if self.allowed(s, self.migrating)}
+        ok = self._whole_groups(allowed, lambda keys, kept: not keys <= kept)
+        self.spare = self._spare(ok)
+        return ok - self.spare
+
+    def _whole_groups(
+        self, keys: set[Key], broken: Callable[[set[Key], set[Key]], bool]
+    ) -> set[Key]:
+        """``keys`` less every group that has a member in them and is ``broken(group,
+        kept)``, until no such group is left: a group's sites go together or not at all."""
+        kept = set(keys)
         changed = True
         while changed:
             changed = False
             for members in self.groups.values():
-                keys = {m.key for m in members}
-                if keys & ok and not keys <= ok:
-                    ok -= keys
+                group = {m.key for m in members}
+                if group & kept and broken(group, kept):
+                    kept -= group
                     changed = True
-        self.spare = self._spare(ok)
-        return ok - self.spare
+        return kept
 
-    def _spare(self, ok: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    def _spare(self, ok: set[Key]) -> set[Key]:
         """The allowed sites whose form, right on any model, meets models of the run but no
         migrating one (nor an FSDP2 one): their original is right as it is, so they stay,
         unless a site rewritten with them (their group) is needed. A site no constructor of
@@ -240,15 +251,7 @@ class _Run:
             and self.models(s)
             and not self.meets(s, self.migrating)
         }
-        changed = True
-        while changed:
-            changed = False
-            for members in self.groups.values():
-                keys = {m.key for m in members}
-                if keys & spare and (keys & ok) - spare:
-                    spare -= keys
-                    changed = True
-        return spare
+        return self._whole_groups(spare, lambda group, kept: bool((group & ok) - kept))
 
     def allowed(self, site: Site, migrating: set[str], fsdp2: bool = True) -> bool:
         """Whether the site's rewrite may be made while ``migrating`` migrate (``fsdp2``:

@@ -41,23 +41,22 @@ _MESSAGE = (
     "gradients all-reduced by hand: under FSDP2 they are DTensors, whose norms are already "
     "global and which dist.all_reduce refuses; use fsdp2_port.global_grad_norm(model.parameters())"
 )
+#: What a function of the run does with what it is given, found by the summaries.
+_HANDS_ON = (
+    "which hands what it is given to a torch.distributed collective (in its own code or further "
+    "down)"
+)
 _THROUGH = (
-    "gradients handed to {}, which hands what it is given to a torch.distributed collective "
-    "(in its own code or further down): under FSDP2 gradients are DTensors, already reduced "
-    "over the mesh, which c10d refuses; for a norm use "
+    "gradients handed to {}, " + _HANDS_ON + ": under FSDP2 gradients are DTensors, already "
+    "reduced over the mesh, which c10d refuses; for a norm use "
     "fsdp2_port.global_grad_norm(model.parameters())"
 )
-_PARAMETERS = (
-    "parameters of {} handed to {} by hand: under FSDP2 they are DTensors, which c10d "
-    "refuses; hand it their local shards (to_local()) or full tensors (full_tensor()), as the "
-    "program needs"
+_REFUSED = (
+    "under FSDP2 they are DTensors, which c10d refuses; hand it their local shards (to_local()) "
+    "or full tensors (full_tensor()), as the program needs"
 )
-_PARAMETERS_THROUGH = (
-    "parameters of {} handed to {}, which hands what it is given to a torch.distributed "
-    "collective (in its own code or further down): under FSDP2 they are DTensors, which c10d "
-    "refuses; hand it their local shards (to_local()) or full tensors (full_tensor()), as the "
-    "program needs"
-)
+_PARAMETERS = "parameters of {} handed to {} by hand: " + _REFUSED
+_PARAMETERS_THROUGH = "parameters of {} handed to {}, " + _HANDS_ON + ": " + _REFUSED
 #: How many names and helpers deep a reduced value is followed back.
 _DEPTH = 4
 
