@@ -40,10 +40,15 @@ def may_reach(names: Names, lines: LineIndex, target: ast.AST, use: ast.AST) -> 
     )
 
 
-def between(names: Names, statement: ast.stmt, use: ast.AST) -> list[ast.stmt] | None:
+def between(
+    names: Names, statement: ast.stmt, use: ast.AST, branches: bool = False
+) -> list[ast.stmt] | None:
     """The statements a run passes from ``statement`` to ``use``, the one that holds ``use``
-    last, when both are in one block and ``statement`` comes first, or ``statement`` ends a
-    ``with`` body that does (``with init_empty_weights(): m = C()``); None otherwise."""
+    last, when both are in one block and ``statement`` comes first, or ``statement`` is in a
+    ``with`` body (``with init_empty_weights(): m = C()``), or, with ``branches``, a branch of
+    an ``if`` (``if big: m = A() else: m = B()``), that does: the rest of that body comes
+    first; None otherwise. (A run that skips the branch passes nothing of it: ``branches``
+    suits a caller that reads every binding reaching ``use``.)"""
     passed: list[ast.stmt] = []
     while True:
         child: ast.AST = use
@@ -55,9 +60,13 @@ def between(names: Names, statement: ast.stmt, use: ast.AST) -> list[ast.stmt] |
                 return passed + block[first + 1 : last + 1] if first < last else None
             child = owner
         around = names.parent.get(statement)
-        if not isinstance(around, (ast.With, ast.AsyncWith)):
+        if not isinstance(around, (ast.With, ast.AsyncWith, ast.If)) or (
+            isinstance(around, ast.If) and not branches
+        ):
             return None
-        passed += around.body[around.body.index(statement) + 1 :]
+        body = _block_of(around, statement)
+        assert body is not None
+        passed += body[body.index(statement) + 1 :]
         statement = around
 
 

@@ -220,3 +220,18 @@ def test_between_lists_what_a_run_passes_from_a_statement_to_a_read(
     )
     found = flow.between(names, statement, read)
     assert (None if found is None else [ast.unparse(s) for s in found]) == expected
+
+
+def test_between_steps_out_of_a_branch_only_when_asked():
+    """A run that takes the branch passes the rest of it, then what follows the ``if``."""
+    tree = ast.parse("if c1:\n    x = 1\n    f()\nelse:\n    g()\nh()\nuse(x)")
+    names = Names(tree)
+    statement = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign))
+    read = next(
+        n.args[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "use"
+    )
+    assert flow.between(names, statement, read) is None
+    found = flow.between(names, statement, read, branches=True)
+    assert [ast.unparse(s) for s in found or ()] == ["f()", "h()", "use(x)"]

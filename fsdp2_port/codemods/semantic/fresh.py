@@ -50,16 +50,29 @@ def is_fresh(ties: Ties, expr: ast.AST) -> bool:
 
 
 def _fresh_name(ties: Ties, read: ast.Name) -> list[ast.stmt] | None:
-    """The statements from ``x = C(...)`` to the read, when ``x`` is fresh there."""
+    """The statements from each ``x = C(...)`` that reaches the read to it (one per branch
+    of an ``if``: ``if big: x = A() else: x = B()``), when ``x`` is fresh there."""
     reaching = ties.reaching(read)
-    if len(reaching) != 1 or reaching[0].kind != "assign":
+    if not reaching:
         return None
-    statement = ties.parsed.names.parent.get(reaching[0].node)
+    paths: list[ast.stmt] = []
+    for binding in reaching:
+        path = _from_binding(ties, binding.node, read) if binding.kind == "assign" else None
+        if path is None:
+            return None
+        paths += path
+    return paths
+
+
+def _from_binding(ties: Ties, target: ast.AST, read: ast.Name) -> list[ast.stmt] | None:
+    """The statements from ``x = C(...)`` (the binding ``target``) to the read, when the
+    object it builds is still fresh there."""
+    statement = ties.parsed.names.parent.get(target)
     if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)):
         return None
     if not _builds_anew(ties, statement.value):
         return None
-    path = flow.between(ties.parsed.names, statement, read)
+    path = flow.between(ties.parsed.names, statement, read, branches=True)
     if path is None:
         return None
     nodes = list(_before(ties, path, read))
