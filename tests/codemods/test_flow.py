@@ -210,28 +210,27 @@ def test_a_parameter_reaches_until_every_path_binds_it_again(name: str) -> None:
 def test_between_lists_what_a_run_passes_from_a_statement_to_a_read(
     code: str, expected: list[str] | None
 ) -> None:
-    tree = ast.parse(code)
-    names = Names(tree)
-    statement = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign))
-    read = next(
-        n.args[0]
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "use"
-    )
-    found = flow.between(names, statement, read)
+    found = flow.between(*_binding_and_read(code))
     assert (None if found is None else [ast.unparse(s) for s in found]) == expected
 
 
 def test_between_steps_out_of_a_branch_only_when_asked():
     """A run that takes the branch passes the rest of it, then what follows the ``if``."""
-    tree = ast.parse("if c1:\n    x = 1\n    f()\nelse:\n    g()\nh()\nuse(x)")
-    names = Names(tree)
+    names, statement, read = _binding_and_read(
+        "if c1:\n    x = 1\n    f()\nelse:\n    g()\nh()\nuse(x)"
+    )
+    assert flow.between(names, statement, read) is None
+    found = flow.between(names, statement, read, branches=True)
+    assert [ast.unparse(s) for s in found or ()] == ["f()", "h()", "use(x)"]
+
+
+def _binding_and_read(code: str) -> tuple[Names, ast.Assign, ast.expr]:
+    """The names of ``code``, its assignment and the argument of its ``use(...)``."""
+    tree = ast.parse(code)
     statement = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign))
     read = next(
         n.args[0]
         for n in ast.walk(tree)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "use"
     )
-    assert flow.between(names, statement, read) is None
-    found = flow.between(names, statement, read, branches=True)
-    assert [ast.unparse(s) for s in found or ()] == ["f()", "h()", "use(x)"]
+    return Names(tree), statement, read
