@@ -131,7 +131,8 @@ def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
         return None
     if site.requirement == "ANY":
         return None  # a form right on any model, not needed: no model of the run migrates
-    if site.marking is Marking.FSDP1_ONLY and not decisions.migrating:
+    stays_with_its_models = reason.model_stays and site.constructor is None
+    if (site.marking is Marking.FSDP1_ONLY or stays_with_its_models) and not decisions.migrating:
         return None  # right while its models stay FSDP1, and every model of the run does
     if site.scope is Scope.BEHIND_TEST and not site.reach.ties:
         return None  # FSDP1 code behind an FSDP1 type test: no FSDP2 model gets there

@@ -11,9 +11,10 @@ bug there does not hide here too.
   ``fully_shard_like_fsdp1``, an ``FSDPModule`` test, ``fsdp2_port.clip_grad_norm_``,
   ``fsdp2_port.BF16Optimizer``) on a model an FSDP1 constructor (or a subclass of FSDP1
   defined in the file) builds;
-- unmarked: an FSDP1 name (configuration values aside), or an FSDP1-only call (``no_sync``,
-  ``clip_grad_norm_``, ``summon_full_params``, ``check_is_root``) or attribute (``_handle``,
-  ``_flat_param``, ...) on a model FSDP2 builds, in a statement without a marker;
+- unmarked: an FSDP1-only call (``no_sync``, ``clip_grad_norm_``, ``summon_full_params``,
+  ``check_is_root``) or attribute (``_handle``, ``_flat_param``, ...) on a model FSDP2 builds,
+  in a statement without a marker; an FSDP1 name (configuration values aside) or type test
+  without one, counted only in a run where a model migrated (``run_unmarked``);
 - ``untied_fsdp2``: FSDP2-only APIs on models of unknown origin (half-migrated when FSDP1
   constructors remain in the same run; see ``run_problems``).
 
@@ -63,6 +64,9 @@ class Audit:
     #: FSDP1 type tests and annotations left unmarked: right while every model of the run
     #: stays FSDP1 (``unmarked`` of the run counts them only when a model migrated).
     unmarked_type_tests: list[str] = field(default_factory=list)
+    #: Other FSDP1 names left unmarked: right, too, while every model of the run stays FSDP1
+    #: (a state-dict block on a model a blocker keeps), counted the same way.
+    unmarked_names: list[str] = field(default_factory=list)
     untied_fsdp2: list[str] = field(default_factory=list)
 
 
@@ -90,13 +94,14 @@ def audit(
 
 
 def run_unmarked(before: Mapping[str, Audit], after: Mapping[str, Audit]) -> list[str]:
-    """FSDP1 uses left without a marker in a run; its type tests only if a model migrated."""
+    """FSDP1 uses left without a marker in a run; its FSDP1 names and type tests only if a
+    model migrated (while every model stays FSDP1 they are right as they are)."""
     out = [p for audit in after.values() for p in audit.unmarked]
     migrated = sum(x.constructors for x in before.values()) > sum(
         x.constructors for x in after.values()
     )
     if migrated:
-        out += [p for audit in after.values() for p in audit.unmarked_type_tests]
+        out += [p for x in after.values() for p in (*x.unmarked_names, *x.unmarked_type_tests)]
     return out
 
 
@@ -257,7 +262,7 @@ class _Reader:
         if self._in_type_test(node):
             report.unmarked_type_tests.append(f"{where}: FSDP1 type test without a marker")
         else:
-            report.unmarked.append(f"{where}: FSDP1 name {name} without a marker")
+            report.unmarked_names.append(f"{where}: FSDP1 name {name} without a marker")
 
     def _string_annotations(self) -> Iterator[tuple[ast.expr, ast.Constant]]:
         for node in self.s.nodes:

@@ -379,6 +379,9 @@ class _Run:
             and s.groups & site.groups
             and not self.allowed(s, self.migrating, fsdp2=False)
         ]
+        if partners and all(self.reason(p).model_stays for p in partners):
+            # they stay only because their models do: so does the site, with them
+            return self._staying(site, frozenset().union(*(self.models(p) for p in partners)))
         listed = _list(f"{p.code} at {_at(site, p)}" for p in partners)
         return Reason(f"it goes with FSDP1 code that stays: {listed}")
 

@@ -157,10 +157,10 @@ def test_an_alias_names_an_fsdp1_name_too():
         "hook = _runtime_utils._post_backward_hook\n"
         "hook(state, handle)\n",
     )
-    assert [f.split(": ", 1)[1] for f in found.unmarked] == [
+    assert [f.split(": ", 1)[1] for f in found.unmarked_names] == [
         "FSDP1 name _runtime_utils._post_backward_hook without a marker"
     ]
-    assert lines_of(found.unmarked) == [4]
+    assert lines_of(found.unmarked_names) == [4]
 
 
 def lines_of(found: list[str]) -> list[int]:
@@ -419,10 +419,14 @@ def test_fsdp1_names_without_a_marker_are_unmarked():
             pass
         """
     )
-    assert [f.split(": ", 1)[1] for f in found.unmarked] == [
+    assert [f.split(": ", 1)[1] for f in found.unmarked_names] == [
         "FSDP1 name FullyShardedDataParallel.full_optim_state_dict without a marker"
     ]
-    assert lines(found.unmarked) == [1]
+    assert lines(found.unmarked_names) == [1]
+    # right while every model stays FSDP1: counted only in a run where one migrated
+    before, after = {"x.py": Audit(constructors=1)}, {"x.py": found}
+    assert len(run_unmarked(before, after)) == 1
+    assert run_unmarked(after, after) == []
 
 
 def test_type_tests_are_counted_apart_and_only_when_a_model_migrated():
@@ -446,7 +450,7 @@ def test_type_tests_are_counted_apart_and_only_when_a_model_migrated():
 
 def test_an_fsdp1_constructor_in_an_annotated_assignment_is_not_a_type_test():
     found = read("model: torch.nn.Module = FSDP(net)\n")
-    assert lines(found.unmarked) == [1]
+    assert lines(found.unmarked_names) == [1]
     assert found.unmarked_type_tests == []
 
 

@@ -1,5 +1,6 @@
 """check_is_root may meet any model here and has no FSDP2 form: every model stays FSDP1, and
-the calls that would take a form right on either stay as they are with them, marked."""
+the calls that would take a form right on either stay as they are with them, unmarked while
+no model of the run migrates (the constructor's marker and check_is_root's say why)."""
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 

@@ -1,5 +1,6 @@
 """LOCAL_STATE_DICT has no FSDP2 form and may meet any model here, so the run's model stays
-FSDP1; the blocks that would take a form right on either stay as they are with it, marked."""
+FSDP1; the blocks that would take a form right on either stay as they are with it, unmarked
+while no model of the run migrates (the constructor's marker and LOCAL's say why)."""
 from torch.distributed.fsdp import FullStateDictConfig, StateDictType
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 

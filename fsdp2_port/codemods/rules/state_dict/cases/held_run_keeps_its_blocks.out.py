@@ -1,5 +1,6 @@
 """LOCAL_STATE_DICT has no FSDP2 form and may meet any model here, so the run's model stays
-FSDP1; the blocks that would take a form right on either stay as they are with it, marked."""
+FSDP1; the blocks that would take a form right on either stay as they are with it, unmarked
+while no model of the run migrates (the constructor's marker and LOCAL's say why)."""
 from torch.distributed.fsdp import FullStateDictConfig, StateDictType
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
@@ -11,18 +12,16 @@ def local(model):
 
 
 def runtime(model, kind):
-    # TODO(fsdp2-port): F2P008 kept: an FSDP1 state-dict block (its model stays FSDP1: FSDP(...) at line 24)
     with FSDP.state_dict_type(model, kind):
         return model.state_dict()
 
 
 def full(model):
     config = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
-    # TODO(fsdp2-port): F2P008 kept: FSDP.state_dict_type(...) block (its model stays FSDP1: FSDP(...) at line 24)
     with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, config):
         return model.state_dict()
 
 
 def build(module):
-    # TODO(fsdp2-port): F2P002 FSDP(...) left as is (its model stays FSDP1 because of F2P008 at line 8 (it may act on any model here))
+    # TODO(fsdp2-port): F2P002 FSDP(...) left as is (its model stays FSDP1 because of F2P008 at line 9 (it may act on any model here))
     return FSDP(module)

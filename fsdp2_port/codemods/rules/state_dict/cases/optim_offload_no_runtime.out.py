@@ -19,5 +19,4 @@ def save(module, optimizer):
 
 
 def load(model, optimizer, osd):
-    # TODO(fsdp2-port): F2P008 kept: FSDP.optim_state_dict_to_load(...) (its model stays FSDP1: FSDP(...) at line 6)
     optimizer.load_state_dict(FSDP.optim_state_dict_to_load(model, optimizer, osd))
