@@ -204,10 +204,8 @@ class _Gradients:
         """``p`` of ``p.grad``: a loop variable over ``m.parameters()`` names ``m``."""
         if isinstance(tensor, ast.Name):
             for binding in self.analysis.names.bindings_of(tensor):
-                loop = self.analysis.names.parent.get(binding.node)
-                while isinstance(loop, ast.Tuple):
-                    loop = self.analysis.names.parent.get(loop)
-                if isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)):
+                loop = _loop_binding(self.analysis, binding.node)
+                if loop is not None:
                     self.follow(loop.iter, depth - 1)
                     if isinstance(loop.iter, ast.Name) and any(
                         b.kind == "param" for b in self.analysis.names.bindings_of(loop.iter)
@@ -221,33 +219,32 @@ def _parameters_of(analysis: FileAnalysis, tensor: ast.expr) -> ast.expr | None:
     nowhere else."""
     if isinstance(tensor, ast.Attribute) and tensor.attr == "data":
         tensor = tensor.value
-    if _iterates_parameters(analysis, tensor):
-        assert isinstance(tensor, ast.Call) and isinstance(tensor.func, ast.Attribute)
-        return tensor.func.value
     if not isinstance(tensor, ast.Name):
-        return None
+        return _iterated_module(analysis, tensor)
     bindings = analysis.names.bindings_of(tensor)
-    if len(bindings) != 1:
-        return None
-    loop = analysis.names.parent.get(bindings[0].node)
+    loop = _loop_binding(analysis, bindings[0].node) if len(bindings) == 1 else None
+    return _iterated_module(analysis, loop.iter) if loop is not None else None
+
+
+def _loop_binding(
+    analysis: FileAnalysis, target: ast.AST
+) -> ast.For | ast.AsyncFor | ast.comprehension | None:
+    """The loop whose variable (or a part of its tuple) ``target`` is."""
+    loop = analysis.names.parent.get(target)
     while isinstance(loop, ast.Tuple):
         loop = analysis.names.parent.get(loop)
-    if not isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)):
-        return None
-    iterator = loop.iter
-    if not _iterates_parameters(analysis, iterator):
-        return None
-    assert isinstance(iterator, ast.Call) and isinstance(iterator.func, ast.Attribute)
-    return iterator.func.value
+    return loop if isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)) else None
 
 
-def _iterates_parameters(analysis: FileAnalysis, value: ast.expr) -> bool:
-    """``m.parameters()`` (or another of ``PARAMETER_ITERATORS``)."""
-    return (
+def _iterated_module(analysis: FileAnalysis, value: ast.expr) -> ast.expr | None:
+    """``m`` of ``m.parameters()`` (or another of ``PARAMETER_ITERATORS``)."""
+    if (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
         and analysis.assumed.takes(PARAMETER_ITERATORS, value.func.attr, value)
-    )
+    ):
+        return value.func.value
+    return None
 
 
 def _activation(analysis: FileAnalysis, tensor: ast.expr) -> bool:
