@@ -273,8 +273,11 @@ class FileAnalysis(ParsedFile):
             ties=ties,
             deferred=deferred,
             fresh=fresh,
-            # with ``known=False`` the FSDP1 code is marked whatever the receiver holds
-            opaque=not known or self.ties.opaque(receiver),
+            # with ``known=False`` the FSDP1 code is marked whatever the receiver holds, and a
+            # form of it is taken with the run's models, whichever reach it
+            opaque=self.ties.opaque(receiver)
+            or (not known and (rewrite is not None or either is not None)),
+            named=not known,
             **{**settled, **details},
         )
 

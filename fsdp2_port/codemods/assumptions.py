@@ -50,7 +50,7 @@ ASSUMPTIONS = {
     "safe-module": "calls into a module that never take a state dict from a model",
     "safe-method": "a method that never takes a state dict from a model",
     "logger-method": "a method that only shows its arguments",
-    "module-walk": "a module method whose iteration has no effect",
+    "module-walk": "a module method walks its parts, with no effect",
     "dict-method": "a method that adds or removes a dict's keys",
     "string-method": "a method that edits a string",
     "shape-attribute": "an attribute or method that reads a tensor's shape",
@@ -616,7 +616,7 @@ LOG_METHODS = NameList(
 MODULE_WALKS = NameList(
     "module-walks",
     "module-walk",
-    "module methods whose iteration is free of effects",
+    "module methods that walk its parts: each element is one (named: with its name)",
     ("modules", "named_modules", "children", "named_children", "parameters", "named_parameters"),
 )
 DICT_GROWING_METHODS = NameList(

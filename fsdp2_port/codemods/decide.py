@@ -38,6 +38,10 @@ _NEVER_RUN = (
     "line names once the run is written; no config names either): it holds no model; port it "
     "before anything uses it"
 )
+_REACHES_NO_MODEL = (
+    "no model of the run reaches it (every value it may act on is followed to where it is "
+    "made): it holds none; port it before one does"
+)
 _IMPORTED_NOWHERE = (
     "in a module no program of this whole program imports once the run is written: it holds "
     "no model; port it before anything imports it"
@@ -93,7 +97,10 @@ def _resolved(site: Site, resolver: Resolver) -> Site:
         )
         if _reaches_nothing(site, resolver, reach.deferred):
             # every value it may hold is followed, none is a model of the run, and none is an
-            # object an FSDP1 constructor of the run wraps (sharded in place under FSDP2)
+            # object an FSDP1 constructor of the run wraps (sharded in place under FSDP2); FSDP1
+            # code spelled out stays marked
+            if reach.named:
+                return site.but(rewrite=None, fallback=None, requirement="NEVER", holds=False)
             return site.but(**_NOTHING, holds=False)
     if site.target is Target.OPTIMIZER:  # no BF16 optimizer reaches it: not our business
         return (
@@ -322,13 +329,9 @@ class _Run:
         """Why a site that stays stays (an empty text when nothing needs saying)."""
         if site.constructor is not None:
             return self._constructor_reason(site)
-        if self.untied_hold(site) and self.reach.never_runs(site):
-            if not self.reach.imported_nowhere(site):
-                return Reason(_NEVER_RUN)
-            if not self.own_file(site):
-                return Reason(_IMPORTED_NOWHERE)
-            if site.forms.rewrite is None:
-                return Reason(_OWN_FILE)
+        unreached = self._unreached_reason(site)
+        if unreached is not None:
+            return unreached
         reached = [c for c in self.constructors if c.constructor in self.reach(site)]
         if (
             self.holds_run(site)
@@ -348,6 +351,20 @@ class _Run:
         if self.allowed(site, self.migrating, fsdp2=False):
             return self._group_reason(site)
         return self._requirement_reason(site, reached)
+
+    def _unreached_reason(self, site: Site) -> Reason | None:
+        """Why FSDP1 code no model reaches stays: in code no program runs, or on values
+        followed to where they are made, none of them a model."""
+        if self.untied_hold(site) and self.reach.never_runs(site):
+            if not self.reach.imported_nowhere(site):
+                return Reason(_NEVER_RUN)
+            if not self.own_file(site):
+                return Reason(_IMPORTED_NOWHERE)
+            if site.forms.rewrite is None:
+                return Reason(_OWN_FILE)
+        if site.reach.named and site.scope is Scope.NOTHING and site.requirement == "NEVER":
+            return Reason(_REACHES_NO_MODEL)
+        return None
 
     def _constructor_reason(self, site: Site) -> Reason:
         """The sites that keep a constructor that could be rewritten on FSDP1: those that stay

@@ -107,7 +107,8 @@ class Reach:
     the BF16 optimizers it is about; ``opaque``: some value its receiver may hold comes from
     code the analysis does not follow; ``fresh``: its receiver is an object just built;
     ``unknown``: its marker ("" none) when only calls into other files could make it a model
-    and the run ties it to none."""
+    and the run ties it to none; ``named``: it spells FSDP1 code (``FSDP.fsdp_modules(m)``,
+    ``_reshard(m, ...)``), so it is marked whatever its receiver holds."""
 
     ties: frozenset[str] = frozenset()
     deferred: frozenset[Deferred] = frozenset()
@@ -115,6 +116,7 @@ class Reach:
     opaque: bool = True
     fresh: bool = False
     unknown: str | None = None
+    named: bool = False
 
 
 class Marking(Enum):
@@ -202,7 +204,7 @@ class Site:
 
 #: The rules' words for a site's parts (``FileAnalysis.add``'s details, ``Site.but``).
 _FORMS = ("rewrite", "fallback", "either")
-_REACH = ("ties", "deferred", "optimizers", "opaque", "fresh", "unknown")
+_REACH = ("ties", "deferred", "optimizers", "opaque", "fresh", "unknown", "named")
 
 
 def made(site: Site, **facts: Any) -> Site:

@@ -47,6 +47,10 @@ class Passed:
     parameter: str
 
 
+#: What ``copy.deepcopy(x)`` (or ``copy.copy(x)``) at ``id`` makes is ``Returned(id + COPY)``:
+#: it holds ``x``'s models (a copy of an FSDP1 model is one), but it is a new object, made
+#: there (``Resolver.origins``): never one a constructor wraps in place elsewhere.
+COPY = "~copy"
 #: How a method call on an object of no known class is named among a file's ``passes``:
 #: ``DISPATCHED + <the method's name>``.
 DISPATCHED = "."

@@ -274,6 +274,40 @@ def test_ties_follow_tuple_unpacking_of_a_builder():
     assert ties_of(source, "optimizer")[0] == set()
 
 
+def test_ties_follow_a_walk_of_a_models_parts():
+    """A part of a model (``m.modules()``, ``named_modules()``, ``FSDP.fsdp_modules(m)``) is
+    the model's: a site on it is on the model; the walk's names are no model."""
+    source = (
+        "def f(n):\n    model = FSDP(n)\n"
+        "    for unit in FSDP.fsdp_modules(model):\n        unit._handle\n"
+        "    for name, part in model.named_modules():\n        part, name\n"
+        "    for other in [model]:\n        other\n"
+    )
+    assert ties_of(source, "unit")[0] == {"m.py:3:13"}
+    assert ties_of(source, "part")[0] == {"m.py:3:13"}
+    assert ties_of(source, "name") == (set(), set())
+    a = analysis(FSDP + textwrap.dedent(source))
+    assert a.ties.opaque(name_node(a, "other"))  # an element of a list: anything
+
+
+def test_a_copy_holds_the_models_of_what_it_copies_and_is_made_where_it_is():
+    """``copy.deepcopy(x)`` is a new object holding ``x``'s models: its own origin, so an
+    object a constructor wraps later is not it."""
+    from fsdp2_port.codemods.refs import COPY
+    from fsdp2_port.codemods.semantic.resolve import Resolver
+
+    source = (
+        "import copy\n\ndef f(n):\n    ema = copy.deepcopy(n)\n    model = FSDP(n)\n"
+        "    return ema, copy.deepcopy(model)\n"
+    )
+    a = analysis(FSDP + source, "m")
+    ema = a.ties.of(name_node(a, "ema"))
+    assert ema == (set(), {Returned("m.py:5:11" + COPY)})
+    resolver = Resolver([a.finish()])
+    assert resolver.origins(ema[1]) == set(ema[1])
+    assert resolver.models([Returned("m.py:7:17" + COPY)]) == {Built("m.py:6:13")}
+
+
 def test_ties_follow_what_this_file_passes_to_a_helper():
     source = (
         "def clip(model, max_norm):\n    return model.clip_grad_norm_(max_norm)\n\n"

@@ -20,12 +20,39 @@ class FileLinks:
         self.ties = ties
 
     def exports(self) -> dict[str, frozenset[Ref]]:
-        """Qualified names of this file's functions and methods -> what their calls return."""
+        """Qualified names of this file's functions and methods -> what their calls return; its
+        classes' fields, the elements its functions' tuples unpack into, its copies
+        (``refs.COPY``) -> what they hold."""
         out = {
             name: self.ties._returned(function) for name, function in self.ties._exported().items()
         }
         out.update(self._fields())
+        out.update(self._elements())
+        out.update({name: set(self.ties._value(x)) for name, x in self.ties.copies.items()})
         return {k: frozenset(r for r in v if not isinstance(r, Factory)) for k, v in out.items()}
+
+    def _elements(self) -> dict[str, set[Ref]]:
+        """``module.f[i/n]`` -> what element ``i`` of a call of ``f`` holds when unpacked into
+        ``n`` names, for each size ``n`` of a tuple ``f`` returns (``_element``)."""
+        out: dict[str, set[Ref]] = {}
+        for name, function in self.ties._exported().items():
+            if function in self.ties._generators():
+                continue
+            returns = self.ties._returns.get(function, ())
+            for size in {len(r.elts) for r in returns if isinstance(r, ast.Tuple)}:
+                for index in range(size):
+                    out[f"{name}[{index}/{size}]"] = {
+                        ref for value in returns for ref in self._element(value, index, size)
+                    }
+        return out
+
+    def _element(self, value: ast.expr, index: int, size: int) -> set[Ref]:
+        """What element ``index`` of ``n`` takes from one returned ``value``: that element of a
+        tuple of ``n``, nothing of another tuple (it fails to unpack), anything of a value that
+        is not spelled as a tuple."""
+        if not isinstance(value, ast.Tuple) or any(isinstance(e, ast.Starred) for e in value.elts):
+            return {UNKNOWN}
+        return set(self.ties._value(value.elts[index])) if len(value.elts) == size else set()
 
     def _fields(self) -> dict[str, set[Ref]]:
         """``module.Class#attr`` -> what the methods of this file's module-level classes

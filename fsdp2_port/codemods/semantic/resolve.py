@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from fsdp2_port.codemods.refs import (
+    COPY,
     DISPATCHED,
     GIVEN_TO,
     UNKNOWN,
@@ -168,7 +169,7 @@ class Resolver:
         """Whether ``_reach`` follows ``ref`` in ``mode`` (else it is an answer: in
         ``_ORIGINS``, a class of the run is where objects are made)."""
         if mode in (_ORIGINS, _PLAIN_ORIGINS) and isinstance(ref, Returned):
-            return self._answers(ref)
+            return self._answers(ref) and not ref.function.endswith(COPY)  # a copy is made there
         return isinstance(ref, (Returned, Passed, Given))
 
     def _step(self, ref: Deferred, mode: str, within: frozenset[str] | None) -> list[Ref]:
@@ -208,14 +209,17 @@ class Resolver:
         return found
 
     def _spelled(self, name: str) -> tuple[str, ...]:
+        """The longest head of ``name`` (cut before a ``.``, a field's ``#`` or an element's
+        ``[``) that is an alias, spelled each way."""
         head = name
         while True:
             found = self.aliases.get(head)
             if found is not None:
                 return tuple(f"{alias}{name[len(head) :]}" for alias in found)
-            if "." not in head:
+            cut = max(head.rfind(mark) for mark in ".#[")
+            if cut < 0:
                 return (name,)
-            head = head.rpartition(".")[0]
+            head = head[:cut]
 
     def _targets(
         self, ref: Deferred, within: frozenset[str] | None = None, dispatch: bool = True
@@ -239,8 +243,8 @@ class Resolver:
     def _returned(self, ref: Returned) -> set[Ref]:
         spellings = self.spellings(ref.function)
         if not any(f in self.exports for f in spellings):
-            if "#" in ref.function:
-                return {UNKNOWN}  # a field no class of the run assigns
+            if "#" in ref.function or ref.function.endswith("]"):
+                return {UNKNOWN}  # a field no class of the run assigns, an element of no tuple
             return set()  # a class of the run: a new instance of it
         return {r for f in spellings for r in self.exports.get(f, ())}
 

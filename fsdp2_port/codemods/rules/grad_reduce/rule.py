@@ -31,6 +31,7 @@ from fsdp2_port.codemods.assumptions import (
     PARAMETER_ITERATORS,
     PARAMETER_WORDS,
 )
+from fsdp2_port.codemods.parameter_loops import loop_binding, parameters_of
 from fsdp2_port.codemods.rules.base import Code
 
 from ...assumed import Assumed, either_way
@@ -112,7 +113,7 @@ class GradReduceRule:
     def _parameters(self, analysis: FileAnalysis, call: ast.Call) -> None:
         """``dist.broadcast(p.data)`` where ``p`` runs over ``m.parameters()``: marked with
         ``m``'s models, and holds them (every model of its program, untied)."""
-        module = _parameters_of(analysis, call.args[0])
+        module = parameters_of(analysis, call.args[0])
         if module is not None:
             callee = analysis.source(call.func)
             what = _PARAMETERS.format(analysis.source(module), callee)
@@ -128,7 +129,7 @@ class GradReduceRule:
             if "collective" not in effects.get(position, ()):
                 continue
             callee = analysis.source(call.func)
-            module = _parameters_of(analysis, argument)
+            module = parameters_of(analysis, argument)
             if module is not None:
                 what = _PARAMETERS_THROUGH.format(analysis.source(module), callee)
                 self._site(analysis, call, [module], what)
@@ -204,47 +205,13 @@ class _Gradients:
         """``p`` of ``p.grad``: a loop variable over ``m.parameters()`` names ``m``."""
         if isinstance(tensor, ast.Name):
             for binding in self.analysis.names.bindings_of(tensor):
-                loop = _loop_binding(self.analysis, binding.node)
+                loop = loop_binding(self.analysis, binding.node)
                 if loop is not None:
                     self.follow(loop.iter, depth - 1)
                     if isinstance(loop.iter, ast.Name) and any(
                         b.kind == "param" for b in self.analysis.names.bindings_of(loop.iter)
                     ):
                         self.modules.append(loop.iter)  # parameters a caller passes: theirs
-
-
-def _parameters_of(analysis: FileAnalysis, tensor: ast.expr) -> ast.expr | None:
-    """``m`` when ``tensor`` is ``m.parameters()`` itself, or (its ``.data``) the variable of
-    a loop over ``m.parameters()`` (or the parameter of ``m.named_parameters()``), bound
-    nowhere else."""
-    if isinstance(tensor, ast.Attribute) and tensor.attr == "data":
-        tensor = tensor.value
-    if not isinstance(tensor, ast.Name):
-        return _iterated_module(analysis, tensor)
-    bindings = analysis.names.bindings_of(tensor)
-    loop = _loop_binding(analysis, bindings[0].node) if len(bindings) == 1 else None
-    return _iterated_module(analysis, loop.iter) if loop is not None else None
-
-
-def _loop_binding(
-    analysis: FileAnalysis, target: ast.AST
-) -> ast.For | ast.AsyncFor | ast.comprehension | None:
-    """The loop whose variable (or a part of its tuple) ``target`` is."""
-    loop = analysis.names.parent.get(target)
-    while isinstance(loop, ast.Tuple):
-        loop = analysis.names.parent.get(loop)
-    return loop if isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)) else None
-
-
-def _iterated_module(analysis: FileAnalysis, value: ast.expr) -> ast.expr | None:
-    """``m`` of ``m.parameters()`` (or another of ``PARAMETER_ITERATORS``)."""
-    if (
-        isinstance(value, ast.Call)
-        and isinstance(value.func, ast.Attribute)
-        and analysis.assumed.takes(PARAMETER_ITERATORS, value.func.attr, value)
-    ):
-        return value.func.value
-    return None
 
 
 def _activation(analysis: FileAnalysis, tensor: ast.expr) -> bool:

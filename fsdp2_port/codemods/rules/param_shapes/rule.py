@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from fsdp2_port.codemods.analysis import FileAnalysis
 from fsdp2_port.codemods.assumptions import PARAMETER_ITERATORS, SHAPE_ATTRIBUTES
+from fsdp2_port.codemods.parameter_loops import parameters_of
 from fsdp2_port.codemods.plan import Rewrite
 from fsdp2_port.codemods.rules.base import Code
 
@@ -69,8 +70,14 @@ class ParamShapesRule:
                 continue
             callee = analysis.source(call.func)
             text = analysis.source(argument)
+            module = parameters_of(analysis, argument) if isinstance(argument, ast.Name) else None
+            what = (
+                f"{analysis.source(module)}'s parameter {text}"
+                if module is not None
+                else f"{text}'s parameters"
+            )
             message = (
-                f"{callee} reads the {' and '.join(sorted(found))} of {text}'s parameters (in "
+                f"{callee} reads the {' and '.join(sorted(found))} of {what} (in "
                 "its own code or further down): FSDP1 gave flat 1-D shards (one storage per "
                 "unit), FSDP2 gives each parameter's full shape, a DTensor of its own; check "
                 "what it selects (e.g. weight decay by ndim, parameters by storage size)"
