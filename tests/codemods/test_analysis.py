@@ -290,6 +290,17 @@ def test_ties_follow_a_walk_of_a_models_parts():
     assert a.ties.opaque(name_node(a, "other"))  # an element of a list: anything
 
 
+def test_unpacking_a_call_the_analysis_does_not_follow_elementwise_is_anything():
+    """``model, step = self.pair(n)``: a method's tuples are not followed element by element,
+    so the element may be any model (never none)."""
+    source = (
+        "class T:\n    def pair(self, n):\n        return FSDP(n), 0\n"
+        "    def run(self, n):\n        model, step = self.pair(n)\n        return model\n"
+    )
+    a = analysis(FSDP + source)
+    assert a.ties.opaque(name_node(a, "model"))
+
+
 def test_a_copy_holds_the_models_of_what_it_copies_and_is_made_where_it_is():
     """``copy.deepcopy(x)`` is a new object holding ``x``'s models: its own origin, so an
     object a constructor wraps later is not it."""

@@ -521,6 +521,8 @@ class Ties:
                 if b.kind == "def"
             ]
             if not functions:
+                if not self.parsed.names.qualified(func):
+                    return {UNKNOWN}  # ``self.method()``, a local callable: tuples not followed
                 return self._element_of(value, index, length)
             values = [r for f in functions for r in self._returns.get(f, ())]
         out: set[Ref] = set()
@@ -532,10 +534,10 @@ class Ties:
         return out if values else {UNKNOWN}
 
     def _element_of(self, call: ast.Call, index: int, length: int) -> set[Ref]:
-        """Element ``index`` of the ``length`` a call of another file's function unpacks into:
-        a ``Returned`` of ``f[index/length]``, which the run settles from the tuples ``f``
-        returns (``file_links.FileLinks.exports``). A library's answer's element may be what
-        it was handed."""
+        """Element ``index`` of the ``length`` a call by a qualified name unpacks into: for
+        another file's function ``f``, a ``Returned`` of ``f[index/length]``, which the run
+        settles from the tuples ``f`` returns (``file_links.FileLinks.exports``); for a
+        library's, what it was handed."""
         return {
             Returned(f"{r.function}[{index}/{length}]") if isinstance(r, Returned) else r
             for r in self._value(call)
