@@ -675,14 +675,10 @@ class Ties:
         """``for name, part in m.named_modules()``: the name holds no model, the part is a
         part of ``m``; any other unpacking in a loop, anything."""
         walked = self._walked(container)
-        if (
-            walked is None
-            or not isinstance(pair, ast.Tuple)
-            or len(pair.elts) != 2
-            or not isinstance(container, ast.Call)
-            or not isinstance(container.func, ast.Attribute)
-            or not container.func.attr.startswith("named_")
-        ):
+        named = isinstance(container, ast.Call) and isinstance(container.func, ast.Attribute)
+        if not (named and container.func.attr.startswith("named_")):  # type: ignore[attr-defined]
+            return {UNKNOWN}
+        if walked is None or not isinstance(pair, ast.Tuple) or len(pair.elts) != 2:
             return {UNKNOWN}
         return set(self._value(walked)) if pair.elts[1] is target else set()
 
