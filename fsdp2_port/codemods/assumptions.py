@@ -701,7 +701,7 @@ SKIPPED_DIRS = NameList(
 CAMEL_CASE = NameGuess(
     "camel-case",
     "class-name",
-    "a CamelCase callee (syntax.camel) is a class: its call builds a new object, no model",
+    "a CamelCase or acronym callee (GPT) is a class: its call builds a new object, no model",
 )
 
 # -- the audit's own ------------------------------------------------------------------------------

@@ -53,6 +53,12 @@ def camel(name: str) -> bool:
     return name[:1].isupper() and not name.isupper()
 
 
+def acronym(name: str) -> bool:
+    """A class's name spelled as an acronym (``GPT``, ``MLP``, ``VAE2``): two or more capitals
+    and digits, no underscore (``MAX_LEN`` is a constant)."""
+    return len(name) > 1 and name[:1].isupper() and name.isupper() and name.isalnum()
+
+
 def unsubscripted(func: ast.expr) -> ast.expr:
     """``Trainer`` of a generic class's call ``Trainer[Batch](...)``."""
     while isinstance(func, ast.Subscript):

@@ -12,7 +12,7 @@ from fsdp2_port.codemods.analysis import FileAnalysis, Source
 from fsdp2_port.codemods.decide import decide
 from fsdp2_port.codemods.options import Options
 from fsdp2_port.codemods.plan import FilePlan, Position, Rewrite, Site, made
-from fsdp2_port.codemods.refs import UNKNOWN, Built, Optimizer, Passed, Returned
+from fsdp2_port.codemods.refs import UNKNOWN, Built, Instance, Optimizer, Passed, Returned
 from fsdp2_port.codemods.semantic.modules import RunModules
 
 FSDP = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
@@ -299,6 +299,21 @@ def test_unpacking_a_call_the_analysis_does_not_follow_elementwise_is_anything()
     )
     a = analysis(FSDP + source)
     assert a.ties.opaque(name_node(a, "model"))
+
+
+def test_a_callee_spelled_as_an_acronym_is_a_class():
+    """``SGD(model.parameters())`` builds a new object (a guess by spelling, like CamelCase):
+    it holds no model; ``MAX_LEN(model)`` is a function, which may hand its argument back."""
+    source = (
+        "from torch.optim import SGD\nfrom lib import MAX_LEN\n\ndef f(n):\n"
+        "    model = FSDP(n)\n    opt = SGD(model.parameters())\n    other = MAX_LEN(model)\n"
+        "    return opt, other\n"
+    )
+    a = FileAnalysis(
+        Source("m.py", FSDP + source, "m", run_modules=RunModules(frozenset({"m"}))), Options()
+    )
+    assert a.ties.of(name_node(a, "opt")) == (set(), {Instance("m.py:7:11")})
+    assert a.ties.of(name_node(a, "other"))[0] == {"m.py:6:13"}
 
 
 def test_a_copy_holds_the_models_of_what_it_copies_and_is_made_where_it_is():

@@ -251,11 +251,13 @@ class Ties:
 
     def spelled_as_class(self, qualified: str, call: ast.Call) -> bool:
         """The callee ``qualified`` is a class, by its spelling: for torch's FSDP and DDP names
-        a fact (their CamelCase names are classes), for any other a guess (``CAMEL_CASE``)."""
+        a fact (their CamelCase names are classes), for any other a guess (``CAMEL_CASE``, an
+        acronym too: ``GPT(config)``)."""
         last = qualified.rpartition(".")[2]
         spelled = syntax.camel(last)
         if fsdp1.canonical(qualified) or fsdp1.fsdp2(qualified) or qualified in NOT_FSDP_WRAPPERS:
             return spelled
+        spelled = spelled or syntax.acronym(last)
         return self.parsed.assumed.takes(CAMEL_CASE, last, call, member=spelled)
 
     # -- values ----------------------------------------------------------------------------------
