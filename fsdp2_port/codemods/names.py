@@ -25,6 +25,8 @@ from fsdp2_port.codemods.visibility import Visibility
 _BUILTINS = frozenset(dir(builtins))
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+#: Calls that import a module named by a string and return it.
+_IMPORTERS = frozenset({"importlib.import_module", "pytest.importorskip"})
 
 
 #: The node types ``_Builder._enter`` records something for.
@@ -202,6 +204,9 @@ class Names:
         alias = self._alias(bindings)
         if alias is not None:
             return self.qualified(alias)
+        module = self._imported_module(bindings)
+        if module is not None:
+            return frozenset({self.through(module)})
         return frozenset(self.through(b.qualified) for b in bindings if b.qualified is not None)
 
     def through(self, qualified: str) -> str:
@@ -237,6 +242,22 @@ class Names:
         if isinstance(head, ast.Name) and head.id == bindings[0].name:
             return None  # x = x.y: not an alias of itself
         return value
+
+    def _imported_module(self, bindings: list[Binding]) -> str | None:
+        """The module a name bound once to ``importlib.import_module("m")`` (or
+        ``pytest.importorskip("m")``) is: ``m``, absolute."""
+        if len(bindings) != 1 or bindings[0].kind != "assign":
+            return None
+        value = bindings[0].value
+        if not (
+            isinstance(value, ast.Call)
+            and value.args
+            and isinstance(value.args[0], ast.Constant)
+            and isinstance(value.args[0].value, str)
+            and not value.args[0].value.startswith(".")
+        ):
+            return None
+        return value.args[0].value if self.qualified(value.func) & _IMPORTERS else None
 
     def imports(self) -> Iterator[Binding]:
         """Every import binding of the module, in every scope."""

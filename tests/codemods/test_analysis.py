@@ -88,6 +88,36 @@ def test_qualified_names_follow_python_scoping():
     }
 
 
+def test_a_module_imported_by_a_call_resolves_like_an_import():
+    """``tv = pytest.importorskip("torchvision")`` (or ``importlib.import_module``) binds the
+    module: ``tv.models.resnet18`` is torchvision's; a relative name or a second binding is
+    not followed."""
+    a = analysis(
+        """
+        import importlib
+        import pytest
+
+        def f(name):
+            tv = pytest.importorskip("torchvision")
+            fs = importlib.import_module("torch.distributed.fsdp")
+            rel = importlib.import_module(".sub", "pkg")
+            other = importlib.import_module(name)
+            return tv.models.resnet18, fs.FullyShardedDataParallel, rel.x, other.y
+
+        def g():
+            global late
+            return late.z
+        """
+    )
+    chains = {a.source(n): a.names.qualified(n) for n in a.names.by_type[ast.Attribute]}
+    assert chains["tv.models.resnet18"] == {"torchvision.models.resnet18"}
+    assert chains["fs.FullyShardedDataParallel"] == {
+        "torch.distributed.fsdp.FullyShardedDataParallel"
+    }
+    assert chains["rel.x"] == set() and chains["other.y"] == set()
+    assert chains["late.z"] == set(), "a global bound nowhere"
+
+
 def test_relative_imports_resolve_against_the_module_name():
     a = analysis("from ..utils import build\nfrom . import sibling\n", module="pkg.sub.train")
     assert {b.qualified for b in a.names.imports()} == {"pkg.utils.build", "pkg.sub.sibling"}
