@@ -29,7 +29,6 @@ from fsdp2_port.codemods.assumptions import (
     BF16_OPTIMIZERS,
     CAMEL_CASE,
     FSDP1_WRAPPED_ATTRIBUTES,
-    MODULE_WALKS,
     NO_MODEL_BUILTINS,
     NOT_FSDP_WRAPPERS,
     PARAMETER_ITERATORS,
@@ -53,13 +52,11 @@ from fsdp2_port.codemods.refs import (
     built,
     deferred,
 )
-from fsdp2_port.codemods.semantic import fresh
+from fsdp2_port.codemods.semantic import fresh, parts
 from fsdp2_port.codemods.semantic.modules import RunModules
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _PARTIAL = "functools.partial"
-_FSDP_MODULES_FSDP1 = "FullyShardedDataParallel.fsdp_modules"
-_FSDP_MODULES = {"fsdp2_port.fsdp_modules"}
 _COPIES = {"copy.deepcopy", "copy.copy"}
 
 #: Expressions whose value is never a model (nor holds one a read of it could give).
@@ -283,7 +280,7 @@ class Ties:
         if isinstance(expr, ast.NamedExpr):
             return set(self._value(expr.value))
         if isinstance(expr, ast.Subscript):
-            return self._element(expr.value)
+            return parts.element(self, expr.value)
         if isinstance(expr, _NO_MODEL):
             return set()  # literals, displays, arithmetic, comparisons, lambdas: no model
         return {UNKNOWN}
@@ -324,7 +321,7 @@ class Ties:
             if binding.kind == "assign":
                 out |= self._value(binding.value) if binding.value is not None else {UNKNOWN}
             elif binding.kind == "other":
-                out |= self._unpacked(binding.node)
+                out |= parts.unpacked(self, binding.node)
             elif binding.kind == "param":
                 out |= self._passed(binding.node)
             elif binding.kind == "import":
@@ -492,59 +489,6 @@ class Ties:
             self._callee_index = (dict(by_name), dict(by_attribute))
         return self._callee_index
 
-    def _unpacked(self, target: ast.AST) -> set[Ref]:
-        """``a, b = value``: what element ``target`` takes, when ``value`` is a tuple or a call
-        of a function that returns tuples (of this file, or of the run: ``_element_of``)."""
-        parent = self.parsed.names.parent.get(target)
-        statement = self.parsed.names.parent.get(parent) if parent is not None else None
-        if isinstance(parent, (ast.For, ast.AsyncFor)) and parent.target is target:
-            return self._element(parent.iter)
-        if isinstance(statement, (ast.For, ast.AsyncFor)) and statement.target is parent:
-            return self._named_part(statement.iter, parent, target)
-        if not (isinstance(parent, (ast.Tuple, ast.List)) and isinstance(statement, ast.Assign)):
-            return {UNKNOWN}  # a ``with``'s, an ``except``'s target, a nested unpacking...
-        if parent not in statement.targets or any(isinstance(e, ast.Starred) for e in parent.elts):
-            return set()
-        return self._unpacked_from(
-            statement.value,
-            parent.elts.index(target),  # type: ignore[arg-type]
-            len(parent.elts),
-        )
-
-    def _unpacked_from(self, value: ast.expr, index: int, length: int) -> set[Ref]:
-        """Element ``index`` of the ``length`` that ``value`` unpacks into: of a tuple spelled
-        out, of the tuples a function of this file returns, of a call of another file's."""
-        values: list[ast.AST] = [value]
-        if isinstance(value, ast.Call):
-            func = value.func
-            functions = [
-                b.node
-                for b in (self.parsed.names.bindings_of(func) if isinstance(func, ast.Name) else [])
-                if b.kind == "def"
-            ]
-            if not functions:
-                if not self.parsed.names.qualified(func):
-                    return {UNKNOWN}  # ``self.method()``, a local callable: tuples not followed
-                return self._element_of(value, index, length)
-            values = [r for f in functions for r in self._returns.get(f, ())]
-        out: set[Ref] = set()
-        for one in values:
-            if isinstance(one, ast.Tuple) and len(one.elts) == length:
-                out |= self._value(one.elts[index])
-            else:
-                out.add(UNKNOWN)
-        return out if values else {UNKNOWN}
-
-    def _element_of(self, call: ast.Call, index: int, length: int) -> set[Ref]:
-        """Element ``index`` of the ``length`` a call by a qualified name unpacks into: for
-        another file's function ``f``, a ``Returned`` of ``f[index/length]``, which the run
-        settles from the tuples ``f`` returns (``file_links.FileLinks.exports``); for a
-        library's, what it was handed."""
-        return {
-            Returned(f"{r.function}[{index}/{length}]") if isinstance(r, Returned) else r
-            for r in self._value(call)
-        }
-
     def _call(self, call: ast.Call) -> set[Ref]:
         """What a call may return: a model its constructor builds, what a function of this
         file returns, what a method of the receiver hands back, a library's answer."""
@@ -661,42 +605,6 @@ class Ties:
         if not refs or not all(isinstance(r, (Instance, Given)) for r in refs):
             return frozenset()
         return frozenset(r.id if isinstance(r, Instance) else r.instance for r in refs)  # type: ignore[union-attr]
-
-    def _element(self, container: ast.AST) -> set[Ref]:
-        """What an element of ``container`` (``x[i]``, ``for m in x``) may hold: a library
-        object's container holds what the object was given; a walk of a module's parts
-        (``_walked``) holds parts of the module (a site on a part is on it); anything else,
-        anything."""
-        instances = self._instances(container)
-        if instances:
-            return {Given(i) for i in instances}
-        walked = self._walked(container)
-        return set(self._value(walked)) if walked is not None else {UNKNOWN}
-
-    def _named_part(self, container: ast.expr, pair: ast.AST, target: ast.AST) -> set[Ref]:
-        """``for name, part in m.named_modules()``: the name holds no model, the part is a
-        part of ``m``; any other unpacking in a loop, anything."""
-        walked = self._walked(container)
-        named = isinstance(container, ast.Call) and isinstance(container.func, ast.Attribute)
-        if not (named and container.func.attr.startswith("named_")):  # type: ignore[attr-defined]
-            return {UNKNOWN}
-        if walked is None or not isinstance(pair, ast.Tuple) or len(pair.elts) != 2:
-            return {UNKNOWN}
-        return set(self._value(walked)) if pair.elts[1] is target else set()
-
-    def _walked(self, container: ast.AST) -> ast.expr | None:
-        """The module whose parts ``container`` walks: ``m`` of ``m.modules()`` (a
-        ``MODULE_WALKS`` method), of ``FSDP.fsdp_modules(m)``, ``fsdp2_port.fsdp_modules(m)``."""
-        if not isinstance(container, ast.Call):
-            return None
-        func = container.func
-        qualified = self.parsed.names.qualified(func)
-        if qualified & _FSDP_MODULES or fsdp1.first(qualified) == _FSDP_MODULES_FSDP1:
-            return container.args[0] if len(container.args) == 1 else None
-        if isinstance(func, ast.Attribute) and not qualified:
-            if self.parsed.assumed.takes(MODULE_WALKS, func.attr, container):
-                return func.value
-        return None
 
     def _method(self, owner: ast.ClassDef, name: str, seen: set[ast.ClassDef]) -> set[Ref]:
         """What ``self.<name>(...)`` returns, looking in ``owner`` then its bases."""
