@@ -10,6 +10,7 @@ import ast
 
 from fsdp2_port.codemods import syntax
 from fsdp2_port.codemods.refs import DISPATCHED, GIVEN_TO, UNKNOWN, Factory, Passing, Ref
+from fsdp2_port.codemods.semantic import parts
 from fsdp2_port.codemods.semantic.values import Ties
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -33,7 +34,7 @@ class FileLinks:
 
     def _elements(self) -> dict[str, set[Ref]]:
         """``module.f[i/n]`` -> what element ``i`` of a call of ``f`` holds when unpacked into
-        ``n`` names, for each size ``n`` of a tuple ``f`` returns (``_element``)."""
+        ``n`` names, for each size ``n`` of a tuple ``f`` returns (``parts.tuple_element``)."""
         out: dict[str, set[Ref]] = {}
         for name, function in self.ties._exported().items():
             if function in self.ties._generators():
@@ -42,17 +43,11 @@ class FileLinks:
             for size in {len(r.elts) for r in returns if isinstance(r, ast.Tuple)}:
                 for index in range(size):
                     out[f"{name}[{index}/{size}]"] = {
-                        ref for value in returns for ref in self._element(value, index, size)
+                        ref
+                        for value in returns
+                        for ref in parts.tuple_element(self.ties, value, index, size)
                     }
         return out
-
-    def _element(self, value: ast.expr, index: int, size: int) -> set[Ref]:
-        """What element ``index`` of ``n`` takes from one returned ``value``: that element of a
-        tuple of ``n``, nothing of another tuple (it fails to unpack), anything of a value that
-        is not spelled as a tuple."""
-        if not isinstance(value, ast.Tuple) or any(isinstance(e, ast.Starred) for e in value.elts):
-            return {UNKNOWN}
-        return set(self.ties._value(value.elts[index])) if len(value.elts) == size else set()
 
     def _fields(self) -> dict[str, set[Ref]]:
         """``module.Class#attr`` -> what the methods of this file's module-level classes

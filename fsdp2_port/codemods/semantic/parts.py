@@ -55,13 +55,17 @@ def _unpacked_from(ties: Ties, value: ast.expr, index: int, length: int) -> set[
                 return {UNKNOWN}  # ``self.method()``, a local callable: tuples not followed
             return _element_of(ties, value, index, length)
         values = [r for f in functions for r in ties._returns.get(f, ())]
-    out: set[Ref] = set()
-    for one in values:
-        if isinstance(one, ast.Tuple) and len(one.elts) == length:
-            out |= ties._value(one.elts[index])
-        else:
-            out.add(UNKNOWN)
+    out = {ref for one in values for ref in tuple_element(ties, one, index, length)}
     return out if values else {UNKNOWN}
+
+
+def tuple_element(ties: Ties, value: ast.AST, index: int, length: int) -> set[Ref]:
+    """What element ``index`` of ``length`` takes from one value unpacked (spelled, or
+    returned): that element of a tuple of ``length``, nothing of another tuple (it fails to
+    unpack), anything of a value not spelled as a tuple."""
+    if not isinstance(value, ast.Tuple) or any(isinstance(e, ast.Starred) for e in value.elts):
+        return {UNKNOWN}
+    return set(ties._value(value.elts[index])) if len(value.elts) == length else set()
 
 
 def _element_of(ties: Ties, call: ast.Call, index: int, length: int) -> set[Ref]:
