@@ -13,16 +13,13 @@ itself, through the functions that hold it:
   naming it); a read inside another function or class is followed by that one's name, one
   at module level reaches its module; a function of an entry script is read only there
   (one read nowhere, ``_mp_fn`` for a launcher, runs in that script's program, unless a
-  config names it);
-- a test module (``test_*.py``, ``*_test.py``) is a program of its own, as pytest runs it: a
-  test function or class read nowhere runs there, and so does a read at its module level.
+  config names it).
 
-A constructor whose modules are all entry scripts or test modules runs only in their programs.
-Any doubt answers "any program": a holder never read in the run (called from outside it, or by
-a config: a config file of the run's folders that names it counts as a read too), a module
-that reaches it and is not an entry script or a test module, a file that does not parse, too
-many names. A line outside entry scripts meets every model of the run, unless it was asked
-about (``find``'s ``unread``) and reaches only some programs.
+A constructor whose modules are all entry scripts runs only in their programs. Any doubt
+answers "any program": a holder never read in the run (called from outside it, or by a
+config: a config file of the run's folders that names it counts as a read too), a module
+that reaches it and is not an entry script, a file that does not parse, too many names.
+Lines outside entry scripts can always meet every model of the run.
 """
 
 from __future__ import annotations
@@ -230,8 +227,7 @@ class _Run:
         return self._entry[path]
 
     def runs_in(self, path: str, line: int) -> frozenset[str] | None:
-        """The entry scripts and test modules whose programs may run ``path:line`` (a
-        constructor, a line asked about); None: any program."""
+        """The entry scripts whose programs may run the constructor at ``path:line``."""
         tree = self.tree(path)
         if tree is None:
             return None
@@ -242,8 +238,8 @@ class _Run:
             name, home = todo.pop()
             if name is None:
                 modules.add(home)
-                if not (self.is_entry(home) or _test_module(home)):
-                    return None  # a module others import: any program may run it
+                if not self.is_entry(home):
+                    return None
                 continue
             scope = home if self.is_entry(home) else None
             if (name, scope) in seen:
@@ -261,12 +257,9 @@ class _Run:
                     found = True
                     todo.append((holder, reader))
             if not found:
-                pytest_runs = _collected(home, name, "test") or _collected(home, name, "Test")
-                if (scope is None and not pytest_runs) or self._configured(name):
+                if scope is None or self._configured(name):
                     return None  # read by no line of the run: called from outside it
-                # an entry script's own, read nowhere, or a test pytest collects: run in the
-                # program of its file
-                modules.add(home)
+                modules.add(home)  # an entry script's own, read nowhere: run in its program
         return frozenset(modules)
 
     def unreached(self, path: str, line: int) -> bool:
@@ -448,15 +441,11 @@ def _based(owner: ast.ClassDef) -> bool:
 
 
 def _collected(path: str, name: str, prefix: str) -> bool:
-    """Whether pytest collects ``name`` from ``path`` (a ``_test_module``; a function named
-    ``test*``, a class ``Test*``): no line of the run calls it, pytest does."""
-    return _test_module(path) and name.startswith(prefix)
-
-
-def _test_module(path: str) -> bool:
-    """``test_*.py`` or ``*_test.py``: pytest runs it as a program of its own."""
+    """Whether pytest collects ``name`` from ``path`` (``test_*.py`` or ``*_test.py``; a
+    function named ``test*``, a class ``Test*``): no line of the run calls it, pytest does."""
     file = os.path.basename(path)
-    return (file.startswith("test_") or file.endswith("_test.py")) and file.endswith(".py")
+    tests = file.startswith("test_") or file.endswith("_test.py")
+    return tests and file.endswith(".py") and name.startswith(prefix)
 
 
 def _module_class(tree: ast.Module, line: int) -> ast.ClassDef | None:

@@ -61,21 +61,6 @@ def test_a_function_of_a_script_is_read_only_in_that_script(tmp_path):
     assert where == {"a.py"}  # b.py's own main() is another function
 
 
-def test_a_test_pytest_collects_runs_in_its_own_modules_program(tmp_path):
-    """A helper reached only from a test function (pytest calls it, no line of the run does)
-    runs in that test module's program, as pytest runs it; a read at a test module's level
-    too. A plain module that reads it at its level may be imported by any program."""
-    test = "from lib import wrap\n\n\ndef test_wrap():\n    wrap(None)\n"
-    _, where = _find(tmp_path, {"lib.py": WRAP, "test_lib.py": test, "b.py": PLAIN})
-    assert where == {"test_lib.py"}
-    at_level = "from lib import wrap\n\nwrap(None)\n"
-    _, where = _find(tmp_path / "level", {"lib.py": WRAP, "wrap_test.py": at_level, "b.py": PLAIN})
-    assert where == {"wrap_test.py"}
-    helper = "from lib import wrap\n\n\ndef test_wrap():\n    wrap(None)\n"
-    _, where = _find(tmp_path / "plain", {"lib.py": WRAP, "helpers.py": helper, "b.py": PLAIN})
-    assert where is None, "test_* in a module pytest does not collect: any program"
-
-
 def test_a_function_of_a_script_read_nowhere_runs_in_that_script(tmp_path):
     """small-ablation's ``def _mp_fn(index): main()`` beside the main guard: a launcher may
     call it, in that script's program only (unless a config of the run names it)."""
