@@ -49,6 +49,7 @@ from fsdp2_port.codemods.decide import decide
 from fsdp2_port.codemods.findings import Finding
 from fsdp2_port.codemods.options import Options
 from fsdp2_port.codemods.plan import Decisions, FilePlan, Position, Scope, Site
+from fsdp2_port.codemods.refs import Passed
 from fsdp2_port.codemods.rules.reader_values.across import Across
 from fsdp2_port.codemods.rules.reader_values.values import accepting
 from fsdp2_port.codemods.semantic import modules
@@ -557,9 +558,11 @@ def _analyse_receivers(
     graph: ModuleGraph,
 ) -> None:
     """Analyse, in place, the skipped files of the run that the analysed ones pass FSDP1
-    models to (``save(model)`` of a module the text filter skipped), and those that call the
-    analysed ones' functions that return models (``model = shard(net)``), then those the new
-    ones pass them to or get them from, and so on (``modules``: ``ModuleGraph.run_modules``)."""
+    models to (``save(model)`` of a module the text filter skipped) or functions that wrap
+    their argument in one (``T5Encoder(shard_fn=partial(shard_model, ...))``), and those that
+    call the analysed ones' functions that return models (``model = shard(net)``) or wrap
+    their argument, then those the new ones pass them to or get them from, and so on
+    (``modules``: ``ModuleGraph.run_modules``)."""
     skipped = {a.path: i for i, a in enumerate(analysed) if a.plan is None and a.error is None}
     if skipped and any(
         a.plan.constructors or a.plan.fsdp2_models for a in analysed if a.plan is not None
@@ -571,11 +574,13 @@ def _analyse_receivers(
     while skipped:
         plans = [a.plan for a in analysed if a.plan is not None]
         resolver = Resolver(plans, run.modules)
+        wrapping = {r.function for plan in plans for r in plan.sharded if isinstance(r, Passed)}
         callees = {
             name
             for plan in plans
             for passing in plan.passes
             if resolver.models(passing.refs)
+            or not wrapping.isdisjoint(resolver.functions(passing.refs))
             for name in resolver.spellings(passing.callee)
         }
         owners = {owner for callee in callees for owner in _owners(callee)}
@@ -593,14 +598,21 @@ def _analyse_receivers(
 def _callers_of_builders(
     skipped: Mapping[str, int], plans: list[FilePlan], resolver: Resolver, graph: ModuleGraph
 ) -> list[str]:
-    """The skipped files that may call a function of an analysed file returning a model: they
-    import that file (through any chain of imports) and spell the function's name."""
+    """The skipped files that may call a function of an analysed file returning a model, or
+    one whose parameter an FSDP1 constructor wraps (``shard_model(model)``): they import that
+    file (through any chain of imports) and spell the function's name."""
     homes = {plan.path: graph.canonical(plan.path) for plan in plans}
     builders: dict[str, set[str]] = {}  # a function's name -> the files that define one
     for plan in plans:
+        home = homes[plan.path] + "."
         for name, refs in plan.exports.items():
-            if name.startswith(homes[plan.path] + ".") and resolver.models(refs):
+            if name.startswith(home) and resolver.models(refs):
                 builders.setdefault(name.rsplit(".", 1)[-1], set()).add(plan.path)
+        for ref in plan.sharded:  # a function or class that wraps its argument, by its name
+            if isinstance(ref, Passed) and ref.function.startswith(home):
+                spelled = ref.function[len(home) :].removesuffix(".__init__")
+                if "." not in spelled:
+                    builders.setdefault(spelled, set()).add(plan.path)
     if not builders:
         return []
     pattern = re.compile(rb"\b(" + b"|".join(re.escape(n.encode()) for n in builders) + rb")\b")

@@ -267,12 +267,16 @@ class FilePlan:
     exports: dict[str, frozenset[Ref]] = field(default_factory=dict)
     #: Qualified names of this file's functions -> their positional parameters, as called.
     signatures: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: Models this file passes to functions of other files.
+    #: Models (and function values) this file passes to functions of other files, to library
+    #: objects, to methods of objects of no known class and to called values.
     passes: list[Passing] = field(default_factory=list)
     #: The functions of other files (and libraries) this file calls, by qualified name.
     calls: frozenset[str] = frozenset()
     #: What the modules this file's FSDP1 constructors wrap may hold (``Ties.sharded``).
     sharded: frozenset[Ref] = frozenset()
+    #: What may be a function value this file hands to code the analysis does not follow
+    #: (``function_values.escaping``): such a function may be called with anything.
+    escaping: frozenset[Ref] = frozenset()
     #: ``(line, module)`` of its import statements that the run rewrites to import another
     #: module, whatever it decides (F2P009's): once written, they import ``module`` no more.
     leaves: tuple[tuple[int, str], ...] = ()

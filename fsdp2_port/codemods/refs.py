@@ -2,7 +2,8 @@
 
 ``Built`` and ``Optimizer`` are settled in the file that makes them; ``Returned`` and
 ``Passed`` are links into other files of the run, settled when the run is decided
-(``semantic.resolve.Resolver``). A ``Factory`` (``partial(FSDP, ...)``) builds a model when called.
+(``semantic.resolve.Resolver``). A ``Factory`` (``partial(FSDP, ...)``) builds a model when called;
+a ``Function`` is a function of the run handed on as a value, followed to where it is called.
 """
 
 from __future__ import annotations
@@ -23,6 +24,16 @@ class Factory:
     """``functools.partial(FSDP, ...)``: each call builds a model of constructor ``id``."""
 
     id: str
+
+
+@dataclass(frozen=True)
+class Function:
+    """The run's function (or class) ``name`` as a value: ``f``, or ``functools.partial(f,
+    <preset positional arguments>, ...)``. Calling it passes its arguments to ``name`` from
+    position ``preset`` on (``CALLED``). It is no model itself."""
+
+    name: str
+    preset: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,9 +62,15 @@ class Passed:
 #: it holds ``x``'s models (a copy of an FSDP1 model is one), but it is a new object, made
 #: there (``Resolver.origins``): never one a constructor wraps in place elsewhere.
 COPY = "~copy"
+#: What a call of a value (``shard_fn(model)``, ``Ties.value_called``) at ``id`` returns is
+#: ``Returned(id + CALL)``: what the functions the value may be return (``Resolver``).
+CALL = "~call"
 #: How a method call on an object of no known class is named among a file's ``passes``:
 #: ``DISPATCHED + <the method's name>``.
 DISPATCHED = "."
+#: How a call of a value (``shard_fn(model)``, ``shard_fn`` a parameter) is named among a file's
+#: ``passes``; its ``receiver`` is what the called value may hold (``Function`` refs).
+CALLED = "()"
 #: How a call of a library object's method is named among a file's ``passes``:
 #: ``GIVEN_TO + <the object's Instance id>``.
 GIVEN_TO = "@"
@@ -85,7 +102,7 @@ class Unknown:
 
 UNKNOWN = Unknown()
 
-Ref = Built | Factory | Optimizer | Returned | Passed | Given | Instance | Unknown
+Ref = Built | Factory | Function | Optimizer | Returned | Passed | Given | Instance | Unknown
 Deferred = Returned | Passed | Given | Instance
 
 

@@ -12,7 +12,15 @@ from fsdp2_port.codemods.analysis import FileAnalysis, Source
 from fsdp2_port.codemods.decide import decide
 from fsdp2_port.codemods.options import Options
 from fsdp2_port.codemods.plan import FilePlan, Position, Rewrite, Site, made
-from fsdp2_port.codemods.refs import UNKNOWN, Built, Instance, Optimizer, Passed, Returned
+from fsdp2_port.codemods.refs import (
+    UNKNOWN,
+    Built,
+    Function,
+    Instance,
+    Optimizer,
+    Passed,
+    Returned,
+)
 from fsdp2_port.codemods.semantic.modules import RunModules
 
 FSDP = "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
@@ -362,6 +370,101 @@ def test_a_copy_holds_the_models_of_what_it_copies_and_is_made_where_it_is():
     resolver = Resolver([a.finish()])
     assert resolver.origins(ema[1]) == set(ema[1])
     assert resolver.models([Returned("m.py:7:17" + COPY)]) == {Built("m.py:6:13")}
+
+
+def _resolver_of(sources: dict[str, str], *, definitions: set[str]):
+    """The run of ``sources`` (module -> text), whole, its modules' functions and classes
+    ``definitions``."""
+    from fsdp2_port.codemods.semantic.resolve import Resolver
+
+    run = RunModules(frozenset(sources), whole_program=True, definitions=frozenset(definitions))
+    options = Options(whole_program=True)
+    analyses = [
+        FileAnalysis(Source(f"{m}.py", textwrap.dedent(text), m, run_modules=run), options)
+        for m, text in sources.items()
+    ]
+    return Resolver([a.finish() for a in analyses], run), analyses
+
+
+_SHARD = FSDP + "def shard(device_id, model):\n    return FSDP(model, device_id=device_id)\n"
+
+
+def test_a_function_handed_on_as_a_value_is_followed_to_where_it_is_called():
+    """``partial(shard, 0)`` handed to ``configure``, which calls it: ``configure``'s argument
+    reaches ``shard``'s second parameter (one preset), and the call returns its model."""
+    resolver, _ = _resolver_of(
+        {
+            "h": _SHARD,
+            "p": """
+                import functools
+                from h import shard
+
+                class Net: ...
+
+                def configure(model, shard_fn):
+                    return shard_fn(model)
+
+                def main():
+                    return configure(Net(), functools.partial(shard, 0))
+            """,
+        },
+        definitions={"h.shard", "p.Net", "p.configure", "p.main"},
+    )
+    assert resolver.origins([Passed("h.shard", "model")]) == {Returned("p.Net")}
+    assert resolver.models([Returned("p.configure")]) == {Built("h.py:3:12")}
+
+
+@pytest.mark.parametrize(
+    ("escape", "anything"),
+    [
+        ("pass", False),
+        ("fn is None", False),
+        ("register(fn)", True),
+        ("HOOKS = [fn]", True),
+        ("state.fn = fn", True),
+        ("print(fn)", False),
+        ("isinstance(fn, functools.partial)", False),
+        ("sorted([], key=fn)", True),
+        ("obj.method(fn)", True),
+    ],
+)
+def test_a_function_value_that_reaches_code_not_followed_may_be_called_with_anything(
+    escape, anything
+):
+    """A library, a display, an attribute, a builtin that keeps or calls it, a method of an
+    object of no known class: what calls the function there is not seen, so its parameters
+    may hold anything. A test of the value, or a builtin that only inspects it, hands it to
+    nothing."""
+    resolver, _ = _resolver_of(
+        {
+            "h": _SHARD,
+            "p": f"""
+                import functools
+                from h import shard
+                from lib import register, state, obj
+
+                def main(net):
+                    fn = functools.partial(shard, 0)
+                    {escape}
+                    return fn(net)
+
+                main(0)
+            """,
+        },
+        definitions={"h.shard", "p.main"},
+    )
+    assert (UNKNOWN in resolver.origins([Passed("h.shard", "model")])) is anything
+
+
+def test_an_imported_name_is_a_function_of_the_run_only_where_its_module_defines_one():
+    """``from h import shard`` is the function ``h.shard`` when ``h`` binds it once, by its
+    ``def``; any other imported name may be any value (a model a module built)."""
+    _, (_, a) = _resolver_of(
+        {"h": _SHARD, "p": "from h import shard, model\n\nshard, model\n"},
+        definitions={"h.shard"},
+    )
+    assert a.ties._value(name_node(a, "shard")) == {Function("h.shard")}
+    assert a.ties._value(name_node(a, "model")) == {UNKNOWN}
 
 
 def test_ties_follow_what_this_file_passes_to_a_helper():

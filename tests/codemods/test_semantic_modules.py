@@ -320,3 +320,34 @@ def test_what_functions_do_with_their_arguments_is_followed_through_calls(tmp_pa
     assert "pkg.adapter.plain" not in effects
     assert "pkg.adapter.encode" not in effects
     assert "pkg.adapter.Adapter.__init__" not in effects
+
+
+def test_a_modules_functions_and_classes_are_names_it_binds_once_by_def_or_class(tmp_path):
+    """What ``from m import name`` may be taken for as a value: a function or class only where
+    nothing else binds the name at module level (an assignment, an import, a second ``def``,
+    a ``global`` in a function)."""
+    graph = _graph(
+        tmp_path,
+        {
+            "m.py": """
+                import os
+                from functools import partial
+
+                def shard(model): ...
+                class Net: ...
+                def twice(): ...
+                def twice(): ...
+                def rebound(): ...
+                rebound = partial(rebound)
+                def changed(): ...
+                def swap():
+                    global changed
+                    changed = None
+                model = Net()
+                if os.environ:
+                    def maybe(): ...
+            """,
+        },
+    )
+    assert graph.definitions == {"m.shard", "m.Net", "m.swap"}
+    assert graph.run_modules().defines("m.shard") and not graph.run_modules().defines("m.model")

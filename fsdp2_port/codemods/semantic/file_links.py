@@ -1,7 +1,8 @@
 """What one file tells the run: what its functions return and its classes' fields hold
-(``exports``), how they are called (``signatures``), what it passes to other files' functions
-and to library objects (``passes``), what it calls (``calls``) and what its FSDP1 constructors
-wrap (``sharded``); read from the file's value flow (``values.Ties``) and settled by the run
+(``exports``), how they are called (``signatures``), what it passes to other files' functions,
+to library objects and to called values (``passes``), what it calls (``calls``), what its FSDP1
+constructors wrap (``sharded``) and which function values it hands to code the analysis does not
+follow (``escaping``); read from the file's value flow (``values.Ties``) and settled by the run
 (``resolve.Resolver``)."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import ast
 
 from fsdp2_port.codemods import syntax
-from fsdp2_port.codemods.refs import DISPATCHED, GIVEN_TO, UNKNOWN, Factory, Passing, Ref
-from fsdp2_port.codemods.semantic import parts
+from fsdp2_port.codemods.refs import CALL, DISPATCHED, GIVEN_TO, UNKNOWN, Factory, Passing, Ref
+from fsdp2_port.codemods.semantic import function_values, parts
 from fsdp2_port.codemods.semantic.values import Ties
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -23,14 +24,25 @@ class FileLinks:
     def exports(self) -> dict[str, frozenset[Ref]]:
         """Qualified names of this file's functions and methods -> what their calls return; its
         classes' fields, the elements its functions' tuples unpack into, its copies
-        (``refs.COPY``) -> what they hold."""
+        (``refs.COPY``) -> what they hold; its calls of values (``refs.CALL``) -> what the
+        called value may be."""
         out = {
             name: self.ties._returned(function) for name, function in self.ties._exported().items()
         }
         out.update(self._fields())
         out.update(self._elements())
         out.update({name: set(self.ties._value(x)) for name, x in self.ties.copies.items()})
+        out.update(self._called_values())
         return {k: frozenset(r for r in v if not isinstance(r, Factory)) for k, v in out.items()}
+
+    def _called_values(self) -> dict[str, set[Ref]]:
+        """``path:line:column`` + ``refs.CALL`` -> what the value a call calls may be
+        (``Ties.value_called``): the run settles what the call returns from it."""
+        return {
+            self.ties.parsed.site_id(call) + CALL: set(self.ties._value(call.func))
+            for call in self.ties.parsed.names.by_type[ast.Call]
+            if isinstance(call, ast.Call) and self.ties.value_called(call)
+        }
 
     def _elements(self) -> dict[str, set[Ref]]:
         """``module.f[i/n]`` -> what element ``i`` of a call of ``f`` holds when unpacked into
@@ -82,11 +94,18 @@ class FileLinks:
                 out += self._passing(call)
         return out
 
+    def escaping(self) -> frozenset[Ref]:
+        """What this file hands, of what may be a function value, to code the analysis does
+        not follow (``function_values.escaping``)."""
+        return function_values.escaping(self.ties)
+
     def _passing(self, call: ast.Call) -> list[Passing]:
-        func, preset = syntax.unsubscripted(call.func), 0
+        func, arguments, preset = syntax.unsubscripted(call.func), call.args, 0
         partial = self.ties._partial_target(func)
         if partial is not None:
             func, preset = partial
+        elif function_values.presets(self.ties, call):  # partial(f, x): x is passed to f
+            func, arguments = call.args[0], call.args[1:]
         callees, receiver = self._callees(func)
         if not callees or any(c.startswith("builtins.") for c in callees):
             return []
@@ -94,7 +113,7 @@ class FileLinks:
         if receiver and not (call.args or call.keywords):  # called: its method is called
             out.append(Passing(next(iter(callees)), "", frozenset(), receiver))
         slots: list[tuple[int | str, ast.AST]] = []
-        for index, argument in enumerate(call.args):
+        for index, argument in enumerate(arguments):
             if isinstance(argument, ast.Starred):
                 break
             slots.append((index + preset, argument))
@@ -110,16 +129,16 @@ class FileLinks:
         instance; a method of an object of no known class: ``DISPATCHED`` its name, with what
         the object may be)."""
         callees = self.ties.parsed.names.qualified(func)
-        if callees or not isinstance(func, ast.Attribute):
+        if callees or self._local_callees(func):
             return callees, frozenset()
+        if not isinstance(func, ast.Attribute) or self.ties.is_self(func.value):
+            return function_values.called(self.ties, func)  # shard_fn(model), self.fn(model)
         bases = self._super_bases(func.value)
         if bases:  # super().__init__(model): the bases' method
             return frozenset(f"{b}.{func.attr}" for b in bases), frozenset()
         instances = self.ties._instances(func.value)
         if instances:
             return frozenset(f"{GIVEN_TO}{i}" for i in instances), frozenset()
-        if self.ties.is_self(func.value):
-            return frozenset(), frozenset()
         return frozenset({f"{DISPATCHED}{func.attr}"}), self.ties._value(func.value)
 
     def _super_bases(self, value: ast.expr) -> frozenset[str]:

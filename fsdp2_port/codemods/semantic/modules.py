@@ -69,6 +69,17 @@ class RunModules:
     #: The run is the whole program (``--whole-program``): no code outside it calls its
     #: functions.
     whole_program: bool = False
+    #: The module-level functions and classes of the run, by qualified name: names its
+    #: modules bind once, by ``def`` or ``class`` (``ModuleGraph.definitions``).
+    definitions: frozenset[str] = frozenset()
+
+    def defines(self, qualified: str) -> bool:
+        """Whether ``qualified`` names a function or class of the run (itself, or each name a
+        module handing it on may stand for: ``aliases``)."""
+        if qualified in self.definitions:
+            return True
+        found = self.aliases.get(qualified, ())
+        return bool(found) and all(name in self.definitions for name in found)
 
     def library(self, qualified: str) -> str | None:
         """The library a dotted name belongs to (its first part), None for the run's own
@@ -124,6 +135,8 @@ class ModuleGraph:
     #: Each file's module-level ``from <run module> import name [as alias]``:
     #: ``(alias, the run file it imports from, name)`` (a name handed on, ``reexports``).
     handed_on: dict[str, tuple[tuple[str, str, str], ...]] = field(default_factory=dict)
+    #: The module-level names each module binds once, by ``def`` or ``class``, qualified.
+    definitions: frozenset[str] = frozenset()
     _importers: dict[str, set[str]] | None = None
     _tops: dict[str, list[str]] | None = None
     _closures: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -156,7 +169,9 @@ class ModuleGraph:
 
     def run_modules(self, whole_program: bool = False) -> RunModules:
         tops = frozenset(self.canonical(p).partition(".")[0] for p in self.modules)
-        return RunModules(frozenset(t for t in tops if t), self.aliases(), whole_program)
+        return RunModules(
+            frozenset(t for t in tops if t), self.aliases(), whole_program, self.definitions
+        )
 
     def naming(self, path: str) -> Naming:
         return Naming(self.canonical(path), self.modules[path].package, self.renames(path))
@@ -297,6 +312,12 @@ def _assembled(
             if f.handed_on
         },
     )
+    graph.definitions = frozenset(
+        f"{module}.{name}"
+        for f in parsed
+        if (module := graph.canonical(spelled[f.path]))
+        for name in f.definitions
+    )
     run_classes = {c: bases for f in parsed for c, bases in f.classes}
     graph.effects = summaries.find([f.functions for f in parsed], run_classes)
     return graph
@@ -331,6 +352,7 @@ class Facts:
     handed_on: tuple[tuple[str, str, str], ...] = ()
     functions: tuple[summaries.Function, ...] = ()
     classes: tuple[tuple[str, frozenset[str]], ...] = ()
+    definitions: tuple[str, ...] = ()
 
 
 def read(path: str, text: str | bytes | None, run: _Run) -> Facts:
@@ -351,6 +373,7 @@ def read(path: str, text: str | bytes | None, run: _Run) -> Facts:
             tuple(resolver.handed_on(path, tree)),
             summaries.read(tree, module, bindings),
             summaries.classes(tree, module, bindings),
+            _definitions(tree),
         )
 
 
@@ -622,6 +645,42 @@ def _import_nodes(tree: ast.Module, loads: bool) -> Iterator[tuple[ast.AST, bool
 
 def _start(node: ast.AST) -> tuple[int, int]:
     return node.lineno, node.col_offset  # type: ignore[attr-defined]
+
+
+def _definitions(tree: ast.Module) -> tuple[str, ...]:
+    """The names the module binds once, by a ``def`` or ``class`` statement of its own body
+    (no other binding of the name at module level: no assignment, import, or second ``def``)."""
+    defined: dict[str, int] = defaultdict(int)
+    for statement in tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined[statement.name] += 1
+    bound: set[str] = set()
+    for node, inside in trees.statements(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).partition(".")[0] for a in node.names}
+        elif isinstance(node, ast.Global):
+            bound |= set(node.names)
+        elif not inside:
+            bound |= {
+                n.id
+                for target in _targets(node)
+                for n in ast.walk(target)
+                if isinstance(n, ast.Name)
+            }
+    return tuple(name for name, count in defined.items() if count == 1 and name not in bound)
+
+
+def _targets(statement: ast.stmt) -> list[ast.expr]:
+    """What a statement binds or unbinds by assignment, a loop, a ``with``, a ``del``."""
+    if isinstance(statement, ast.Assign):
+        return statement.targets
+    if isinstance(statement, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        return [statement.target]
+    if isinstance(statement, (ast.With, ast.AsyncWith)):
+        return [i.optional_vars for i in statement.items if i.optional_vars is not None]
+    if isinstance(statement, ast.Delete):
+        return statement.targets
+    return []
 
 
 def _acts_on_import(tree: ast.Module) -> bool:

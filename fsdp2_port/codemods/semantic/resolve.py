@@ -14,12 +14,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from fsdp2_port.codemods.refs import (
+    CALL,
+    CALLED,
     COPY,
     DISPATCHED,
     GIVEN_TO,
     UNKNOWN,
     Built,
     Deferred,
+    Function,
     Given,
     Instance,
     Optimizer,
@@ -42,6 +45,11 @@ _ORIGINS = "origins"
 #: ``_ORIGINS`` without method calls on objects of no known class (what those objects are is
 #: itself asked in this mode: ``Resolver._may_be_instance``).
 _PLAIN_ORIGINS = "plain origins"
+#: The function values (``Function``) and the unknown, through plain passings only (neither
+#: method calls on objects of no known class nor calls of values: a function value handed to
+#: one escapes, ``Resolver._escaped``).
+_FUNCTIONS = "functions"
+_MAY_BE_FUNCTION = (Function, Passed, Returned)
 
 
 class Resolver:
@@ -66,6 +74,12 @@ class Resolver:
         self.passed: dict[str, list[Passing]] = {}
         #: Method calls on objects of no known class, by method name (``Passing``).
         self.dispatched: dict[str, list[Passing]] = {}
+        #: Calls of values (``refs.CALLED``), and their passings by the functions the values
+        #: may be (``_routed``).
+        self.value_calls: list[Passing] = []
+        self._routes: dict[str, list[Passing]] | None = None
+        self._escapes: frozenset[str] | None = None
+        self._escaping = [r for plan in plans for r in plan.escaping]
         self._receivers: dict[int, frozenset[Ref]] = {}
         self._home: dict[int, str] = {}  # a passing -> the file that passes
         self.given: dict[str, list[tuple[str, frozenset[Ref]]]] = {}
@@ -75,7 +89,9 @@ class Resolver:
             self.exports.update(plan.exports)
             self.signatures.update(plan.signatures)
             for passing in plan.passes:
-                if passing.callee.startswith(DISPATCHED):
+                if passing.callee == CALLED:
+                    self.value_calls.append(passing)
+                elif passing.callee.startswith(DISPATCHED):
                     self.dispatched.setdefault(passing.callee[1:], []).append(passing)
                 else:
                     self.passed.setdefault(passing.callee, []).append(passing)
@@ -100,6 +116,10 @@ class Resolver:
     def models(self, refs: Iterable[Ref]) -> set[Built | Optimizer]:
         """``settle`` without the unknown: the models and optimizers only."""
         return self._closure(refs, _MODELS)  # type: ignore[return-value]
+
+    def functions(self, refs: Iterable[Ref]) -> frozenset[str]:
+        """The functions of the run ``refs`` may hold as values (``Function``)."""
+        return frozenset(r.name for r in self._closure(refs, _FUNCTIONS) if isinstance(r, Function))
 
     def origins(self, refs: Iterable[Ref], within: frozenset[str] | None = None) -> set[Ref]:
         """Where the objects ``refs`` may hold were made: constructors (``Built``), libraries
@@ -144,6 +164,8 @@ class Resolver:
                 out.add(ref)
         if mode in (_ORIGINS, _PLAIN_ORIGINS):
             return out
+        if mode == _FUNCTIONS:  # anything else called is code the analysis does not follow
+            return {r if isinstance(r, Function) else UNKNOWN for r in out}
         return {r for r in out if isinstance(r, (Built, Optimizer, Unknown))}
 
     def _reach(
@@ -176,6 +198,8 @@ class Resolver:
         """What one link stands for in ``mode``: its targets, terminals kept as ``_closure``
         wants them (what a library object hands back: what the run gave it, a value whose
         origin no file shows taken for none of the run's)."""
+        if mode == _FUNCTIONS:
+            return list(self._targets(ref, dispatch=False, route=False))
         if mode in (_ORIGINS, _PLAIN_ORIGINS):
             targets = list(self._targets(ref, within, dispatch=mode == _ORIGINS))
             if isinstance(ref, Given):
@@ -222,11 +246,16 @@ class Resolver:
             head = head[:cut]
 
     def _targets(
-        self, ref: Deferred, within: frozenset[str] | None = None, dispatch: bool = True
+        self,
+        ref: Deferred,
+        within: frozenset[str] | None = None,
+        dispatch: bool = True,
+        route: bool = True,
     ) -> Iterable[Ref]:
         """What one link stands for: what the run gives a library object, what a function of
         the run returns (a field: what its class assigns), what the run passes to a
-        parameter."""
+        parameter (``dispatch``, ``route``: through method calls on objects of no known
+        class, through calls of values)."""
         if isinstance(ref, Instance):
             return ()  # a library object is no model of the run
         if isinstance(ref, Given):
@@ -237,10 +266,12 @@ class Resolver:
                 for r in refs
             }
         if isinstance(ref, Returned):
-            return self._returned(ref)
-        return self._passed(ref, within, dispatch)
+            return self._returned(ref, route)
+        return self._passed(ref, within, dispatch, route)
 
-    def _returned(self, ref: Returned) -> set[Ref]:
+    def _returned(self, ref: Returned, route: bool = True) -> set[Ref]:
+        if ref.function.endswith(CALL):
+            return self._call_returns(ref, route)
         spellings = self.spellings(ref.function)
         if not any(f in self.exports for f in spellings):
             if "#" in ref.function or ref.function.endswith("]"):
@@ -248,30 +279,99 @@ class Resolver:
             return set()  # a class of the run: a new instance of it
         return {r for f in spellings for r in self.exports.get(f, ())}
 
-    def _passed(self, ref: Passed, within: frozenset[str] | None, dispatch: bool) -> set[Ref]:
+    def _passed(
+        self, ref: Passed, within: frozenset[str] | None, dispatch: bool, route: bool
+    ) -> set[Ref]:
         """What the run passes to ``ref``'s parameter (in the programs ``within``), and
-        ``UNKNOWN`` when code the run does not show may call the function."""
+        ``UNKNOWN`` when code the run does not show may call the function (its value
+        escapes, or no call of the run's shows)."""
         positional = self.signatures.get(ref.function, ())
         callees = [ref.function]
         if ref.function.endswith(".__init__"):
             callees.append(ref.function.removesuffix(".__init__"))  # Trainer(model)
         targets: set[Ref] = set()
         for callee in callees:
-            for passing in self._passed_to(callee, dispatch):
-                if within is not None and not self._runs_within(passing, within):
-                    continue
-                slot = passing.slot
-                if isinstance(slot, int):
-                    slot = positional[slot] if slot < len(positional) else ""
-                if slot == ref.parameter:
-                    targets |= passing.refs
+            passings = list(self._passed_to(callee, dispatch))
+            if route:
+                passings += self._routed().get(callee, ())
+            for passing in passings:
+                if within is None or self._runs_within(passing, within):
+                    targets |= self._given(passing, positional, ref.parameter)
+        spelled = [c for callee in callees for c in self.spellings(callee)]
         if not self.modules.whole_program or not any(
-            c in self.called or (dispatch and self._dispatched_to(c))
-            for callee in callees
-            for c in self.spellings(callee)
+            c in self.called
+            or (dispatch and self._dispatched_to(c))
+            or (route and c in self._routed())
+            for c in spelled
         ):
             targets.add(UNKNOWN)  # called from code the run does not show
+        elif route and not self._escaped().isdisjoint(spelled):
+            targets.add(UNKNOWN)  # handed as a value to code the run does not follow
         return targets
+
+    @staticmethod
+    def _given(passing: Passing, positional: Sequence[str], parameter: str) -> frozenset[Ref]:
+        """What ``passing`` gives ``parameter`` (``positional``: the callee's positional
+        parameters, as called)."""
+        slot = passing.slot
+        if isinstance(slot, int):
+            slot = positional[slot] if slot < len(positional) else ""
+        return passing.refs if slot == parameter else frozenset()
+
+    def _routed(self) -> dict[str, list[Passing]]:
+        """The calls of values, as passings to each function of the run the called value may
+        be (under each of its spellings), their positions shifted past a ``partial``'s."""
+        if self._routes is None:
+            self._routes = {}
+            for passing in self.value_calls:
+                for function in self._closure(passing.receiver, _FUNCTIONS):
+                    if not isinstance(function, Function):
+                        continue
+                    slot = passing.slot
+                    if isinstance(slot, int):
+                        slot += function.preset
+                    routed = Passing(function.name, slot, passing.refs)
+                    self._home[id(routed)] = self._home[id(passing)]
+                    for name in self.spellings(function.name):
+                        self._routes.setdefault(name, []).append(routed)
+        return self._routes
+
+    def _escaped(self) -> frozenset[str]:
+        """The functions (not classes: a type test takes them as often as a library builds
+        one) of the run whose value may reach code the analysis does not follow:
+        handed to a library, to a method of an object of no known class, to a called value,
+        to a class or function no file of the run shows, by a file's ``escaping``, or handed
+        back by a function called as a value."""
+        if self._escapes is None:
+            handed = [*self._escaping, *(Returned(name) for name in self._routed())]
+            for passings in (*self.passed.values(), *self.dispatched.values(), self.value_calls):
+                for passing in passings:
+                    if not self._followed(passing.callee):
+                        handed += [r for r in passing.refs if isinstance(r, _MAY_BE_FUNCTION)]
+            self._escapes = frozenset(
+                name
+                for r in self._closure(handed, _FUNCTIONS)
+                if isinstance(r, Function)
+                for name in self.spellings(r.name)
+                if name in self.signatures  # a class handed on is not called by what gets it
+            )
+        return self._escapes
+
+    def _followed(self, callee: str) -> bool:
+        """Whether what a passing to ``callee`` gives is followed into a function of the run."""
+        return any(
+            s in self.signatures or f"{s}.__init__" in self.signatures
+            for s in self.spellings(callee)
+        )
+
+    def _call_returns(self, ref: Returned, route: bool) -> set[Ref]:
+        """What a call of a value returns: what the functions of the run the value may be
+        return, anything when it may be something else (unknown where ``route`` is off: a
+        function value a called value hands back escapes, ``_escaped``)."""
+        called = self._closure(self.exports.get(ref.function, ()), _FUNCTIONS) if route else ()
+        if not route or UNKNOWN in called:
+            return {UNKNOWN}
+        return {Returned(r.name) for r in called if isinstance(r, Function)}
 
     def _may_be_instance(self, passing: Passing, owner: str) -> bool:
         """Whether the object a dispatched call is made on may be an instance of the run's

@@ -37,11 +37,13 @@ from fsdp2_port.codemods.assumptions import (
 from fsdp2_port.codemods.names import Binding
 from fsdp2_port.codemods.parsed import ParsedFile
 from fsdp2_port.codemods.refs import (
+    CALL,
     COPY,
     UNKNOWN,
     Built,
     Deferred,
     Factory,
+    Function,
     Given,
     Instance,
     Optimizer,
@@ -56,7 +58,7 @@ from fsdp2_port.codemods.semantic import fresh, parts
 from fsdp2_port.codemods.semantic.modules import RunModules
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-_PARTIAL = "functools.partial"
+PARTIAL = "functools.partial"
 _COPIES = {"copy.deepcopy", "copy.copy"}
 
 #: Expressions whose value is never a model (nor holds one a read of it could give).
@@ -128,7 +130,7 @@ class Ties:
             assert isinstance(call, ast.Call)
             if wraps(call.func):
                 self.constructors[call] = analysis.site_id(call)
-            elif call.args and analysis.resolves_to(call.func, _PARTIAL) and wraps(call.args[0]):
+            elif call.args and analysis.resolves_to(call.func, PARTIAL) and wraps(call.args[0]):
                 self.constructors[call] = analysis.site_id(call)
                 self.factories.add(call)
 
@@ -177,7 +179,7 @@ class Ties:
                 and isinstance(value, ast.Call)
                 and value.args
                 and not isinstance(value.args[0], ast.Starred)
-                and self.parsed.resolves_to(value.func, _PARTIAL)
+                and self.parsed.resolves_to(value.func, PARTIAL)
             ):
                 return None
             targets.append((value.args[0], len(value.args) - 1))
@@ -324,9 +326,27 @@ class Ties:
                 out |= parts.unpacked(self, binding.node)
             elif binding.kind == "param":
                 out |= self._passed(binding.node)
-            elif binding.kind == "import":
-                out.add(UNKNOWN)  # a value of another module
-        return out  # a def or a class is no model
+            elif binding.kind == "import":  # a function or class of the run, or any value
+                defined = self._defined(name)
+                out |= {Function(q) for q in defined} if defined else {UNKNOWN}
+            elif binding.kind in ("def", "class") and binding.node in self.parsed.tree.body:
+                out |= {Function(q) for q in [self._defined_here(binding.node)] if q}
+        return out  # a function handed on as a value, or a class: no model
+
+    def _defined_here(self, node: ast.AST) -> str | None:
+        """The qualified name of a module-level function or class of this file."""
+        if isinstance(node, ast.ClassDef):
+            module = self.parsed.module_name
+            return f"{module}.{node.name}" if module else None
+        return self.exported_name(node)
+
+    def _defined(self, name: ast.Name) -> frozenset[str]:
+        """The qualified names an imported ``name`` stands for when each is a function or
+        class of the run (``RunModules.defines``), else none."""
+        qualified = self.parsed.names.qualified(name)
+        if qualified and all(self._modules.defines(q) for q in qualified):
+            return qualified
+        return frozenset()
 
     def opaque(self, expr: ast.AST) -> bool:
         """Whether some value ``expr`` may hold comes from code the analysis does not follow."""
@@ -493,6 +513,8 @@ class Ties:
         """What a call may return: a model its constructor builds, what a function of this
         file returns, what a method of the receiver hands back, a library's answer."""
         found = self._built(call)
+        if found is None:
+            found = self._partial(call)
         if found is not None:
             return found
         func = call.func
@@ -505,7 +527,22 @@ class Ties:
             found = read(call, func)
             if found is not None:
                 return found
+        if func is call.func and self.value_called(call):
+            return {Returned(self.parsed.site_id(call) + CALL)}
         return self._by_name(call, func)
+
+    def value_called(self, call: ast.Call) -> bool:
+        """``shard_fn(model)``: a call of a name bound to a value (a parameter, an
+        assignment), not to a function, class or import, that may be a function of the run
+        (or a link to one): what it returns is what the functions the value may be return
+        (``Returned`` of ``refs.CALL``, settled by the run)."""
+        func = call.func
+        if not isinstance(func, ast.Name) or self.parsed.names.qualified(func):
+            return False
+        bindings = self.parsed.names.bindings_of(func)
+        if not bindings or any(b.kind not in ("assign", "param", "other") for b in bindings):
+            return False
+        return any(isinstance(r, (Function, Passed, Returned)) for r in self._value(func))
 
     def _built(self, call: ast.Call) -> set[Ref] | None:
         """A BF16 optimizer, a constructor's model (a factory), a factory's call."""
@@ -516,6 +553,23 @@ class Ties:
             return {Factory(ref)} if call in self.factories else {Built(ref)}
         made: set[Ref] = {Built(r.id) for r in self._value(call.func) if isinstance(r, Factory)}
         return made or None
+
+    def _partial(self, call: ast.Call) -> set[Ref] | None:
+        """``functools.partial(f, <n positional arguments>, ...)`` of a function of the run:
+        ``f`` handed on with ``n`` arguments preset (a ``Function`` shifted by ``n``)."""
+        if not (
+            call.args
+            and not isinstance(call.args[0], ast.Starred)
+            and self.parsed.resolves_to(call.func, PARTIAL)
+        ):
+            return None
+        target = self._value(call.args[0])
+        if not any(isinstance(r, Function) for r in target):
+            return None  # a library's function: its answer may be one of the arguments
+        preset = len(call.args) - 1
+        return {
+            Function(r.name, r.preset + preset) if isinstance(r, Function) else r for r in target
+        }
 
     def _on_receiver(self, call: ast.Call, func: ast.expr) -> set[Ref] | None:
         """``m.to(...)`` (the module itself), ``m.parameters()`` (a site on them is on it), a
