@@ -176,6 +176,11 @@ class _Reach:
     def imported_nowhere(self, site: Site) -> bool:
         return self._programs.runs_nowhere(site.path)
 
+    @property
+    def never_run(self) -> frozenset[tuple[str, int]]:
+        """The lines no program of a whole program runs (``Programs.never_run``)."""
+        return self._programs.never_run
+
     def never_runs(self, site: Site) -> bool:
         """No program of a whole program runs the site's line (``Programs.never_run``), or
         imports its module (``Programs.runs_nowhere``)."""
@@ -267,8 +272,10 @@ class _Run:
             return False
         if site.requirement == "ALWAYS":
             return True
-        if site.requirement == "ANY":
-            return self.meets(site, migrating, fsdp2 and site.target is not Target.MODEL_STATE)
+        if site.requirement == "ANY":  # taken with the models that meet it: none, if never run
+            return (site.path, site.line) not in self.reach.never_run and self.meets(
+                site, migrating, fsdp2 and site.target is not Target.MODEL_STATE
+            )
         if site.requirement == "RUN":
             return bool(self.reach(site)) and self.reach(site) <= migrating
         return bool(site.reach.ties) and site.reach.ties <= migrating

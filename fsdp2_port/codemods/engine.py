@@ -677,10 +677,19 @@ def _programs(
         and not s.reach.ties
         and (s.requirement == "RUN" or s.reach.deferred)
     ]
+    forms = [  # untied lines with a form right on any model: taken only where one runs
+        (s.path, s.line)
+        for p in plans
+        for s in p.sites
+        if whole_program
+        and s.constructor is None
+        and s.forms.either is not None
+        and (s.reach.opaque or not s.reach.ties)
+    ]
     if len(paths) < 2:  # one file: no programs to tell apart, only lines no one runs
-        return programs.find(paths, [], [], entry, holding, leaving=leaving)
+        return programs.find(paths, [], [], entry, holding, leaving=leaving, rewritten=forms)
     lines = [p.path for p in plans]
-    return programs.find(paths, builds, lines, entry, holding, program_map, leaving)
+    return programs.find(paths, builds, lines, entry, holding, program_map, leaving, forms)
 
 
 def _owners(callee: str) -> tuple[str, str]:

@@ -134,18 +134,21 @@ def find(
     unread: Iterable[tuple[str, int]] = (),
     program_map: ProgramMap | None = None,
     leaving: Iterable[tuple[str, int, str]] = (),
+    rewritten: Iterable[tuple[str, int]] = (),
 ) -> Programs:
     """The run's programs, for constructors given as ``(id, path, line)`` and the files whose
     lines may meet models (``lines``); ``entry_scripts``: the run's, when already known;
     ``unread``: lines to test with ``unreached`` (a whole program's: nothing outside the run
-    calls its functions); ``leaving``: the imports ``(path, line, module)`` the run rewrites to
-    import another module."""
+    calls its functions), and the programs of each that some program runs; ``leaving``: the
+    imports ``(path, line, module)`` the run rewrites to import another module; ``rewritten``:
+    more lines to test with ``unreached`` only."""
     run = _Run(list(paths), leaving)
     if entry_scripts is not None:
         run.seed(entry_scripts)
     entry = run.entry(lines)
     unread = list(unread)
-    never_run = frozenset(at for at in unread if run.unreached(*at))
+    asked = dict.fromkeys([*unread, *rewritten])
+    never_run = frozenset(at for at in asked if run.unreached(*at))
     if not entry:
         return Programs(never_run=never_run, map=program_map)
     return Programs(
@@ -170,6 +173,8 @@ class _Run:
         self._unreached: dict[tuple[str, str], bool] = {}
         self._packaging: list[bytes] | None = None
         self._words: dict[bytes, list[str]] | None = None
+        self._function_reads: dict[str, dict[str, set[int]] | None] = {}
+        self._modules: frozenset[str] | None = None
 
     def data(self, path: str) -> bytes:
         if path not in self._data:
@@ -350,9 +355,30 @@ class _Run:
                 if reader != home and _own_name(tree, function.name):
                     continue  # its reads are of its own function or class
                 todo += [
-                    (reader, _module_function(tree, r)) for r in _reads_of(tree, function.name)
+                    (reader, _module_function(tree, r))
+                    for r in self._function_reads_of(reader, tree, function.name)
                 ]
         return True
+
+    def _function_reads_of(self, path: str, tree: ast.Module, name: str) -> list[int]:
+        """The lines of ``tree`` that may read the module-level function ``name``: as
+        ``_reads_of``, but an attribute only on a name the file imports (``helpers.name``,
+        ``pkg.helpers.name``) or on no name (``load().name``): ``wrapper.name(...)`` on a
+        local object calls its class's method. A file that reads a module it may import
+        (``import m``, or ``from pkg import m`` where the run has a module ``m``) other than as
+        an attribute's object (``run(helpers)``) may read the function on any object."""
+        if path not in self._function_reads:
+            self._function_reads[path] = _function_read_index(tree, self._module_names())
+        found = self._function_reads[path]
+        return sorted(found.get(name, ())) if found is not None else _reads_of(tree, name)
+
+    def _module_names(self) -> frozenset[str]:
+        """The last parts of the run's module names (``helpers`` for ``pkg/helpers.py``)."""
+        if self._modules is None:
+            stems = {os.path.splitext(os.path.basename(p))[0] for p in self.paths}
+            stems |= {os.path.basename(os.path.dirname(p)) for p in self.paths}
+            self._modules = frozenset(stems)
+        return self._modules
 
     def _packaged(self, name: str) -> bool:
         """Whether a packaging file above the run (``pyproject.toml``, ``setup.cfg``,
@@ -507,6 +533,39 @@ def _reads_of(tree: ast.Module, name: str) -> list[int]:
 _READ_INDEXES: weakref.WeakKeyDictionary[ast.Module, dict[str, set[int]]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _function_read_index(tree: ast.Module, modules: frozenset[str]) -> dict[str, set[int]] | None:
+    """``_Run._function_reads_of``'s index of ``tree`` (None: any attribute may read it)."""
+    imported: set[str] = set()
+    may_be_modules: set[str] = set()
+    for node in trees.nodes(tree, ast.Import, ast.ImportFrom):
+        assert isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names:
+            bound = (alias.asname or alias.name).partition(".")[0]
+            imported.add(bound)
+            if isinstance(node, ast.Import) or alias.name in modules:
+                may_be_modules.add(bound)
+    attributes = [n for n in trees.nodes(tree, ast.Attribute) if isinstance(n, ast.Attribute)]
+    objects = {id(node.value) for node in attributes}
+    names = [n for n in trees.nodes(tree, ast.Name) if isinstance(n, ast.Name)]
+    if any(node.id in may_be_modules and id(node) not in objects for node in names):
+        return None
+    found: dict[str, set[int]] = defaultdict(set)
+    for name in names:
+        found[name.id].add(name.lineno)
+    for attribute in attributes:
+        root: ast.expr = attribute.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name) or root.id in imported:
+            found[attribute.attr].add(attribute.lineno)
+    for node in trees.nodes(tree, ast.Constant, ast.alias):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found[_named(node.value)].add(node.lineno)
+        elif isinstance(node, ast.alias) and node.asname:
+            found[node.name].add(node.lineno)
+    return found
 
 
 def _read_index(tree: ast.Module) -> dict[str, set[int]]:

@@ -176,6 +176,21 @@ def only_unused_reads(model):
         pytest.param("from helpers import used\nused(1)\n", 10, True, id="read-by-unread-only"),
         pytest.param("from helpers import used\nused(1)\n", 2, False, id="read-at-module-level"),
         pytest.param("import helpers\nhelpers.unused(1)\n", 6, False, id="read-as-an-attribute"),
+        pytest.param(
+            "import pkg.helpers as h\nh.unused(1)\n", 6, False, id="read-on-a-module-alias"
+        ),
+        pytest.param(
+            "from lib import Saver\nsaver = Saver()\nsaver.unused(1)\n",
+            6,
+            True,
+            id="a-method-of-that-name-on-an-object",
+        ),
+        pytest.param(
+            "import helpers\nfrom lib import run, saver\nrun(helpers)\nsaver.unused(1)\n",
+            6,
+            False,
+            id="a-module-handed-on-as-a-value",
+        ),
         pytest.param("CALLBACKS = {'save': 'helpers.unused'}\n", 6, False, id="named-by-a-string"),
         pytest.param(
             "from helpers import unused\n\n\nclass T:\n    def step(self):\n        unused(self)\n",
@@ -187,9 +202,11 @@ def only_unused_reads(model):
 )
 def test_a_line_no_program_runs(tmp_path, script, line, unreached):
     """In a whole program, a line runs only if its module-level function is read (a name, an
-    attribute, a string, an import under another name) somewhere that runs: at module level,
-    in a method or class (a framework may call those by names the run never spells), or in a
-    function read so in turn. Any doubt: it runs."""
+    attribute of a module the file imports, a string, an import under another name) somewhere
+    that runs: at module level, in a method or class (a framework may call those by names the
+    run never spells), or in a function read so in turn. An attribute of an object
+    (``saver.unused``) is its class's method, unless the file hands a module on as a value.
+    Any doubt: it runs."""
     assert (
         _unreached(tmp_path, {"helpers.py": HELPERS, "train.py": script}, ("helpers.py", line))
         is unreached
