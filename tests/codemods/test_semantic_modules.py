@@ -322,6 +322,51 @@ def test_what_functions_do_with_their_arguments_is_followed_through_calls(tmp_pa
     assert "pkg.adapter.Adapter.__init__" not in effects
 
 
+def test_a_factory_builds_anew_through_its_names_tuples_and_chosen_classes(tmp_path):
+    """Every call of a factory builds a new object (effect ``"new"`` of its return value)
+    when each ``return`` gives only objects of calls of the run's classes or factories:
+    directly, through local names (moved by ``.to(...)``), as a tuple, or through a local
+    name bound to one of several classes. A name that may hold an argument is not new."""
+    graph = _graph(
+        tmp_path,
+        {
+            "t5.py": """                class Encoder: ...
+                class Decoder: ...
+                class Tokenizer: ...
+
+                def _t5(encoder_only, tokenizer, device):
+                    if encoder_only:
+                        cls = Encoder
+                    else:
+                        cls = Decoder
+                    model = cls()
+                    model = model.to(device)
+                    if tokenizer:
+                        return model, Tokenizer()
+                    return model
+
+                def umt5(**kwargs):
+                    return _t5(**kwargs)
+
+                def chosen(big):
+                    cls = Encoder if big else Decoder
+                    return cls()
+
+                def given(model, device):
+                    model = model.to(device)
+                    return model
+
+                def maybe(model, fresh):
+                    if fresh:
+                        model = Encoder()
+                    return model
+            """,
+        },
+    )
+    new = {name for name, effects in graph.effects.items() if "new" in effects.get(-1, ())}
+    assert new == {"t5._t5", "t5.umt5", "t5.chosen"}
+
+
 def test_a_modules_functions_and_classes_are_names_it_binds_once_by_def_or_class(tmp_path):
     """What ``from m import name`` may be taken for as a value: a function or class only where
     nothing else binds the name at module level (an assignment, an import, a second ``def``,

@@ -14,8 +14,9 @@ passed there, or on a value computed from it:
   it saves its own ``state_dict()``; ``saves_pretrained``).
 
 A function's return value has the effect ``"new"`` (at ``RETURNED``) when every call of it
-builds a new object: each ``return`` returns a call of a class of the run, or of a function of
-the run with that effect.
+builds a new object: each ``return`` gives only calls of classes of the run, or of functions of
+the run with that effect, directly, through local names (and their moves, ``.to(...)``), as a
+tuple, or through a local name bound only to such classes (``_Reader.builds``).
 
 A function only some ranks may run has the effect ``"gated"`` (at position ``GATED``): one of
 the run's functions calls it where a test of the rank lets only some ranks through
@@ -50,6 +51,7 @@ from fsdp2_port.codemods.assumptions import (
     CONTAINER_BUILTINS,
     NORM_SOURCES,
     PARAMETER_ITERATORS,
+    RETURNS_SELF,
     SHAPE_ATTRIBUTES,
     STORAGE_METHODS,
 )
@@ -362,13 +364,71 @@ class _Reader:
                         yield callee, written
 
     def builds(self) -> frozenset[str]:
-        """The callees of its ``return``s when each returns a call of a name ``_callee``
-        names (``return Model(config)``), else nothing."""
-        found = {
-            self._callee(value.func) if isinstance(value, ast.Call) else ""
-            for value, _ in self.returns
-        }
-        return frozenset(found) if found and "" not in found else frozenset()
+        """The callees whose new objects its ``return``s give, when each gives only such
+        objects (``_built_by``), else nothing."""
+        found: set[str] = set()
+        for value, _ in self.returns:
+            built = self._built_by(value, set())
+            if not built:
+                return frozenset()
+            found |= built
+        return frozenset(found)
+
+    def _built_by(self, value: ast.AST, seen: set[str]) -> set[str]:
+        """The callees whose new objects ``value`` may only be (empty: it may be anything
+        else): a call of a name ``_callee`` names (``Model(config)``) or of a local name bound
+        only to such names (``cls = A if big else B``; ``cls(**kw)``); a local name every
+        assignment of which is one, or that object moved (``model = model.to(device)``); a
+        tuple of them (``return model, tokenizer``)."""
+        if isinstance(value, ast.Tuple):
+            parts = [self._built_by(e, seen) for e in value.elts]
+            return set().union(*parts) if parts and all(parts) else set()
+        if isinstance(value, ast.Name):
+            return self._name_built_by(value.id, seen)
+        if not isinstance(value, ast.Call):
+            return set()
+        callee = self._callee(value.func)
+        if callee:
+            return {callee}
+        if isinstance(value.func, ast.Name):
+            return self._names_of(value.func.id)
+        return set()
+
+    def _name_built_by(self, name: str, seen: set[str]) -> set[str]:
+        if name in seen:
+            return set()
+        seen.add(name)
+        sources = [v for values, bound in self.assigned if name in bound for v in values]
+        if not sources or name in self._parameters():
+            return set()
+        found: set[str] = set()
+        for source in sources:
+            if _moves(source, name):
+                continue
+            built = self._built_by(source, seen)
+            if not built:
+                return set()
+            found |= built
+        return found
+
+    def _names_of(self, name: str) -> set[str]:
+        """The functions and classes a local name is bound to by each of its assignments
+        (``cls = T5Encoder``, ``cls = A if big else B``); empty when one binds anything else."""
+        sources = [v for values, bound in self.assigned if name in bound for v in values]
+        found: set[str] = set()
+        for source in sources:
+            choices = [source.body, source.orelse] if isinstance(source, ast.IfExp) else [source]
+            named = {self._callee(c) for c in choices}
+            if "" in named or name in self._parameters():
+                return set()
+            found |= named
+        return found
+
+    def _parameters(self) -> set[str]:
+        arguments = self.function.args
+        every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+        every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+        return {a.arg for a in every}
 
     def returned(self) -> _Calls:
         return tuple((self._callees([value]), names) for value, names in self.returns)
@@ -401,6 +461,18 @@ class _Reader:
         ):
             return f"{self.module}.{self.owner}.{func.attr}"
         return _qualified(func, self.module, self.bindings, self.local)
+
+
+def _moves(value: ast.AST, name: str) -> bool:
+    """``name.to(...)``, ``name.cuda()``...: the object ``name`` holds, moved or set up (or a
+    new one the method makes from it)."""
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == name
+        and either_way(RETURNS_SELF, value.func.attr)
+    )
 
 
 def _qualified(node: ast.AST, module: str, bindings: Mapping[str, str], local: set[str]) -> str:
