@@ -3,7 +3,8 @@ nor a module sharded in place, so what FSDP1 and FSDP2 do to models cannot show 
 
 Three forms, each read where it is used:
 
-- a name: the one binding that reaches ``x`` is ``x = C(...)`` earlier in the read's block;
+- a name: the one binding that reaches ``x`` is ``x = C(...)`` earlier in the read's block
+  (or ``x = x.to(...)`` of such an ``x``);
 - an attribute of the method's instance: ``self.x = C(...)`` earlier in the read's block (or a
   block around it), with no other store of ``self.x``, no call of a method of ``self`` and no
   hand-over of ``self`` in between, since any of those may rebind or shard ``self.x``;
@@ -49,36 +50,54 @@ def is_fresh(ties: Ties, expr: ast.AST) -> bool:
     return False
 
 
-def _fresh_name(ties: Ties, read: ast.Name) -> list[ast.stmt] | None:
+def _fresh_name(
+    ties: Ties, read: ast.Name, seen: frozenset[ast.AST] = frozenset()
+) -> list[ast.stmt] | None:
     """The statements from each ``x = C(...)`` that reaches the read to it (one per branch
-    of an ``if``: ``if big: x = A() else: x = B()``), when ``x`` is fresh there."""
+    of an ``if``: ``if big: x = A() else: x = B()``; through ``x = x.to(device)``), when
+    ``x`` is fresh there."""
     reaching = ties.reaching(read)
     if not reaching:
         return None
     paths: list[ast.stmt] = []
     for binding in reaching:
-        path = _from_binding(ties, binding.node, read) if binding.kind == "assign" else None
+        if binding.kind != "assign" or binding.node in seen:
+            return None
+        path = _from_binding(ties, binding.node, read, seen | {binding.node})
         if path is None:
             return None
         paths += path
     return paths
 
 
-def _from_binding(ties: Ties, target: ast.AST, read: ast.Name) -> list[ast.stmt] | None:
+def _from_binding(
+    ties: Ties, target: ast.AST, read: ast.Name, seen: frozenset[ast.AST]
+) -> list[ast.stmt] | None:
     """The statements from ``x = C(...)`` (the binding ``target``) to the read, when the
-    object it builds is still fresh there."""
+    object it builds is still fresh there; from the binding before ``x = x.to(...)``, when
+    ``x`` is fresh at that move."""
     statement = ties.parsed.names.parent.get(target)
     if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)):
         return None
-    if not _builds_anew(ties, statement.value):
+    earlier: list[ast.stmt] = []
+    moved = _moves_itself(ties, statement.value, read.id)
+    if moved is not None:
+        found = _fresh_name(ties, moved, seen)
+        if found is None:
+            return None
+        earlier = found
+    elif not _builds_anew(ties, statement.value):
         return None
     path = flow.between(ties.parsed.names, statement, read, branches=True)
     if path is None:
         return None
+    path = earlier + path
     nodes = list(_before(ties, path, read))
     if any(n in ties.constructors for n in nodes):
         return None
-    uses = (n for n in nodes if isinstance(n, ast.Name) and n.id == read.id)
+    uses = (  # the binding of ``x = x.to(...)`` itself is no use
+        n for n in nodes if isinstance(n, ast.Name) and n.id == read.id and n not in seen
+    )
     return path if all(_keeps_it_unsharded(ties, n) for n in uses) else None
 
 
@@ -191,6 +210,20 @@ def _keeps_its_parts(ties: Ties, use: ast.expr) -> bool:
     if isinstance(parent, ast.Assign) and top in parent.targets:
         return _moved_in_place(parent, parent.value) or ties.none_of(parent.value)
     return False
+
+
+def _moves_itself(ties: Ties, value: ast.Call, name: str) -> ast.Name | None:
+    """In ``x = x.to(device)`` (a method that returns its module, on the name bound), the read
+    of ``x`` the method is called on."""
+    func = value.func
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == name
+        and ties.parsed.assumed.takes(RETURNS_SELF, func.attr, value)
+    ):
+        return func.value
+    return None
 
 
 def _moved_in_place(statement: ast.AST | None, value: ast.expr) -> bool:
