@@ -253,12 +253,14 @@ class _Run:
             if len(seen) > _MAX_NAMES or (scope is None and self._configured(name)):
                 return None
             readers = [home] if scope else self.holding(name)
+            function = _function_only(self.tree(home), name)
             found = False
             for reader in readers:
                 tree = self.tree(reader)
                 if tree is None:
                     return None
-                for holder in _readers_of(tree, name):
+                lines = self._function_reads_of(reader, tree, name) if function else None
+                for holder in _readers_of(tree, name, lines):
                     found = True
                     todo.append((holder, reader))
             if not found:
@@ -394,6 +396,7 @@ class _Run:
 
 
 _WORDS = re.compile(rb"\w+")
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _word(word: str) -> re.Pattern[bytes]:
@@ -494,13 +497,30 @@ def _module_function(tree: ast.Module, line: int) -> ast.FunctionDef | ast.Async
     return None
 
 
-def _readers_of(tree: ast.Module, name: str) -> list[str | None]:
-    """The holders (``_holder``) of each line of ``tree`` that reads ``name``."""
+def _readers_of(tree: ast.Module, name: str, lines: list[int] | None = None) -> list[str | None]:
+    """The holders (``_holder``) of each line of ``tree`` that reads ``name`` (``lines``:
+    those lines, when known)."""
     known: dict[int, str | None] = trees.derived(tree, "holders", None, dict)
-    for line in _reads_of(tree, name):
+    lines = _reads_of(tree, name) if lines is None else lines
+    for line in lines:
         if line not in known:
             known[line] = _holder(tree, line)
-    return [known[line] for line in _reads_of(tree, name)]
+    return [known[line] for line in lines]
+
+
+def _function_only(tree: ast.Module | None, name: str) -> bool:
+    """``tree`` defines a module-level function ``name`` and no method of that name: code
+    that reaches a line of it is code that reads the function (``_function_reads_of``)."""
+    if tree is None:
+        return False
+    if not any(isinstance(s, _FUNCTIONS) and s.name == name for s in tree.body):
+        return False
+    return not any(
+        isinstance(item, _FUNCTIONS) and item.name == name
+        for s in tree.body
+        if isinstance(s, ast.ClassDef)
+        for item in s.body
+    )
 
 
 def _own_name(tree: ast.Module, name: str) -> bool:

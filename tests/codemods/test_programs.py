@@ -55,6 +55,22 @@ def test_a_helper_runs_only_in_the_scripts_that_reach_it(tmp_path):
     assert found.may_meet(str(tmp_path / "lib.py"), "c")  # not a script: any program
 
 
+def test_a_method_of_the_same_name_on_an_object_does_not_reach_a_helper(tmp_path):
+    """``trainer.wrap(...)`` in another script calls its class's method, not ``lib.wrap``:
+    only the script that imports and calls the function runs the constructor in it. Where the
+    file defining the function also has a method so named, any read of the name may reach it."""
+    other = (
+        "from trainers import Trainer\n\n\ndef main():\n    trainer = Trainer()\n"
+        "    trainer.wrap(None)\n\n\n"
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    files = {"lib.py": WRAP, "a.py": SCRIPT, "b.py": other, "trainers.py": "class Trainer: ...\n"}
+    assert _find(tmp_path / "apart", files)[1] == {"a.py"}
+    with_method = WRAP + "\n\nclass Wrapper:\n    def wrap(self, model):\n        return model\n"
+    files["lib.py"] = with_method
+    assert _find(tmp_path / "method", files)[1] == {"a.py", "b.py"}
+
+
 def test_a_function_of_a_script_is_read_only_in_that_script(tmp_path):
     own = SCRIPT.replace("from lib import wrap\n", WRAP).replace("wrap(None)", "wrap(None)")
     _, where = _find(tmp_path, {"a.py": own, "b.py": PLAIN}, ("a.py", 5))
