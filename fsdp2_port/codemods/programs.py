@@ -29,10 +29,10 @@ import os
 import re
 import weakref
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fsdp2_port.codemods import sources, trees
+from fsdp2_port.codemods import sources, syntax, trees
 from fsdp2_port.codemods.assumptions import CONFIG_SUFFIXES, PACKAGING_FILES
 from fsdp2_port.codemods.semantic.programs import ProgramMap
 
@@ -396,7 +396,6 @@ class _Run:
 
 
 _WORDS = re.compile(rb"\w+")
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _word(word: str) -> re.Pattern[bytes]:
@@ -513,10 +512,10 @@ def _function_only(tree: ast.Module | None, name: str) -> bool:
     that reaches a line of it is code that reads the function (``_function_reads_of``)."""
     if tree is None:
         return False
-    if not any(isinstance(s, _FUNCTIONS) and s.name == name for s in tree.body):
+    if not any(isinstance(s, syntax.FUNCTIONS) and s.name == name for s in tree.body):
         return False
     return not any(
-        isinstance(item, _FUNCTIONS) and item.name == name
+        isinstance(item, syntax.FUNCTIONS) and item.name == name
         for s in tree.body
         if isinstance(s, ast.ClassDef)
         for item in s.body
@@ -566,44 +565,45 @@ def _function_read_index(tree: ast.Module, modules: frozenset[str]) -> dict[str,
             imported.add(bound)
             if isinstance(node, ast.Import) or alias.name in modules:
                 may_be_modules.add(bound)
-    attributes = [n for n in trees.nodes(tree, ast.Attribute) if isinstance(n, ast.Attribute)]
-    objects = {id(node.value) for node in attributes}
-    names = [n for n in trees.nodes(tree, ast.Name) if isinstance(n, ast.Name)]
-    if any(node.id in may_be_modules and id(node) not in objects for node in names):
+    objects = {id(n.value) for n in trees.nodes(tree, ast.Attribute)}  # type: ignore[attr-defined]
+    if any(
+        isinstance(n, ast.Name) and n.id in may_be_modules and id(n) not in objects
+        for n in trees.nodes(tree, ast.Name)
+    ):
         return None
-    found: dict[str, set[int]] = defaultdict(set)
-    for name in names:
-        found[name.id].add(name.lineno)
-    for attribute in attributes:
+
+    def on_a_module(attribute: ast.Attribute) -> bool:
         root: ast.expr = attribute.value
         while isinstance(root, ast.Attribute):
             root = root.value
-        if not isinstance(root, ast.Name) or root.id in imported:
-            found[attribute.attr].add(attribute.lineno)
-    for node in trees.nodes(tree, ast.Constant, ast.alias):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            found[_named(node.value)].add(node.lineno)
-        elif isinstance(node, ast.alias) and node.asname:
-            found[node.name].add(node.lineno)
-    return found
+        return not isinstance(root, ast.Name) or root.id in imported
+
+    return _indexed(tree, on_a_module)
 
 
 def _read_index(tree: ast.Module) -> dict[str, set[int]]:
-    """Each name ``tree`` reads -> its lines (``_reads_of``), found in one walk per tree: a
-    string reads the name after its last ``.`` or ``:`` (``"pkg.mod:main"``)."""
+    """Each name ``tree`` reads -> its lines (``_reads_of``), found in one walk per tree."""
     found = _READ_INDEXES.get(tree)
     if found is None:
-        found = defaultdict(set)
-        for node in trees.nodes(tree, ast.Name, ast.Attribute, ast.Constant, ast.alias):
-            if isinstance(node, ast.Name):
-                found[node.id].add(node.lineno)
-            elif isinstance(node, ast.Attribute):
+        found = _READ_INDEXES[tree] = _indexed(tree, lambda attribute: True)
+    return found
+
+
+def _indexed(tree: ast.Module, counts: Callable[[ast.Attribute], bool]) -> dict[str, set[int]]:
+    """Each name ``tree`` reads -> its lines: names, the attributes ``counts`` keeps, strings
+    (the name after their last ``.`` or ``:``: ``"pkg.mod:main"``), imports under another
+    name."""
+    found: dict[str, set[int]] = defaultdict(set)
+    for node in trees.nodes(tree, ast.Name, ast.Attribute, ast.Constant, ast.alias):
+        if isinstance(node, ast.Name):
+            found[node.id].add(node.lineno)
+        elif isinstance(node, ast.Attribute):
+            if counts(node):
                 found[node.attr].add(node.lineno)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                found[_named(node.value)].add(node.lineno)
-            elif isinstance(node, ast.alias) and node.asname:
-                found[node.name].add(node.lineno)
-        _READ_INDEXES[tree] = found
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found[_named(node.value)].add(node.lineno)
+        elif isinstance(node, ast.alias) and node.asname:
+            found[node.name].add(node.lineno)
     return found
 
 

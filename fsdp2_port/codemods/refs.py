@@ -104,6 +104,8 @@ UNKNOWN = Unknown()
 
 Ref = Built | Factory | Function | Optimizer | Returned | Passed | Given | Instance | Unknown
 Deferred = Returned | Passed | Given | Instance
+#: What may be, or lead to, a function value (the run settles the links).
+MAY_BE_FUNCTION = (Function, Passed, Returned)
 
 
 def built(refs: Iterable[Ref]) -> frozenset[str]:

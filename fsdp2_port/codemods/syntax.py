@@ -77,6 +77,14 @@ def blocks(node: ast.AST) -> list[list[ast.stmt]]:
     ]
 
 
+def method_on(call: ast.AST, name: str) -> str | None:
+    """The method ``call`` calls on the name ``name`` (``to`` for ``name.to(device)``)."""
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+        return None
+    receiver = call.func.value
+    return call.func.attr if isinstance(receiver, ast.Name) and receiver.id == name else None
+
+
 def loaded(node: ast.AST) -> str:
     """``ast.dump`` of ``node`` read, whether it is stored or read there: two chains that spell
     the same name (``x.a`` in ``x.a = ...`` and in ``x.a.to(d)``) give the same text."""

@@ -215,15 +215,11 @@ def _keeps_its_parts(ties: Ties, use: ast.expr) -> bool:
 def _moves_itself(ties: Ties, value: ast.Call, name: str) -> ast.Name | None:
     """In ``x = x.to(device)`` (a method that returns its module, on the name bound), the read
     of ``x`` the method is called on."""
-    func = value.func
-    if (
-        isinstance(func, ast.Attribute)
-        and isinstance(func.value, ast.Name)
-        and func.value.id == name
-        and ties.parsed.assumed.takes(RETURNS_SELF, func.attr, value)
-    ):
-        return func.value
-    return None
+    method = syntax.method_on(value, name)
+    if method is None or not ties.parsed.assumed.takes(RETURNS_SELF, method, value):
+        return None
+    assert isinstance(value.func, ast.Attribute) and isinstance(value.func.value, ast.Name)
+    return value.func.value
 
 
 def _moved_in_place(statement: ast.AST | None, value: ast.expr) -> bool:

@@ -15,14 +15,12 @@ import ast
 from typing import TYPE_CHECKING
 
 from fsdp2_port.codemods.assumptions import CONTAINER_BUILTINS, NO_MODEL_BUILTINS
-from fsdp2_port.codemods.refs import CALLED, Function, Passed, Ref, Returned, Unknown
+from fsdp2_port.codemods.refs import CALLED, MAY_BE_FUNCTION, Ref, Unknown
 from fsdp2_port.codemods.semantic.values import PARTIAL, Ties
 
 if TYPE_CHECKING:
     from fsdp2_port.codemods.names import Names
 
-#: What may be, or lead to, a function value (``Resolver`` settles the links).
-_MAY_BE_FUNCTION = (Function, Passed, Returned)
 _DISPLAYS = (ast.List, ast.Tuple, ast.Set)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp)
 
@@ -39,9 +37,7 @@ def presets(ties: Ties, call: ast.Call) -> bool:
 def called(ties: Ties, func: ast.expr) -> tuple[frozenset[str], frozenset[Ref]]:
     """The callee and receiver of a call of a value (``shard_fn(model)``): what the value may
     be, the unknown included (what such a call is given escapes)."""
-    receiver = frozenset(
-        r for r in ties._value(func) if isinstance(r, (*_MAY_BE_FUNCTION, Unknown))
-    )
+    receiver = frozenset(r for r in ties._value(func) if isinstance(r, (*MAY_BE_FUNCTION, Unknown)))
     return (frozenset({CALLED}), receiver) if receiver else (frozenset(), frozenset())
 
 
@@ -53,7 +49,7 @@ def escaping(ties: Ties) -> frozenset[Ref]:
     out: set[Ref] = set()
     for value in _handed_on(ties):
         if _may_hold_function(ties, value):
-            out |= {r for r in ties._value(value) if isinstance(r, _MAY_BE_FUNCTION)}
+            out |= {r for r in ties._value(value) if isinstance(r, MAY_BE_FUNCTION)}
     return frozenset(out)
 
 

@@ -19,6 +19,7 @@ from fsdp2_port.codemods.refs import (
     COPY,
     DISPATCHED,
     GIVEN_TO,
+    MAY_BE_FUNCTION,
     UNKNOWN,
     Built,
     Deferred,
@@ -49,7 +50,6 @@ _PLAIN_ORIGINS = "plain origins"
 #: method calls on objects of no known class nor calls of values: a function value handed to
 #: one escapes, ``Resolver._escaped``).
 _FUNCTIONS = "functions"
-_MAY_BE_FUNCTION = (Function, Passed, Returned)
 
 
 class Resolver:
@@ -347,7 +347,7 @@ class Resolver:
             for passings in (*self.passed.values(), *self.dispatched.values(), self.value_calls):
                 for passing in passings:
                     if not self._followed(passing.callee):
-                        handed += [r for r in passing.refs if isinstance(r, _MAY_BE_FUNCTION)]
+                        handed += [r for r in passing.refs if isinstance(r, MAY_BE_FUNCTION)]
             self._escapes = frozenset(
                 name
                 for r in self._closure(handed, _FUNCTIONS)

@@ -44,7 +44,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from fsdp2_port.codemods import fsdp1
+from fsdp2_port.codemods import fsdp1, syntax
 from fsdp2_port.codemods.assumptions import (
     COLLECTIVE_TENSOR_KEYWORDS,
     COLLECTIVES,
@@ -398,7 +398,7 @@ class _Reader:
         if name in seen:
             return set()
         seen.add(name)
-        sources = [v for values, bound in self.assigned if name in bound for v in values]
+        sources = self._sources(name)
         if not sources or name in self._parameters():
             return set()
         found: set[str] = set()
@@ -414,15 +414,20 @@ class _Reader:
     def _names_of(self, name: str) -> set[str]:
         """The functions and classes a local name is bound to by each of its assignments
         (``cls = T5Encoder``, ``cls = A if big else B``); empty when one binds anything else."""
-        sources = [v for values, bound in self.assigned if name in bound for v in values]
+        if name in self._parameters():
+            return set()
         found: set[str] = set()
-        for source in sources:
+        for source in self._sources(name):
             choices = [source.body, source.orelse] if isinstance(source, ast.IfExp) else [source]
             named = {self._callee(c) for c in choices}
-            if "" in named or name in self._parameters():
+            if "" in named:
                 return set()
             found |= named
         return found
+
+    def _sources(self, name: str) -> list[ast.AST]:
+        """The values the function's assignments (loops, walruses) bind ``name`` from."""
+        return [v for values, bound in self.assigned if name in bound for v in values]
 
     def _parameters(self) -> set[str]:
         arguments = self.function.args
@@ -466,13 +471,8 @@ class _Reader:
 def _moves(value: ast.AST, name: str) -> bool:
     """``name.to(...)``, ``name.cuda()``...: the object ``name`` holds, moved or set up (or a
     new one the method makes from it)."""
-    return (
-        isinstance(value, ast.Call)
-        and isinstance(value.func, ast.Attribute)
-        and isinstance(value.func.value, ast.Name)
-        and value.func.value.id == name
-        and either_way(RETURNS_SELF, value.func.attr)
-    )
+    method = syntax.method_on(value, name)
+    return method is not None and either_way(RETURNS_SELF, method)
 
 
 def _qualified(node: ast.AST, module: str, bindings: Mapping[str, str], local: set[str]) -> str:
