@@ -10,16 +10,18 @@ itself, through the functions that hold it:
   dunders and ``forward``, which are reached through the class); a constructor in a class
   body or at module level is held by its module;
 - a function or class is reached where its name is read (a name, an attribute, a string
-  naming it); a read inside another function or class is followed by that one's name, one
+  naming it), except in a file whose own function or class of that name every read there
+  finds; a read inside another function or class is followed by that one's name, one
   at module level reaches its module; a function of an entry script is read only there
   (one read nowhere, ``_mp_fn`` for a launcher, runs in that script's program, unless a
-  config names it).
+  config names it); a test pytest collects is reached where its module is.
 
-A constructor whose modules are all entry scripts runs only in their programs. Any doubt
-answers "any program": a holder never read in the run (called from outside it, or by a
-config: a config file of the run's folders that names it counts as a read too), a module
-that reaches it and is not an entry script, a file that does not parse, too many names.
-Lines outside entry scripts can always meet every model of the run.
+A constructor runs in the programs of the modules that reach it: an entry script's own, or,
+in a whole program, those that import the module (``ProgramMap``). Any doubt answers "any
+program": a holder never read in the run (called from outside it, or by a config: a config
+file of the run's folders that names it counts as a read too), a module code outside the
+run may import, a file that does not parse, too many names. Lines outside entry scripts can
+always meet every model of the run, unless the run is a whole program.
 """
 
 from __future__ import annotations
@@ -142,14 +144,14 @@ def find(
     calls its functions), and the programs of each that some program runs; ``leaving``: the
     imports ``(path, line, module)`` the run rewrites to import another module; ``rewritten``:
     more lines to test with ``unreached`` only."""
-    run = _Run(list(paths), leaving)
+    run = _Run(list(paths), leaving, program_map)
     if entry_scripts is not None:
         run.seed(entry_scripts)
     entry = run.entry(lines)
     unread = list(unread)
     asked = dict.fromkeys([*unread, *rewritten])
     never_run = frozenset(at for at in asked if run.unreached(*at))
-    if not entry:
+    if not entry and (program_map is None or program_map.open):
         return Programs(never_run=never_run, map=program_map)
     return Programs(
         frozenset(entry),
@@ -161,8 +163,15 @@ def find(
 
 
 class _Run:
-    def __init__(self, paths: list[str], leaving: Iterable[tuple[str, int, str]] = ()) -> None:
+    def __init__(
+        self,
+        paths: list[str],
+        leaving: Iterable[tuple[str, int, str]] = (),
+        program_map: ProgramMap | None = None,
+    ) -> None:
         self.paths = paths
+        #: Which programs each file runs in, by the run's imports (``semantic.programs``).
+        self.map = program_map
         #: The lines of imports the run rewrites away from a module.
         self.leaving = {(path, line) for path, line, _ in leaving}
         self._data: dict[str, bytes] = {}
@@ -241,10 +250,11 @@ class _Run:
         seen: set[tuple[str | None, str | None]] = set()
         while todo:
             name, home = todo.pop()
-            if name is None:
-                modules.add(home)
-                if not self.is_entry(home):
+            if name is None:  # module-level code: it runs wherever the module runs
+                roots = self._roots_of(home)
+                if roots is None:
                     return None
+                modules |= roots
                 continue
             scope = home if self.is_entry(home) else None
             if (name, scope) in seen:
@@ -259,15 +269,35 @@ class _Run:
                 tree = self.tree(reader)
                 if tree is None:
                     return None
+                if reader != home and _own_name(tree, name):
+                    continue  # its reads are of its own function or class
                 lines = self._function_reads_of(reader, tree, name) if function else None
                 for holder in _readers_of(tree, name, lines):
                     found = True
                     todo.append((holder, reader))
             if not found:
-                if scope is None or self._configured(name):
+                if self._configured(name):
+                    return None
+                if scope is None and _collected(home, name, "test"):
+                    roots = self._roots_of(home)  # pytest runs it with its module
+                    if roots is None:
+                        return None
+                    modules |= roots
+                elif scope is None:
                     return None  # read by no line of the run: called from outside it
-                modules.add(home)  # an entry script's own, read nowhere: run in its program
+                else:
+                    modules.add(home)  # an entry script's own, read nowhere: its program's
         return frozenset(modules)
+
+    def _roots_of(self, path: str) -> frozenset[str] | None:
+        """The programs that run ``path``'s module-level code: its own for an entry script,
+        else those that import it (``ProgramMap.member_of``); None: any program (no map, or
+        code outside the run may import it)."""
+        if self.is_entry(path):
+            return frozenset([path])
+        if self.map is None or path in self.map.open or path not in self.map.member_of:
+            return None
+        return self.map.member_of[path]
 
     def unreached(self, path: str, line: int) -> bool:
         """In a whole program, whether no program runs ``line``: it lies in a module-level
