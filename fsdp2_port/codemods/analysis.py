@@ -83,6 +83,7 @@ class FileAnalysis(ParsedFile):
         self.plan.passes = links.passes()
         self.plan.calls = links.calls()
         self.plan.sharded = links.sharded()
+        self.plan.wraps = links.wraps()
         self.plan.escaping = links.escaping()
         self.plan.imported = imports.importing_scopes(self.names, self.lines)
         self.plan.assumptions = self.assumed.recorded()

@@ -15,7 +15,7 @@ predicates, so they cannot disagree.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from fsdp2_port.codemods.plan import Decisions, FilePlan, Reason, Scope, Site, Target
@@ -64,8 +64,9 @@ def decide(
     """Settle the run: which constructors migrate and which sites are rewritten (``programs``:
     which constructors each file's lines may meet, without it every one; ``modules``: the
     run's modules, ``ModuleGraph.run_modules``)."""
-    plans = resolve(plans, modules, programs)
-    run = _Run(plans, programs)
+    resolver = Resolver(plans, modules, programs)
+    plans = [replace(plan, sites=[_resolved(s, resolver) for s in plan.sites]) for plan in plans]
+    run = _Run(plans, programs, _nesting(plans, resolver))
     if not run.about_fsdp1:
         # no FSDP1 in the run: sites found by names alone (``.module``, ``no_sync``, ``params``
         # on a library's own wrappers) are not about FSDP1: nothing changes, nothing is marked
@@ -74,18 +75,22 @@ def decide(
     return run.decisions()
 
 
-def resolve(
-    plans: Sequence[FilePlan],
-    modules: RunModules | None = None,
-    programs: Programs | None = None,
-) -> list[FilePlan]:
-    """The plans with every site's links into other files settled, and what follows for a
-    site the run ties to no model."""
-    resolver = Resolver(plans, modules, programs)
-    return [replace(plan, sites=[_resolved(s, resolver) for s in plan.sites]) for plan in plans]
+def _nesting(plans: Sequence[FilePlan], resolver: Resolver) -> dict[str, frozenset[str]]:
+    """Each FSDP1 constructor -> the other constructors whose models the module it wraps may
+    be (``FilePlan.wraps``): FSDP2 cannot shard an FSDP1 model, nor FSDP1 wrap FSDP2 units."""
+    out = {}
+    for plan in plans:
+        for cid, refs in plan.wraps.items():
+            found = resolver.settle(refs, plan.path) if refs else set()
+            inner = frozenset(r.id for r in found if isinstance(r, Built)) - {cid}
+            if inner:
+                out[cid] = inner
+    return out
 
 
 def _resolved(site: Site, resolver: Resolver) -> Site:
+    """The site with its links into other files settled, and what follows for a site the run
+    ties to no model."""
     reach = site.reach
     if reach.deferred:
         found = resolver.settle(reach.deferred, site.path)
@@ -193,12 +198,19 @@ class _Run:
     """The state a run is decided in: its sites, the constructors that still migrate, the
     sites allowed (``ok``); verdicts and reasons read the same predicates."""
 
-    def __init__(self, plans: Sequence[FilePlan], programs: Programs | None) -> None:
+    def __init__(
+        self,
+        plans: Sequence[FilePlan],
+        programs: Programs | None,
+        nesting: Mapping[str, frozenset[str]],
+    ) -> None:
         self.plans = plans
+        #: Constructor -> those whose models it wraps (``_nesting``).
+        self.nesting = nesting
         self.sites = [s for plan in plans for s in plan.sites]
         self.constructors = [s for s in self.sites if s.constructor is not None]
         self.others = [s for s in self.sites if s.constructor is None]
-        self.by_id = {c.constructor: c for c in self.constructors}
+        self.by_id = {c.constructor: c for c in self.constructors if c.constructor is not None}
         builds = [b for p in plans for b, _ in p.fsdp2_builds]
         self.reach = _Reach(self.constructors, builds, programs)
         self.migrating: set[str] = {
@@ -223,6 +235,9 @@ class _Run:
             for site in self.others:
                 if site.key not in self.ok and site.scope is Scope.MODELS:
                     blocked |= self.held_by(site)
+            for outer, inner in self.nesting.items():  # the two migrate together or not at all
+                if outer not in self.migrating or not inner <= self.migrating:
+                    blocked |= inner | {outer}
             if not blocked & self.migrating:
                 return
             self.migrating -= blocked
@@ -387,10 +402,24 @@ class _Run:
             and s.key not in self.ok
             and not self.allowed(s, with_it, fsdp2=False)
         ]
+        nested = [  # FSDP1 models it wraps, or that wrap its model, and stay
+            self.by_id[c]
+            for c in self.by_id
+            if c not in self.migrating
+            and (
+                c in self.nesting.get(site.constructor, ())
+                or site.constructor in self.nesting.get(c, ())
+            )
+        ]
         because = _list(
-            f"{b.code} at {_at(site, b)}"
-            + (" (it may act on any model here)" if not b.reach.ties else "")
-            for b in blockers
+            [
+                *(
+                    f"{b.code} at {_at(site, b)}"
+                    + (" (it may act on any model here)" if not b.reach.ties else "")
+                    for b in blockers
+                ),
+                *(f"{n.code} at {_at(site, n)} (one wraps the other's model)" for n in nested),
+            ]
         )
         return Reason(f"{_MODEL_STAYS} because of {because}", model_stays=True)
 

@@ -274,6 +274,9 @@ class FilePlan:
     calls: frozenset[str] = frozenset()
     #: What the modules this file's FSDP1 constructors wrap may hold (``Ties.sharded``).
     sharded: frozenset[Ref] = frozenset()
+    #: Each FSDP1 constructor's id -> what the module it wraps may hold: one that wraps
+    #: another's model migrates with it or not at all (``decide``).
+    wraps: dict[str, frozenset[Ref]] = field(default_factory=dict)
     #: What may be a function value this file hands to code the analysis does not follow
     #: (``function_values.escaping``): such a function may be called with anything.
     escaping: frozenset[Ref] = frozenset()

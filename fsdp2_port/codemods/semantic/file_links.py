@@ -178,12 +178,22 @@ class FileLinks:
             built = call in self.ties.constructors or any(
                 isinstance(r, Factory) for r in self.ties._value(call.func)
             )
-            if not built:
-                continue
-            module = call.args[0] if call.args else None
-            module = next((k.value for k in call.keywords if k.arg == "module"), module)
-            out |= self.ties._value(module) if module is not None else {UNKNOWN}
+            if built:
+                out |= self._wrapped(call)
         return frozenset(r for r in out if not isinstance(r, Factory))
+
+    def wraps(self) -> dict[str, frozenset[Ref]]:
+        """Each FSDP1 constructor call's id -> what the module it wraps may hold."""
+        return {
+            cid: frozenset(r for r in self._wrapped(call) if not isinstance(r, Factory))
+            for call, cid in self.ties.constructors.items()
+            if call not in self.ties.factories
+        }
+
+    def _wrapped(self, call: ast.Call) -> frozenset[Ref]:
+        module = call.args[0] if call.args else None
+        module = next((k.value for k in call.keywords if k.arg == "module"), module)
+        return self.ties._value(module) if module is not None else frozenset({UNKNOWN})
 
     def calls(self) -> frozenset[str]:
         """The qualified names this file calls (a function of another file, a library's)."""
