@@ -127,6 +127,8 @@ def _outcome(site: Site, decisions: Decisions) -> _Outcome | None:
         severity = "review" if fallback.review else "safe"
         return _Outcome(site, severity, "rewritten", fallback.message, fallback.review, fallback)
     reason = decisions.reasons.get(site.key, Reason(""))
+    if not site.message:
+        return None  # it has something to say only where it is rewritten
     if site.marking is Marking.QUIET and reason.model_stays:
         return None
     if site.requirement == "ANY":

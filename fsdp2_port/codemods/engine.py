@@ -630,7 +630,7 @@ def _callers_of_builders(
 
 def _semantic(
     paths: Sequence[str], workers: int, progress: Progress | None
-) -> tuple[ModuleGraph, dict[str, bytes], list[bytes]]:
+) -> tuple[ModuleGraph, dict[str, bytes], semantic_programs.ConfigNames]:
     """The run's imports as Python would resolve them, with the texts of its files and of its
     config files (what ``semantic.programs.find`` reads); the files are read by ``workers``
     processes of their own."""
@@ -650,7 +650,7 @@ def _semantic(
     finally:
         if pool is not None:
             pool.shutdown()
-    return graph, texts, list(programs.config_texts(list(paths)))
+    return graph, texts, semantic_programs.config_names(list(paths))
 
 
 def _programs(

@@ -35,10 +35,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fsdp2_port.codemods import sources, syntax, trees
-from fsdp2_port.codemods.assumptions import CONFIG_SUFFIXES, PACKAGING_FILES
-from fsdp2_port.codemods.semantic.programs import ProgramMap
-
-from .assumed import either_way
+from fsdp2_port.codemods.assumptions import PACKAGING_FILES
+from fsdp2_port.codemods.semantic.programs import ConfigNames, ProgramMap, config_names
 
 #: Functions reached through their class rather than by name.
 _THROUGH_CLASS = re.compile(r"__\w+__|forward")
@@ -176,7 +174,7 @@ class _Run:
         self.leaving = {(path, line) for path, line, _ in leaving}
         self._data: dict[str, bytes] = {}
         self._trees: dict[str, ast.Module | None] = {}
-        self._configs: list[bytes] | None = None
+        self._configs: ConfigNames | None = None
         self._entry: dict[str, bool] = {}
         self._loaded: dict[str, set[str]] | None = None
         self._unreached: dict[tuple[str, str], bool] = {}
@@ -421,8 +419,8 @@ class _Run:
 
     def _configured(self, name: str) -> bool:
         if self._configs is None:
-            self._configs = list(config_texts(self.paths))
-        return _spelled(self._configs, name)
+            self._configs = config_names(self.paths)
+        return name in self._configs.words
 
 
 _WORDS = re.compile(rb"\w+")
@@ -651,22 +649,3 @@ def _packaging_texts(paths: list[str]) -> Iterable[bytes]:
                 yield sources.read_bytes(os.path.join(folder, name))
             except sources.UnreadableSource:
                 continue
-
-
-def config_texts(paths: list[str]) -> Iterable[bytes]:
-    """The config files of the folders the run's files are in."""
-    for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        for entry in entries:
-            name = entry.name
-            if (
-                either_way(CONFIG_SUFFIXES, name, member=name.endswith(CONFIG_SUFFIXES.names))
-                and entry.is_file()
-            ):
-                try:
-                    yield sources.read_bytes(entry.path)
-                except sources.UnreadableSource:
-                    continue

@@ -211,7 +211,9 @@ def test_tests_run_with_the_conftests_above_them_and_configs_load_named_modules(
     )
     texts = {p: Path(p).read_bytes() for p in paths}
     graph = modules.build(paths, texts)
-    found = programs.find(graph, texts, [b"_target_: pkg.models.Build\n"], whole_program=True)
+    found = programs.find(
+        graph, texts, programs.spelled_in([b"_target_: pkg.models.Build\n"]), whole_program=True
+    )
     test, fixtures = str(tmp_path / "tests/unit/test_a.py"), str(tmp_path / "tests/fixtures.py")
     assert found.meet(test, fixtures)
     assert found.meet(str(tmp_path / "run.py"), str(tmp_path / "pkg/models.py"))

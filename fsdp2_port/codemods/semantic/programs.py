@@ -27,6 +27,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from fsdp2_port.codemods import sources
+from fsdp2_port.codemods.assumed import either_way
+from fsdp2_port.codemods.assumptions import CONFIG_SUFFIXES, SKIPPED_DIRS
 from fsdp2_port.codemods.semantic.modules import ModuleGraph
 
 #: A module-level ``if __name__ == "__main__":``.
@@ -36,6 +39,8 @@ _MAIN_GUARD = re.compile(
     re.MULTILINE,
 )
 _TEST_MODULE = re.compile(r"(test_\w*|\w*_test|conftest)\.py")
+#: Past this size, a file in a folder of config files only is data.
+_MAX_CONFIG_BYTES = 1 << 20
 
 
 def has_main_guard(data: bytes) -> bool:
@@ -64,7 +69,7 @@ class ProgramMap:
 def find(
     graph: ModuleGraph,
     texts: Mapping[str, bytes],
-    configs: Iterable[bytes] = (),
+    configs: ConfigNames | None = None,
     *,
     whole_program: bool = False,
 ) -> ProgramMap:
@@ -92,10 +97,12 @@ class _Reached:
     ``conftest.py`` files pytest loads with a test, modules a config names; every file when
     one of them loads modules by a name computed at run time."""
 
-    def __init__(self, graph: ModuleGraph, paths: list[str], configs: Iterable[bytes]) -> None:
+    def __init__(self, graph: ModuleGraph, paths: list[str], configs: ConfigNames | None) -> None:
         self.graph = graph
         self.paths = paths
-        self.everywhere = list(_configured(graph, list(configs)))
+        self.everywhere = [
+            p for p, m in graph.modules.items() if configs is not None and configs.name(m.name)
+        ]
         self.conftests = {
             os.path.dirname(os.path.abspath(p)): p
             for p in paths
@@ -130,17 +137,91 @@ def _conftests(path: str, conftests: Mapping[str, str]) -> list[str]:
         folder = parent
 
 
-def _configured(graph: ModuleGraph, configs: list[bytes]) -> Iterable[str]:
-    """The run's modules a config file names: ``pkg.models`` in ``_target_: pkg.models.X``; a
-    top-level module only as the head of a dotted name (``models.build``), its name alone
-    being too common a word."""
-    if not configs:
-        return
-    for path, module in graph.modules.items():
-        if not module.name:
+@dataclass(frozen=True)
+class ConfigNames:
+    """What the run's config files spell (``config_names``): their words, and each run of
+    dotted words cut at each dot (``pkg``, ``pkg.models``, ``pkg.models.build``)."""
+
+    words: frozenset[str] = frozenset()
+    dotted: frozenset[str] = frozenset()
+    #: The first words of dotted runs whose second word starts like a name (``models`` of
+    #: ``models.build``).
+    heads: frozenset[str] = frozenset()
+
+    def name(self, module: str) -> bool:
+        """Whether a config names the module ``module`` (``pkg.models`` in ``_target_:
+        pkg.models.X``); a top-level module only as the head of a dotted name
+        (``models.build``), its name alone being too common a word."""
+        if not module:
+            return False
+        return module in (self.dotted if "." in module else self.heads)
+
+    def merged(self, other: ConfigNames) -> ConfigNames:
+        return ConfigNames(
+            self.words | other.words, self.dotted | other.dotted, self.heads | other.heads
+        )
+
+
+def config_names(paths: list[str]) -> ConfigNames:
+    """What the config files of the run (``config_texts``) spell. Below the run's folders
+    (a Hydra ``conf/`` tree), a function counts only as the end of a dotted name
+    (``_target_: pkg.train.build``): alone, it is too common a word (``wrap: 1`` in docs)."""
+    near: list[bytes] = []
+    below: list[bytes] = []
+    for text, deeper in config_texts(paths):
+        (below if deeper else near).append(text)
+    return spelled_in(near).merged(spelled_in(below, dotted_only=True))
+
+
+def spelled_in(texts: Iterable[bytes], dotted_only: bool = False) -> ConfigNames:
+    """What ``texts`` spell (``ConfigNames``); ``dotted_only``: their words only where they end
+    a dotted name."""
+    words: set[str] = set()
+    dotted: set[str] = set()
+    heads: set[str] = set()
+    for text in texts:
+        if not dotted_only:
+            words.update(w.decode() for w in _WORD.findall(text))
+        for run in _DOTTED.findall(text):
+            parts = run.decode().split(".")
+            dotted.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+            if len(parts) > 1 and _NAME_START.match(parts[1]):
+                heads.add(parts[0])
+            if dotted_only and len(parts) > 1:
+                words.add(parts[-1])
+    return ConfigNames(frozenset(words), frozenset(dotted), frozenset(heads))
+
+
+_WORD = re.compile(rb"\w+")
+_DOTTED = re.compile(rb"[\w.]+")
+_NAME_START = re.compile(r"[A-Za-z_]")
+
+
+def config_texts(paths: list[str]) -> Iterable[tuple[bytes, bool]]:
+    """The texts of the config files of the folders the run's files are in, and of the folders
+    below them that hold none of its files (a Hydra ``conf/`` tree; there, a file over
+    ``_MAX_CONFIG_BYTES`` is data, not a config), each with whether it is below."""
+    run_dirs = {os.path.dirname(os.path.abspath(p)) for p in paths}
+    todo = [(d, False) for d in sorted(run_dirs, reverse=True)]
+    while todo:
+        directory, below = todo.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
             continue
-        name = re.escape(module.name.encode())
-        tail = rb"(?![\w])" if b"." in name else rb"\.[A-Za-z_]"
-        pattern = re.compile(rb"(?<![\w.])" + name + tail)
-        if any(pattern.search(text) for text in configs):
-            yield path
+        folders = []
+        for entry in entries:
+            name = entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if entry.path not in run_dirs and not either_way(SKIPPED_DIRS, name):
+                    folders.append((entry.path, True))
+            elif (
+                either_way(CONFIG_SUFFIXES, name, member=name.endswith(CONFIG_SUFFIXES.names))
+                and entry.is_file()
+                and not (below and entry.stat().st_size > _MAX_CONFIG_BYTES)
+            ):
+                try:
+                    yield sources.read_bytes(entry.path), below
+                except sources.UnreadableSource:
+                    continue
+        todo += reversed(folders)
