@@ -49,7 +49,7 @@ from fsdp2_port.codemods.decide import decide
 from fsdp2_port.codemods.findings import Finding
 from fsdp2_port.codemods.options import Options
 from fsdp2_port.codemods.plan import Decisions, FilePlan, Position, Scope, Site
-from fsdp2_port.codemods.refs import Passed
+from fsdp2_port.codemods.refs import GROUPS, Passed, Returned
 from fsdp2_port.codemods.rules.reader_values.across import Across
 from fsdp2_port.codemods.rules.reader_values.values import accepting
 from fsdp2_port.codemods.semantic import modules
@@ -584,6 +584,7 @@ def _analyse_receivers(
             for name in resolver.spellings(passing.callee)
         }
         owners = {owner for callee in callees for owner in _owners(callee)}
+        owners |= _optimizer_owners(plans, run.modules)
         wanted = [path for path in skipped if run.naming[path].name in owners]
         wanted += [
             p for p in _callers_of_builders(skipped, plans, resolver, graph) if p not in wanted
@@ -593,6 +594,19 @@ def _analyse_receivers(
         arguments = [(path, True) for path in wanted]
         for path, result in zip(wanted, _map(pool, analyse, arguments, progress, "analysing")):
             analysed[skipped.pop(path)] = result
+
+
+def _optimizer_owners(plans: list[FilePlan], modules: RunModules) -> set[str]:
+    """The modules of the classes whose instances give a site its ``self.param_groups``
+    (``refs.GROUPS``): the class of the method, and its subclasses."""
+    classes: set[str] = set()
+    for plan in plans:
+        for site in plan.sites:
+            for ref in site.reach.deferred:
+                if isinstance(ref, Returned) and ref.function.endswith(f"#{GROUPS}"):
+                    owner = ref.function.removesuffix(f"#{GROUPS}")
+                    classes |= {owner, *modules.subclasses(owner)}
+    return {name.rpartition(".")[0] for name in classes}
 
 
 def _callers_of_builders(

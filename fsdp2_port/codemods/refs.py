@@ -71,6 +71,10 @@ DISPATCHED = "."
 #: How a call of a value (``shard_fn(model)``, ``shard_fn`` a parameter) is named among a file's
 #: ``passes``; its ``receiver`` is what the called value may hold (``Function`` refs).
 CALLED = "()"
+#: What ``self.param_groups`` holds in a method of the run's class ``C`` (when no line of its
+#: file assigns it) is ``Returned(C + "#" + GROUPS)``: the parameters the instances of ``C``
+#: and of its subclasses hand to a torch optimizer's ``__init__`` (``Resolver``).
+GROUPS = "param_groups"
 #: How a call of a library object's method is named among a file's ``passes``:
 #: ``GIVEN_TO + <the object's Instance id>``.
 GIVEN_TO = "@"

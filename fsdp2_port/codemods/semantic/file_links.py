@@ -8,11 +8,24 @@ follow (``escaping``); read from the file's value flow (``values.Ties``) and set
 from __future__ import annotations
 
 import ast
+from typing import TYPE_CHECKING
 
 from fsdp2_port.codemods import syntax
-from fsdp2_port.codemods.refs import CALL, DISPATCHED, GIVEN_TO, UNKNOWN, Factory, Passing, Ref
+from fsdp2_port.codemods.refs import (
+    CALL,
+    DISPATCHED,
+    GIVEN_TO,
+    GROUPS,
+    UNKNOWN,
+    Factory,
+    Passing,
+    Ref,
+)
 from fsdp2_port.codemods.semantic import function_values, parts
 from fsdp2_port.codemods.semantic.values import Ties
+
+if TYPE_CHECKING:
+    from fsdp2_port.codemods.names import Names
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -73,7 +86,43 @@ class FileLinks:
             if owner in classes and text.count(".") == 1 and text.startswith("self."):
                 name = f"{module}.{classes[owner]}#{text[len('self.') :]}"
                 out[name] = {r for value in values for r in self.ties._value(value)}
+        for owner, name in classes.items():
+            params = self._optimizer_params(owner)
+            if params is not None:
+                groups = out.setdefault(f"{module}.{name}#{GROUPS}", set())
+                groups.update(r for p in params for r in self.ties._value(p))
         return out
+
+    def _optimizer_params(self, owner: ast.ClassDef) -> list[ast.expr] | None:
+        """What the methods of ``owner`` hand its bases' ``__init__`` (None: nothing): a torch
+        optimizer's parameters (``SGD.__init__(self, params, ...)``, ``super().__init__(params,
+        ...)`` in a class whose first base is one), or, to any other base, every argument:
+        what its instances' ``param_groups`` may hold."""
+        names = self.ties.parsed.names
+        first = names.qualified(owner.bases[0]) if owner.bases else frozenset()
+        found: list[ast.expr] | None = None
+        for call in names.by_type[ast.Call]:
+            assert isinstance(call, ast.Call)
+            func = call.func
+            if not (isinstance(func, ast.Attribute) and func.attr == "__init__"):
+                continue
+            if names.class_of(call) is not owner:
+                continue
+            args = list(call.args)
+            if _super(names, func.value):
+                base = first
+            else:
+                base = names.qualified(func.value)
+                args = args[1:]  # self
+                if not base:
+                    continue  # not a class's __init__ by its name
+            keyword = [k.value for k in call.keywords if k.arg == "params"]
+            if _torch_optimizer(base):
+                given = args[:1] or keyword
+            else:
+                given = [*args, *(k.value for k in call.keywords)]
+            found = (found or []) + given
+        return found
 
     def signatures(self) -> dict[str, tuple[str, ...]]:
         """Qualified names of this file's functions and methods -> the names their positional
@@ -228,3 +277,14 @@ class FileLinks:
             if owner is not None:
                 return [f for f in owner.body if isinstance(f, _FUNCTIONS) and f.name == func.attr]
         return []
+
+
+def _torch_optimizer(qualified: frozenset[str]) -> bool:
+    """A class of ``torch.optim`` (``SGD``, ``AdamW``, ``Optimizer``): its ``__init__`` takes the
+    parameters first."""
+    return bool(qualified) and all(q.startswith("torch.optim.") for q in qualified)
+
+
+def _super(names: Names, expr: ast.AST) -> bool:
+    """``super()`` or ``super(C, self)``."""
+    return isinstance(expr, ast.Call) and "builtins.super" in names.qualified(expr.func)

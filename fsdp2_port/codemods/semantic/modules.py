@@ -34,10 +34,9 @@ from dataclasses import dataclass, field, replace
 
 from fsdp2_port.codemods import sources, trees
 from fsdp2_port.codemods.assumptions import PACKAGING_FILES
-from fsdp2_port.codemods.semantic import summaries
+from fsdp2_port.codemods.semantic import module_level, summaries
 from fsdp2_port.codemods.semantic.loaders import (
     computed_loads,
-    dotted,
     is_loader_call,
     loads_any,
     mentions,
@@ -72,6 +71,10 @@ class RunModules:
     #: The module-level functions and classes of the run, by qualified name: names its
     #: modules bind once, by ``def`` or ``class`` (``ModuleGraph.definitions``).
     definitions: frozenset[str] = frozenset()
+    #: The run's module-level classes -> the qualified names of their bases.
+    classes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: Some file of the run spells ``add_param_group`` (``ModuleGraph.adds_param_groups``).
+    adds_param_groups: bool = True
 
     def defines(self, qualified: str) -> bool:
         """Whether ``qualified`` names a function or class of the run (itself, or each name a
@@ -80,6 +83,18 @@ class RunModules:
             return True
         found = self.aliases.get(qualified, ())
         return bool(found) and all(name in self.definitions for name in found)
+
+    def subclasses(self, name: str) -> frozenset[str]:
+        """The run's classes that derive from the class ``name``, however many bases up."""
+        found: set[str] = set()
+        todo = [name]
+        while todo:
+            base = todo.pop()
+            for cls, bases in self.classes.items():
+                if base in bases and cls not in found:
+                    found.add(cls)
+                    todo.append(cls)
+        return frozenset(found)
 
     def library(self, qualified: str) -> str | None:
         """The library a dotted name belongs to (its first part), None for the run's own
@@ -128,7 +143,7 @@ class ModuleGraph:
     #: ``runpy.run_path(path)``): they may execute any file of the run.
     loads_any: frozenset[str] = frozenset()
     #: Files whose module-level code does more than define: it calls a function or class of
-    #: the run, loops, enters a ``with`` (``_acts_on_import``); an unreadable file too.
+    #: the run, loops, enters a ``with`` (``module_level.acts_on_import``); an unreadable file too.
     acts_on_import: frozenset[str] = frozenset()
     #: What the run's functions do with their arguments (``summaries.find``).
     effects: dict[str, dict[int, frozenset[str]]] = field(default_factory=dict)
@@ -137,6 +152,11 @@ class ModuleGraph:
     handed_on: dict[str, tuple[tuple[str, str, str], ...]] = field(default_factory=dict)
     #: The module-level names each module binds once, by ``def`` or ``class``, qualified.
     definitions: frozenset[str] = frozenset()
+    #: The run's module-level classes -> the qualified names of their bases.
+    classes: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Some file of the run spells ``add_param_group``: an optimizer may be given parameters
+    #: after it is built.
+    adds_param_groups: bool = True
     _importers: dict[str, set[str]] | None = None
     _tops: dict[str, list[str]] | None = None
     _closures: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -170,7 +190,12 @@ class ModuleGraph:
     def run_modules(self, whole_program: bool = False) -> RunModules:
         tops = frozenset(self.canonical(p).partition(".")[0] for p in self.modules)
         return RunModules(
-            frozenset(t for t in tops if t), self.aliases(), whole_program, self.definitions
+            frozenset(t for t in tops if t),
+            self.aliases(),
+            whole_program,
+            self.definitions,
+            self.classes,
+            self.adds_param_groups,
         )
 
     def naming(self, path: str) -> Naming:
@@ -284,7 +309,11 @@ def build(
     loading = frozenset(a for a in spelled if mentions_loaders(text[a]))
     run = _Run(os.urandom(8).hex(), tuple(spelled), extra, loading)
     facts = (mapper or _in_turn)(read, [(a, t, run) for a, t in text.items()])
-    return _assembled(modules, facts, extra, spelled)
+    graph = _assembled(modules, facts, extra, spelled)
+    graph.adds_param_groups = any(
+        t is None or mentions(t, "add_param_group") for t in text.values()
+    )
+    return graph
 
 
 def _in_turn(function: Callable[..., Facts], arguments: list[tuple]) -> list[Facts]:
@@ -300,6 +329,8 @@ def _assembled(
 ) -> ModuleGraph:
     """The graph of the files' ``facts``, by the run's spelling of their paths."""
     parsed = [f for f in facts if f.parsed]
+    stars = {f.path: f.star_names for f in parsed}
+    names = {m.name for m in modules.values()}
     graph = ModuleGraph(
         {spelled[a]: _respelled_module(m, spelled[a]) for a, m in modules.items()},
         {spelled[f.path]: tuple(_respelled(i, spelled) for i in f.imports) for f in parsed},
@@ -307,7 +338,7 @@ def _assembled(
         loads_any=frozenset(spelled[f.path] for f in parsed if f.loads_any),
         acts_on_import=frozenset(spelled[f.path] for f in facts if f.acts_on_import),
         handed_on={
-            spelled[f.path]: tuple((n, spelled[src], m) for n, src, m in f.handed_on)
+            spelled[f.path]: _starred(f.handed_on, spelled, stars, modules[f.path].name, names)
             for f in parsed
             if f.handed_on
         },
@@ -318,8 +349,8 @@ def _assembled(
         if (module := graph.canonical(spelled[f.path]))
         for name in f.definitions
     )
-    run_classes = {c: bases for f in parsed for c, bases in f.classes}
-    graph.effects = summaries.find([f.functions for f in parsed], run_classes)
+    graph.classes = {c: bases for f in parsed for c, bases in f.classes}
+    graph.effects = summaries.find([f.functions for f in parsed], graph.classes)
     return graph
 
 
@@ -353,6 +384,8 @@ class Facts:
     functions: tuple[summaries.Function, ...] = ()
     classes: tuple[tuple[str, frozenset[str]], ...] = ()
     definitions: tuple[str, ...] = ()
+    #: Of its ``definitions``, those ``from <it> import *`` binds (``module_level.star_names``).
+    star_names: tuple[str, ...] = ()
 
 
 def read(path: str, text: str | bytes | None, run: _Run) -> Facts:
@@ -369,11 +402,12 @@ def read(path: str, text: str | bytes | None, run: _Run) -> Facts:
             True,
             tuple(resolver.imports(path, tree)),
             path in run.loading and loads_any(path, tree),
-            _acts_on_import(tree),
+            module_level.acts_on_import(tree),
             tuple(resolver.handed_on(path, tree)),
             summaries.read(tree, module, bindings),
             summaries.classes(tree, module, bindings),
-            _definitions(tree),
+            definitions := module_level.definitions(tree),
+            module_level.star_names(tree, definitions),
         )
 
 
@@ -584,7 +618,8 @@ class _Resolver:
 
     def handed_on(self, path: str, tree: ast.Module) -> Iterator[tuple[str, str, str]]:
         """``(alias, source file, name)`` of each module-level ``from M import name`` of a
-        module ``M`` of the run that is not itself a module (a function, a class, a value)."""
+        module ``M`` of the run that is not itself a module (a function, a class, a value);
+        ``("*", source file, "*")`` for ``from M import *``."""
         for node in tree.body:
             if not isinstance(node, ast.ImportFrom):
                 continue
@@ -599,9 +634,10 @@ class _Resolver:
             base = node.module or ""
             for alias in node.names:
                 dotted = f"{base}.{alias.name}" if base else alias.name
-                if alias.name == "*" or self.index.find(root, dotted):
-                    continue
-                yield alias.asname or alias.name, source, alias.name
+                if alias.name == "*":
+                    yield "*", source, "*"  # each of its ``star_names`` (``_assembled``)
+                elif not self.index.find(root, dotted):
+                    yield alias.asname or alias.name, source, alias.name
 
     def resolve(self, path: str, dotted: str, level: int = 0) -> tuple[str | None, tuple[str, ...]]:
         """``(root, files)``: the run's files ``from <level dots><dotted> import ...`` in
@@ -647,74 +683,23 @@ def _start(node: ast.AST) -> tuple[int, int]:
     return node.lineno, node.col_offset  # type: ignore[attr-defined]
 
 
-def _definitions(tree: ast.Module) -> tuple[str, ...]:
-    """The names the module binds once, by a ``def`` or ``class`` statement of its own body
-    (no other binding of the name at module level: no assignment, import, or second ``def``)."""
-    defined: dict[str, int] = defaultdict(int)
-    for statement in tree.body:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defined[statement.name] += 1
-    bound: set[str] = set()
-    for node, inside in trees.statements(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound |= {(a.asname or a.name).partition(".")[0] for a in node.names}
-        elif isinstance(node, ast.Global):
-            bound |= set(node.names)
-        elif not inside:
-            bound |= {
-                n.id
-                for target in _targets(node)
-                for n in ast.walk(target)
-                if isinstance(n, ast.Name)
-            }
-    return tuple(name for name, count in defined.items() if count == 1 and name not in bound)
-
-
-def _targets(statement: ast.stmt) -> list[ast.expr]:
-    """What a statement binds or unbinds by assignment, a loop, a ``with``, a ``del``."""
-    if isinstance(statement, ast.Assign):
-        return statement.targets
-    if isinstance(statement, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
-        return [statement.target]
-    if isinstance(statement, (ast.With, ast.AsyncWith)):
-        return [i.optional_vars for i in statement.items if i.optional_vars is not None]
-    if isinstance(statement, ast.Delete):
-        return statement.targets
-    return []
-
-
-def _acts_on_import(tree: ast.Module) -> bool:
-    """Whether importing the module runs more than definitions: a module-level statement that
-    calls a name the file itself defines or imports from anywhere but a library it never
-    passes anything of the run's (any call of a name bound in the file, or of an imported
-    name other than a logger's or a dataclass's field), a loop, a ``with``, a ``while``; the
-    body of ``if __name__ == "__main__":`` does not count (it runs only as a script)."""
-    local = {
-        n.name
-        for n in tree.body
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-    }
-    todo: list[ast.stmt] = list(tree.body)
-    while todo:
-        statement = todo.pop()
-        if isinstance(statement, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
-            return True
-        if isinstance(statement, ast.If):
-            if (
-                dotted(statement.test.left) == "__name__"
-                if isinstance(statement.test, ast.Compare)
-                else False
-            ):
-                continue
-            todo += [*statement.body, *statement.orelse]
-            continue
-        if isinstance(statement, ast.Try):
-            todo += [*statement.body, *statement.orelse, *statement.finalbody]
-            todo += [s for h in statement.handlers for s in h.body]
-            continue
-        if isinstance(statement, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            for node in ast.walk(statement):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                    if node.func.id in local:
-                        return True
-    return False
+def _starred(
+    handed_on: tuple[tuple[str, str, str], ...],
+    spelled: Mapping[str, str],
+    stars: Mapping[str, tuple[str, ...]],
+    module: str,
+    modules: set[str],
+) -> tuple[tuple[str, str, str], ...]:
+    """``handed_on`` by the run's spelling of the paths, ``from M import *`` as each name it
+    binds of those ``M`` defines (a name bound later wins, as in Python), but for a name of a
+    submodule of ``module`` (``modules``: the run's module names): that spells the module."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for alias, source, name in handed_on:
+        starred = [n for n in stars.get(source, ()) if f"{module}.{n}" not in modules]
+        for each in starred if name == "*" else (name,):
+            out[each if name == "*" else alias] = (
+                each if name == "*" else alias,
+                spelled[source],
+                each,
+            )
+    return tuple(out.values())

@@ -19,6 +19,7 @@ from fsdp2_port.codemods.refs import (
     COPY,
     DISPATCHED,
     GIVEN_TO,
+    GROUPS,
     MAY_BE_FUNCTION,
     UNKNOWN,
     Built,
@@ -50,6 +51,10 @@ _PLAIN_ORIGINS = "plain origins"
 #: method calls on objects of no known class nor calls of values: a function value handed to
 #: one escapes, ``Resolver._escaped``).
 _FUNCTIONS = "functions"
+
+
+#: The end of a ``Returned`` of a class's ``param_groups`` (``refs.GROUPS``).
+_GROUPS = f"#{GROUPS}"
 
 
 class Resolver:
@@ -191,6 +196,8 @@ class Resolver:
         """Whether ``_reach`` follows ``ref`` in ``mode`` (else it is an answer: in
         ``_ORIGINS``, a class of the run is where objects are made)."""
         if mode in (_ORIGINS, _PLAIN_ORIGINS) and isinstance(ref, Returned):
+            if ref.function.endswith(_GROUPS):
+                return True  # parameters: made with their models
             return self._answers(ref) and not ref.function.endswith(COPY)  # a copy is made there
         return isinstance(ref, (Returned, Passed, Given))
 
@@ -272,12 +279,49 @@ class Resolver:
     def _returned(self, ref: Returned, route: bool = True) -> set[Ref]:
         if ref.function.endswith(CALL):
             return self._call_returns(ref, route)
+        if ref.function.endswith(_GROUPS):
+            return self._groups(ref.function.removesuffix(_GROUPS))
         spellings = self.spellings(ref.function)
         if not any(f in self.exports for f in spellings):
             if "#" in ref.function or ref.function.endswith("]"):
                 return {UNKNOWN}  # a field no class of the run assigns, an element of no tuple
             return set()  # a class of the run: a new instance of it
         return {r for f in spellings for r in self.exports.get(f, ())}
+
+    def _groups(self, owner: str) -> set[Ref]:
+        """What ``self.param_groups`` may hold in a method of the class ``owner``
+        (``refs.GROUPS``): the parameters the instances of it and of its subclasses hand a
+        torch optimizer's ``__init__`` (``FileLinks._optimizer_params``). Anything outside a
+        whole program, where a file of the run may give an optimizer more parameters later
+        (``add_param_group``), or where one of those classes hands none itself but derives
+        from a class no file of the run defines (whose ``__init__`` may take them)."""
+        modules = self.modules
+        if not modules.whole_program or modules.adds_param_groups:
+            return {UNKNOWN}
+        out: set[Ref] = set()
+        for cls in {owner, *modules.subclasses(owner)}:
+            exported = [f for f in self.spellings(cls + _GROUPS) if f in self.exports]
+            if exported:
+                out |= {r for f in exported for r in self.exports[f]}
+            elif self._library_based(cls):
+                out.add(UNKNOWN)
+        return out
+
+    def _library_based(self, cls: str) -> bool:
+        """Whether the run's class ``cls`` derives from a class no file of the run defines,
+        however many of the run's classes up (a base not known counts as one)."""
+        classes = self.modules.classes
+        todo, seen = [cls], set()
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            for base in classes.get(current, ()):
+                if base not in classes:
+                    return True
+                todo.append(base)
+        return False
 
     def _passed(
         self, ref: Passed, within: frozenset[str] | None, dispatch: bool, route: bool

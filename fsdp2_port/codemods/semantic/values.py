@@ -39,6 +39,7 @@ from fsdp2_port.codemods.parsed import ParsedFile
 from fsdp2_port.codemods.refs import (
     CALL,
     COPY,
+    GROUPS,
     UNKNOWN,
     Built,
     Deferred,
@@ -292,8 +293,15 @@ class Ties:
         what no test of a flag of the instance keeps from the read: ``flags.exclusive``),
         and, for an instance of a class of the run (``x = Trainer(...)``), what that class's
         methods assign to ``self.attr`` (a ``Returned`` of ``Class#attr``, settled by the
-        run)."""
+        run). ``self.param_groups`` that the file never assigns, in a method of a class of
+        the run, is ``Class#param_groups``: the parameters handed to the instances of that
+        class and its subclasses (``Resolver``)."""
         out = {r for value in self._stored(expr) for r in self._value(value)}
+        if not out and expr.attr == GROUPS and self.is_self(expr.value):
+            owner = self.parsed.names.class_of(expr)
+            module = self.parsed.module_name
+            if owner is not None and owner in self.parsed.tree.body and module:
+                return {Returned(f"{module}.{owner.name}#{GROUPS}")}  # an optimizer's
         if not self.is_self(expr.value):
             base = self._value(expr.value)
             fields = {

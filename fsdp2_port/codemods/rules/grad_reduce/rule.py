@@ -32,6 +32,7 @@ from fsdp2_port.codemods.assumptions import (
     PARAMETER_WORDS,
 )
 from fsdp2_port.codemods.parameter_loops import loop_binding, parameters_of
+from fsdp2_port.codemods.refs import GROUPS
 from fsdp2_port.codemods.rules.base import Code
 
 from ...assumed import Assumed, either_way
@@ -208,6 +209,9 @@ class _Gradients:
                 loop = loop_binding(self.analysis, binding.node)
                 if loop is not None:
                     self.follow(loop.iter, depth - 1)
+                    groups = _groups_of(self.analysis, loop.iter)
+                    if groups is not None:
+                        self.modules.append(groups)
                     if isinstance(loop.iter, ast.Name) and any(
                         b.kind == "param" for b in self.analysis.names.bindings_of(loop.iter)
                     ):
@@ -250,6 +254,23 @@ def _names_parameters(assumed: Assumed, tensor: ast.Name, value: ast.Call) -> bo
 def _called(call: ast.Call) -> str:
     func = call.func
     return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _groups_of(analysis: FileAnalysis, params: ast.expr) -> ast.Attribute | None:
+    """``o.param_groups`` of ``group["params"]``, where ``group`` runs over it: the
+    parameters the optimizer ``o`` was given."""
+    if not (
+        isinstance(params, ast.Subscript)
+        and isinstance(params.value, ast.Name)
+        and isinstance(params.slice, ast.Constant)
+        and params.slice.value == "params"
+    ):
+        return None
+    for binding in analysis.names.bindings_of(params.value):
+        loop = loop_binding(analysis, binding.node)
+        if loop is not None and isinstance(loop.iter, ast.Attribute) and loop.iter.attr == GROUPS:
+            return loop.iter
+    return None
 
 
 def _bound_from(statement: ast.AST | None) -> ast.AST | None:
