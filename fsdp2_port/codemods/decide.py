@@ -34,9 +34,9 @@ _NO_CONSTRUCTOR = (
     "migrate it together with the code that builds the model"
 )
 _NEVER_RUN = (
-    "in code this whole program never runs (a function no line calls, or a method of a class no "
-    "line names once the run is written; no config names either): it holds no model; port it "
-    "before anything uses it"
+    "in code this whole program never runs (a function or method no line calls, or a method of "
+    "a class no line names once the run is written; no config names either): it holds no model; "
+    "port it before anything uses it"
 )
 _REACHES_NO_MODEL = (
     "no model of the run reaches it (every value it may act on is followed to where it is "

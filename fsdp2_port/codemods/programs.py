@@ -302,8 +302,10 @@ class _Run:
         function (no decorator) that no line of the run reads, or that only such functions
         read, and no config or packaging file (a console script) names; or in a method of a
         module-level class (no decorator) no line of the run names once the run is written
-        (``_unbuilt``). Anything else may run (a framework may call a method by a name the
-        run never spells; code at module level; what pytest collects: ``_collected``)."""
+        (``_unbuilt``), or in a method no line of the run reads but its class's own unread
+        methods (``_method_unread``). Anything else may run (a framework may call a method
+        of a class with a base by a name the run never spells; code at module level; what
+        pytest collects: ``_collected``)."""
         tree = self.tree(path)
         if tree is None:
             return False
@@ -319,7 +321,48 @@ class _Run:
         key = (path, owner.name)
         if key not in self._unreached:
             self._unreached[key] = self._unbuilt(path, owner)
-        return self._unreached[key]
+        if self._unreached[key]:
+            return True
+        method = _method_of(owner, line)
+        return method is not None and self._method_unread(path, owner, method)
+
+    def _method_unread(
+        self, path: str, owner: ast.ClassDef, first: ast.FunctionDef | ast.AsyncFunctionDef
+    ) -> bool:
+        """No line of the run reads the method ``first`` of ``owner`` (a module-level class of
+        ``path`` with no base, metaclass or decorator: nothing calls its methods by a
+        convention), but other such methods of ``owner``: by its name as an attribute, a
+        string or a name, in any file, or in a config or packaging file. A dunder,
+        ``forward`` and a decorated method may be called by other means."""
+        if owner.decorator_list or owner.keywords or _based(owner):
+            return False
+        if _collected(path, owner.name, "Test"):
+            return False  # pytest calls its methods by their names
+        todo = [first]
+        seen: set[str] = set()
+        while todo:
+            method = todo.pop()
+            if method.name in seen:
+                continue
+            seen.add(method.name)
+            if method.decorator_list or _THROUGH_CLASS.fullmatch(method.name):
+                return False
+            if self._configured(method.name) or self._packaged(method.name):
+                return False
+            if len(seen) > _MAX_NAMES:
+                return False
+            for reader in self.holding(method.name):
+                tree = self.tree(reader)
+                if tree is None or reader != path:
+                    if tree is None or _reads_of(tree, method.name):
+                        return False
+                    continue
+                for line in _reads_of(tree, method.name):
+                    holder = _method_of(owner, line)
+                    if holder is None:
+                        return False  # read outside the class's methods
+                    todo.append(holder)
+        return True
 
     def _unbuilt(self, path: str, owner: ast.ClassDef) -> bool:
         """No line of the run names the class ``owner`` of ``path`` once the run is written:
@@ -509,6 +552,16 @@ def _module_class(tree: ast.Module, line: int) -> ast.ClassDef | None:
     keywords and decorators: those run when the module is imported)."""
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef) and any(_within(s, line) for s in statement.body):
+            return statement
+    return None
+
+
+def _method_of(owner: ast.ClassDef, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The method of ``owner`` whose body holds ``line``."""
+    for statement in owner.body:
+        if isinstance(statement, syntax.FUNCTIONS) and any(
+            _within(s, line) for s in statement.body
+        ):
             return statement
     return None
 

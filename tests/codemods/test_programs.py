@@ -248,16 +248,31 @@ SAVER = "class Saver{}:\n    def save(self, model):\n        return model.state_
     "saver,script,unreached",
     [
         pytest.param(SAVER.format(""), "print(1)\n", True, id="a-class-nothing-names"),
-        pytest.param(SAVER.format(""), "from helpers import Saver\n", False, id="imported"),
+        pytest.param(
+            SAVER.format(""), "from helpers import Saver\n", True, id="imported-method-unread"
+        ),
+        pytest.param(
+            SAVER.format(""),
+            "from helpers import Saver\nSaver().save(None)\n",
+            False,
+            id="method-called",
+        ),
+        pytest.param(
+            SAVER.format(""),
+            "from helpers import Saver\nSaver().keep(None)\n",
+            True,
+            id="another-method-called",
+        ),
         pytest.param(SAVER.format("(Base)"), "print(1)\n", False, id="a-base-may-register"),
         pytest.param("@register\n" + SAVER.format(""), "print(1)\n", False, id="decorated"),
         pytest.param(SAVER.format("(metaclass=Registry)"), "print(1)\n", False, id="metaclass"),
     ],
 )
 def test_methods_run_unless_their_class_is_named_nowhere(tmp_path, saver, script, unreached):
-    """A method runs when any line names its class; a class with a base, a keyword or a
-    decorator may be reached by registration (a subclass hook, a registry), so it always
-    runs."""
+    """A method runs when its class is named and a line reads the method's name (another
+    method's read counts only if that one runs); a class with a base, a keyword or a
+    decorator may be reached by registration (a subclass hook, a registry), so its methods
+    always run."""
     line = saver.splitlines().index("        return model.state_dict()") + 1
     files = {"helpers.py": saver, "train.py": script}
     assert _unreached(tmp_path, files, ("helpers.py", line)) is unreached
