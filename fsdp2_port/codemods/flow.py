@@ -21,6 +21,8 @@ from fsdp2_port.codemods.text import LineIndex
 
 #: Statements after which the rest of their block does not run.
 _LEAVING = (ast.Return, ast.Raise, ast.Break, ast.Continue)
+#: ``try ... except*`` (Python 3.11).
+_TRY_STAR: tuple[type, ...] = (ast.TryStar,) if hasattr(ast, "TryStar") else ()
 #: The statement lists of compound statements; each is entered at its first statement.
 _BLOCKS = ("body", "orelse", "finalbody")
 
@@ -121,9 +123,49 @@ def _bound_again(names: Names, target: ast.AST, use: ast.AST) -> bool:
             # the target's statement, or one after it, holds its value after ``mine``
             if last is not None and (mine is None or not last <= mine < at):
                 return True
+            if last is not None and last == mine and _killed_inside(blocks, target, block[last]):
+                return True  # ``if ...: m = f(m)`` then ``m = DDP(m)``, in that statement
         if owner is scope:
             return False
         child = owner
+    return False
+
+
+def _killed_inside(blocks: _Blocks, target: ast.AST, statement: ast.stmt) -> bool:
+    """``target`` (a name stored) lies inside ``statement``, and every way from it to the end
+    of ``statement`` binds the name again: in a block between them, a later statement binds
+    it on every way, and no statement before that one may jump out of the block (``break``,
+    ``continue``, ``return``, ``raise``), nor a ``try`` or ``with`` between them skip it."""
+    name = target.id if isinstance(target, ast.Name) else None
+    if name is None:
+        return False
+    path = blocks.path(target)
+    for child, owner in itertools.pairwise(path):
+        if isinstance(owner, (ast.Try, ast.With, ast.AsyncWith, *_TRY_STAR)):
+            return False  # an exception may leave it before the binding
+        place = blocks.place(owner, child)
+        if place is not None:
+            block, at = place
+            for later in block[at + 1 :]:
+                if _binds_on_every_way(later, name):
+                    return True
+                if _may_leave(later):
+                    return False
+        if owner is statement:
+            return False
+    return False
+
+
+def _may_leave(statement: ast.stmt) -> bool:
+    """``statement`` may leave its block other than at its end (a jump, in it or nested in
+    it, but in a function or class defined there)."""
+    todo: list[ast.AST] = [statement]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, _LEAVING):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
     return False
 
 

@@ -59,6 +59,31 @@ CASES = {
                 use(x)
         """
     ),
+    "bound in a nested branch, then again in its branch": (
+        """
+        if c1:
+            if c2:
+                x = "A"
+            x = "B"
+        else:
+            x = "C"
+        use(x)
+        """
+    ),
+    "bound in a branch, a jump before it is bound again": (
+        """
+        for _ in range(1):
+            if c1:
+                x = "A"
+                if c2:
+                    break
+                x = "B"
+            else:
+                x = "C"
+            use(x)
+        use(x)
+        """
+    ),
     "a loop brings it back": (
         """
         x = "B"
@@ -156,6 +181,7 @@ def test_proofs_where_every_path_binds_again() -> None:
         "bound again in a tuple",
         "after the use only",
         "a loop, bound again before the read",
+        "bound in a nested branch, then again in its branch",
     }
     partly = _reaches(textwrap.dedent(CASES["nested: the read in a branch that binds first"]))
     assert sorted(partly.items()) == [(5, True), (9, False)]
