@@ -49,7 +49,7 @@ from fsdp2_port.codemods.decide import decide
 from fsdp2_port.codemods.findings import Finding
 from fsdp2_port.codemods.options import Options
 from fsdp2_port.codemods.plan import Decisions, FilePlan, Position, Scope, Site
-from fsdp2_port.codemods.refs import GROUPS, Passed, Returned
+from fsdp2_port.codemods.refs import Passed, Returned, groups_owner
 from fsdp2_port.codemods.rules.reader_values.across import Across
 from fsdp2_port.codemods.rules.reader_values.values import accepting
 from fsdp2_port.codemods.semantic import modules
@@ -603,8 +603,8 @@ def _optimizer_owners(plans: list[FilePlan], modules: RunModules) -> set[str]:
     for plan in plans:
         for site in plan.sites:
             for ref in site.reach.deferred:
-                if isinstance(ref, Returned) and ref.function.endswith(f"#{GROUPS}"):
-                    owner = ref.function.removesuffix(f"#{GROUPS}")
+                owner = groups_owner(ref.function) if isinstance(ref, Returned) else None
+                if owner is not None:
                     classes |= {owner, *modules.subclasses(owner)}
     return {name.rpartition(".")[0] for name in classes}
 

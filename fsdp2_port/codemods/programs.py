@@ -293,9 +293,7 @@ class _Run:
         code outside the run may import it)."""
         if self.is_entry(path):
             return frozenset([path])
-        if self.map is None or path in self.map.open or path not in self.map.member_of:
-            return None
-        return self.map.member_of[path]
+        return None if self.map is None else self.map.runs_of(path)
 
     def unreached(self, path: str, line: int) -> bool:
         """In a whole program, whether no program runs ``line``: it lies in a module-level

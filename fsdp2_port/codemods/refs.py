@@ -71,9 +71,10 @@ DISPATCHED = "."
 #: How a call of a value (``shard_fn(model)``, ``shard_fn`` a parameter) is named among a file's
 #: ``passes``; its ``receiver`` is what the called value may hold (``Function`` refs).
 CALLED = "()"
-#: What ``self.param_groups`` holds in a method of the run's class ``C`` (when no line of its
-#: file assigns it) is ``Returned(C + "#" + GROUPS)``: the parameters the instances of ``C``
-#: and of its subclasses hand to a torch optimizer's ``__init__`` (``Resolver``).
+#: A torch optimizer's attribute that holds the parameters it was given. What
+#: ``self.param_groups`` holds in a method of the run's class ``C`` (when no line of its file
+#: assigns it) is ``Returned(groups_of(C))``: the parameters the instances of ``C`` and of its
+#: subclasses hand to a torch optimizer's ``__init__`` (``Resolver``).
 GROUPS = "param_groups"
 #: How a call of a library object's method is named among a file's ``passes``:
 #: ``GIVEN_TO + <the object's Instance id>``.
@@ -110,6 +111,17 @@ Ref = Built | Factory | Function | Optimizer | Returned | Passed | Given | Insta
 Deferred = Returned | Passed | Given | Instance
 #: What may be, or lead to, a function value (the run settles the links).
 MAY_BE_FUNCTION = (Function, Passed, Returned)
+
+
+def groups_of(cls: str) -> str:
+    """The name of the field ``param_groups`` of the run's class ``cls`` (``GROUPS``)."""
+    return f"{cls}#{GROUPS}"
+
+
+def groups_owner(name: str) -> str | None:
+    """The class whose ``param_groups`` field ``name`` is (``groups_of``), else None."""
+    suffix = groups_of("")
+    return name.removesuffix(suffix) if name.endswith(suffix) else None
 
 
 def built(refs: Iterable[Ref]) -> frozenset[str]:

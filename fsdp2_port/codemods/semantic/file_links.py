@@ -15,11 +15,11 @@ from fsdp2_port.codemods.refs import (
     CALL,
     DISPATCHED,
     GIVEN_TO,
-    GROUPS,
     UNKNOWN,
     Factory,
     Passing,
     Ref,
+    groups_of,
 )
 from fsdp2_port.codemods.semantic import function_values, parts
 from fsdp2_port.codemods.semantic.values import Ties
@@ -89,7 +89,7 @@ class FileLinks:
         for owner, name in classes.items():
             params = self._optimizer_params(owner)
             if params is not None:
-                groups = out.setdefault(f"{module}.{name}#{GROUPS}", set())
+                groups = out.setdefault(groups_of(f"{module}.{name}"), set())
                 groups.update(r for p in params for r in self.ties._value(p))
         return out
 

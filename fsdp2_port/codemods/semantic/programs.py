@@ -57,6 +57,13 @@ class ProgramMap:
     open: frozenset[str] = frozenset()
     entry: frozenset[str] = frozenset()
 
+    def runs_of(self, path: str) -> frozenset[str] | None:
+        """The roots whose programs run ``path`` (None: any, for a file code outside the run
+        may import, or one the map does not hold)."""
+        if path in self.open or path not in self.member_of:
+            return None
+        return self.member_of[path]
+
     def meet(self, first: str, second: str) -> bool:
         """Whether one process may run lines of both files."""
         if first in self.open and second in self.open:

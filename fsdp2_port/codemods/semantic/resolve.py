@@ -19,7 +19,6 @@ from fsdp2_port.codemods.refs import (
     COPY,
     DISPATCHED,
     GIVEN_TO,
-    GROUPS,
     MAY_BE_FUNCTION,
     UNKNOWN,
     Built,
@@ -33,6 +32,8 @@ from fsdp2_port.codemods.refs import (
     Ref,
     Returned,
     Unknown,
+    groups_of,
+    groups_owner,
 )
 from fsdp2_port.codemods.semantic.modules import RunModules
 
@@ -51,10 +52,6 @@ _PLAIN_ORIGINS = "plain origins"
 #: method calls on objects of no known class nor calls of values: a function value handed to
 #: one escapes, ``Resolver._escaped``).
 _FUNCTIONS = "functions"
-
-
-#: The end of a ``Returned`` of a class's ``param_groups`` (``refs.GROUPS``).
-_GROUPS = f"#{GROUPS}"
 
 
 class Resolver:
@@ -154,9 +151,7 @@ class Resolver:
     def _programs_of(self, path: str) -> frozenset[str] | None:
         """The programs a line of ``path`` runs in (None: any, as for an open file)."""
         map_ = self.programs.map if self.programs is not None else None
-        if map_ is None or path in map_.open or path not in map_.member_of:
-            return None
-        return map_.member_of[path]
+        return None if map_ is None else map_.runs_of(path)
 
     def _closure(
         self, refs: Iterable[Ref], mode: str, within: frozenset[str] | None = None
@@ -196,7 +191,7 @@ class Resolver:
         """Whether ``_reach`` follows ``ref`` in ``mode`` (else it is an answer: in
         ``_ORIGINS``, a class of the run is where objects are made)."""
         if mode in (_ORIGINS, _PLAIN_ORIGINS) and isinstance(ref, Returned):
-            if ref.function.endswith(_GROUPS):
+            if groups_owner(ref.function) is not None:
                 return True  # parameters: made with their models
             return self._answers(ref) and not ref.function.endswith(COPY)  # a copy is made there
         return isinstance(ref, (Returned, Passed, Given))
@@ -279,8 +274,8 @@ class Resolver:
     def _returned(self, ref: Returned, route: bool = True) -> set[Ref]:
         if ref.function.endswith(CALL):
             return self._call_returns(ref, route)
-        if ref.function.endswith(_GROUPS):
-            return self._groups(ref.function.removesuffix(_GROUPS))
+        if (owner := groups_owner(ref.function)) is not None:
+            return self._groups(owner)
         spellings = self.spellings(ref.function)
         if not any(f in self.exports for f in spellings):
             if "#" in ref.function or ref.function.endswith("]"):
@@ -300,7 +295,7 @@ class Resolver:
             return {UNKNOWN}
         out: set[Ref] = set()
         for cls in {owner, *modules.subclasses(owner)}:
-            exported = [f for f in self.spellings(cls + _GROUPS) if f in self.exports]
+            exported = [f for f in self.spellings(groups_of(cls)) if f in self.exports]
             if exported:
                 out |= {r for f in exported for r in self.exports[f]}
             elif self._library_based(cls):

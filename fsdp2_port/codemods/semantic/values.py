@@ -54,6 +54,7 @@ from fsdp2_port.codemods.refs import (
     Unknown,
     built,
     deferred,
+    groups_of,
 )
 from fsdp2_port.codemods.semantic import fresh, parts
 from fsdp2_port.codemods.semantic.modules import RunModules
@@ -301,7 +302,7 @@ class Ties:
             owner = self.parsed.names.class_of(expr)
             module = self.parsed.module_name
             if owner is not None and owner in self.parsed.tree.body and module:
-                return {Returned(f"{module}.{owner.name}#{GROUPS}")}  # an optimizer's
+                return {Returned(groups_of(f"{module}.{owner.name}"))}  # an optimizer's
         if not self.is_self(expr.value):
             base = self._value(expr.value)
             fields = {
