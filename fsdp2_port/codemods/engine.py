@@ -475,7 +475,7 @@ def _analysed_and_applied(
                 graph.without(leaving), texts, configs, whole_program=options.whole_program
             )
         run_programs = _programs(
-            paths, [*plans, *unread], entry, options.whole_program, program_map, leaving
+            paths, [*plans, *unread], entry, options.whole_program, program_map, leaving, configs
         )
         decisions = decide([*plans, *unread], run_programs, run_modules)
         work = [a for a in analysed if a.plan is not None and a.error is None]
@@ -674,6 +674,7 @@ def _programs(
     whole_program: bool,
     program_map: ProgramMap | None = None,
     leaving: Sequence[tuple[str, int, str]] = (),
+    configs: semantic_programs.ConfigNames | None = None,
 ) -> programs.Programs | None:
     """Which constructors each file's lines may meet, in a run of several files that has any;
     in a whole program, also which lines that would hold the run no program runs."""
@@ -701,9 +702,11 @@ def _programs(
         and (s.reach.opaque or not s.reach.ties)
     ]
     if len(paths) < 2:  # one file: no programs to tell apart, only lines no one runs
-        return programs.find(paths, [], [], entry, holding, leaving=leaving, rewritten=forms)
+        return programs.find(
+            paths, [], [], entry, holding, leaving=leaving, rewritten=forms, configs=configs
+        )
     lines = [p.path for p in plans]
-    return programs.find(paths, builds, lines, entry, holding, program_map, leaving, forms)
+    return programs.find(paths, builds, lines, entry, holding, program_map, leaving, forms, configs)
 
 
 def _owners(callee: str) -> tuple[str, str]:

@@ -135,14 +135,16 @@ def find(
     program_map: ProgramMap | None = None,
     leaving: Iterable[tuple[str, int, str]] = (),
     rewritten: Iterable[tuple[str, int]] = (),
+    configs: ConfigNames | None = None,
 ) -> Programs:
     """The run's programs, for constructors given as ``(id, path, line)`` and the files whose
     lines may meet models (``lines``); ``entry_scripts``: the run's, when already known;
     ``unread``: lines to test with ``unreached`` (a whole program's: nothing outside the run
     calls its functions), and the programs of each that some program runs; ``leaving``: the
     imports ``(path, line, module)`` the run rewrites to import another module; ``rewritten``:
-    more lines to test with ``unreached`` only."""
-    run = _Run(list(paths), leaving, program_map)
+    more lines to test with ``unreached`` only; ``configs``: what the run's config files
+    spell, when already read (``semantic.programs.config_names``)."""
+    run = _Run(list(paths), leaving, program_map, configs)
     if entry_scripts is not None:
         run.seed(entry_scripts)
     entry = run.entry(lines)
@@ -166,6 +168,7 @@ class _Run:
         paths: list[str],
         leaving: Iterable[tuple[str, int, str]] = (),
         program_map: ProgramMap | None = None,
+        configs: ConfigNames | None = None,
     ) -> None:
         self.paths = paths
         #: Which programs each file runs in, by the run's imports (``semantic.programs``).
@@ -174,7 +177,7 @@ class _Run:
         self.leaving = {(path, line) for path, line, _ in leaving}
         self._data: dict[str, bytes] = {}
         self._trees: dict[str, ast.Module | None] = {}
-        self._configs: ConfigNames | None = None
+        self._configs = configs
         self._entry: dict[str, bool] = {}
         self._loaded: dict[str, set[str]] | None = None
         self._unreached: dict[tuple[str, str], bool] = {}

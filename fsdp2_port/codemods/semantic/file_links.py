@@ -116,9 +116,8 @@ class FileLinks:
                 args = args[1:]  # self
                 if not base:
                     continue  # not a class's __init__ by its name
-            keyword = [k.value for k in call.keywords if k.arg == "params"]
             if _torch_optimizer(base):
-                given = args[:1] or keyword
+                given = args[:1] or [k.value for k in call.keywords if k.arg == "params"]
             else:
                 given = [*args, *(k.value for k in call.keywords)]
             found = (found or []) + given

@@ -695,11 +695,10 @@ def _starred(
     submodule of ``module`` (``modules``: the run's module names): that spells the module."""
     out: dict[str, tuple[str, str, str]] = {}
     for alias, source, name in handed_on:
-        starred = [n for n in stars.get(source, ()) if f"{module}.{n}" not in modules]
-        for each in starred if name == "*" else (name,):
-            out[each if name == "*" else alias] = (
-                each if name == "*" else alias,
-                spelled[source],
-                each,
-            )
+        if name == "*":
+            bound = [(n, n) for n in stars.get(source, ()) if f"{module}.{n}" not in modules]
+        else:
+            bound = [(alias, name)]
+        for each, defined in bound:
+            out[each] = (each, spelled[source], defined)
     return tuple(out.values())
